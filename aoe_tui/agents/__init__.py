@@ -1,0 +1,1 @@
+"""aoe_tui.agents layer (see DEVELOPERS.md architecture)."""

@@ -1,0 +1,1 @@
+"""Sub-commands of the ``aoe`` CLI; each module exposes ``register(subparsers)``."""

@@ -1,0 +1,1 @@
+"""aoe_tui.domain layer (see DEVELOPERS.md architecture)."""

@@ -1,0 +1,1 @@
+"""aoe_tui.export layer (see DEVELOPERS.md architecture)."""

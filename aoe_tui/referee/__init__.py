@@ -1,0 +1,1 @@
+"""aoe_tui.referee layer (see DEVELOPERS.md architecture)."""

@@ -1,0 +1,1 @@
+"""aoe_tui.replay layer (see DEVELOPERS.md architecture)."""

@@ -1,0 +1,1 @@
+"""aoe_tui.runtime layer (see DEVELOPERS.md architecture)."""

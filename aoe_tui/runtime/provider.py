@@ -1,0 +1,176 @@
+"""The territory provider interface shared by every runtime backend.
+
+A *territory* is one equivalent blank Linux host (a seat) that one agent turns
+into a durable service. Providers (``container``, ``qemu``, ``ssh``,
+``nixos``) create them, reboot them on the referee's request (spec §3.4) and
+tear them down. The referee and adapters only ever see :class:`Territory`.
+
+Guest contract (spec §6, issue "Real local territories"): systemd as PID 1,
+root password SSH, the dormant ``builder-app.service`` slot, no internet,
+hostname = territory id.
+"""
+
+from __future__ import annotations
+
+import abc
+import shlex
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aoe_tui.errors import AoeError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import asyncssh
+
+
+class ProviderError(AoeError):
+    """A provider could not do what was asked (missing tool or image, port taken, boot failed).
+
+    The message is one line naming the territory and the cause. The referee turns
+    it into an ``infrastructure_failure`` event with source ``arena``.
+    """
+
+
+class ProvisionError(ProviderError):
+    """One or more territories could not be provisioned (nothing is left running)."""
+
+
+class RebootError(ProviderError):
+    """A territory's reboot did not complete: SSH never went down, or never came back."""
+
+
+@dataclass(frozen=True)
+class TerritorySpec:
+    """What the runner asks a provider for, one per seat.
+
+    Attributes:
+        id: territory id from the manifest (also the guest hostname).
+        password: root password of the guest (upstream convention ``<id>-race``).
+        service_port: guest TCP port of the public service (manifest ``service.port``, 8080).
+        index: seat index in manifest order (0-based); decides addresses and port blocks (§6.2).
+    """
+
+    id: str
+    password: str
+    service_port: int = 8080
+    index: int = 0
+
+
+@dataclass
+class Territory:
+    """A provisioned, SSH-ready territory.
+
+    Attributes:
+        id: territory id.
+        host: address the runner reaches the guest on (``127.0.0.1`` for QEMU port
+            forwards, the veth address such as ``10.78.3.10`` for containers).
+        ssh_port: TCP port of the guest's sshd as seen from the runner.
+        service_port: TCP port of the guest's service as seen from the runner.
+        password: root password (never logged, never written outside ``credential_file``).
+        credential_file: ``KEY=VALUE`` file in upstream's format (spec §5.1), mode 0600,
+            with at least ``AOE_SSH_PASSWORD``; exported to verifiers and adapters as
+            ``AOE_CREDENTIAL_FILE``.
+        extra: provider-specific facts (pids, netns name, overlay dir) for teardown/debug.
+    """
+
+    id: str
+    host: str
+    ssh_port: int
+    service_port: int
+    password: str = field(repr=False)
+    credential_file: Path
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def write_credential_file(path: Path, password: str, extra: dict[str, str] | None = None) -> Path:
+    """Write an upstream-format credential file (spec §5.1) atomically with mode 0600.
+
+    Lines are ``KEY=<shell-quoted value>``; ``AOE_SSH_PASSWORD`` comes first.
+    Returns ``path``.
+    """
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"AOE_SSH_PASSWORD={shlex.quote(password)}"]
+    for key, value in (extra or {}).items():
+        lines.append(f"{key}={shlex.quote(value)}")
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+class TerritoryProvider(abc.ABC):
+    """Creates, reboots and destroys territories for one heat.
+
+    One provider instance serves one heat (one match). ``teardown`` must be safe
+    to call at any time, more than once, and after a partial ``provision``.
+
+    Usage::
+
+        provider = ContainerProvider(workdir=match_dir / "territories", ...)
+        try:
+            territories = await provider.provision(specs)
+            ...
+        finally:
+            await provider.teardown()
+    """
+
+    #: Short provider name as used on the command line (``container``, ``qemu``, ``ssh``, ``nixos``).
+    name: str = ""
+
+    @abc.abstractmethod
+    async def provision(self, specs: Sequence[TerritorySpec]) -> list[Territory]:
+        """Boot one territory per spec concurrently and return them SSH-ready, in spec order.
+
+        Ready means a real root login over SSH ran a command (a TCP accept is not enough).
+
+        Raises:
+            ProvisionError: a territory could not be created or never became ready; every
+                territory that was started has been torn down before this is raised.
+        """
+
+    @abc.abstractmethod
+    async def reboot(self, territory: Territory) -> None:
+        """Reboot the guest OS and return once root SSH works again (spec §3.4).
+
+        Runs ``systemctl reboot`` in the guest, waits for SSH to stop answering, then for a
+        real login to succeed. State on the guest's disk persists.
+
+        Raises:
+            RebootError: SSH never stopped (30 s) or never came back (``reboot_timeout_s``).
+        """
+
+    @abc.abstractmethod
+    async def teardown(self) -> None:
+        """Stop every territory and remove every process, mount, namespace, link and overlay.
+
+        Never raises for an already-gone territory; safe to call repeatedly.
+        """
+
+    @asynccontextmanager
+    async def ssh(self, territory: Territory, *, connect_timeout_s: float = 10.0) -> AsyncIterator[asyncssh.SSHClientConnection]:
+        """Open a root SSH session (password auth, no host-key check) to ``territory``.
+
+        Yields an ``asyncssh.SSHClientConnection``; closes it on exit.
+
+        Raises:
+            asyncssh.Error / OSError: the connection or login failed.
+        """
+        from aoe_tui.runtime.ssh import connect
+
+        conn = await connect(
+            territory.host, territory.ssh_port, territory.password, connect_timeout_s=connect_timeout_s
+        )
+        try:
+            yield conn
+        finally:
+            conn.close()
+            await conn.wait_closed()

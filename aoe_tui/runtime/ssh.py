@@ -1,0 +1,121 @@
+"""Root password SSH to territories over asyncssh (the project's only SSH library).
+
+Readiness is a real login that runs a command (spec §6.3; a TCP accept is not
+enough: QEMU's forwarder accepts while the guest is still down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import asyncssh
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """Outcome of one remote command: ``exit_status`` (``None`` if killed by a signal), text output."""
+
+    exit_status: int | None
+    stdout: str
+    stderr: str
+
+
+async def connect(
+    host: str, port: int, password: str, *, connect_timeout_s: float = 10.0, username: str = "root"
+) -> asyncssh.SSHClientConnection:
+    """Open a password-authenticated SSH connection with host-key checking off.
+
+    ``connect_timeout_s`` bounds TCP connect + key exchange + auth (seconds).
+
+    Raises:
+        asyncssh.Error, OSError, asyncio.TimeoutError: the login failed.
+    """
+    return await asyncio.wait_for(
+        asyncssh.connect(
+            host,
+            port=port,
+            username=username,
+            password=password,
+            known_hosts=None,
+            client_keys=None,
+            agent_path=None,
+            preferred_auth=("password", "keyboard-interactive"),
+            login_timeout=connect_timeout_s,
+            connect_timeout=connect_timeout_s,
+            keepalive_interval=5,
+            keepalive_count_max=3,
+        ),
+        timeout=connect_timeout_s + 2,
+    )
+
+
+async def run(
+    host: str,
+    port: int,
+    password: str,
+    command: str,
+    *,
+    timeout_s: float = 60.0,
+    connect_timeout_s: float = 10.0,
+    input: str | None = None,
+) -> CommandResult:
+    """Run one shell ``command`` as root and return its exit status and output.
+
+    Raises:
+        asyncssh.Error, OSError, asyncio.TimeoutError: connection failed or ``timeout_s`` passed.
+    """
+    conn = await connect(host, port, password, connect_timeout_s=connect_timeout_s)
+    try:
+        res = await asyncio.wait_for(conn.run(command, check=False, input=input), timeout=timeout_s)
+    finally:
+        conn.close()
+    return CommandResult(res.exit_status, str(res.stdout or ""), str(res.stderr or ""))
+
+
+async def probe(host: str, port: int, password: str, *, connect_timeout_s: float = 10.0) -> bool:
+    """Return True iff a root login works and ``true`` runs (one attempt, never raises)."""
+    try:
+        res = await run(host, port, password, "true", timeout_s=connect_timeout_s + 5, connect_timeout_s=connect_timeout_s)
+    except (asyncssh.Error, OSError, asyncio.TimeoutError, EOFError):
+        return False
+    return res.exit_status == 0
+
+
+async def wait_ready(
+    host: str,
+    port: int,
+    password: str,
+    *,
+    timeout_s: float = 120.0,
+    interval_s: float = 0.25,
+    connect_timeout_s: float = 10.0,
+) -> float:
+    """Poll :func:`probe` until a login works; return the seconds waited.
+
+    Raises:
+        TimeoutError: no successful login within ``timeout_s`` seconds.
+    """
+    start = time.monotonic()
+    while True:
+        if await probe(host, port, password, connect_timeout_s=connect_timeout_s):
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"ssh {host}:{port} not ready after {timeout_s:.0f} s")
+        await asyncio.sleep(interval_s)
+
+
+async def wait_down(host: str, port: int, password: str, *, timeout_s: float = 30.0, interval_s: float = 0.1) -> float:
+    """Poll until a login *fails* (the guest went down for a reboot); return seconds waited.
+
+    Raises:
+        TimeoutError: SSH kept answering for ``timeout_s`` seconds ("SSH never stopped during reboot").
+    """
+    start = time.monotonic()
+    while True:
+        if not await probe(host, port, password, connect_timeout_s=2.0):
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError("SSH never stopped during reboot")
+        await asyncio.sleep(interval_s)

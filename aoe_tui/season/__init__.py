@@ -1,0 +1,1 @@
+"""aoe_tui.season layer (see DEVELOPERS.md architecture)."""

@@ -1,0 +1,1 @@
+"""aoe_tui.serve layer (see DEVELOPERS.md architecture)."""

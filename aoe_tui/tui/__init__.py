@@ -1,0 +1,1 @@
+"""aoe_tui.tui layer (see DEVELOPERS.md architecture)."""

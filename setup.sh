@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs everything aoe-tui needs on a fresh Debian/Ubuntu machine:
+#   - system packages (systemd-nspawn, debootstrap, QEMU, ssh tools, curl, jq, iproute2)
+#   - a Python virtual environment in .venv with aoe-tui and its test dependencies
+# Safe to re-run; it only installs what is missing. Needs root (or sudo) for apt.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+APT_PACKAGES=(
+  systemd-container debootstrap qemu-system-x86 qemu-utils e2fsprogs
+  openssh-client sshpass curl jq iproute2 procps psmisc util-linux ca-certificates python3-venv
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing system packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.aoe-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing aoe-tui into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  touch "$stamp"
+fi
+echo "setup: ready (.venv/bin/aoe)"
