@@ -107,6 +107,25 @@ def write_credential_file(path: Path, password: str, extra: dict[str, str] | Non
     return path
 
 
+@dataclass(frozen=True)
+class DoctorCheck:
+    """One line of ``aoe doctor``: what a provider needs, whether it is present, how to fix it.
+
+    Attributes:
+        provider: provider name (``container``, ``qemu``, ``ssh``, ``nixos``).
+        name: the requirement (``systemd-nspawn``, ``guest image``, ``kvm``...).
+        ok: whether it is present/usable.
+        detail: what was found (a path, a version, or why it is unusable).
+        fix: the one command that fixes it (empty when ``ok`` or nothing can fix it here).
+    """
+
+    provider: str
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
 class TerritoryProvider(abc.ABC):
     """Creates, reboots and destroys territories for one heat.
 
