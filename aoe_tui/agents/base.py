@@ -1,0 +1,161 @@
+"""The adapter interface: how the referee starts an agent and learns what it did.
+
+An *adapter* turns one manifest agent (spec §1.11) seated on one territory into
+a running agent (:class:`AgentRun`). Every adapter — the upstream command
+contract (spec §5), the built-in oracle and scripted builders, opencode —
+reports the same things:
+
+- live cumulative usage, via the ``AOE_USAGE_FILE`` checkpoint file
+  ``agents/<id>/usage.json`` (spec §5.5), which the referee reads every tick
+  and turns into ``usage_charged`` deltas;
+- activity lines (latest tool calls / output lines) for the live view;
+- one final :class:`AgentOutcome` (spec §5.3 result + §5.4 interpretation).
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aoe_tui.domain.arena import AgentDef
+    from aoe_tui.runtime.provider import Territory
+
+
+class AdapterStatus(StrEnum):
+    """``status`` of an adapter result (spec §5.3)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    UNAVAILABLE = "unavailable"
+    TIMED_OUT = "timed_out"
+    INTERRUPTED = "interrupted"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    HARNESS_ERROR = "harness_error"
+
+    @property
+    def failure_source(self) -> str:
+        """The ``FailureSource`` this status maps to (spec §3.9 table)."""
+        return {
+            AdapterStatus.UNAVAILABLE: "provider",
+            AdapterStatus.HARNESS_ERROR: "harness",
+            AdapterStatus.INTERRUPTED: "arena",
+        }.get(self, "player")
+
+
+@dataclass
+class Usage:
+    """Cumulative usage (spec §5.3 ``usage``): ``None`` means unknown, never zero.
+
+    ``cost_microusd`` is in micro-USD (1e-6 USD).
+    """
+
+    rounds: int | None = None
+    tool_calls: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_microusd: int | None = None
+    resource_units: int = 0
+
+
+@dataclass
+class AgentOutcome:
+    """The final, interpreted result of one agent run (spec §5.3–5.4).
+
+    ``summary`` becomes the ``detail`` of ``agent_finished`` / ``agent_interrupted``.
+    """
+
+    status: AdapterStatus
+    summary: str
+    usage: Usage = field(default_factory=Usage)
+    transcript: str | None = None
+
+
+@dataclass
+class AgentContext:
+    """Everything an adapter needs to start one agent.
+
+    Attributes:
+        agent: the manifest agent (id, territory, adapter, model, reasoning_effort, budget).
+        territory: the SSH-ready territory the agent is seated on.
+        agent_dir: ``<match>/agents/<agent-id>/`` (exists); holds instruction.md, result.json,
+            usage.json, stdout.log, stderr.log (spec §0, §5.1).
+        instruction_file: ``agent_dir/instruction.md`` (already written, spec §5.2).
+        deadline_s: wall-clock seconds the agent may run (the arena's ``duration_seconds``).
+        arena_dir: the arena package folder (for adapters that need package files).
+    """
+
+    agent: AgentDef
+    territory: Territory
+    agent_dir: Path
+    instruction_file: Path
+    deadline_s: float
+    arena_dir: Path
+
+    @property
+    def result_file(self) -> Path:
+        """``AOE_RESULT_FILE``: ``agents/<id>/result.json``."""
+        return self.agent_dir / "result.json"
+
+    @property
+    def usage_file(self) -> Path:
+        """``AOE_USAGE_FILE``: ``agents/<id>/usage.json`` (cumulative checkpoints, spec §5.5)."""
+        return self.agent_dir / "usage.json"
+
+    @property
+    def stdout_file(self) -> Path:
+        """``AOE_STDOUT_FILE``: ``agents/<id>/stdout.log``."""
+        return self.agent_dir / "stdout.log"
+
+    @property
+    def stderr_file(self) -> Path:
+        """``AOE_STDERR_FILE``: ``agents/<id>/stderr.log``."""
+        return self.agent_dir / "stderr.log"
+
+    @property
+    def reboot_marker(self) -> Path:
+        """``agents/<id>/referee-reboot``: written by the referee before it reboots the guest (§3.4)."""
+        return self.agent_dir / "referee-reboot"
+
+
+class AgentRun(abc.ABC):
+    """One running agent. Created by :meth:`Adapter.start`; owned by the referee."""
+
+    def __init__(self, ctx: AgentContext, activity_lines: int = 50) -> None:
+        self.ctx = ctx
+        #: Most recent human-readable activity lines (tool calls, output), newest last.
+        self.activity: collections.deque[str] = collections.deque(maxlen=activity_lines)
+
+    @abc.abstractmethod
+    async def wait(self) -> AgentOutcome:
+        """Wait for the agent to end and return its interpreted outcome (spec §5.4).
+
+        Never raises for agent misbehaviour: a crash is ``harness_error``, a deadline
+        overrun ``timed_out``, a budget overrun ``budget_exceeded``.
+        """
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Kill the agent and everything it started (host processes and guest processes).
+
+        Safe to call at any time and more than once.
+        """
+
+
+class Adapter(abc.ABC):
+    """Starts agents of one kind (``oracle``, ``scripted:memory``, ``command:PATH``, ``opencode``)."""
+
+    #: The adapter name as registered (``--adapter NAME=PATH`` or a built-in name).
+    name: str = ""
+
+    @abc.abstractmethod
+    async def start(self, ctx: AgentContext) -> AgentRun:
+        """Start the agent in the background and return its :class:`AgentRun` at once."""
+
+    def sha256(self) -> str | None:
+        """sha256 of the adapter's file for provenance ``adapter_sha256`` (spec §7.3), if any."""
+        return None
