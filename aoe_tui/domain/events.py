@@ -1,0 +1,382 @@
+"""Typed match events and state enums (upstream §2.1–§2.3, Appendix B).
+
+Every event kind is one pydantic model with a ``kind`` literal and its fields in
+upstream declaration order (the order they appear in ``events.jsonl``). Events
+*tolerate* unknown keys on read (upstream events are not deny-unknown) but an
+unknown ``kind`` is an error.
+
+The envelope (``schema_version``, ``sequence``, ``elapsed_ms``) lives in
+:class:`EventRecord`; ``elapsed_ms`` is the match clock in **milliseconds** since
+agent launch.
+
+Fields named ``from`` (a Python keyword) are declared as ``from_`` with alias
+``"from"``; both names are accepted when constructing::
+
+    MatchStateChanged(from_="preparing", to="running")
+    MatchStateChanged.model_validate({"from": "preparing", "to": "running"})
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class FailureSource(StrEnum):
+    """Who is to blame for a failure (§2.2)."""
+
+    player = "player"
+    harness = "harness"
+    provider = "provider"
+    arena = "arena"
+    controller = "controller"
+    unknown = "unknown"
+
+
+class MatchState(StrEnum):
+    """Match lifecycle (§2.3)."""
+
+    preparing = "preparing"
+    running = "running"
+    finished = "finished"
+    aborted = "aborted"
+
+
+class TerritoryState(StrEnum):
+    """Conquest territory lifecycle (§2.3); stays ``provisioning`` in build races."""
+
+    provisioning = "provisioning"
+    healthy = "healthy"
+    degraded = "degraded"
+    recovering = "recovering"
+    eliminated = "eliminated"
+
+
+class CompetitorState(StrEnum):
+    """Build-race competitor state (§2.3, §3.2)."""
+
+    preparing = "preparing"
+    building = "building"
+    verifying = "verifying"
+    durable = "durable"
+    incomplete = "incomplete"
+    unavailable = "unavailable"
+
+
+class AgentTerminalState(StrEnum):
+    """How an agent ended (§2.3 plus ``incomplete`` from Appendix B)."""
+
+    completed = "completed"
+    failed = "failed"
+    interrupted = "interrupted"
+    terminated = "terminated"
+    incomplete = "incomplete"
+
+
+class _Event(BaseModel):
+    """Base of every event model: unknown keys ignored, ``from_``/``from`` both accepted."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=False)
+
+
+U64 = Annotated[int, Field(ge=0)]
+
+
+class TerritoryRegistered(_Event):
+    """``territory_registered`` — once per territory at t=0, manifest order."""
+
+    kind: Literal["territory_registered"] = "territory_registered"
+    territory: str
+    class_: str = Field(alias="class")
+    agent: str
+
+
+class MatchStateChanged(_Event):
+    """``match_state_changed`` — ``from`` → ``to`` (MatchState)."""
+
+    kind: Literal["match_state_changed"] = "match_state_changed"
+    from_: MatchState = Field(alias="from")
+    to: MatchState
+
+
+class TerritoryStateChanged(_Event):
+    """``territory_state_changed`` — conquest only."""
+
+    kind: Literal["territory_state_changed"] = "territory_state_changed"
+    territory: str
+    from_: TerritoryState = Field(alias="from")
+    to: TerritoryState
+    reason: str
+
+
+class HealthObserved(_Event):
+    """``health_observed`` — conquest probe; ``status`` null means a transport error."""
+
+    kind: Literal["health_observed"] = "health_observed"
+    territory: str
+    healthy: bool
+    status: int | None
+    latency_ms: U64
+    detail: str
+
+
+class AgentStarted(_Event):
+    """``agent_started`` — at t=0, manifest agent order."""
+
+    kind: Literal["agent_started"] = "agent_started"
+    agent: str
+    territory: str
+    model: str
+
+
+class AgentFinished(_Event):
+    """``agent_finished`` — the adapter returned a result (§5.4)."""
+
+    kind: Literal["agent_finished"] = "agent_finished"
+    agent: str
+    source: FailureSource
+    success: bool
+    detail: str
+
+
+class AgentInterrupted(_Event):
+    """``agent_interrupted`` — adapter result status ``interrupted``."""
+
+    kind: Literal["agent_interrupted"] = "agent_interrupted"
+    agent: str
+    source: FailureSource
+    detail: str
+
+
+class AgentTerminated(_Event):
+    """``agent_terminated`` — killed at the post-match drain deadline."""
+
+    kind: Literal["agent_terminated"] = "agent_terminated"
+    agent: str
+    reason: str
+
+
+class AgentOutraced(_Event):
+    """``agent_outraced`` (Appendix B) — another territory reached durable first."""
+
+    kind: Literal["agent_outraced"] = "agent_outraced"
+    agent: str
+    reason: str
+
+
+class UsageCharged(_Event):
+    """``usage_charged`` — the usage **delta** since the last checkpoint (§5.5)."""
+
+    kind: Literal["usage_charged"] = "usage_charged"
+    agent: str
+    resource_units: U64
+    input_tokens: U64 | None = None
+    output_tokens: U64 | None = None
+    cost_microusd: U64 | None = None
+
+
+class PostMatchDrainStarted(_Event):
+    """``post_match_drain_started`` — ``timeout_ms`` (30000 upstream), ``pending_agents``."""
+
+    kind: Literal["post_match_drain_started"] = "post_match_drain_started"
+    timeout_ms: U64
+    pending_agents: U64
+
+
+class PostMatchDrainFinished(_Event):
+    """``post_match_drain_finished``."""
+
+    kind: Literal["post_match_drain_finished"] = "post_match_drain_finished"
+    captured_agents: U64
+    terminated_agents: U64
+
+
+class CompetitorStateChanged(_Event):
+    """``competitor_state_changed`` — build-race competitor transition (§3.2)."""
+
+    kind: Literal["competitor_state_changed"] = "competitor_state_changed"
+    territory: str
+    from_: CompetitorState = Field(alias="from")
+    to: CompetitorState
+    reason: str
+
+
+class MilestoneEvaluationStarted(_Event):
+    """``milestone_evaluation_started`` — one verifier attempt begins."""
+
+    kind: Literal["milestone_evaluation_started"] = "milestone_evaluation_started"
+    territory: str
+    milestone: str
+
+
+class MilestonePassed(_Event):
+    """``milestone_passed`` — verifier succeeded; ``evidence`` is any JSON."""
+
+    kind: Literal["milestone_passed"] = "milestone_passed"
+    territory: str
+    milestone: str
+    points: U64
+    evidence: Any = None
+
+
+class MilestoneFailed(_Event):
+    """``milestone_failed`` — ``category`` is ``verification_failed`` upstream."""
+
+    kind: Literal["milestone_failed"] = "milestone_failed"
+    territory: str
+    milestone: str
+    category: str = "verification_failed"
+    detail: str
+    retryable: bool = True
+
+
+class MilestoneRevoked(_Event):
+    """``milestone_revoked`` — declared and reduced upstream, never emitted."""
+
+    kind: Literal["milestone_revoked"] = "milestone_revoked"
+    territory: str
+    milestone: str
+    reason: str
+
+
+class DurableDeploymentCompleted(_Event):
+    """``durable_deployment_completed`` — its own ``elapsed_ms`` (ms) duplicates the envelope key."""
+
+    kind: Literal["durable_deployment_completed"] = "durable_deployment_completed"
+    territory: str
+    elapsed_ms: U64
+
+
+class ResourcesChanged(_Event):
+    """``resources_changed`` — conquest only."""
+
+    kind: Literal["resources_changed"] = "resources_changed"
+    territory: str
+    delta: int
+    remaining: U64
+    reason: str
+
+
+class TerritoryEliminated(_Event):
+    """``territory_eliminated`` — conquest only."""
+
+    kind: Literal["territory_eliminated"] = "territory_eliminated"
+    territory: str
+    source: FailureSource
+    detail: str
+
+
+class InfrastructureFailure(_Event):
+    """``infrastructure_failure`` — counted in ``world.infrastructure_failures``."""
+
+    kind: Literal["infrastructure_failure"] = "infrastructure_failure"
+    component: str
+    source: FailureSource
+    detail: str
+
+
+class MatchFinished(_Event):
+    """``match_finished`` — ``winner`` is a **territory id** (or null)."""
+
+    kind: Literal["match_finished"] = "match_finished"
+    winner: str | None
+    reason: str
+
+
+EVENT_TYPES: tuple[type[_Event], ...] = (
+    TerritoryRegistered,
+    MatchStateChanged,
+    TerritoryStateChanged,
+    HealthObserved,
+    AgentStarted,
+    AgentFinished,
+    AgentInterrupted,
+    AgentTerminated,
+    AgentOutraced,
+    UsageCharged,
+    PostMatchDrainStarted,
+    PostMatchDrainFinished,
+    CompetitorStateChanged,
+    MilestoneEvaluationStarted,
+    MilestonePassed,
+    MilestoneFailed,
+    MilestoneRevoked,
+    DurableDeploymentCompleted,
+    ResourcesChanged,
+    TerritoryEliminated,
+    InfrastructureFailure,
+    MatchFinished,
+)
+
+#: kind string → model class
+EVENT_KINDS: dict[str, type[_Event]] = {
+    t.model_fields["kind"].default: t for t in EVENT_TYPES
+}
+
+Event = Annotated[
+    Union[
+        TerritoryRegistered,
+        MatchStateChanged,
+        TerritoryStateChanged,
+        HealthObserved,
+        AgentStarted,
+        AgentFinished,
+        AgentInterrupted,
+        AgentTerminated,
+        AgentOutraced,
+        UsageCharged,
+        PostMatchDrainStarted,
+        PostMatchDrainFinished,
+        CompetitorStateChanged,
+        MilestoneEvaluationStarted,
+        MilestonePassed,
+        MilestoneFailed,
+        MilestoneRevoked,
+        DurableDeploymentCompleted,
+        ResourcesChanged,
+        TerritoryEliminated,
+        InfrastructureFailure,
+        MatchFinished,
+    ],
+    Field(discriminator="kind"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+#: Kinds after which the writer fsyncs (§2.1).
+LIFECYCLE_KINDS: frozenset[str] = frozenset(
+    {
+        "match_state_changed",
+        "territory_state_changed",
+        "territory_eliminated",
+        "infrastructure_failure",
+        "match_finished",
+    }
+)
+
+
+def is_lifecycle(event: _Event) -> bool:
+    """True for the kinds upstream fsyncs after writing (§2.1)."""
+    return event.kind in LIFECYCLE_KINDS  # type: ignore[attr-defined]
+
+
+def event_fields(event: _Event) -> dict[str, Any]:
+    """The event's own fields as JSON values, ``kind`` first, then declaration order."""
+    return event.model_dump(mode="json", by_alias=True)
+
+
+class EventRecord(BaseModel):
+    """One line of ``events.jsonl``: the envelope plus one event (§2.1).
+
+    ``sequence`` starts at 0 and is contiguous; ``elapsed_ms`` is the match clock
+    in milliseconds and never decreases.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    sequence: U64
+    elapsed_ms: U64
+    event: Event
