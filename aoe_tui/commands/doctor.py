@@ -1,11 +1,46 @@
-"""`aoe doctor` command (placeholder until its issue lands)."""
+"""``aoe doctor [--json] [--provider NAME]``: is this host ready to run territories?
+
+Prints, for each provider, what it needs, what is present and the one command that
+fixes what is missing. Exit status 0 when the checked provider (default: ``container``)
+is ready, else 1. ``--json`` prints ``{ready, checks:[...]}`` (spec §6.7 shape, extended).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+
+from aoe_tui.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Register the `doctor` sub-command."""
-    p = sub.add_parser("doctor", help="(not implemented yet)")
-    p.set_defaults(func=lambda args: print("doctor: not implemented yet") or 1)
+    """Register the ``doctor`` sub-command."""
+    p = sub.add_parser(
+        "doctor",
+        help="check what each territory provider needs and how to fix what is missing",
+        description="Check binaries, kernel features and the guest image for each territory provider.",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON {ready, checks:[...]} instead of a table")
+    p.add_argument(
+        "--provider",
+        default=None,
+        metavar="NAME",
+        help="decide the exit status by this provider (container, qemu, ssh, nixos; default container)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the checks and print them; return 0 if ready, 1 otherwise."""
+    from aoe_tui.runtime.doctor import DEFAULT_PROVIDER, PROVIDER_MODULES, run_checks
+
+    provider = args.provider or DEFAULT_PROVIDER
+    names = [n for n, _ in PROVIDER_MODULES]
+    if provider not in names:
+        raise UsageError(f"doctor: unknown provider {provider!r} (expected one of: {', '.join(names)})")
+    report = run_checks(PROVIDER_MODULES, provider)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(report.to_text())
+    return 0 if report.ready else 1

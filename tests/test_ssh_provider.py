@@ -1,0 +1,177 @@
+"""The ``ssh`` territory provider: inventory parsing/errors, and real logins against a real guest.
+
+The real target is a territory from the ``container`` provider (a booted systemd guest
+with sshd; under a second to start), used as an "existing host" the ssh provider knows
+only through an inventory TOML.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from aoe_tui.runtime.provider import ProvisionError, TerritorySpec
+from aoe_tui.runtime.sshhosts import InventoryError, SshHostsProvider, doctor_checks, load_inventory
+
+# ----------------------------------------------------------------------------- inventory
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_inventory_parses_both_forms(tmp_path: Path) -> None:
+    inv = load_inventory(
+        _write(
+            tmp_path / "hosts.toml",
+            """
+[territories.builder-one]
+host = "192.0.2.10"
+password_env = "PW_ONE"
+reset_command = "true"
+
+[[hosts]]
+host = "192.0.2.11"
+port = 2222
+service_port = 18080
+password_file = "one.pw"
+""",
+        )
+    )
+    assert inv.territories["builder-one"].port == 22
+    assert inv.hosts[0].port == 2222 and inv.hosts[0].service_port == 18080
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('[territories.a]\nhost = "h"\npassword = "x"\n', r"hosts\.toml:territories\.a\.password: unknown key \(inline secrets"),
+        ('[territories.a]\nhost = "h"\n', r"hosts\.toml:territories\.a: Value error, set exactly one of password_env or password_file"),
+        ('[territories.a]\nhost = "h"\nport = 70000\npassword_env = "X"\n', r"hosts\.toml:territories\.a\.port: Input should be less than or equal to 65535"),
+        ('[territories.a\nhost = "h"\n', r"hosts\.toml: invalid TOML"),
+        ('colour = 1\n', r"hosts\.toml:colour: unknown key"),
+    ],
+)
+def test_inventory_errors_name_file_and_field(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(InventoryError, match=message):
+        load_inventory(_write(tmp_path / "hosts.toml", body))
+
+
+def test_inventory_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="hosts.toml: inventory file not found"):
+        load_inventory(tmp_path / "hosts.toml")
+
+
+async def test_secret_problems_are_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AOE_TEST_UNSET_PW", raising=False)
+    inv = _write(tmp_path / "hosts.toml", '[territories.builder-one]\nhost = "127.0.0.1"\npassword_env = "AOE_TEST_UNSET_PW"\n')
+    prov = SshHostsProvider(inv, tmp_path / "w")
+    with pytest.raises(ProvisionError, match=r"territories\.builder-one\.password_env: environment variable AOE_TEST_UNSET_PW is not set"):
+        await prov.provision([TerritorySpec("builder-one", "unused")])
+
+    pw = _write(tmp_path / "one.pw", "secret\n")
+    pw.chmod(0o644)
+    _write(inv, '[territories.builder-one]\nhost = "127.0.0.1"\npassword_file = "one.pw"\n')
+    with pytest.raises(ProvisionError, match=r"password_file: .*one\.pw must not be readable by group/others \(chmod 600"):
+        await prov.provision([TerritorySpec("builder-one", "unused")])
+
+    with pytest.raises(ProvisionError, match=r"territories\.builder-two: no host for territory builder-two"):
+        await prov.provision([TerritorySpec("builder-two", "unused")])
+
+
+async def test_unreachable_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AOE_TEST_PW", "x")
+    inv = _write(tmp_path / "hosts.toml", '[[hosts]]\nhost = "127.0.0.1"\nport = 9\npassword_env = "AOE_TEST_PW"\n')
+    prov = SshHostsProvider(inv, tmp_path / "w", connect_timeout_s=3)
+    with pytest.raises(ProvisionError, match=r"builder-one \(root@127\.0\.0\.1:9\): SSH unreachable"):
+        await prov.provision([TerritorySpec("builder-one", "unused")])
+
+
+def test_doctor_checks() -> None:
+    names = [c.name for c in doctor_checks()]
+    assert names == ["asyncssh", "inventory"]
+
+
+# ----------------------------------------------------------------------------- a real host
+
+
+@pytest.fixture
+async def real_host(tmp_path: Path, guest_image):
+    """One booted container territory, used as an existing host (yields its Territory)."""
+    try:
+        from aoe_tui.runtime.container import ContainerProvider
+    except ImportError:
+        pytest.skip("container provider not available")
+    prov = ContainerProvider(tmp_path / "container-territories", image=guest_image)
+    try:
+        [t] = await prov.provision([TerritorySpec("existing-host", "Existing-Host-Pw-1")])
+        yield t
+    finally:
+        await prov.teardown()
+
+
+@pytest.mark.container
+async def test_existing_host_login_reset_reboot(tmp_path: Path, real_host, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = real_host
+    pwfile = tmp_path / "host.pw"
+    pwfile.write_text(t.password + "\n")
+    pwfile.chmod(0o600)
+    inv = _write(
+        tmp_path / "hosts.toml",
+        f"""
+[territories.builder-one]
+host = "{t.host}"
+port = {t.ssh_port}
+service_port = {t.service_port}
+password_file = "host.pw"
+reset_command = "mkdir -p /var/lib/reset && date +%s%N > /var/lib/reset/stamp"
+""",
+    )
+    prov = SshHostsProvider(inv, tmp_path / "w")
+    [st] = await prov.provision([TerritorySpec("builder-one", "ignored-spec-password")])
+    try:
+        assert (st.host, st.ssh_port, st.service_port) == (t.host, t.ssh_port, t.service_port)
+        assert st.password == t.password
+        cred = st.credential_file
+        assert cred.stat().st_mode & 0o777 == 0o600 and "AOE_SSH_PASSWORD=" in cred.read_text()
+        async with prov.ssh(st) as conn:
+            r = await conn.run("cat /var/lib/reset/stamp; echo kept > /var/lib/ssh-provider-token", check=True)
+        assert str(r.stdout).strip().isdigit(), "reset_command did not run"
+        await prov.reboot(st)
+        async with prov.ssh(st) as conn:
+            r = await conn.run("cat /var/lib/ssh-provider-token", check=False)
+        assert str(r.stdout).strip() == "kept"
+    finally:
+        await prov.teardown()
+    assert not cred.exists()
+    # teardown is not destructive: the host still answers
+    from aoe_tui.runtime.ssh import probe
+
+    assert await probe(t.host, t.ssh_port, t.password)
+
+
+@pytest.mark.container
+async def test_wrong_credentials_and_failing_reset(tmp_path: Path, real_host, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = real_host
+    monkeypatch.setenv("AOE_TEST_WRONG_PW", "not-the-password")
+    inv = _write(
+        tmp_path / "hosts.toml",
+        f'[territories.builder-one]\nhost = "{t.host}"\nport = {t.ssh_port}\npassword_env = "AOE_TEST_WRONG_PW"\n',
+    )
+    with pytest.raises(ProvisionError, match=r"builder-one \(root@.*\): SSH login refused: wrong credentials"):
+        await SshHostsProvider(inv, tmp_path / "w").provision([TerritorySpec("builder-one", "x")])
+
+    monkeypatch.setenv("AOE_TEST_RIGHT_PW", t.password)
+    _write(
+        inv,
+        f'[territories.builder-one]\nhost = "{t.host}"\nport = {t.ssh_port}\npassword_env = "AOE_TEST_RIGHT_PW"\n'
+        'reset_command = "echo cannot reset >&2; exit 3"\n',
+    )
+    prov = SshHostsProvider(inv, tmp_path / "w")
+    with pytest.raises(ProvisionError, match="reset_command exited 3: cannot reset"):
+        await prov.provision([TerritorySpec("builder-one", "x")])
+    assert not (tmp_path / "w" / "builder-one" / "credential.env").exists()
+    assert os.environ["AOE_TEST_RIGHT_PW"] not in str(inv.read_text())
