@@ -1,0 +1,755 @@
+"""The ``container`` territory provider: systemd-nspawn system containers.
+
+Each territory is a booted Debian system (systemd as PID 1, sshd, the dormant
+``builder-app.service``; guest contract of spec §6 / issue 3) made of:
+
+* its own copy-on-write root: an overlayfs mount ``<workdir>/<id>/root`` with the image's
+  ``rootfs`` as the read-only lower layer and ``<workdir>/<id>/upper`` as the writable
+  layer (if the kernel refuses overlayfs, a full copy is used instead);
+* its own network namespace ``aoe-<hash>`` holding one end of a veth pair (``arena0``,
+  address ``<subnet>.(10+index)/24``, no default route). The host end ``aoe<hash>`` carries
+  ``<subnet>.1/32`` plus a ``/32`` route to the territory, has forwarding and proxy ARP
+  off and IPv6 disabled, and an ``ip rule iif aoe<hash> prohibit`` drops anything from it
+  that is not for a local address, so the runner reaches every territory while
+  territories reach neither each other nor the internet (they can reach the host's own
+  addresses, as a VM's guest can reach its host's services). The ``/24`` comes from :mod:`netalloc` per heat:
+  the arena's ``network.cidr`` when free, else the next free one;
+* one ``systemd-nspawn --boot --register=no --keep-unit`` process (notes pitfall 12),
+  console output in ``<workdir>/<id>/console.log``. A supervisor task relaunches it on
+  the same root when the guest reboots (nspawn exits with 133), so state persists.
+
+Identity (hostname = territory id, root password hash) is written into the territory's
+own writable layer before the first boot; the password never appears in a process's
+arguments. Everything started is recorded in ``<workdir>/<id>/state.json`` (atomic writes)
+so :func:`cleanup_stale` can remove the leftovers of a killed runner.
+
+Needs root, ``systemd-nspawn`` (package ``systemd-container``), ``ip`` (iproute2),
+overlayfs, and the built guest image (``aoe image build``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aoe_tui.runtime import netalloc
+from aoe_tui.runtime.image import GuestImage, find_image, image_root, require_image, safe_rmtree, _mounts_under
+from aoe_tui.runtime.provider import (
+    DoctorCheck,
+    ProviderError,
+    ProvisionError,
+    RebootError,
+    Territory,
+    TerritoryProvider,
+    TerritorySpec,
+    write_credential_file,
+)
+
+log = logging.getLogger(__name__)
+
+NSPAWN_REBOOT_EXIT = 133
+GUEST_IFACE = "arena0"
+SSH_PORT = 22
+#: priority of the per-veth ``ip rule ... prohibit`` (after the local table at 0, before main)
+RULE_PRIORITY = 20000
+_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _which(tool: str) -> str | None:
+    return shutil.which(tool)
+
+
+# ------------------------------------------------------------------------- low-level steps
+
+
+def _run(argv: list[str], *, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a host command; raise ProviderError with its stderr when ``check`` and it fails."""
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=30)
+    except FileNotFoundError:
+        raise ProviderError(f"{argv[0]} not found on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise ProviderError(f"`{' '.join(argv[:4])}` hung for 30 s") from None
+    if check and res.returncode != 0:
+        raise ProviderError(f"`{' '.join(argv)}` failed: {(res.stderr or res.stdout).strip()[:300]}")
+    return res
+
+
+def _write_sysctl(path: str, value: str) -> None:
+    with contextlib.suppress(OSError):
+        Path(path).write_text(value)
+
+
+def _atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _hash_password(password: str) -> str:
+    """SHA-512 crypt hash (5000 rounds, fast logins) computed with the password on stdin."""
+    if _which("openssl"):
+        res = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=password + "\n",
+                             capture_output=True, text=True, timeout=10)
+        if res.returncode == 0 and res.stdout.startswith("$6$"):
+            return res.stdout.strip()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt  # noqa: PLC0415  (stdlib until 3.13)
+
+        return crypt.crypt(password, crypt.mksalt(crypt.METHOD_SHA512))
+
+
+def _apply_identity(root: Path, territory_id: str, password: str) -> None:
+    """Write hostname, /etc/hosts and the root password hash into the territory's own layer."""
+    etc = root / "etc"
+    _atomic_write(etc / "hostname", territory_id + "\n")
+    hosts = (etc / "hosts").read_text() if (etc / "hosts").exists() else ""
+    lines = [ln for ln in hosts.splitlines() if not ln.startswith("127.0.1.1")]
+    lines.insert(1, f"127.0.1.1 {territory_id}")
+    _atomic_write(etc / "hosts", "\n".join(lines) + "\n")
+    shadow = etc / "shadow"
+    st = shadow.stat()
+    hashed = _hash_password(password)
+    out = []
+    for ln in shadow.read_text().splitlines():
+        parts = ln.split(":")
+        if parts and parts[0] == "root" and len(parts) > 2:
+            parts[1] = hashed
+            ln = ":".join(parts)
+        out.append(ln)
+    _atomic_write(shadow, "\n".join(out) + "\n", mode=0o640)
+    os.chown(shadow, st.st_uid, st.st_gid)
+    os.chmod(shadow, st.st_mode & 0o7777)
+    marker = root / "var" / "lib" / "aoe"
+    marker.mkdir(parents=True, exist_ok=True)
+    (marker / "identity-applied").touch()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _is_our_nspawn(pid: int, root: str) -> bool:
+    cmd = _cmdline(pid)
+    return bool(cmd) and "systemd-nspawn" in cmd[0] and any(a == f"--directory={root}" for a in cmd)
+
+
+def _leader_of(nspawn_pid: int) -> int | None:
+    """PID (host view) of the container's init: the nspawn child whose NSpid ends in 1."""
+    for child in _children(nspawn_pid):
+        try:
+            status = Path(f"/proc/{child}/status").read_text()
+        except OSError:
+            continue
+        for ln in status.splitlines():
+            if ln.startswith("NSpid:") and ln.split()[-1] == "1" and len(ln.split()) > 2:
+                return child
+    return None
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(netalloc.pid_alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return not any(netalloc.pid_alive(p) for p in pids)
+
+
+def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 8.0) -> list[str]:
+    """Undo everything one territory's ``state.json`` records; return what could not be removed.
+
+    Order: stop nspawn (SIGTERM = orderly guest shutdown, then SIGKILL of the container's
+    init and of nspawn after ``graceful_s`` seconds), unmount the root, delete the host
+    veth and the network namespace, remove the overlay folders. Each step tolerates an
+    already-gone resource. Used by :meth:`ContainerProvider.teardown` and
+    :func:`cleanup_stale`.
+    """
+    leftovers: list[str] = []
+    root = state.get("root", "")
+    pid = int(state.get("nspawn_pid") or 0)
+    leader = int(state.get("leader_pid") or 0)
+    pids: list[int] = []
+    if pid and netalloc.pid_alive(pid) and _is_our_nspawn(pid, root):
+        leader = _leader_of(pid) or leader
+        pids.append(pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    if leader and netalloc.pid_alive(leader):
+        # the leader of a container whose nspawn is gone (killed runner) is only ours if its
+        # root is the territory root
+        with contextlib.suppress(OSError):
+            if not pids and os.readlink(f"/proc/{leader}/root") != root:
+                leader = 0
+        if leader:
+            pids.append(leader)
+    if pids and not _wait_gone(pids, graceful_s if pid in pids else 0.0):
+        for p in reversed(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+        if not _wait_gone(pids, 5.0):
+            leftovers.append(f"processes {pids}")
+    if root:
+        for mp in _mounts_under(Path(root)):
+            res = _run(["umount", mp], check=False)
+            if res.returncode != 0:
+                _run(["umount", "-l", mp], check=False)
+        if _mounts_under(Path(root)):
+            leftovers.append(f"mount {root}")
+    veth = state.get("host_veth")
+    if veth:
+        for _ in range(8):  # one rule per veth; loop in case a relaunch added a duplicate
+            if _run(["ip", "rule", "del", "iif", veth, "priority", str(RULE_PRIORITY)], check=False).returncode != 0:
+                break
+        if f"iif {veth} " in _run(["ip", "rule", "list"], check=False).stdout:
+            leftovers.append(f"ip rule iif {veth}")
+    if veth and Path(f"/sys/class/net/{veth}").exists():
+        _run(["ip", "link", "del", veth], check=False)
+        if Path(f"/sys/class/net/{veth}").exists():
+            leftovers.append(f"link {veth}")
+    ns = state.get("netns")
+    if ns and Path(f"/run/netns/{ns}").exists():
+        _run(["ip", "netns", "del", ns], check=False)
+        if Path(f"/run/netns/{ns}").exists():
+            leftovers.append(f"netns {ns}")
+    if not any(x.startswith("mount") for x in leftovers):
+        for d in state.get("dirs", []):
+            try:
+                safe_rmtree(Path(d))
+            except ProviderError as exc:
+                leftovers.append(str(exc))
+    return leftovers
+
+
+def cleanup_stale(workdir: Path) -> list[str]:
+    """Tear down territories left behind by a runner that was killed.
+
+    Scans ``<workdir>/*/state.json`` (only ``"provider": "container"`` ones); for each one
+    whose ``owner_pid`` is no longer alive,
+    stops its container, unmounts its root, deletes its veth and network namespace,
+    removes its overlay folders and its ``state.json``, and frees its subnet lease.
+    Territories of a live runner are left alone.
+
+    Returns the ids of the territories cleaned up. Raises :class:`ProviderError` if a
+    leftover could not be removed (the message names it).
+    """
+    cleaned: list[str] = []
+    problems: list[str] = []
+    if not workdir.is_dir():
+        return cleaned
+    for sf in sorted(workdir.glob("*/state.json")):
+        try:
+            state = json.loads(sf.read_text())
+        except (OSError, ValueError):
+            problems.append(f"{sf}: unreadable state file")
+            continue
+        if not isinstance(state, dict) or state.get("provider") != "container":
+            continue  # another provider's territory (e.g. qemu): its own cleanup_stale handles it
+        owner = int(state.get("owner_pid") or 0)
+        if owner and netalloc.pid_alive(owner):
+            continue
+        left = destroy_from_state(state, graceful_s=3.0)
+        if left:
+            problems.append(f"{state.get('id', sf.parent.name)}: " + ", ".join(left))
+            continue
+        if state.get("subnet"):
+            with contextlib.suppress(ProviderError, OSError):
+                netalloc.NetAllocator().release_value("subnet", state["subnet"])
+        sf.unlink(missing_ok=True)
+        cleaned.append(str(state.get("id", sf.parent.name)))
+    if problems:
+        raise ProviderError("stale territory cleanup incomplete: " + "; ".join(problems))
+    return cleaned
+
+
+# ------------------------------------------------------------------------------ provider
+
+
+@dataclass
+class _Box:
+    """Runtime record of one container territory."""
+
+    spec: TerritorySpec
+    dir: Path
+    address: str
+    host_address: str
+    netns: str
+    host_veth: str
+    subnet: str
+    mode: str = "overlay"
+    proc: asyncio.subprocess.Process | None = None
+    leader_pid: int | None = None
+    supervisor: asyncio.Task[None] | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    launches: int = 0
+    exits: list[int | None] = field(default_factory=list)
+    dead: asyncio.Future[int | None] | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.dir / "root"
+
+    @property
+    def upper(self) -> Path:
+        return self.dir / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.dir / "work"
+
+    @property
+    def console(self) -> Path:
+        return self.dir / "console.log"
+
+    def state(self, owner_pid: int, heat_id: str) -> dict[str, Any]:
+        return {
+            "provider": "container",
+            "id": self.spec.id,
+            "heat_id": heat_id,
+            "owner_pid": owner_pid,
+            "nspawn_pid": self.proc.pid if self.proc else None,
+            "leader_pid": self.leader_pid,
+            "root": str(self.root),
+            "mode": self.mode,
+            "mounts": [str(self.root)] if self.mode == "overlay" else [],
+            "dirs": [str(self.upper), str(self.work), str(self.root)],
+            "netns": self.netns,
+            "host_veth": self.host_veth,
+            "address": self.address,
+            "subnet": self.subnet,
+            "launches": self.launches,
+        }
+
+
+class ContainerProvider(TerritoryProvider):
+    """Territories as systemd-nspawn system containers (see the module docstring).
+
+    Args:
+        workdir: folder of the heat's territories; each gets ``<workdir>/<id>/`` holding
+            ``credential.env`` (mode 0600), ``console.log``, ``state.json`` and, while it
+            runs, its overlay folders.
+        image: the guest image (default: :func:`aoe_tui.runtime.image.require_image`).
+        cidr: preferred ``/24`` (arena ``network.cidr``); another free one is used when a
+            live heat or a host route already has it. Territory ``i`` gets ``.(10+i)``.
+        heat_id: unique id of the heat (owner of the address lease); generated if omitted.
+        ready_timeout_s: seconds for every territory to accept a root SSH login.
+        reboot_timeout_s: seconds for SSH to come back after a reboot (spec §3.4).
+    """
+
+    name = "container"
+
+    def __init__(
+        self,
+        workdir: Path,
+        image: GuestImage | None = None,
+        cidr: str = "10.78.0.0/24",
+        heat_id: str | None = None,
+        ready_timeout_s: float = 60,
+        reboot_timeout_s: float = 120,
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.image = image
+        self.cidr = cidr
+        self.heat_id = heat_id or netalloc.new_heat_id()
+        self.ready_timeout_s = ready_timeout_s
+        self.reboot_timeout_s = reboot_timeout_s
+        self._boxes: dict[str, _Box] = {}
+        self._closing = False
+        self._teardown_task: asyncio.Task[None] | None = None
+        self._alloc = netalloc.NetAllocator()
+        self.subnet: str | None = None
+
+    # -- checks ------------------------------------------------------------------------
+
+    def _preflight(self, specs: Sequence[TerritorySpec]) -> tuple[GuestImage, str]:
+        nspawn = _which("systemd-nspawn")
+        if nspawn is None:
+            raise ProvisionError(
+                "container provider: systemd-nspawn not found on PATH; install it with: "
+                "apt-get install -y systemd-container"
+            )
+        if _which("ip") is None:
+            raise ProvisionError("container provider: ip not found on PATH; install it with: apt-get install -y iproute2")
+        if os.geteuid() != 0:
+            raise ProvisionError("container provider needs root (network namespaces, mounts); run as root or use --provider qemu")
+        if self.image is None:
+            try:
+                self.image = require_image()
+            except ProviderError as exc:  # ImageMissingError: the message names `aoe image build`
+                raise ProvisionError(f"container provider: {exc}") from exc
+        image = self.image
+        if not os.path.lexists(image.rootfs / "sbin" / "init"):
+            raise ProvisionError(f"guest image root filesystem {image.rootfs} is incomplete; rebuild it with: aoe image build --force")
+        seen: set[str] = set()
+        for s in specs:
+            if not _ID_RE.match(s.id):
+                raise ProvisionError(f"territory id {s.id!r} is not a valid hostname (a-z, 0-9, '-')")
+            if s.id in seen:
+                raise ProvisionError(f"territory id {s.id!r} appears twice")
+            seen.add(s.id)
+            if not 0 <= s.index <= 240:
+                raise ProvisionError(f"territory {s.id}: index {s.index} out of range 0..240 (spec §6.2)")
+        if not specs:
+            raise ProvisionError("no territories to provision")
+        return image, nspawn
+
+    # -- provision ---------------------------------------------------------------------
+
+    async def provision(self, specs: Sequence[TerritorySpec]) -> list[Territory]:
+        """Boot one container per spec concurrently; return them SSH-ready in spec order.
+
+        Raises:
+            ProvisionError: missing tool/image/privilege, bad spec, or a territory that did
+                not boot or accept a root login within ``ready_timeout_s`` (the message
+                names it and ends with its console log tail). Everything started has been
+                torn down before this is raised.
+        """
+        if self._closing:
+            raise ProvisionError("provider already torn down")
+        image, nspawn = self._preflight(specs)
+        try:
+            net = await asyncio.to_thread(self._alloc.allocate_subnet, self.heat_id, self.cidr)
+            self.subnet = str(net)
+            hosts = list(net)  # includes network/broadcast; index by offset
+            for s in specs:
+                h = hashlib.sha1(f"{self.heat_id}/{s.id}".encode()).hexdigest()[:8]
+                self._boxes[s.id] = _Box(
+                    spec=s, dir=self.workdir / s.id, address=str(hosts[10 + s.index]),
+                    host_address=str(hosts[1]), netns=f"aoe-{h}", host_veth=f"aoe{h}", subnet=str(net),
+                )
+            boxes = [self._boxes[s.id] for s in specs]
+            await asyncio.gather(*(asyncio.to_thread(self._prepare, b, image) for b in boxes))
+            for b in boxes:
+                await self._launch(b, nspawn)
+                b.supervisor = asyncio.create_task(self._supervise(b, nspawn), name=f"nspawn-{b.spec.id}")
+            await asyncio.gather(*(self._wait_boot(b) for b in boxes))
+        except BaseException as exc:
+            cause = exc if isinstance(exc, ProviderError) else None
+            with contextlib.suppress(Exception):
+                await self.teardown()
+            if cause is not None:
+                raise ProvisionError(str(cause)) from None
+            if isinstance(exc, Exception):
+                raise ProvisionError(f"container provision failed: {type(exc).__name__}: {exc}") from exc
+            raise
+        out: list[Territory] = []
+        for s in specs:
+            b = self._boxes[s.id]
+            cred = write_credential_file(b.dir / "credential.env", s.password, {"AOE_SSH_PORT": str(SSH_PORT)})
+            out.append(Territory(
+                id=s.id, host=b.address, ssh_port=SSH_PORT, service_port=s.service_port, password=s.password,
+                credential_file=cred,
+                extra={"provider": "container", "netns": b.netns, "host_veth": b.host_veth, "root": str(b.root),
+                       "nspawn_pid": b.proc.pid if b.proc else None, "leader_pid": b.leader_pid,
+                       "console_log": str(b.console), "heat_id": self.heat_id},
+            ))
+        return out
+
+    def _save_state(self, b: _Box) -> None:
+        b.dir.mkdir(parents=True, exist_ok=True)
+        _atomic_write(b.dir / "state.json", json.dumps(b.state(os.getpid(), self.heat_id), indent=2) + "\n")
+
+    def _prepare(self, b: _Box, image: GuestImage) -> None:
+        """Create the CoW root, write the identity, create netns + veth (blocking; run in a thread)."""
+        for d in (b.upper, b.work, b.root):
+            if d.exists():
+                b.mode = "foreign"  # not ours: teardown must leave it alone
+                raise ProviderError(f"territory {b.spec.id}: {d} already exists (stale run? try cleanup_stale)")
+        b.dir.mkdir(parents=True, exist_ok=True)
+        b.upper.mkdir()
+        b.work.mkdir()
+        b.root.mkdir()
+        self._save_state(b)  # before anything is created, so a crash leaves a record
+        lower = str(image.rootfs)
+        opts = f"lowerdir={lower},upperdir={b.upper},workdir={b.work}"
+        usable = not any(c in p for p in (lower, str(b.upper), str(b.work)) for c in ",:")
+        res = _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(b.root)], check=False) if usable else None
+        if res is None or res.returncode != 0:
+            b.mode = "copy"
+            log.warning("overlayfs unusable for %s (%s); copying the root filesystem",
+                        b.spec.id, res.stderr.strip() if res else "path has ',' or ':'")
+            _run(["cp", "-a", "--reflink=auto", lower + "/.", str(b.root)])
+        self._save_state(b)
+        _apply_identity(b.root, b.spec.id, b.spec.password)
+        # network: netns with arena0 <-> host end aoe<hash>
+        _run(["ip", "netns", "add", b.netns])
+        self._save_state(b)
+        _run(["ip", "link", "add", b.host_veth, "type", "veth", "peer", "name", GUEST_IFACE, "netns", b.netns])
+        hv = b.host_veth
+        _write_sysctl(f"/proc/sys/net/ipv6/conf/{hv}/disable_ipv6", "1")
+        _write_sysctl(f"/proc/sys/net/ipv4/conf/{hv}/forwarding", "0")
+        _write_sysctl(f"/proc/sys/net/ipv4/conf/{hv}/proxy_arp", "0")
+        _write_sysctl(f"/proc/sys/net/ipv4/conf/{hv}/accept_local", "0")
+        # policy: whatever arrives on the territory's veth and is not for a local address is
+        # dropped, even if someone turns global forwarding on later (ip_forward=1 rewrites
+        # every interface's forwarding flag)
+        _run(["ip", "rule", "add", "iif", hv, "priority", str(RULE_PRIORITY), "prohibit"])
+        _run(["ip", "addr", "add", f"{b.host_address}/32", "dev", hv])
+        _run(["ip", "link", "set", hv, "up"])
+        _run(["ip", "route", "add", f"{b.address}/32", "dev", hv, "src", b.host_address])
+        self._setup_guest_net(b)
+
+    def _setup_guest_net(self, b: _Box) -> None:
+        ns = b.netns
+        _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        _run(["ip", "-n", ns, "addr", "replace", f"{b.address}/24", "dev", GUEST_IFACE])
+        _run(["ip", "-n", ns, "link", "set", GUEST_IFACE, "up"])
+
+    def _nspawn_argv(self, b: _Box, nspawn: str) -> list[str]:
+        return [
+            nspawn, "--boot", "--register=no", "--keep-unit", "--quiet",
+            f"--directory={b.root}", f"--machine=aoe-{b.host_veth[3:]}", f"--hostname={b.spec.id}",
+            f"--network-namespace-path=/run/netns/{b.netns}", "--console=read-only",
+            "--link-journal=no", "--resolv-conf=off", "--timezone=off",
+        ]
+
+    async def _launch(self, b: _Box, nspawn: str) -> None:
+        """Start nspawn for ``b`` (caller holds no lock; takes ``b.lock``). Never after teardown began."""
+        async with b.lock:
+            if self._closing:
+                return
+            with b.console.open("ab") as con:
+                con.write(f"\n=== aoe: launch {b.launches + 1} of {b.spec.id} at {time.strftime('%H:%M:%S')} ===\n".encode())
+                con.flush()
+                b.proc = await asyncio.create_subprocess_exec(
+                    *self._nspawn_argv(b, nspawn), stdin=subprocess.DEVNULL, stdout=con, stderr=con,
+                    start_new_session=True,
+                )
+            b.launches += 1
+            b.leader_pid = None
+            b.dead = asyncio.get_running_loop().create_future()
+            await asyncio.to_thread(self._save_state, b)
+
+    async def _supervise(self, b: _Box, nspawn: str) -> None:
+        """Wait for nspawn to exit; relaunch the same root after a guest reboot (rc 133)."""
+        while True:
+            proc = b.proc
+            if proc is None:
+                return
+            rc = await proc.wait()
+            b.exits.append(rc)
+            if self._closing:
+                return
+            with b.console.open("ab") as con:
+                con.write(f"\n=== aoe: nspawn of {b.spec.id} exited with {rc} ===\n".encode())
+            if rc != NSPAWN_REBOOT_EXIT:
+                if b.dead is not None and not b.dead.done():
+                    b.dead.set_result(rc)
+                log.warning("territory %s: container exited with %s (not a reboot); not relaunched", b.spec.id, rc)
+                return
+            try:
+                await asyncio.to_thread(self._setup_guest_net, b)
+            except ProviderError as exc:
+                log.warning("territory %s: network re-setup failed: %s", b.spec.id, exc)
+            await self._launch(b, nspawn)
+            if self._closing:
+                return
+
+    async def _wait_boot(self, b: _Box) -> None:
+        from aoe_tui.runtime.ssh import wait_ready
+
+        assert b.dead is not None
+        ready = asyncio.ensure_future(
+            wait_ready(b.address, SSH_PORT, b.spec.password, timeout_s=self.ready_timeout_s,
+                       interval_s=0.1, connect_timeout_s=5.0)
+        )
+        dead = b.dead
+        try:
+            done, _ = await asyncio.wait({ready, dead}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            ready.cancel()
+            raise
+        if ready in done:
+            try:
+                ready.result()
+            except TimeoutError:
+                raise ProviderError(
+                    f"territory {b.spec.id}: no root SSH login on {b.address}:22 within "
+                    f"{self.ready_timeout_s:.0f} s; console: {self._console_tail(b)}"
+                ) from None
+            b.leader_pid = _leader_of(b.proc.pid) if b.proc else None
+            await asyncio.to_thread(self._save_state, b)
+            return
+        ready.cancel()
+        raise ProviderError(
+            f"territory {b.spec.id}: systemd-nspawn exited with {dead.result()} during boot; "
+            f"console: {self._console_tail(b)}"
+        )
+
+    @staticmethod
+    def _console_tail(b: _Box, n: int = 3) -> str:
+        try:
+            lines = [ln.strip() for ln in b.console.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return "(no console log)"
+        return " | ".join(lines[-n:]) or "(empty console log)"
+
+    # -- reboot ------------------------------------------------------------------------
+
+    async def reboot(self, territory: Territory) -> None:
+        """Run ``systemctl reboot`` in the guest and return once root SSH works again (spec §3.4).
+
+        nspawn exits with 133 and the supervisor relaunches it on the same root, so the
+        guest's files persist.
+
+        Raises:
+            RebootError: unknown territory, SSH still up after 30 s, or not back within
+                ``reboot_timeout_s`` (message names the territory and the console tail).
+        """
+        from aoe_tui.runtime import ssh
+
+        b = self._boxes.get(territory.id)
+        if b is None or self._closing:
+            raise RebootError(f"territory {territory.id}: not provisioned by this container provider")
+        launches = b.launches
+        with contextlib.suppress(Exception):
+            await ssh.run(b.address, SSH_PORT, b.spec.password, "systemctl reboot", timeout_s=10, connect_timeout_s=5)
+        try:
+            await ssh.wait_down(b.address, SSH_PORT, b.spec.password, timeout_s=30)
+        except TimeoutError:
+            raise RebootError(f"territory {territory.id}: SSH never stopped during reboot (30 s, spec §3.4)") from None
+        t0 = time.monotonic()
+        try:
+            await ssh.wait_ready(b.address, SSH_PORT, b.spec.password, timeout_s=self.reboot_timeout_s,
+                                 interval_s=0.5, connect_timeout_s=5.0)  # spec §3.4: every 500 ms
+        except TimeoutError:
+            raise RebootError(
+                f"territory {territory.id}: SSH unavailable after reboot ({self.reboot_timeout_s:.0f} s); "
+                f"console: {self._console_tail(b)}"
+            ) from None
+        if b.launches == launches:
+            log.info("territory %s: ssh answered again %.1f s after going down without a relaunch", territory.id, time.monotonic() - t0)
+        b.leader_pid = _leader_of(b.proc.pid) if b.proc else None
+        await asyncio.to_thread(self._save_state, b)
+        territory.extra["nspawn_pid"] = b.proc.pid if b.proc else None
+        territory.extra["leader_pid"] = b.leader_pid
+
+    # -- teardown ----------------------------------------------------------------------
+
+    async def teardown(self) -> None:
+        """Stop every container and remove its processes, mount, netns, veth and overlay folders.
+
+        Safe to call repeatedly and after a partial provision; keeps running to the end when
+        the calling task is cancelled (Ctrl-C), then re-raises the cancellation. Keeps
+        ``console.log`` and ``credential.env``; removes ``state.json`` once everything is gone.
+
+        Raises:
+            ProviderError: something could not be removed (names it); everything else was.
+        """
+        self._closing = True
+        if self._teardown_task is None:
+            self._teardown_task = asyncio.ensure_future(self._teardown())
+        cancelled = False
+        while True:
+            try:
+                await asyncio.shield(self._teardown_task)
+                break
+            except asyncio.CancelledError:
+                if self._teardown_task.done():
+                    break
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError()
+        self._teardown_task.result()
+
+    async def _teardown(self) -> None:
+        async def one(b: _Box) -> list[str]:
+            if b.mode == "foreign":
+                return []
+            async with b.lock:  # no launch is in flight past this point, and none will start
+                state = b.state(os.getpid(), self.heat_id)
+            left = await asyncio.to_thread(destroy_from_state, state)
+            if b.proc is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(b.proc.wait(), 5)
+            if b.supervisor is not None:
+                b.supervisor.cancel()
+                with contextlib.suppress(BaseException):
+                    await b.supervisor
+            if not left:
+                (b.dir / "state.json").unlink(missing_ok=True)
+            return [f"{b.spec.id}: {x}" for x in left]
+
+        results = await asyncio.gather(*(one(b) for b in self._boxes.values()), return_exceptions=True)
+        problems: list[str] = []
+        for r in results:
+            if isinstance(r, BaseException):
+                problems.append(f"{type(r).__name__}: {r}")
+            else:
+                problems.extend(r)
+        if not problems:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self._alloc.release, self.heat_id)
+        if problems:
+            raise ProviderError("container teardown left: " + "; ".join(problems))
+
+
+# ------------------------------------------------------------------------------- doctor
+
+
+def _overlay_usable() -> tuple[bool, str]:
+    try:
+        fs = Path("/proc/filesystems").read_text()
+    except OSError:
+        fs = ""
+    if "overlay" not in fs:
+        return False, "overlay filesystem not in /proc/filesystems (full copies will be used, slower)"
+    return True, "overlay listed in /proc/filesystems"
+
+
+def doctor_checks() -> list[DoctorCheck]:
+    """What the ``container`` provider needs and whether this host has it (for ``aoe doctor``).
+
+    Checks: ``systemd-nspawn`` on PATH, running as root, overlayfs, ``ip`` (iproute2), and
+    the built guest image. Never raises.
+    """
+    checks: list[DoctorCheck] = []
+    p = _which("systemd-nspawn")
+    checks.append(DoctorCheck("container", "systemd-nspawn", p is not None, p or "not found in PATH",
+                              "" if p else "apt-get install -y systemd-container"))
+    root = os.geteuid() == 0
+    checks.append(DoctorCheck("container", "root", root, "running as root" if root else f"running as uid {os.geteuid()}",
+                              "" if root else "sudo aoe ..."))
+    ok, detail = _overlay_usable()
+    checks.append(DoctorCheck("container", "overlayfs", ok, detail, "" if ok else "modprobe overlay"))
+    ip = _which("ip")
+    checks.append(DoctorCheck("container", "ip (iproute2)", ip is not None, ip or "not found in PATH",
+                              "" if ip else "apt-get install -y iproute2"))
+    try:
+        img = find_image()
+        checks.append(DoctorCheck("container", "guest image", img is not None,
+                                  str(img.root) if img else f"not built (under {image_root()})",
+                                  "" if img else "aoe image build"))
+    except ProviderError as exc:
+        checks.append(DoctorCheck("container", "guest image", False, str(exc), "aoe image build"))
+    return checks

@@ -1,0 +1,466 @@
+"""The ``container`` territory provider against real systemd-nspawn containers, real SSH.
+
+One set of three territories is provisioned per module and shared by the tests that
+only read or add state; the teardown check runs last on that set. Needs root,
+systemd-nspawn and the guest image (built once per machine by the ``guest_image`` fixture).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import asyncssh
+import pytest
+import pytest_asyncio
+
+from aoe_tui.runtime import netalloc, ssh
+from aoe_tui.runtime.container import ContainerProvider, cleanup_stale, doctor_checks
+from aoe_tui.runtime.provider import ProvisionError, RebootError, Territory, TerritorySpec
+
+pytestmark = [pytest.mark.container]
+#: every async test shares the module event loop (the shared heat's supervisor tasks live on it)
+amod = pytest.mark.asyncio(loop_scope="module")
+
+NAMES = ("builder-one", "builder-two", "builder-three")
+APP = textwrap.dedent(
+    """
+    import http.server, socketserver
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"ready"
+            self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+            self.wfile.write(body)
+    socketserver.TCPServer.allow_reuse_address = True
+    with socketserver.TCPServer(("0.0.0.0", 8080), H) as s:
+        s.serve_forever()
+    """
+)
+
+
+def _need_container_host() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("container provider tests need root")
+    from shutil import which
+
+    if which("systemd-nspawn") is None:
+        pytest.skip("systemd-nspawn not installed (apt-get install systemd-container)")
+
+
+def specs(names=NAMES) -> list[TerritorySpec]:
+    return [TerritorySpec(id=n, password=f"{n}-race", index=i) for i, n in enumerate(names)]
+
+
+def leftovers(workdir: Path, netns: list[str], veths: list[str]) -> list[str]:
+    """Everything of a territory set that still exists on the host (empty = clean)."""
+    found: list[str] = []
+    wd = str(workdir.resolve())
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mp = line.split()[4]
+        if mp.startswith(wd):
+            found.append(f"mount {mp}")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            root = os.readlink(f"/proc/{pid}/root")
+        except OSError:
+            continue
+        if (cmd.startswith("/usr/bin/systemd-nspawn") and wd in cmd) or root.startswith(wd):
+            found.append(f"process {pid} {cmd[:60]!r}")
+    ns_list = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    for ns in netns:
+        if ns in ns_list:
+            found.append(f"netns {ns}")
+    rules = subprocess.run(["ip", "rule", "list"], capture_output=True, text=True).stdout
+    for v in veths:
+        if f" {v}:" in links or f" {v}@" in links:
+            found.append(f"link {v}")
+        if f"iif {v} " in rules:
+            found.append(f"ip rule iif {v}")
+    for d in workdir.glob("*/*"):
+        if d.name in ("upper", "work", "root", "state.json"):
+            found.append(f"path {d}")
+    return found
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def heat(guest_image, tmp_path_factory):
+    """(provider, territories, workdir): three container territories shared by the module."""
+    _need_container_host()
+    workdir = tmp_path_factory.mktemp("heat")
+    provider = ContainerProvider(workdir, image=guest_image, heat_id=f"test-heat-{os.getpid()}")
+    t0 = time.monotonic()
+    try:
+        territories = await provider.provision(specs())
+        provider.provision_seconds = time.monotonic() - t0  # type: ignore[attr-defined]
+        yield provider, territories, workdir
+    finally:
+        await provider.teardown()
+
+
+async def sh(t: Territory, command: str, timeout_s: float = 30) -> ssh.CommandResult:
+    return await ssh.run(t.host, t.ssh_port, t.password, command, timeout_s=timeout_s)
+
+
+# ------------------------------------------------------------------------ shared heat
+
+
+@amod
+async def test_three_territories_root_ssh(heat):
+    provider, territories, workdir = heat
+    assert [t.id for t in territories] == list(NAMES)
+    assert len({t.host for t in territories}) == 3
+    for t in territories:
+        assert (t.ssh_port, t.service_port) == (22, 8080)
+        res = await sh(t, "id -u; hostname; cat /proc/1/comm")
+        assert res.exit_status == 0
+        assert res.stdout.split() == ["0", t.id, "systemd"]
+        cred = t.credential_file
+        assert cred == workdir / t.id / "credential.env"
+        assert cred.stat().st_mode & 0o777 == 0o600
+        assert f"AOE_SSH_PASSWORD={t.password}" in cred.read_text().splitlines()
+        state = json.loads((workdir / t.id / "state.json").read_text())
+        assert state["owner_pid"] == os.getpid() and state["nspawn_pid"] and state["netns"]
+        assert (workdir / t.id / "console.log").stat().st_size > 0
+        assert t.password not in (workdir / t.id / "console.log").read_text()
+        assert t.password not in (workdir / t.id / "state.json").read_text()
+    from aoe_tui.runtime.image import image_users
+
+    assert {str(workdir / t.id / "root") for t in territories} <= set(image_users(provider.image))
+    # the password never appears in a process's arguments
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        assert not any(t.password in cmd for t in territories), cmd
+
+
+@amod
+async def test_builder_app_failed_before_app_exists(heat):
+    _, territories, _ = heat
+    for t in territories:
+        state = ""
+        for _ in range(80):  # the start limit (5 starts / 10 s, RestartSec=1) takes a few seconds
+            state = (await sh(t, "systemctl is-failed builder-app.service")).stdout.strip()
+            if state == "failed":
+                break
+            await asyncio.sleep(0.25)
+        assert state == "failed", f"{t.id}: builder-app.service is {state!r}"
+        unit = (await sh(t, "systemctl cat builder-app.service")).stdout
+        for line in ("After=network.target", "ExecStart=/usr/bin/python3 /opt/builder/app.py",
+                     "Restart=always", "RestartSec=1", "WantedBy=multi-user.target"):
+            assert line in unit
+
+
+def _http_get(url: str, timeout: float = 2.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - test-local URL
+        return resp.read().decode()
+
+
+async def _wait_http(url: str, timeout_s: float = 20.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            return await asyncio.to_thread(_http_get, url)
+        except OSError as exc:
+            last = exc
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"{url} never answered: {last}")
+
+
+@amod
+async def test_app_answers_on_service_port_after_restart(heat):
+    _, territories, _ = heat
+    t = territories[0]
+    res = await ssh.run(t.host, t.ssh_port, t.password,
+                        "mkdir -p /opt/builder && cat > /opt/builder/app.py && "
+                        "systemctl reset-failed builder-app.service; systemctl restart builder-app.service",
+                        input=APP)
+    assert res.exit_status == 0, res.stderr
+    assert await _wait_http(f"http://{t.host}:{t.service_port}/health") == "ready"
+    assert (await sh(t, "systemctl is-active builder-app.service")).stdout.strip() == "active"
+
+
+@amod
+async def test_territories_isolated_from_each_other_and_internet(heat):
+    _, territories, _ = heat
+    one, two, three = territories
+    await _wait_http(f"http://{one.host}:8080/")  # one serves (previous test)
+    probe_peer = "timeout 1 bash -c '</dev/tcp/{addr}/{port}' && echo OPEN || echo CLOSED"
+    for src, dst in ((two, one), (three, one), (one, two)):
+        for port in (22, 8080):
+            res = await sh(src, probe_peer.format(addr=dst.host, port=port))
+            assert res.stdout.strip().endswith("CLOSED"), f"{src.id} reached {dst.id}:{port}"
+    for t in territories:
+        routes = (await sh(t, "ip -4 route")).stdout
+        assert "default" not in routes, routes
+        res = await sh(t, "curl -sS -m 4 -o /dev/null http://deb.debian.org/ && echo ONLINE || echo OFFLINE; "
+                          "timeout 3 bash -c '</dev/tcp/151.101.2.132/80' && echo OPEN || echo CLOSED")
+        assert "ONLINE" not in res.stdout and "OPEN" not in res.stdout, res.stdout
+    # even a guest that adds a default route through the runner's address gets nowhere:
+    # the host does not forward packets arriving on a territory's veth
+    gw = one.host.rsplit(".", 1)[0] + ".1"
+    res = await sh(two, f"ip route add default via {gw} dev arena0 && "
+                        f"(timeout 3 bash -c '</dev/tcp/{one.host}/8080' && echo OPEN || echo CLOSED; "
+                        "timeout 3 bash -c '</dev/tcp/151.101.2.132/80' && echo OPEN || echo CLOSED); "
+                        "ip route del default")
+    assert "OPEN" not in res.stdout, res.stdout
+    # and still nothing after someone turns on global forwarding on the host (this rewrites
+    # every interface's forwarding flag; the provider's per-veth policy rule must hold)
+    fwd = Path("/proc/sys/net/ipv4/ip_forward")
+    before = fwd.read_text().strip()
+    try:
+        fwd.write_text("1")
+        res = await sh(two, f"ip route add default via {gw} dev arena0 && "
+                            f"(timeout 1 bash -c '</dev/tcp/{one.host}/8080' && echo OPEN || echo CLOSED); "
+                            "ip route del default")
+    finally:
+        fwd.write_text(before)
+    assert "OPEN" not in res.stdout, res.stdout
+
+
+@amod
+async def test_reboot_keeps_var_lib_state(heat):
+    provider, territories, _ = heat
+    t = territories[1]
+    res = await sh(t, "mkdir -p /var/lib/persist-test && echo token-42 > /var/lib/persist-test/token && sync; "
+                      "cat /proc/sys/kernel/random/boot_id")
+    boot_before = res.stdout.strip()
+    pid_before = t.extra["nspawn_pid"]
+    t0 = time.monotonic()
+    await provider.reboot(t)
+    assert time.monotonic() - t0 < 60
+    res = await sh(t, "cat /var/lib/persist-test/token; cat /proc/sys/kernel/random/boot_id; hostname")
+    token, boot_after, host = res.stdout.split()
+    assert token == "token-42"
+    assert boot_after != boot_before
+    assert host == t.id
+    assert t.extra["nspawn_pid"] != pid_before
+
+
+@amod
+async def test_guest_initiated_reboot_comes_back(heat):
+    provider, territories, _ = heat
+    t = territories[2]
+    boot_before = (await sh(t, "cat /proc/sys/kernel/random/boot_id")).stdout.strip()
+    try:
+        await sh(t, "systemd-run --on-active=0.5 /bin/systemctl reboot", timeout_s=10)
+    except (asyncssh.Error, OSError, asyncio.TimeoutError):
+        pass
+    await ssh.wait_down(t.host, t.ssh_port, t.password, timeout_s=30)
+    await ssh.wait_ready(t.host, t.ssh_port, t.password, timeout_s=60)
+    assert (await sh(t, "cat /proc/sys/kernel/random/boot_id")).stdout.strip() != boot_before
+
+
+@amod
+async def test_wrong_password_is_refused(heat):
+    provider, territories, _ = heat
+    t = territories[0]
+    bad = Territory(id=t.id, host=t.host, ssh_port=t.ssh_port, service_port=t.service_port,
+                    password="not-the-password", credential_file=t.credential_file)
+    with pytest.raises(asyncssh.PermissionDenied):
+        async with provider.ssh(bad):
+            pass
+    assert await ssh.probe(t.host, t.ssh_port, "not-the-password") is False
+
+
+@amod
+async def test_second_heat_gets_another_subnet(heat, guest_image, tmp_path):
+    provider, territories, _ = heat
+    other = ContainerProvider(tmp_path, image=guest_image, heat_id=f"test-heat-b-{os.getpid()}")
+    try:
+        (t,) = await other.provision(specs(["builder-one"]))
+        assert other.subnet != provider.subnet
+        assert t.host != territories[0].host
+        assert (await sh(t, "hostname")).stdout.strip() == "builder-one"
+        # and the first heat's territory with the same id is untouched
+        assert (await sh(territories[0], "hostname")).stdout.strip() == "builder-one"
+    finally:
+        await other.teardown()
+    assert leftovers(tmp_path, [b.netns for b in other._boxes.values()],
+                     [b.host_veth for b in other._boxes.values()]) == []
+
+
+@amod
+async def test_teardown_leaves_nothing(heat):
+    """Runs last in the module: tears the shared heat down and looks for any leftover."""
+    provider, territories, workdir = heat
+    netns = [str(t.extra["netns"]) for t in territories]
+    veths = [str(t.extra["host_veth"]) for t in territories]
+    assert leftovers(workdir, netns, veths) != []  # sanity: the check sees a live heat
+    await provider.teardown()
+    await provider.teardown()  # idempotent
+    assert leftovers(workdir, netns, veths) == []
+    assert all(le.owner != provider.heat_id for le in netalloc.NetAllocator().leases())
+    for t in territories:  # no relaunch after teardown
+        assert await ssh.probe(t.host, t.ssh_port, t.password, connect_timeout_s=1) is False
+    await asyncio.sleep(1.5)
+    assert leftovers(workdir, netns, veths) == []
+
+
+# ------------------------------------------------------------------ failures and cleanup
+
+
+@amod
+async def test_missing_image_names_build_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    if os.geteuid() != 0:
+        pytest.skip("needs root to reach the image check")
+    with pytest.raises(ProvisionError, match="aoe image build"):
+        await ContainerProvider(tmp_path / "w").provision(specs(["a"]))
+
+
+@amod
+async def test_missing_nspawn_is_a_clear_error(tmp_path, monkeypatch, guest_image):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ProvisionError, match="systemd-nspawn not found.*apt-get install -y systemd-container"):
+        await ContainerProvider(tmp_path / "w", image=guest_image).provision(specs(["a"]))
+    checks = {c.name: c for c in doctor_checks()}
+    assert checks["systemd-nspawn"].ok is False and "systemd-container" in checks["systemd-nspawn"].fix
+
+
+@amod
+async def test_bad_territory_id(tmp_path, guest_image):
+    _need_container_host()
+    with pytest.raises(ProvisionError, match="not a valid hostname"):
+        await ContainerProvider(tmp_path, image=guest_image).provision(specs(["Bad_Name"]))
+
+
+@amod
+async def test_existing_territory_folder_is_left_alone(tmp_path, guest_image):
+    _need_container_host()
+    (tmp_path / "builder-one" / "upper").mkdir(parents=True)
+    (tmp_path / "builder-one" / "upper" / "theirs").write_text("x")
+    with pytest.raises(ProvisionError, match="builder-one: .*upper already exists.*cleanup_stale"):
+        await ContainerProvider(tmp_path, image=guest_image).provision(specs(["builder-one"]))
+    assert (tmp_path / "builder-one" / "upper" / "theirs").read_text() == "x"
+
+
+@amod
+async def test_boot_timeout_tears_down_and_names_territory(tmp_path, guest_image):
+    _need_container_host()
+    provider = ContainerProvider(tmp_path, image=guest_image, ready_timeout_s=0.01)
+    with pytest.raises(ProvisionError, match=r"territory builder-one: no root SSH login .*console:"):
+        await provider.provision(specs(["builder-one"]))
+    boxes = list(provider._boxes.values())
+    assert leftovers(tmp_path, [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
+
+
+@amod
+async def test_cancel_during_provision_tears_down(tmp_path, guest_image):
+    _need_container_host()
+    provider = ContainerProvider(tmp_path, image=guest_image)
+    task = asyncio.create_task(provider.provision(specs(["builder-one", "builder-two"])))
+    await asyncio.sleep(0.4)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    boxes = list(provider._boxes.values())
+    assert boxes, "cancelled too early to prove anything"
+    assert leftovers(tmp_path, [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
+
+
+@amod
+async def test_reboot_that_never_returns_is_a_reboot_error(tmp_path, guest_image):
+    _need_container_host()
+    provider = ContainerProvider(tmp_path, image=guest_image, reboot_timeout_s=3)
+    try:
+        (t,) = await provider.provision(specs(["builder-one"]))
+        await sh(t, "systemctl mask ssh.service ssh.socket >/dev/null 2>&1")
+        with pytest.raises(RebootError, match=r"territory builder-one: SSH unavailable after reboot \(3 s\)"):
+            await provider.reboot(t)
+        stranger = Territory(id="nope", host=t.host, ssh_port=22, service_port=8080, password="x",
+                             credential_file=t.credential_file)
+        with pytest.raises(RebootError, match="nope: not provisioned"):
+            await provider.reboot(stranger)
+    finally:
+        await provider.teardown()
+    boxes = list(provider._boxes.values())
+    assert leftovers(tmp_path, [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
+
+
+KILLED_RUNNER = """
+import asyncio, os, sys
+from pathlib import Path
+from aoe_tui.runtime.container import ContainerProvider
+from aoe_tui.runtime.provider import TerritorySpec
+async def main():
+    p = ContainerProvider(Path(sys.argv[1]), heat_id="killed-runner-%d" % os.getpid())
+    (t,) = await p.provision([TerritorySpec(id="builder-one", password="builder-one-race")])
+    print(t.host, t.extra["netns"], t.extra["host_veth"], flush=True)
+    os.kill(os.getpid(), 9)
+asyncio.run(main())
+"""
+
+
+@amod
+async def test_cleanup_stale_after_killed_runner(tmp_path, guest_image):
+    _need_container_host()
+    proc = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", KILLED_RUNNER, str(tmp_path)], capture_output=True, text=True, timeout=90
+    )
+    assert proc.returncode == -9, proc.stderr
+    host, ns, veth = proc.stdout.split()
+    assert leftovers(tmp_path, [ns], [veth]) != []  # the killed runner left a live territory
+    assert await ssh.probe(host, 22, "builder-one-race")
+    foreign = tmp_path / "vm-one"
+    (foreign / "disk").mkdir(parents=True)
+    (foreign / "state.json").write_text(json.dumps({"provider": "qemu", "owner_pid": 1, "dirs": [str(foreign / "disk")]}))
+    assert cleanup_stale(tmp_path) == ["builder-one"]
+    assert (foreign / "disk").is_dir() and (foreign / "state.json").exists()  # not ours: untouched
+    (foreign / "state.json").unlink()
+    assert leftovers(tmp_path, [ns], [veth]) == []
+    assert cleanup_stale(tmp_path) == []
+
+
+# ------------------------------------------------------------------------ netalloc units
+
+
+def test_netalloc_blocks_and_stale_entries(tmp_path):
+    alloc = netalloc.NetAllocator(tmp_path)
+    a = alloc.allocate_subnet("heat-a", "10.79.0.0/24")
+    b = alloc.allocate_subnet("heat-b", "10.79.0.0/24")
+    assert str(a) == "10.79.0.0/24" and str(b) == "10.79.1.0/24"
+    assert alloc.allocate_subnet("heat-a", "10.79.0.0/24") == a  # idempotent per owner
+    # a lease held by a dead process is dropped
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    alloc.allocate_subnet("heat-dead", "10.79.5.0/24", pid=int(dead.stdout))
+    assert {le.owner for le in alloc.leases()} == {"heat-a", "heat-b"}
+    alloc.release("heat-a")
+    assert str(alloc.allocate_subnet("heat-c", "10.79.0.0/24")) == "10.79.0.0/24"
+    # a subnet that overlaps a host route is skipped
+    busy = netalloc.host_routes()
+    if busy:
+        net = next(n for n in busy if n.prefixlen <= 24 or True)
+        pref = f"{net.network_address}/24".rsplit(".", 1)[0] + ".0/24"
+        got = alloc.allocate_subnet("heat-d", pref)
+        assert not any(got.overlaps(r) for r in busy)
+    with pytest.raises(netalloc.AllocationError, match="must be a /24"):
+        alloc.allocate_subnet("heat-e", "10.79.0.0/16")
+
+
+def test_netalloc_ports_skip_taken(tmp_path):
+    import socket
+
+    alloc = netalloc.NetAllocator(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        block = alloc.allocate_ports("heat-a", 2, base=port)
+        assert port not in block and len(block) == 2
+    other = alloc.allocate_ports("heat-b", 2, base=block.start)
+    assert not set(other) & set(block)
+    assert "heat-a" in (tmp_path / "netalloc.json").read_text()
