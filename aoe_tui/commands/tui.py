@@ -1,0 +1,80 @@
+"""``aoe replay`` and ``aoe watch``: the Textual views of finished and running matches.
+
+``aoe replay PATH`` opens a match folder, an ``events.jsonl`` or a ``*.match.json``
+bundle (§0, Appendix B) in the replay screen. ``aoe watch SEASON_DIR`` is the
+read-only season view; it needs the season engine's ``season.jsonl`` reducer and
+reports a clear error until that exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from aoe_tui.errors import AoeError, UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Register the ``replay`` and ``watch`` sub-commands."""
+    p = sub.add_parser(
+        "replay",
+        help="replay a match in the TUI",
+        description="Replay a match folder, events.jsonl or *.match.json bundle: "
+        "space play/pause, +/- speed, arrows step, g go to a sequence number, ? help.",
+    )
+    p.add_argument("path", metavar="PATH", help="match folder, events.jsonl or *.match.json bundle")
+    p.add_argument("--speed", type=int, default=10, metavar="N", help="start speed ×N (1…100; default 10)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--at", type=int, metavar="SEQ", help="start paused at sequence SEQ")
+    g.add_argument("--end", action="store_true", help="start paused at the final state")
+    p.add_argument("--paused", action="store_true", help="start paused at the beginning")
+    p.add_argument("--light", action="store_true", help="light theme")
+    p.set_defaults(func=cmd_replay)
+
+    w = sub.add_parser(
+        "watch",
+        help="follow a season another process is running",
+        description="Read-only view of a season folder: catches up from season.jsonl and the "
+        "heats' events.jsonl, then follows them.",
+    )
+    w.add_argument("season_dir", metavar="SEASON_DIR", help="season folder holding season.jsonl")
+    w.add_argument("--light", action="store_true", help="light theme")
+    w.set_defaults(func=cmd_watch)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Run ``aoe replay``; bad paths/logs raise :class:`AoeError` (one-line message)."""
+    from aoe_tui.replay.matchdir import load_match
+    from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, AoeApp
+
+    if not 1 <= args.speed <= 100:
+        raise UsageError(f"--speed must be between 1 and 100, got {args.speed}")
+    loaded = load_match(Path(args.path))
+    if not loaded.records:
+        raise AoeError(f"{args.path}: the event log is empty; nothing to replay")
+    app = AoeApp.replay(
+        loaded,
+        speed=args.speed,
+        playing=not args.paused,
+        at_sequence=args.at,
+        at_end=args.end,
+        theme=LIGHT_THEME if args.light else DARK_THEME,
+    )
+    app.run()
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Run ``aoe watch`` (see :func:`aoe_tui.tui.season.watch_app`)."""
+    from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME
+
+    season_dir = Path(args.season_dir)
+    if not season_dir.is_dir():
+        raise AoeError(f"{season_dir}: no such season folder")
+    try:
+        from aoe_tui.tui.season import watch_app
+    except ImportError:  # until the season screens land (issue 6, incomplete)
+        raise AoeError("aoe watch is not available yet: the season and standings screens are not built") from None
+    app = watch_app(season_dir, theme=LIGHT_THEME if args.light else DARK_THEME)
+    app.run()
+    return 0

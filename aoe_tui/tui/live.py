@@ -1,0 +1,105 @@
+"""The seam between the match/season engine and the TUI.
+
+The engine never touches widgets and never waits for rendering. It hands each
+event record to a :class:`LiveFeed` (``post_record`` — a locked list append plus
+one coalescing message, safe from any thread or from the app's own event loop).
+The app drains the inbox when it gets to it and advances its own
+:class:`~aoe_tui.tui.viewmodel.HeatModel` per heat with ``apply_event``; if the
+UI falls behind, many records are applied in one go and drawn once.
+
+Typical live wiring (same process, the engine in a Textual worker)::
+
+    feed = LiveFeed()
+    app = AoeApp.live(feed)
+    feed.open_heat("r1-h1-a1", arena=arena_dict, title="round 1 heat 1 · attempt 1")
+    await run_match(..., on_event=feed.on_event("r1-h1-a1"))
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+from aoe_tui.domain.events import EventRecord
+from aoe_tui.domain.world import WorldState
+from aoe_tui.tui.viewmodel import ActivitySource, ArenaInfo
+
+
+class RecordsPending(Message):
+    """New records wait in a :class:`LiveFeed`; coalesces (one queued at most)."""
+
+    def can_replace(self, message: Message) -> bool:
+        """A newer ``RecordsPending`` replaces a queued one (Toolong's pattern)."""
+        return isinstance(message, RecordsPending)
+
+
+@dataclass
+class HeatOpened:
+    """A heat announced by the engine: key, arena manifest dict, title, activity source."""
+
+    key: str
+    arena: ArenaInfo
+    title: str | None
+    activity: ActivitySource | None
+
+
+class LiveFeed:
+    """Thread-safe inbox of event records for one or many heats.
+
+    Engine side: :meth:`open_heat`, :meth:`post_record` / :meth:`on_event`.
+    App side: :meth:`attach` (a zero-arg notifier, called after each post) and
+    :meth:`drain`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._opened: list[HeatOpened] = []
+        self._pending: list[tuple[str, EventRecord]] = []
+        self._notify: Callable[[], Any] | None = None
+        self.posted = 0
+
+    def attach(self, notify: Callable[[], Any] | None) -> None:
+        """Set the notifier (``lambda: app.post_message(RecordsPending())``)."""
+        self._notify = notify
+
+    def open_heat(self, key: str, *, arena: Mapping[str, Any] | ArenaInfo | None = None,
+                  title: str | None = None, activity: ActivitySource | None = None) -> None:
+        """Announce heat ``key`` before its first record (arena = ``arena.json`` dict)."""
+        info = arena if isinstance(arena, ArenaInfo) else ArenaInfo.from_arena(arena)
+        with self._lock:
+            self._opened.append(HeatOpened(key, info, title, activity))
+        self._ping()
+
+    def post_record(self, record: EventRecord, heat: str = "heat") -> None:
+        """Queue one record of ``heat`` (O(1); never blocks on the UI)."""
+        with self._lock:
+            self._pending.append((heat, record))
+            self.posted += 1
+        self._ping()
+
+    def on_event(self, heat: str = "heat") -> Callable[[EventRecord, WorldState], None]:
+        """A ``run_match(on_event=...)`` callback posting records of ``heat``."""
+
+        def _cb(record: EventRecord, _world: WorldState) -> None:
+            self.post_record(record, heat)
+
+        return _cb
+
+    def drain(self) -> tuple[list[HeatOpened], list[tuple[str, EventRecord]]]:
+        """Take everything queued so far: (opened heats, (heat, record) pairs)."""
+        with self._lock:
+            opened, self._opened = self._opened, []
+            pending, self._pending = self._pending, []
+        return opened, pending
+
+    def _ping(self) -> None:
+        notify = self._notify
+        if notify is not None:
+            try:
+                notify()
+            except Exception:  # the UI may be closing; the engine must not care
+                pass

@@ -1,0 +1,298 @@
+"""Screens: heat (live), replay, help and the go-to-sequence prompt.
+
+Screens render reduced state only (a :class:`~aoe_tui.tui.viewmodel.HeatModel`
+held by the app). :meth:`HeatScreen.refresh_view` is cheap when nothing changed
+and does nothing while the screen is not the current one; a resumed screen
+redraws once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Container, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Input, Static
+
+from aoe_tui.tui.viewmodel import HeatModel, ReplayCursor, panel_view
+from aoe_tui.tui.widgets import EventFeed, HeatHeader, ReplayBar, Scoreboard, TerritoryPanel, WinnerBanner
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aoe_tui.tui.app import AoeApp
+
+#: replay speeds (multiples of match time)
+SPEEDS: tuple[int, ...] = (1, 2, 5, 10, 25, 50, 100)
+#: replay frame interval (s)
+FRAME_S = 1 / 30
+
+
+class HeatScreen(Screen):
+    """Three (or N) territory panels, the explained event feed and a winner banner.
+
+    ``heat`` names a model in ``app.heats``; None follows the most recently opened
+    heat (the live default).
+    """
+
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+
+    BINDINGS = [
+        Binding("tab", "app.focus_next", "Next panel", show=False),
+    ]
+
+    def __init__(self, heat: str | None = None, *, name: str | None = None) -> None:
+        super().__init__(name=name)
+        self.heat = heat
+        self._drawn_version = -1
+        self._drawn_heat: str | None = None
+
+    @property
+    def model(self) -> HeatModel | None:
+        """The heat model shown (None until the engine opened a heat)."""
+        app: AoeApp = self.app  # type: ignore[assignment]
+        key = self.heat or app.latest_heat
+        return app.heats.get(key) if key else None
+
+    def compose(self) -> ComposeResult:
+        yield HeatHeader(id="heat-header")
+        yield WinnerBanner(id="winner")
+        yield Scoreboard(id="scoreboard")
+        with VerticalScroll(id="heat-body"):
+            yield Container(id="panels")
+            yield EventFeed(id="feed")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#winner", WinnerBanner).display = False
+        self.refresh_view(force=True)
+
+    def on_screen_resume(self) -> None:
+        """Redraw once when this screen becomes current again."""
+        self.refresh_view(force=True)
+
+    def refresh_view(self, force: bool = False) -> None:
+        """Sync widgets with the model; no-op when hidden or unchanged."""
+        if not self.is_current or not self.is_mounted:
+            return
+        model = self.model
+        if model is None:
+            self.query_one("#heat-header", HeatHeader).set_text("waiting for the first heat…")
+            return
+        key = self.heat or self.app.latest_heat  # type: ignore[attr-defined]
+        if not force and model.version == self._drawn_version and key == self._drawn_heat and model.activity is None:
+            return
+        self._drawn_version = model.version
+        with self.app.batch_update():
+            if key != self._drawn_heat:
+                self._drawn_heat = key
+                self.query_one("#panels").remove_children()
+            self.query_one("#heat-header", HeatHeader).show_header(model)
+            self.query_one("#winner", WinnerBanner).show_winner(model.winner_line())
+            panels = self.query_one("#panels", Container)
+            have = {p.territory: p for p in panels.query(TerritoryPanel)}
+            new = []
+            for tid in model.territory_ids():
+                panel = have.get(tid)
+                if panel is None:
+                    panel = TerritoryPanel(tid)
+                    new.append(panel)
+                    have[tid] = panel
+            if new:
+                panels.mount_all(new)
+            views = [panel_view(model, tid) for tid in model.territory_ids()]
+            for pv in views:
+                have[pv.territory].show_panel(pv)
+            self.query_one("#scoreboard", Scoreboard).show_views(views)
+            self.query_one("#feed", EventFeed).show_feed(model)
+
+
+class ReplayScreen(HeatScreen):
+    """The heat screen plus a transport: play/pause, speed ×1…×100, step, scrub."""
+
+    BINDINGS = [
+        Binding("space", "toggle_play", "Play/Pause"),
+        Binding("right", "step", "Step", priority=True),
+        Binding("left", "step_back", "Back", priority=True),
+        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
+        Binding("minus", "slower", "Slower", key_display="-"),
+        Binding("g", "goto", "Go to seq"),
+        Binding("home", "start", "Start", show=False, priority=True),
+        Binding("end", "end", "End", show=False, priority=True),
+    ]
+
+    def __init__(self, cursor: ReplayCursor, heat: str, *, speed: int = 1, playing: bool = True) -> None:
+        super().__init__(heat)
+        self.cursor = cursor
+        self.speed = speed if speed in SPEEDS else min(SPEEDS, key=lambda s: abs(s - speed))
+        self.playing = playing
+        self._timer = None
+
+    def compose(self) -> ComposeResult:
+        yield ReplayBar(id="replay-bar")
+        yield from super().compose()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._timer = self.set_interval(FRAME_S, self._tick, pause=not self.playing)
+        self._show_bar()
+
+    def on_screen_suspend(self) -> None:
+        """Hidden screens do no work: stop the playback timer."""
+        if self._timer is not None:
+            self._timer.pause()
+
+    def on_screen_resume(self) -> None:
+        if self._timer is not None and self.playing and not self.cursor.at_end:
+            self._timer.resume()
+        super().on_screen_resume()
+
+    # ------------------------------------------------------------------ playback
+
+    def _tick(self) -> None:
+        if not self.playing:
+            return
+        self.cursor.advance_time(FRAME_S * 1000 * self.speed)
+        if self.cursor.at_end:
+            self._set_playing(False)
+        self.refresh_view()
+        self._show_bar()
+
+    def _set_playing(self, playing: bool) -> None:
+        self.playing = playing
+        if self._timer is not None:
+            (self._timer.resume if playing else self._timer.pause)()
+        self._show_bar()
+
+    def _show_bar(self) -> None:
+        c = self.cursor
+        self.query_one("#replay-bar", ReplayBar).show_state(
+            self.playing, self.speed, c.position, c.total, c.last_sequence, int(c.model.world.elapsed_ms)
+        )
+
+    def _moved(self) -> None:
+        self.refresh_view(force=True)
+        self._show_bar()
+
+    def action_toggle_play(self) -> None:
+        """Play/pause; playing from the end restarts from the beginning."""
+        if not self.playing and self.cursor.at_end:
+            self.cursor.seek_position(0)
+            self._moved()
+        self._set_playing(not self.playing)
+
+    def action_step(self) -> None:
+        """Pause and apply exactly one more record."""
+        self._set_playing(False)
+        self.cursor.step(1)
+        self._moved()
+
+    def action_step_back(self) -> None:
+        """Pause and undo the last record."""
+        self._set_playing(False)
+        self.cursor.step_back()
+        self._moved()
+
+    def action_faster(self) -> None:
+        """Next speed up (×1, ×2, ×5, ×10, ×25, ×50, ×100)."""
+        i = SPEEDS.index(self.speed)
+        self.speed = SPEEDS[min(len(SPEEDS) - 1, i + 1)]
+        self._show_bar()
+
+    def action_slower(self) -> None:
+        """Next speed down."""
+        i = SPEEDS.index(self.speed)
+        self.speed = SPEEDS[max(0, i - 1)]
+        self._show_bar()
+
+    def action_start(self) -> None:
+        """Pause at sequence -1 (nothing applied)."""
+        self._set_playing(False)
+        self.cursor.seek_position(0)
+        self._moved()
+
+    def action_end(self) -> None:
+        """Jump to the last record and pause."""
+        self._set_playing(False)
+        self.cursor.seek_position(self.cursor.total)
+        self._moved()
+
+    def action_goto(self) -> None:
+        """Ask for a sequence number and scrub to it."""
+
+        def done(value: int | None) -> None:
+            if value is not None:
+                self.seek_sequence(value)
+
+        self.app.push_screen(GotoScreen(self.cursor.total), done)
+
+    def seek_sequence(self, sequence: int) -> None:
+        """Pause and scrub so that ``sequence`` is the last applied record."""
+        self._set_playing(False)
+        self.cursor.seek_sequence(sequence)
+        self._moved()
+
+
+class GotoScreen(ModalScreen[int | None]):
+    """Prompt for a sequence number; dismisses with the int or None (escape)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, total: int) -> None:
+        super().__init__()
+        self.total = total
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="goto-box"):
+            yield Static(f"Go to sequence (0–{max(0, self.total - 1)}):")
+            yield Input(placeholder="sequence number", id="goto-input", type="integer")
+            yield Static("", id="goto-error")
+
+    @on(Input.Submitted, "#goto-input")
+    def _submitted(self, event: Input.Submitted) -> None:
+        try:
+            value = int(event.value)
+        except ValueError:
+            self.query_one("#goto-error", Static).update("enter a whole number")
+            return
+        self.dismiss(value)
+
+    def action_cancel(self) -> None:
+        """Close without scrubbing."""
+        self.dismiss(None)
+
+
+HELP_TEXT = """\
+[b]aoe — keys[/b]
+
+[b]Everywhere[/b]
+  ?  / f1      this help            t        dark / light theme
+  ctrl+p       command palette      q        quit
+  tab          next panel           ↑ ↓ pgup pgdn  scroll
+
+[b]Replay[/b]
+  space        play / pause         → / ←    step one event / back
+  + / -        speed ×1 … ×100      g        go to a sequence number
+  home / end   first / last event
+
+Markers: [+] durable  [~] verifying  [>] building  [x] incomplete  [?] unavailable
+Ladder:  ✓ passed (points, time)  … evaluating  ✗ failed (last detail)  · pending
+Tokens and cost show n/a when the adapter reported no usage values.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    """Key reference; any of escape, q, ? or f1 closes it."""
+
+    BINDINGS = [
+        Binding("escape,q,question_mark,f1", "close", "Close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(HELP_TEXT, id="help-text")
+
+    def action_close(self) -> None:
+        """Close the help screen."""
+        self.dismiss(None)

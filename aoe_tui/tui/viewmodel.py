@@ -1,0 +1,600 @@
+"""View-models for the TUI: pure Python, no Textual, no I/O.
+
+The screens render **reduced state only**. A :class:`HeatModel` owns one
+:class:`~aoe_tui.domain.world.WorldState` and advances it one record at a time
+with :func:`aoe_tui.replay.reducer.apply_event` (upstream §2.4) — never by
+re-reducing from scratch per frame. Next to the upstream-shaped world it keeps a
+few display-only facts that the world does not hold and must not hold:
+
+* per-milestone first-pass times (``elapsed_ms`` of the ``milestone_passed``
+  record, ms), failure counts and whether a non-null usage value was ever seen
+  (so tokens/cost show ``n/a`` instead of a misleading zero);
+* the event feed: one line per meaningful event (§8.2 style summaries), healthy
+  conquest ticks and verifier starts dropped, and repeated identical
+  ``milestone_failed`` lines collapsed into ``failed ×N: detail``.
+
+:func:`panel_view` turns the model into a :class:`PanelView` per territory; the
+widgets only format those.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aoe_tui.domain.events import EventRecord
+from aoe_tui.domain.world import WorldState
+from aoe_tui.replay.reducer import apply_event
+from aoe_tui.replay.standings import compute_standings, winner_of
+
+#: ``activity(agent_id) -> lines`` (newest last). Live: the referee seat's
+#: ``AgentRun.activity`` deque; replay of a folder: ``agents/<id>/activity.log``.
+ActivitySource = Callable[[str], Sequence[str]]
+
+FEED_LIMIT = 400
+
+
+def fmt_clock(ms: int | None) -> str:
+    """``MM:SS`` (or ``H:MM:SS`` past an hour) of a match clock in **milliseconds**."""
+    if ms is None:
+        return "--:--"
+    s = max(0, int(ms)) // 1000
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+
+
+def fmt_tokens(n: int | None) -> str:
+    """Compact token count (``12.3k``, ``1.2M``) or ``n/a`` when unknown (None)."""
+    if n is None:
+        return "n/a"
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
+    if n >= 10_000:
+        return f"{n / 1000:.0f}k"
+    if n >= 1000:
+        return f"{n / 1000:.1f}k"
+    return str(n)
+
+
+def fmt_cost(microusd: int | None) -> str:
+    """``$X.XXXX`` from micro-USD (§8.2) or ``n/a`` when unknown (None)."""
+    if microusd is None:
+        return "n/a"
+    return f"${microusd / 1_000_000:.4f}"
+
+
+def _short(text: str | None, limit: int = 160) -> str:
+    if not text:
+        return ""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------- arena
+
+
+@dataclass(frozen=True)
+class AgentMeta:
+    """Manifest facts about one agent (§1.11): ids, adapter, model, reasoning effort."""
+
+    id: str
+    territory: str | None = None
+    adapter: str | None = None
+    model: str | None = None
+    reasoning_effort: str | None = None
+
+
+@dataclass(frozen=True)
+class MilestoneMeta:
+    """One ``[[build.milestones]]`` entry (§1.6): id, display name, points."""
+
+    id: str
+    display_name: str | None = None
+    points: int | None = None
+
+
+@dataclass(frozen=True)
+class ArenaInfo:
+    """What the panels need from ``arena.json`` (§1, §2.7); every field optional.
+
+    Built by :meth:`from_arena` from the manifest dict (``LoadedMatch.arena``);
+    ``ArenaInfo()`` (no manifest) makes the ladder list only evaluated milestones.
+    """
+
+    name: str | None = None
+    mode: str | None = None
+    duration_s: int | None = None
+    milestones: tuple[MilestoneMeta, ...] = ()
+    completion: str | None = None
+    agents: Mapping[str, AgentMeta] = field(default_factory=dict)
+    territories: tuple[str, ...] = ()
+
+    @classmethod
+    def from_arena(cls, arena: Mapping[str, Any] | None) -> ArenaInfo:
+        """Parse leniently (older files miss keys); never raises on odd shapes."""
+        if not isinstance(arena, Mapping):
+            return cls()
+        head = arena.get("arena") if isinstance(arena.get("arena"), Mapping) else {}
+        build = arena.get("build") if isinstance(arena.get("build"), Mapping) else {}
+        rules = arena.get("rules") if isinstance(arena.get("rules"), Mapping) else {}
+        ms = []
+        for m in build.get("milestones") or []:
+            if isinstance(m, Mapping) and isinstance(m.get("id"), str):
+                ms.append(MilestoneMeta(m["id"], m.get("display_name"), m.get("points")))
+        agents = {}
+        for a in arena.get("agents") or []:
+            if isinstance(a, Mapping) and isinstance(a.get("id"), str):
+                agents[a["id"]] = AgentMeta(
+                    a["id"], a.get("territory"), a.get("adapter"), a.get("model"), a.get("reasoning_effort")
+                )
+        terrs = tuple(
+            t["id"] for t in arena.get("territories") or [] if isinstance(t, Mapping) and isinstance(t.get("id"), str)
+        )
+        return cls(
+            name=head.get("display_name") or head.get("id"),
+            mode=head.get("mode"),
+            duration_s=rules.get("duration_seconds"),
+            milestones=tuple(ms),
+            completion=build.get("completion_milestone"),
+            agents=agents,
+            territories=terrs,
+        )
+
+
+# --------------------------------------------------------------------------- feed
+
+
+@dataclass
+class FeedEntry:
+    """One feed line: clock (ms) and sequence of its **latest** occurrence, text, count."""
+
+    elapsed_ms: int
+    sequence: int
+    text: str
+    count: int = 1
+    style: str = ""
+    key: tuple | None = None
+    territory: str | None = None
+
+    def render_text(self) -> str:
+        """``MM:SS  #seq text`` with ``×N`` folded into repeated failures."""
+        return f"{fmt_clock(self.elapsed_ms)}  #{self.sequence:<4} {self.text}"
+
+
+def _usage_text(e: Any) -> str:
+    parts = []
+    if e.input_tokens is not None or e.output_tokens is not None:
+        parts.append(f"+{fmt_tokens(e.input_tokens or 0)} in / +{fmt_tokens(e.output_tokens or 0)} out")
+    if e.cost_microusd is not None:
+        parts.append(f"+{fmt_cost(e.cost_microusd)}")
+    parts.append(f"{e.resource_units} units")
+    return f"{e.agent} usage " + ", ".join(parts)
+
+
+def summarize(record: EventRecord) -> tuple[str, str, tuple | None, str | None] | None:
+    """Feed summary of one record: (text, style, collapse key, territory) or None to skip.
+
+    Skipped: healthy conquest ticks (``health_observed`` healthy, ``resources_changed``
+    "healthy tick"), ``milestone_evaluation_started`` (the ladder shows it), and usage
+    checkpoints that charge nothing. The collapse key makes identical consecutive
+    failures of one territory's milestone fold into one line.
+    """
+    e = record.event
+    k = e.kind
+    if k == "milestone_evaluation_started":
+        return None
+    if k == "health_observed":
+        if e.healthy:
+            return None
+        status = "transport error" if e.status is None else str(e.status)
+        return (f"{e.territory} health down ({status}): {_short(e.detail, 100)}", "bad",
+                ("health", e.territory, e.status, _short(e.detail, 100)), e.territory)
+    if k == "resources_changed":
+        if e.reason == "healthy tick":
+            return None
+        return (f"{e.territory} resources {e.delta:+d} → {e.remaining} ({e.reason})", "", None, e.territory)
+    if k == "usage_charged":
+        if not (e.input_tokens or e.output_tokens or e.cost_microusd):
+            return None
+        return (_usage_text(e), "dim", None, None)
+    if k == "milestone_passed":
+        return (f"{e.territory} passed {e.milestone} (+{e.points})", "good", None, e.territory)
+    if k == "milestone_failed":
+        detail = _short(e.detail, 120)
+        return (f"{e.territory} failed {e.milestone}: {detail}", "bad",
+                ("failed", e.territory, e.milestone, e.category, detail), e.territory)
+    if k == "milestone_revoked":
+        return (f"{e.territory} lost {e.milestone}: {_short(e.reason)}", "bad", None, e.territory)
+    if k == "competitor_state_changed":
+        return (f"{e.territory} {e.from_} → {e.to} ({_short(e.reason, 80)})", "state", None, e.territory)
+    if k == "durable_deployment_completed":
+        return (f"{e.territory} completed a durable deployment at {fmt_clock(e.elapsed_ms)}", "good", None, e.territory)
+    if k == "match_state_changed":
+        return (f"match {e.from_} → {e.to}", "state", None, None)
+    if k == "match_finished":
+        return (f"match finished, winner {e.winner or 'none'}: {e.reason}", "win", None, None)
+    if k == "territory_registered":
+        return (f"{e.territory} registered ({e.class_}) for {e.agent}", "dim", None, e.territory)
+    if k == "territory_state_changed":
+        return (f"{e.territory} {e.from_} → {e.to} ({_short(e.reason, 80)})", "state", None, e.territory)
+    if k == "agent_started":
+        return (f"{e.agent} started on {e.territory} ({e.model})", "dim", None, e.territory)
+    if k == "agent_finished":
+        verb = "finished" if e.success else f"failed ({e.source})"
+        return (f"{e.agent} {verb}: {_short(e.detail, 100)}", "good" if e.success else "bad", None, None)
+    if k == "agent_interrupted":
+        return (f"{e.agent} interrupted ({e.source}): {_short(e.detail, 100)}", "warn", None, None)
+    if k == "agent_terminated":
+        return (f"{e.agent} terminated: {_short(e.reason, 100)}", "warn", None, None)
+    if k == "agent_outraced":
+        return (f"{e.agent} outraced: {_short(e.reason, 100)}", "dim", None, None)
+    if k == "post_match_drain_started":
+        return (f"post-match drain: {e.pending_agents} agent(s), {e.timeout_ms // 1000} s", "dim", None, None)
+    if k == "post_match_drain_finished":
+        return (f"drain done: {e.captured_agents} captured, {e.terminated_agents} terminated", "dim", None, None)
+    if k == "territory_eliminated":
+        return (f"{e.territory} eliminated ({e.source}): {_short(e.detail, 100)}", "bad", None, e.territory)
+    if k == "infrastructure_failure":
+        return (f"infrastructure failure {e.component} ({e.source}): {_short(e.detail, 100)}", "bad", None, None)
+    return (k, "", None, None)  # pragma: no cover - every kind handled above
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass
+class _UsageSeen:
+    tokens: bool = False
+    cost: bool = False
+
+
+class HeatModel:
+    """Incrementally reduced state of one heat plus display-only derived facts.
+
+    ``apply(record)`` is O(1) per record (the reducer plus a few dict updates);
+    ``version`` increases with every applied record so views can skip redraws.
+    Records must arrive in sequence order (0, 1, 2, …).
+    """
+
+    def __init__(self, arena: ArenaInfo | None = None, *, title: str | None = None,
+                 activity: ActivitySource | None = None) -> None:
+        self.arena = arena or ArenaInfo()
+        self.title = title
+        self.activity = activity
+        self.world = WorldState()
+        self.version = 0
+        self.applied = 0
+        self.pass_ms: dict[tuple[str, str], int] = {}
+        self.fail_count: dict[tuple[str, str], int] = {}
+        self.order: dict[str, list[str]] = {}
+        self.usage_seen: dict[str, _UsageSeen] = {}
+        self.feed: deque[FeedEntry] = deque(maxlen=FEED_LIMIT)
+
+    def reset(self) -> None:
+        """Back to the empty world (used when scrubbing backwards)."""
+        self.__init__(self.arena, title=self.title, activity=self.activity)  # type: ignore[misc]
+
+    def apply(self, record: EventRecord) -> None:
+        """Apply one record (sequence order) to the world and the derived facts."""
+        apply_event(self.world, record)
+        self.applied += 1
+        self.version += 1
+        e = record.event
+        k = e.kind
+        if k in ("milestone_evaluation_started", "milestone_passed", "milestone_failed", "milestone_revoked"):
+            seen = self.order.setdefault(e.territory, [])
+            if e.milestone not in seen:
+                seen.append(e.milestone)
+            key = (e.territory, e.milestone)
+            if k == "milestone_passed":
+                self.pass_ms.setdefault(key, record.elapsed_ms)
+            elif k == "milestone_failed":
+                self.fail_count[key] = self.fail_count.get(key, 0) + 1
+            elif k == "milestone_revoked":
+                self.pass_ms.pop(key, None)
+        elif k == "usage_charged":
+            seen_u = self.usage_seen.setdefault(e.agent, _UsageSeen())
+            if e.input_tokens is not None or e.output_tokens is not None:
+                seen_u.tokens = True
+            if e.cost_microusd is not None:
+                seen_u.cost = True
+        elif k == "agent_started":
+            self.usage_seen[e.agent] = _UsageSeen()
+        summary = summarize(record)
+        if summary is None:
+            return
+        text, style, key, terr = summary
+        if key is not None:
+            for i in range(len(self.feed) - 1, max(-1, len(self.feed) - 12), -1):
+                prev = self.feed[i]
+                if prev.key == key:
+                    del self.feed[i]
+                    prev.count += 1
+                    prev.elapsed_ms = record.elapsed_ms
+                    prev.sequence = record.sequence
+                    if key[0] == "failed":
+                        prev.text = f"{e.territory} failed {e.milestone} ×{prev.count}: {key[4]}"
+                    else:
+                        prev.text = f"{text} ×{prev.count}"
+                    self.feed.append(prev)
+                    return
+                if terr is not None and prev.territory == terr and prev.key != key:
+                    break
+        self.feed.append(FeedEntry(record.elapsed_ms, record.sequence, text, 1, style, key, terr))
+
+    def extend(self, records: Iterable[EventRecord]) -> None:
+        """Apply many records in order."""
+        for rec in records:
+            self.apply(rec)
+
+    # ------------------------------------------------------------------ views
+
+    def territory_ids(self) -> list[str]:
+        """Territories in manifest order when known, else registration/world order."""
+        ids = [t for t in self.arena.territories if t in self.world.territories]
+        ids += [t for t in self.world.territories if t not in ids]
+        return ids
+
+    def winner_line(self) -> str | None:
+        """Banner text once the match is finished/aborted, else None."""
+        w = self.world
+        if w.match_state.value not in ("finished", "aborted") or w.finish_reason is None:
+            return None
+        if w.winner is None:
+            return f"NO WINNER · {w.finish_reason}"
+        terr = w.territories.get(w.winner)
+        agent = terr.agent if terr else None
+        pts = terr.milestone_points if terr else 0
+        who = f"{w.winner} ({agent})" if agent else w.winner
+        at = f" at {fmt_clock(terr.durable_at_ms)}" if terr and terr.durable_at_ms is not None else ""
+        return f"WINNER {who} · {pts} points{at} · {w.finish_reason}"
+
+    def panel(self, territory: str) -> PanelView:
+        """The :class:`PanelView` of one territory (see :func:`panel_view`)."""
+        return panel_view(self, territory)
+
+    def standings(self):
+        """§3.6 standings of the current world (list of ``Standing``)."""
+        return compute_standings(self.world)
+
+    def leader(self) -> str | None:
+        """Current §3.6 leader territory id (None on a tie)."""
+        return winner_of(self.world)
+
+
+@dataclass(frozen=True)
+class LadderRow:
+    """One milestone in a panel: ``status`` pending|evaluating|passed|failed."""
+
+    id: str
+    label: str
+    status: str
+    points: int | None
+    passed_ms: int | None = None
+    failures: int = 0
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class PanelView:
+    """Everything one territory panel shows; equality lets widgets skip redraws."""
+
+    territory: str
+    agent: str | None
+    adapter: str | None
+    model: str | None
+    effort: str | None
+    competitor_state: str | None
+    territory_state: str
+    marker: str
+    points: int
+    ladder: tuple[LadderRow, ...]
+    tokens_in: int | None
+    tokens_out: int | None
+    cost_microusd: int | None
+    agent_state: str
+    durable_at_ms: int | None
+    winner: bool
+    activity: tuple[str, ...]
+    has_activity_source: bool
+    health: str | None = None
+    resources: int | None = None
+
+
+_MARKERS = {
+    "durable": "[+]", "verifying": "[~]", "incomplete": "[x]", "unavailable": "[?]",
+    "preparing": "[>]", "building": "[>]",
+}
+_CONQUEST_MARKERS = {"healthy": "[+]", "recovering": "[~]", "eliminated": "[x]", "provisioning": "[?]", "degraded": "[!]"}
+
+
+def panel_view(model: HeatModel, tid: str, activity_lines: int = 6) -> PanelView:
+    """Build the :class:`PanelView` of territory ``tid`` from ``model`` (pure)."""
+    w = model.world
+    terr = w.territories.get(tid)
+    agent_id = terr.agent if terr else None
+    if agent_id is None:
+        agent_id = next((a for a, v in w.agents.items() if v.territory == tid), None)
+    meta = model.arena.agents.get(agent_id) if agent_id else None
+    if meta is None:
+        meta = next((m for m in model.arena.agents.values() if m.territory == tid), None)
+    av = w.agents.get(agent_id) if agent_id else None
+    seen = model.usage_seen.get(agent_id or "", _UsageSeen())
+
+    ladder: list[LadderRow] = []
+    known = [m.id for m in model.arena.milestones]
+    ids = known + [m for m in model.order.get(tid, []) if m not in known]
+    metas = {m.id: m for m in model.arena.milestones}
+    for mid in ids:
+        mv = terr.milestones.get(mid) if terr else None
+        mm = metas.get(mid)
+        label = mid
+        if mv is None:
+            status, pts, detail = "pending", (mm.points if mm else None), None
+        elif mv.passed:
+            status, pts, detail = "passed", mv.points, None
+        elif mv.evaluating:
+            status, pts, detail = "evaluating", (mm.points if mm else None), mv.failure_detail
+        elif mv.failure_detail is not None or mv.failure_category is not None:
+            status, pts, detail = "failed", (mm.points if mm else None), mv.failure_detail or mv.failure_category
+        else:
+            status, pts, detail = "pending", (mm.points if mm else None), None
+        ladder.append(LadderRow(mid, label, status, pts, model.pass_ms.get((tid, mid)),
+                                model.fail_count.get((tid, mid), 0), _short(detail, 200) or None))
+
+    if av is None:
+        agent_state = "not started"
+    elif av.running:
+        agent_state = "running"
+    else:
+        agent_state = av.terminal_state.value if av.terminal_state else "stopped"
+        if av.failure_source is not None and agent_state != "completed":
+            agent_state += f" ({av.failure_source.value})"
+
+    cs = terr.competitor_state.value if terr and terr.competitor_state else None
+    ts = terr.state.value if terr else "provisioning"
+    marker = _MARKERS.get(cs or "", "") if cs else _CONQUEST_MARKERS.get(ts, "")
+    acts: tuple[str, ...] = ()
+    if model.activity is not None and agent_id:
+        try:
+            acts = tuple(list(model.activity(agent_id))[-activity_lines:])
+        except Exception:  # a broken activity source must not break the view
+            acts = ()
+    health = None
+    if terr and terr.last_health is not None:
+        h = terr.last_health
+        health = f"up {h.status}" if h.healthy else f"down {h.status if h.status is not None else 'error'}"
+    conquest = cs is None and terr is not None and (terr.last_health is not None or terr.resources)
+    return PanelView(
+        territory=tid,
+        agent=agent_id,
+        adapter=meta.adapter if meta else None,
+        model=(av.model if av and av.model else (meta.model if meta else None)),
+        effort=meta.reasoning_effort if meta else None,
+        competitor_state=cs,
+        territory_state=ts,
+        marker=marker,
+        points=terr.milestone_points if terr else 0,
+        ladder=tuple(ladder),
+        tokens_in=av.input_tokens if av and seen.tokens else None,
+        tokens_out=av.output_tokens if av and seen.tokens else None,
+        cost_microusd=av.cost_microusd if av and seen.cost else None,
+        agent_state=agent_state,
+        durable_at_ms=terr.durable_at_ms if terr else None,
+        winner=w.winner == tid and w.match_state.value in ("finished", "aborted"),
+        activity=acts,
+        has_activity_source=model.activity is not None,
+        health=health,
+        resources=terr.resources if conquest and terr else None,
+    )
+
+
+# --------------------------------------------------------------------------- activity
+
+
+def folder_activity(match_dir: Path) -> ActivitySource | None:
+    """Activity source reading ``agents/<id>/activity.log`` of a match folder, or None.
+
+    Returns None when the folder has no ``agents/*/activity.log`` at all (replays of
+    upstream folders), so panels show "no activity". Reads are cached per agent
+    (the caller loads this once for a finished match; call in a worker for I/O).
+    """
+    agents = Path(match_dir) / "agents"
+    if not agents.is_dir():
+        return None
+    logs = {p.parent.name: p for p in agents.glob("*/activity.log")}
+    if not logs:
+        return None
+    cache: dict[str, list[str]] = {}
+    for aid, p in logs.items():
+        try:
+            cache[aid] = [ln for ln in p.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            cache[aid] = []
+    return lambda aid: cache.get(aid, ())
+
+
+# --------------------------------------------------------------------------- replay
+
+
+class ReplayCursor:
+    """Playback position over a loaded log, driving a :class:`HeatModel` incrementally.
+
+    ``position`` is the number of records applied (0…len). Forward moves apply only
+    the new records; moving backwards resets and re-applies up to the target (a
+    rare, user-initiated scrub — never per frame).
+    """
+
+    def __init__(self, records: Sequence[EventRecord], model: HeatModel) -> None:
+        self.records = list(records)
+        self.model = model
+        self.position = 0
+        self.playhead_ms = 0.0
+
+    @property
+    def total(self) -> int:
+        """Number of records in the log."""
+        return len(self.records)
+
+    @property
+    def at_end(self) -> bool:
+        """True when every record has been applied."""
+        return self.position >= len(self.records)
+
+    @property
+    def last_sequence(self) -> int | None:
+        """Sequence of the last applied record (None before the first)."""
+        return self.records[self.position - 1].sequence if self.position else None
+
+    def step(self, n: int = 1) -> int:
+        """Apply up to ``n`` more records; return how many were applied."""
+        end = min(len(self.records), self.position + max(0, n))
+        for rec in self.records[self.position:end]:
+            self.model.apply(rec)
+        done = end - self.position
+        self.position = end
+        if self.position:
+            self.playhead_ms = max(self.playhead_ms, float(self.records[self.position - 1].elapsed_ms))
+        return done
+
+    def step_back(self) -> None:
+        """Undo the last applied record (re-reduces up to position-1)."""
+        self.seek_position(max(0, self.position - 1))
+
+    def seek_position(self, pos: int) -> None:
+        """Move so that exactly ``pos`` records are applied (0…total)."""
+        pos = max(0, min(len(self.records), pos))
+        if pos < self.position:
+            self.model.reset()
+            self.position = 0
+            self.playhead_ms = 0.0
+        self.step(pos - self.position)
+        self.playhead_ms = float(self.records[pos - 1].elapsed_ms) if pos else 0.0
+
+    def seek_sequence(self, sequence: int) -> None:
+        """Move so the record with ``sequence`` is the last applied (clamped)."""
+        pos = next((i + 1 for i, r in enumerate(self.records) if r.sequence >= sequence), len(self.records))
+        if pos and self.records[pos - 1].sequence > sequence:
+            pos -= 1
+        self.seek_position(pos)
+
+    def advance_time(self, dt_ms: float) -> int:
+        """Move the playhead ``dt_ms`` of match time forward; apply due records.
+
+        Gaps longer than 5 s of match time with nothing happening are skipped so
+        playback never sits idle for minutes. Returns the number applied.
+        """
+        if self.at_end:
+            return 0
+        nxt = self.records[self.position].elapsed_ms
+        if nxt - self.playhead_ms > 5000:
+            self.playhead_ms = nxt - 5000
+        self.playhead_ms += dt_ms
+        end = self.position
+        while end < len(self.records) and self.records[end].elapsed_ms <= self.playhead_ms:
+            end += 1
+        return self.step(end - self.position)

@@ -1,0 +1,313 @@
+"""TUI behaviour: view-models on real fixture logs, Pilot tests of every key binding,
+the live feed seam, and every fixture opening in ``aoe replay``."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from textual.widgets import Input
+
+from aoe_tui.cli import main as aoe_main
+from aoe_tui.replay.matchdir import load_match
+from aoe_tui.replay.reducer import reduce_match
+from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, AoeApp
+from aoe_tui.tui.live import LiveFeed, RecordsPending
+from aoe_tui.tui.screens import SPEEDS, GotoScreen, HeatScreen, HelpScreen, ReplayScreen
+from aoe_tui.tui.viewmodel import ArenaInfo, HeatModel, ReplayCursor, fmt_cost, panel_view
+from aoe_tui.tui.widgets import EventFeed, TerritoryPanel, WinnerBanner
+
+from tui_fixtures import SEED, TIMER_REASON, all_fixture_paths, timer_finish_match
+
+pytestmark = pytest.mark.usefixtures("shared_dir")
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return load_match(SEED)
+
+
+# --------------------------------------------------------------------------- view-models
+
+
+def test_seed_panels_at_end(seed):
+    model = HeatModel(ArenaInfo.from_arena(seed.arena))
+    model.extend(seed.records)
+    assert model.world == seed.world  # same reducer, incrementally
+    two = panel_view(model, "builder-two")
+    assert (two.agent, two.adapter, two.model, two.effort) == (
+        "deepseek", "opencode", "opencode-go/deepseek-v4.1-flash", "high")
+    assert two.winner and two.points == 100
+    assert [r.status for r in two.ladder] == ["passed"] * 4
+    assert all(r.passed_ms is not None for r in two.ladder)
+    assert two.ladder[-1].passed_ms == two.durable_at_ms == 43224
+    for tid in ("builder-one", "builder-three"):
+        pv = panel_view(model, tid)
+        assert not any(r.status == "passed" for r in pv.ladder)
+        assert pv.ladder[0].status == "failed" and pv.ladder[0].failures == 14
+        assert "Connection reset" in pv.ladder[0].detail
+        assert [r.status for r in pv.ladder[1:]] == ["pending"] * 3
+    # usage_charged in the seed carries tokens but null cost → tokens shown, cost n/a
+    assert two.tokens_in == 10571 and two.cost_microusd is None and fmt_cost(None) == "n/a"
+    assert model.winner_line().startswith("WINNER builder-two (deepseek) · 100 points")
+
+
+def test_feed_collapses_repeated_failures(seed):
+    model = HeatModel(ArenaInfo.from_arena(seed.arena))
+    model.extend(seed.records)
+    texts = [e.text for e in model.feed]
+    assert "builder-one failed service-up ×14: curl: (56) Recv failure: Connection reset by peer" in texts
+    assert sum("builder-one failed service-up" in t for t in texts) == 1
+    assert not any("verifying service-up" in t for t in texts)  # evaluation starts are not repeated
+
+
+def test_cost_not_zero_without_usage():
+    loaded = timer_finish_match()
+    model = HeatModel(ArenaInfo.from_arena(loaded.arena))
+    model.extend(loaded.records)
+    for tid in model.territory_ids():
+        pv = panel_view(model, tid)
+        seen = [r for r in loaded.records if r.event.kind == "usage_charged" and r.event.agent == pv.agent]
+        if not any(r.event.cost_microusd is not None for r in seen):
+            assert pv.cost_microusd is None
+        if not any(r.event.input_tokens is not None for r in seen):
+            assert pv.tokens_in is None
+
+
+def test_timer_finish_partial_ladders():
+    loaded = timer_finish_match()
+    assert loaded.world.finish_reason == TIMER_REASON
+    model = HeatModel(ArenaInfo.from_arena(loaded.arena))
+    model.extend(loaded.records)
+    statuses = {t: [r.status for r in panel_view(model, t).ladder] for t in model.territory_ids()}
+    assert statuses["queue-one"][:2] == ["passed", "failed"]
+    assert statuses["queue-three"][-1] == "evaluating"
+    assert all("pending" in s or "evaluating" in s for s in statuses.values())
+    assert "match timer expired" in model.winner_line()
+
+
+def test_cursor_is_incremental_and_scrubs(seed):
+    model = HeatModel(ArenaInfo.from_arena(seed.arena))
+    cur = ReplayCursor(seed.records, model)
+    cur.step(60)
+    assert model.applied == 60 and model.world == reduce_match(seed.records[:60])
+    cur.seek_position(100)  # forward: only 40 more applied
+    assert model.applied == 100
+    cur.seek_sequence(10)  # backward: reset + 11
+    assert cur.last_sequence == 10 and model.world == reduce_match(seed.records[:11])
+    cur.seek_sequence(10_000)
+    assert cur.at_end and model.world == seed.world
+    cur.seek_position(0)
+    assert cur.last_sequence is None and model.world.last_sequence is None
+
+
+def test_advance_time_applies_due_records(seed):
+    model = HeatModel()
+    cur = ReplayCursor(seed.records, model)
+    cur.advance_time(0)  # every t=0 record is due at once
+    assert cur.position == sum(1 for r in seed.records if r.elapsed_ms == 0)
+    while not cur.at_end:
+        cur.advance_time(1000)
+    assert model.world == seed.world
+
+
+# --------------------------------------------------------------------------- pilot
+
+
+async def test_replay_keys(seed):
+    app = AoeApp.replay(seed, playing=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ReplayScreen)
+        cur = screen.cursor
+        assert cur.position == 0 and not screen.playing
+        await pilot.press("right")
+        assert cur.position == 1 and cur.last_sequence == 0
+        await pilot.press("right", "right", "left")
+        assert cur.position == 2
+        await pilot.press("end")
+        assert cur.at_end
+        assert app.screen.query_one(WinnerBanner).display
+        await pilot.press("home")
+        assert cur.position == 0 and not app.screen.query_one(WinnerBanner).display
+        # speed ×1 … ×100, clamped at both ends
+        for _ in range(10):
+            await pilot.press("plus")
+        assert screen.speed == SPEEDS[-1] == 100
+        await pilot.press("minus")
+        assert screen.speed == 50
+        for _ in range(10):
+            await pilot.press("minus")
+        assert screen.speed == 1
+        await pilot.press("equals_sign")
+        assert screen.speed == 2
+        # play at ×100 until the end: the timer drives the cursor
+        for _ in range(10):
+            await pilot.press("plus")
+        await pilot.press("space")
+        assert screen.playing or cur.at_end  # ×100 may already have reached the end
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if cur.at_end:
+                break
+        assert cur.at_end and not screen.playing
+        assert "WINNER builder-two" in str(app.screen.query_one(WinnerBanner).content)
+        # space at the end restarts from the beginning (at ×1 so it is still playing)
+        for _ in range(10):
+            await pilot.press("minus")
+        await pilot.press("space")
+        assert screen.playing and cur.position < cur.total
+        await pilot.press("space")
+        assert not screen.playing
+
+
+async def test_goto_sequence_prompt(seed):
+    app = AoeApp.replay(seed, playing=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.screen
+        await pilot.press("g")
+        assert isinstance(app.screen, GotoScreen)
+        app.screen.query_one(Input).cursor_blink = False
+        await pilot.press("5", "7", "enter")
+        assert app.screen is screen
+        assert screen.cursor.last_sequence == 57
+        assert app.screen.query_one(EventFeed).render_line(0) is not None
+        await pilot.press("g", "escape")
+        assert app.screen is screen and screen.cursor.last_sequence == 57
+
+
+async def test_help_theme_palette_quit(seed):
+    app = AoeApp.replay(seed, at_end=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, ReplayScreen)
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("q")  # q closes help first …
+        assert isinstance(app.screen, ReplayScreen)
+        assert app.theme == DARK_THEME
+        await pilot.press("t")
+        assert app.theme == LIGHT_THEME
+        await pilot.press("t")
+        assert app.theme == DARK_THEME
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "CommandPalette"
+        await pilot.press(*"jump to start")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, ReplayScreen) and app.screen.cursor.position == 0
+        await pilot.press("tab")
+        assert isinstance(app.focused, TerritoryPanel)
+        await pilot.press("q")  # … and quits from the main screen
+    assert app.return_code == 0
+
+
+async def test_narrow_terminal_keyboard_and_mouse(seed):
+    app = AoeApp.replay(seed, at_end=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        body = app.screen.query_one("#heat-body")
+        assert "-narrow" in app.screen.classes
+        assert body.max_scroll_y > 0  # stacked panels overflow 24 rows
+        await pilot.press("tab")
+        assert app.focused is not None
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert body.scroll_y > 0  # keyboard only
+        await pilot.press("pageup")
+        await pilot.click("#panel-builder-one")
+        assert app.focused is app.screen.query_one("#panel-builder-one")
+        await pilot.press("home")  # priority binding: replay start, not scroll
+        assert app.screen.cursor.position == 0
+
+
+async def test_hidden_screen_does_no_work(seed):
+    app = AoeApp.replay(seed, playing=False, speed=25)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.screen
+        await pilot.press("space")
+        assert screen.playing
+        await pilot.press("question_mark")
+        assert not screen.cursor.at_end
+        pos = screen.cursor.position
+        await pilot.pause(0.3)
+        assert screen.cursor.position == pos  # the replay timer is paused while hidden
+        await pilot.press("escape")
+        await pilot.pause(0.4)
+        assert screen.cursor.position > pos
+
+
+# --------------------------------------------------------------------------- live seam
+
+
+async def test_live_feed_from_a_thread_coalesces(seed):
+    feed = LiveFeed()
+    app = AoeApp.live(feed)
+    handled: list[int] = []
+    async with app.run_test(size=(160, 48), message_hook=lambda m: handled.append(1)
+                            if isinstance(m, RecordsPending) else None) as pilot:
+        assert isinstance(app.screen, HeatScreen)
+        feed.open_heat("r1-h2-a1", arena=seed.arena, title="round 1 heat 2 · attempt 1",
+                       activity=lambda aid: [f"{aid}: $ systemctl status builder"])
+
+        def engine() -> None:  # the referee's side: post and never wait
+            for rec in seed.records:
+                feed.post_record(rec, "r1-h2-a1")
+
+        t = threading.Thread(target=engine)
+        t.start()
+        t.join()
+        for _ in range(50):
+            await pilot.pause(0.02)
+            if app.heats["r1-h2-a1"].applied == len(seed.records):
+                break
+        model = app.heats["r1-h2-a1"]
+        assert model.world == seed.world
+        assert len(handled) < len(seed.records)  # coalesced, not one message per record
+        await pilot.pause()
+        banner = app.screen.query_one(WinnerBanner)
+        assert banner.display and "builder-two" in str(banner.content)
+        panel = app.screen.query_one("#panel-builder-two", TerritoryPanel)
+        assert "$ systemctl status builder" in str(panel.render())
+
+
+def test_on_event_callback_shape(seed):
+    feed = LiveFeed()
+    cb = feed.on_event("h")
+    cb(seed.records[0], seed.world)
+    opened, pending = feed.drain()
+    assert opened == [] and pending == [("h", seed.records[0])]
+    assert feed.drain() == ([], [])
+
+
+# --------------------------------------------------------------------------- every fixture
+
+
+@pytest.mark.parametrize("path", all_fixture_paths(), ids=lambda p: p.name)
+async def test_every_fixture_opens(path):
+    loaded = load_match(path)
+    app = AoeApp.replay(loaded, playing=False)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("end")
+        screen = app.screen
+        assert screen.cursor.at_end
+        assert screen.model.world == loaded.world
+        panels = screen.query(TerritoryPanel)
+        assert {p.territory for p in panels} == set(loaded.world.territories)
+        banner = str(screen.query_one(WinnerBanner).content)
+        assert (loaded.world.winner or "NO WINNER") in banner
+
+
+def test_cli_replay_errors(tmp_path, capsys):
+    assert aoe_main(["replay", str(tmp_path / "missing")]) != 0
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "events.jsonl").write_text("")
+    assert aoe_main(["replay", str(tmp_path)]) != 0
+    assert "empty" in capsys.readouterr().err
+    assert aoe_main(["replay", "--speed", "500", str(SEED)]) != 0
+    assert "--speed" in capsys.readouterr().err
+    assert aoe_main(["watch", str(tmp_path / "nope")]) != 0
+    assert "no such season folder" in capsys.readouterr().err

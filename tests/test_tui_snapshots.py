@@ -1,0 +1,88 @@
+"""SVG snapshots of every TUI screen at 80×24 and 160×48, built from fixture logs.
+
+Deterministic by construction: replays start paused (no playback timer runs), the
+only clock shown is the match clock from the events, and the go-to prompt's
+cursor blink is switched off. Accept new images with ``pytest --snapshot-update``
+after checking ``snapshot_report.html``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Input
+
+from aoe_tui.replay.matchdir import load_match
+from aoe_tui.tui.app import LIGHT_THEME, AoeApp
+from aoe_tui.tui.live import LiveFeed
+
+from tui_fixtures import SEED, TIMER_CONQUEST, timer_finish_match
+
+pytestmark = pytest.mark.usefixtures("shared_dir")
+
+SIZES = [(80, 24), (160, 48)]
+size_ids = [f"{w}x{h}" for w, h in SIZES]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_seed_heat_at_end(snap_compare, size):
+    """builder-two (deepseek) wins with 100 points; the others passed nothing."""
+    app = AoeApp.replay(load_match(SEED), at_end=True)
+    assert snap_compare(app, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_seed_heat_light_theme(snap_compare, size):
+    app = AoeApp.replay(load_match(SEED), at_end=True, theme=LIGHT_THEME)
+    assert snap_compare(app, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_seed_heat_mid_replay(snap_compare, size):
+    """Scrubbed to sequence 104: builder-two just passed service-up, others failing."""
+    app = AoeApp.replay(load_match(SEED), at_sequence=104)
+    assert snap_compare(app, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_timer_finish_partial_ladders(snap_compare, size):
+    """A build race ended by the match timer (from a real log): partial ladders."""
+    app = AoeApp.replay(timer_finish_match(), at_end=True)
+    assert snap_compare(app, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_conquest_timer_fixture(snap_compare, size):
+    """The upstream timer-finish fixture (conquest prototype): health and resources."""
+    app = AoeApp.replay(load_match(TIMER_CONQUEST), at_end=True)
+    assert snap_compare(app, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_help_screen(snap_compare, size):
+    app = AoeApp.replay(load_match(SEED), at_end=True)
+    assert snap_compare(app, press=["question_mark"], terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_goto_prompt(snap_compare, size):
+    app = AoeApp.replay(load_match(SEED), at_end=True)
+
+    async def run_before(pilot) -> None:
+        await pilot.press("g")
+        pilot.app.screen.query_one(Input).cursor_blink = False
+        await pilot.press("4", "2")
+
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_live_heat_screen(snap_compare, size):
+    """The live heat screen (no transport bar) fed through a LiveFeed, mid-race."""
+    seed = load_match(SEED)
+    feed = LiveFeed()
+    feed.open_heat("r1-h2-a1", arena=seed.arena, title="opencode-cup · round 1 heat 2 · attempt 1",
+                   activity=lambda aid: [f"$ ss -ltnp  # {aid}", "LISTEN 0 128 *:8080"])
+    for rec in seed.records[:100]:
+        feed.post_record(rec, "r1-h2-a1")
+    app = AoeApp.live(feed)
+    assert snap_compare(app, terminal_size=size)
