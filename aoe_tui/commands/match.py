@@ -1,11 +1,294 @@
-"""`aoe match` command (placeholder until its issue lands)."""
+"""``aoe match run``: run one heat for real and write its match folder.
+
+::
+
+    aoe match run MANIFEST --provider container|qemu|ssh|nixos --output DIR
+        [--agent SPEC ...] [--adapter NAME=PATH ...] [--credential TERRITORY=PATH ...]
+        [--inventory FILE] [--drain-seconds N] [--verifier-concurrency N] [--quiet]
+
+``--agent`` (``oracle``, ``scripted:NAME``, ``command:PATH`` or a registered name)
+replaces the manifest agents' adapters seat by seat: given once it seats every
+agent, given N times (N = number of seats) one per seat in manifest territory
+order. Without ``--agent`` each manifest agent's own ``adapter`` is resolved,
+with upstream's ``--adapter NAME=PATH`` registrations, so an upstream arena
+package runs unchanged.
+
+Progress is printed as plain lines (log friendly): one line per notable event
+and a compact milestone matrix whenever a milestone or competitor state changes.
+Ctrl-C (SIGINT) or SIGTERM aborts gracefully: the log records the abort,
+``world.json`` is written (``match_state`` aborted) and territories are torn
+down; a second Ctrl-C cancels harder (teardown still runs).
+
+Exit codes: 0 the match finished (also without a durable deployment); 130 aborted
+by the operator; 1 aborted by an infrastructure failure or an error.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aoe_tui.errors import AoeError, UsageError
+
+__all__ = ["register", "ProgressPrinter", "build_adapters", "make_provider", "matrix_lines"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Register the `match` sub-command."""
-    p = sub.add_parser("match", help="(not implemented yet)")
-    p.set_defaults(func=lambda args: print("match: not implemented yet") or 1)
+    """Register ``aoe match run``."""
+    p = sub.add_parser("match", help="run one heat (match) for real")
+    msub = p.add_subparsers(dest="match_command", metavar="SUBCOMMAND")
+    msub.required = True
+    r = msub.add_parser("run", help="provision territories, run agents and the referee, write the match folder")
+    r.add_argument("manifest", metavar="MANIFEST", help="arena manifest (arena.toml) or arena package folder")
+    r.add_argument("--provider", required=True, choices=["container", "qemu", "ssh", "nixos"],
+                   help="territory provider")
+    r.add_argument("--output", "-o", required=True, metavar="DIR", help="match folder to write")
+    r.add_argument("--agent", action="append", default=[], metavar="SPEC",
+                   help="oracle | scripted:NAME | command:PATH | a registered name; once = every seat, N times = one per seat")
+    r.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
+                   help="register an external adapter (upstream contract, spec §5)")
+    r.add_argument("--credential", action="append", default=[], metavar="TERRITORY=PATH",
+                   help="upstream credential file for a territory (KEY=VALUE, AOE_SSH_PASSWORD)")
+    r.add_argument("--inventory", metavar="FILE", help="host inventory TOML (--provider ssh)")
+    r.add_argument("--drain-seconds", type=float, default=30.0, metavar="N",
+                   help="post-match drain window in seconds (default 30, as upstream)")
+    r.add_argument("--verifier-concurrency", type=int, default=4, metavar="N",
+                   help="verifier processes at once across all territories (default 4)")
+    r.add_argument("--quiet", "-q", action="store_true", help="print only the final result")
+    r.set_defaults(func=_cmd_run)
+
+
+def _pairs(values: list[str], flag: str) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for text in values:
+        key, sep, path = text.partition("=")
+        if not sep or not key.strip() or not path.strip():
+            raise UsageError(f"{flag} expects NAME=PATH, got {text!r}")
+        out[key.strip()] = Path(path.strip())
+    return out
+
+
+def build_adapters(loaded: Any, agent_specs: list[str], registered: dict[str, Path]) -> dict[str, Any]:
+    """Agent id → adapter for every manifest agent (see the module docstring for the rules).
+
+    Raises:
+        UsageError: ``--agent`` given a number of times that is neither 1 nor the seat count.
+        aoe_tui.agents.registry.UnknownAdapterError: an unknown or missing adapter.
+    """
+    from aoe_tui.agents.registry import resolve_adapter
+
+    m = loaded.manifest
+    seats = [m.agent_for(t.id) for t in m.territories]
+    if not agent_specs:
+        return {a.id: resolve_adapter(a.adapter, registered) for a in m.agents}
+    if len(agent_specs) == 1:
+        specs = agent_specs * len(seats)
+    elif len(agent_specs) == len(seats):
+        specs = agent_specs
+    else:
+        raise UsageError(f"--agent given {len(agent_specs)} times; give it once or once per seat ({len(seats)})")
+    return {agent.id: resolve_adapter(spec, registered) for agent, spec in zip(seats, specs)}
+
+
+def make_provider(kind: str, loaded: Any, output_dir: Path, inventory: str | None) -> Any:
+    """The territory provider for ``--provider`` with its workdir ``output_dir/territories``."""
+    workdir = output_dir / "territories"
+    if kind == "container":
+        from aoe_tui.runtime.container import ContainerProvider
+
+        return ContainerProvider(workdir, cidr=loaded.manifest.network.cidr)
+    if kind == "qemu":
+        from aoe_tui.runtime.qemu import QemuProvider
+
+        return QemuProvider(workdir)
+    if kind == "ssh":
+        if not inventory:
+            raise UsageError("--provider ssh needs --inventory FILE")
+        from aoe_tui.runtime.sshhosts import SshHostsProvider
+
+        return SshHostsProvider(Path(inventory), workdir)
+    if kind == "nixos":
+        from aoe_tui.runtime.nixos import NixosProvider
+
+        return NixosProvider(loaded.arena_dir, workdir)
+    raise UsageError(f"unknown provider {kind!r}")
+
+
+# ---------------------------------------------------------------------------- live view
+
+
+def _clock(ms: int) -> str:
+    return f"{ms // 60000:02d}:{(ms // 1000) % 60:02d}.{(ms % 1000) // 100}"
+
+
+def matrix_lines(world: Any, milestone_ids: list[str], territory_ids: list[str]) -> list[str]:
+    """A compact milestone matrix (cf. spec §8.2): one row per territory.
+
+    Cell marks: ``+`` passed, ``~`` evaluating, ``x`` last attempt failed, ``.`` not evaluated.
+    Row: territory, one cell per milestone, points, competitor state, agent state.
+    """
+    width = max([len(t) for t in territory_ids] + [9])
+    heads = [m[:10] for m in milestone_ids]
+    lines = ["  " + "territory".ljust(width) + "  " + "  ".join(h.ljust(10) for h in heads) + "  pts  state"]
+    for tid in territory_ids:
+        view = world.territories.get(tid)
+        cells = []
+        for mid in milestone_ids:
+            mv = view.milestones.get(mid) if view else None
+            mark = "." if mv is None else "+" if mv.passed else "~" if mv.evaluating else "x" if mv.failure_detail else "."
+            cells.append(mark.ljust(10))
+        state = str(view.competitor_state.value if view and view.competitor_state else "-")
+        agent = world.agents.get(view.agent) if view and view.agent else None
+        astate = ""
+        if agent is not None:
+            astate = "agent running" if agent.running else f"agent {agent.terminal_state.value if agent.terminal_state else 'stopped'}"
+        pts = view.milestone_points if view else 0
+        lines.append("  " + tid.ljust(width) + "  " + "  ".join(cells) + f"  {pts:>3}  {state:<11} {astate}")
+    return lines
+
+
+class ProgressPrinter:
+    """``on_event`` callback printing plain progress lines (and the matrix on changes)."""
+
+    def __init__(self, loaded: Any, stream=None) -> None:
+        m = loaded.manifest
+        self.milestones = [x.id for x in m.build.milestones] if m.build else []
+        self.territories = [t.id for t in m.territories]
+        self.stream = stream or sys.stdout
+        self._last_fail: dict[tuple[str, str], str] = {}
+
+    def _p(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def __call__(self, rec: Any, world: Any) -> None:
+        e = rec.event
+        k = e.kind
+        t = f"[{_clock(rec.elapsed_ms)}]"
+        matrix = False
+        if k == "milestone_passed":
+            self._p(f"{t} {e.territory} passed {e.milestone} (+{e.points})")
+            self._last_fail.pop((e.territory, e.milestone), None)
+            matrix = True
+        elif k == "milestone_failed":
+            key = (e.territory, e.milestone)
+            detail = e.detail.splitlines()[0][:160] if e.detail else ""
+            if self._last_fail.get(key) != detail:
+                self._last_fail[key] = detail
+                self._p(f"{t} {e.territory} failed {e.milestone}: {detail}")
+        elif k == "competitor_state_changed" and rec.elapsed_ms > 0:
+            self._p(f"{t} {e.territory} is {e.to.value}: {e.reason}")
+        elif k == "agent_finished":
+            self._p(f"{t} agent {e.agent} {'completed' if e.success else 'failed'} ({e.source.value}): {e.detail.splitlines()[0][:160] if e.detail else ''}")
+        elif k == "agent_interrupted":
+            self._p(f"{t} agent {e.agent} interrupted ({e.source.value}): {e.detail[:160]}")
+        elif k in ("agent_terminated", "agent_outraced"):
+            self._p(f"{t} agent {e.agent} {k.split('_')[1]}: {e.reason}")
+        elif k == "usage_charged" and (e.input_tokens or e.output_tokens or e.cost_microusd):
+            a = world.agents.get(e.agent)
+            if a is not None:
+                self._p(f"{t} agent {e.agent} usage: {a.input_tokens + a.output_tokens} tokens, ${a.cost_microusd / 1e6:.4f}")
+        elif k == "infrastructure_failure":
+            self._p(f"{t} INFRASTRUCTURE FAILURE {e.component} ({e.source.value}): {e.detail}")
+            matrix = True
+        elif k == "match_state_changed":
+            self._p(f"{t} match {e.to.value}")
+        elif k == "match_finished":
+            self._p(f"{t} match finished: winner={e.winner or 'none'} ({e.reason})")
+        elif k == "post_match_drain_started":
+            self._p(f"{t} post-match drain: waiting up to {e.timeout_ms / 1000:.0f} s for {e.pending_agents} agent(s)")
+        elif k == "post_match_drain_finished":
+            self._p(f"{t} drain finished: {e.captured_agents} captured, {e.terminated_agents} terminated")
+            matrix = True
+        if matrix:
+            for line in matrix_lines(world, self.milestones, self.territories):
+                self._p(line)
+
+
+# ---------------------------------------------------------------------------- command
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from aoe_tui.domain.arena import load_manifest, resolve_manifest_path
+    from aoe_tui.referee.match import bundle_path, check_output_dir
+
+    started = time.monotonic()
+    loaded = load_manifest(resolve_manifest_path(args.manifest))
+    if not loaded.manifest.is_build_race or loaded.manifest.build is None:
+        raise AoeError(f"{loaded.path}: arena mode is not build_race; only build races can be run")
+    output = Path(args.output)
+    check_output_dir(output)
+    registered = _pairs(args.adapter, "--adapter")
+    credentials = _pairs(args.credential, "--credential")
+    if args.drain_seconds < 0:
+        raise UsageError("--drain-seconds must be >= 0")
+    adapters = build_adapters(loaded, args.agent, registered)
+    provider = make_provider(args.provider, loaded, output, args.inventory)
+    quiet = args.quiet
+    printer = None if quiet else ProgressPrinter(loaded)
+
+    def phase(msg: str) -> None:
+        if not quiet:
+            print(f"[aoe] {msg}", flush=True)
+
+    try:
+        world = asyncio.run(_run(loaded, provider, adapters, output, args, registered, credentials, printer, phase))
+    except asyncio.CancelledError:
+        print("aoe: interrupted (forced); territories were torn down", file=sys.stderr)
+        return 130
+    wall = time.monotonic() - started
+    print(
+        f"match {world.match_state.value}: winner={world.winner or 'none'} ({world.finish_reason or '-'}); "
+        f"clock {_clock(world.elapsed_ms)}, wall {wall:.1f} s; folder {output}",
+        flush=True,
+    )
+    bundle = bundle_path(output)
+    if bundle.exists() and not quiet:
+        print(f"bundle {bundle}", flush=True)
+    if world.match_state.value == "finished":
+        return 0
+    if world.finish_reason == "operator interrupt":
+        return 130
+    print(f"aoe: error: match aborted: {world.finish_reason}", file=sys.stderr)
+    return 1
+
+
+async def _run(loaded, provider, adapters, output, args, registered, credentials, printer, phase):
+    from aoe_tui.referee.match import run_match
+
+    loop = asyncio.get_running_loop()
+    abort = asyncio.Event()
+    task = asyncio.current_task()
+    hits = {"n": 0}
+
+    def on_signal(signame: str) -> None:
+        hits["n"] += 1
+        if hits["n"] == 1:
+            phase(f"{signame}: aborting the match (again to force)")
+            abort.set()
+        elif task is not None:
+            task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig.name)
+    try:
+        return await run_match(
+            loaded,
+            provider,
+            adapters,
+            output,
+            drain_seconds=args.drain_seconds,
+            on_event=printer,
+            registered_adapters=registered,
+            credentials=credentials,
+            verifier_concurrency=args.verifier_concurrency,
+            abort_event=abort,
+            on_phase=phase,
+        )
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

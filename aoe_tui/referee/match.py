@@ -1,0 +1,331 @@
+"""One heat end to end: provision → referee → teardown → artifacts (spec §0, §3.1).
+
+:func:`run_match` is the Python API used by ``aoe match run`` and the season
+runner. It writes a complete upstream-format match folder:
+
+==========================  ==================================================
+``arena.json``              the manifest (defaults filled; each agent's ``adapter``
+                            is the adapter actually used) — written first
+``match.json``              provenance and compatibility key (§7.3)
+``territories/``            provider work folders (consoles, overlays, credentials)
+``events.jsonl``            the event log (opened after all territories are SSH-ready)
+``agents/<id>/``            ``instruction.md``, ``result.json``, ``usage.json``,
+                            ``stdout.log``, ``stderr.log``, ``referee-reboot``,
+                            and our ``activity.log``
+``evidence/<territory>/``   verifier evidence and ``previous.json``
+``world.json``              the final reduced world — also after an abort
+``aoe-extra.json``          ours: provider, wall-clock timings, verifier durations
+``<slug>.match.json``       the single-file bundle (Appendix B)
+==========================  ==================================================
+
+Teardown always runs (``try/finally``), also on cancellation and abort.
+A territory that cannot be provisioned is recorded as an ``infrastructure_failure``
+(source ``arena``) followed by ``match_state_changed`` preparing→aborted and
+``match_finished`` (winner null, "territory provisioning failed"); the returned
+world then has ``match_state == "aborted"`` and ``infrastructure_failures == 1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aoe_tui.domain import events as ev
+from aoe_tui.domain.events import MatchState
+from aoe_tui.domain.world import WorldState, pretty_json, world_json
+from aoe_tui.errors import AoeError
+from aoe_tui.referee.referee import REASONS, BuildReferee, OnEvent
+from aoe_tui.replay.log import EventLogWriter
+from aoe_tui.replay.reducer import apply_event
+from aoe_tui.runtime.provider import ProviderError, TerritorySpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aoe_tui.agents.base import Adapter
+    from aoe_tui.domain.arena import LoadedManifest
+    from aoe_tui.runtime.provider import Territory, TerritoryProvider
+
+__all__ = [
+    "OutputExistsError",
+    "PROVISION_FAILED_REASON",
+    "bundle_path",
+    "check_output_dir",
+    "read_credential_password",
+    "run_match",
+    "territory_specs",
+]
+
+PROVISION_FAILED_REASON = "territory provisioning failed"
+
+
+class OutputExistsError(AoeError):
+    """The output folder already holds a non-empty ``events.jsonl`` (upstream ``OutputExists``)."""
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """Raise :class:`OutputExistsError` if ``output_dir/events.jsonl`` exists and is non-empty."""
+    log = Path(output_dir) / "events.jsonl"
+    if log.exists() and log.stat().st_size > 0:
+        raise OutputExistsError(f"{log} already exists and is not empty; choose a new --output folder")
+
+
+def bundle_path(output_dir: Path, slug: str | None = None) -> Path:
+    """Where :func:`run_match` writes the bundle: ``<output>/<slug>.match.json`` (slug = folder name)."""
+    output_dir = Path(output_dir)
+    return output_dir / f"{slug or output_dir.resolve().name}.match.json"
+
+
+def read_credential_password(path: Path) -> str:
+    """``AOE_SSH_PASSWORD`` from an upstream credential file (§5.1): the first line starting
+    with ``AOE_SSH_PASSWORD=``, with ``'`` and ``"`` trimmed. Raises :class:`AoeError` naming the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise AoeError(f"{path}: cannot read credential file: {err.strerror}") from None
+    for line in text.splitlines():
+        if line.startswith("AOE_SSH_PASSWORD="):
+            return line.split("=", 1)[1].strip().strip("'\"")
+    raise AoeError(f"{path}: credential file has no AOE_SSH_PASSWORD= line")
+
+
+def territory_specs(loaded: LoadedManifest, credentials: Mapping[str, Path] | None = None) -> list[TerritorySpec]:
+    """One :class:`TerritorySpec` per manifest territory, in manifest order.
+
+    The root password is ``<territory>-race`` (upstream convention) unless a credential
+    file was given for that territory, in which case its ``AOE_SSH_PASSWORD`` is used.
+    """
+    creds = dict(credentials or {})
+    out = []
+    for i, t in enumerate(loaded.manifest.territories):
+        password = read_credential_password(creds[t.id]) if t.id in creds else f"{t.id}-race"
+        out.append(TerritorySpec(id=t.id, password=password, service_port=t.service.port, index=i))
+    return out
+
+
+def _write_atomic(path: Path, text: str, *, fsync: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        if fsync:
+            fh.flush()
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _source_revision() -> str | None:
+    try:
+        res = subprocess.run(
+            ["git", "rev-parse", "--verify", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+def _effective_manifest(loaded: LoadedManifest, adapters: Mapping[str, Adapter]) -> Any:
+    """The manifest with each agent's ``adapter`` set to the adapter actually used."""
+    m = loaded.manifest
+    agents = [a.model_copy(update={"adapter": adapters[a.id].name or a.adapter}) for a in m.agents]
+    return m.model_copy(update={"agents": agents})
+
+
+def _write_headers(
+    loaded: LoadedManifest,
+    adapters: Mapping[str, Adapter],
+    registered: Mapping[str, Path],
+    output_dir: Path,
+) -> None:
+    from aoe_tui import __version__
+    from aoe_tui.domain.arena import arena_json
+    from aoe_tui.domain.provenance import compute_provenance
+
+    _write_atomic(output_dir / "arena.json", pretty_json(arena_json(_effective_manifest(loaded, adapters))))
+    prov = compute_provenance(loaded, dict(registered), __version__, _source_revision())
+    hashes = dict(prov.adapter_sha256)
+    for adapter in adapters.values():
+        if adapter.name and adapter.name not in hashes:
+            with contextlib.suppress(Exception):
+                digest = adapter.sha256()
+                if digest:
+                    hashes[adapter.name] = digest
+    prov = prov.model_copy(update={"adapter_sha256": dict(sorted(hashes.items()))})
+    _write_atomic(output_dir / "match.json", pretty_json(prov.to_json()))
+
+
+def _provision_failed(log: EventLogWriter, world: WorldState, component: str, detail: str, reason: str,
+                      on_event: OnEvent | None) -> None:
+    for event in (
+        ev.InfrastructureFailure(component=component, source="arena", detail=detail),
+        ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.aborted),
+        ev.MatchFinished(winner=None, reason=reason),
+    ):
+        rec = log.append(event, 0)
+        apply_event(world, rec)
+        if on_event is not None:
+            with contextlib.suppress(Exception):
+                on_event(rec, world)
+
+
+async def run_match(
+    loaded: LoadedManifest,
+    provider: TerritoryProvider,
+    adapters_by_agent: Mapping[str, Adapter],
+    output_dir: Path,
+    *,
+    drain_seconds: float = 30.0,
+    on_event: OnEvent | None = None,
+    registered_adapters: Mapping[str, Path] | None = None,
+    credentials: Mapping[str, Path] | None = None,
+    verifier_concurrency: int = 4,
+    duration_s: float | None = None,
+    abort_event: asyncio.Event | None = None,
+    on_phase: Callable[[str], None] | None = None,
+    name: str | None = None,
+    slug: str | None = None,
+    write_bundle_file: bool = True,
+) -> WorldState:
+    """Run one heat and write its match folder; return the final world.
+
+    Args:
+        loaded: the validated manifest (``aoe_tui.domain.arena.load_manifest``); a build race.
+        provider: a fresh provider for this heat (its workdir is normally
+            ``output_dir/"territories"``); torn down before this returns.
+        adapters_by_agent: agent id → adapter, for every manifest agent.
+        output_dir: the match folder; created if missing. Refused (:class:`OutputExistsError`)
+            if its ``events.jsonl`` is non-empty.
+        drain_seconds: post-match drain window (s; upstream 30).
+        on_event: ``on_event(record, world)`` after each event (live views).
+        registered_adapters: upstream ``--adapter NAME=PATH`` registrations (hashed into
+            ``match.json`` ``adapter_sha256``; built-in adapters add their own digest).
+        credentials: territory id → credential file (``--credential``): its password is used
+            for provisioning and the file is given to verifiers/adapters as ``AOE_CREDENTIAL_FILE``.
+        verifier_concurrency: global verifier pool size.
+        duration_s: override of ``rules.duration_seconds`` (s), for tests.
+        abort_event: set it (e.g. from a SIGINT handler) to abort gracefully: the match ends
+            ``aborted`` ("operator interrupt"), ``world.json`` is written, territories torn down.
+        on_phase: called with short progress lines ("provisioning 3 territories (container)", …).
+        name, slug: bundle ``match.name`` / ``match.slug`` (default: the folder name).
+        write_bundle_file: write ``<output>/<slug>.match.json`` (Appendix B).
+
+    Returns the final :class:`WorldState` (``match_state`` finished or aborted).
+
+    Raises:
+        OutputExistsError: see above. Manifest/provenance errors (AoeError) before anything
+            runs. ``asyncio.CancelledError`` is re-raised after the abort bookkeeping,
+            ``world.json`` and teardown.
+    """
+    output_dir = Path(output_dir)
+    check_output_dir(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    say = on_phase or (lambda _msg: None)
+    abort_event = abort_event or asyncio.Event()
+    registered = dict(registered_adapters or {})
+    credentials = {k: Path(v) for k, v in (credentials or {}).items()}
+    unknown = sorted(set(credentials) - {t.id for t in loaded.manifest.territories})
+    if unknown:
+        raise AoeError(f"--credential names unknown territory {unknown[0]!r}")
+    missing = [a.id for a in loaded.manifest.agents if a.id not in adapters_by_agent]
+    if missing:
+        raise AoeError(f"no adapter for agent {missing[0]!r}")
+    specs = territory_specs(loaded, credentials)
+    _write_headers(loaded, adapters_by_agent, registered, output_dir)
+
+    timings: dict[str, Any] = {"command_start_unix": time.time()}
+    world = WorldState()
+    log: EventLogWriter | None = None
+    referee: BuildReferee | None = None
+    t_start = time.monotonic()
+    try:
+        say(f"provisioning {len(specs)} territories ({provider.name})")
+        prov_task = asyncio.ensure_future(provider.provision(specs))
+        abort_wait = asyncio.ensure_future(abort_event.wait())
+        try:
+            await asyncio.wait({prov_task, abort_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            abort_wait.cancel()
+        timings["provision_s"] = round(time.monotonic() - t_start, 3)
+        if not prov_task.done():
+            prov_task.cancel()
+            with contextlib.suppress(BaseException):
+                await prov_task
+            log = EventLogWriter(output_dir / "events.jsonl")
+            for event in (
+                ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.aborted),
+                ev.MatchFinished(winner=None, reason=REASONS["interrupt"]),
+            ):
+                apply_event(world, log.append(event, 0))
+            return world
+        try:
+            territories: list[Territory] = prov_task.result()
+        except ProviderError as err:
+            say(f"provisioning failed: {err}")
+            log = EventLogWriter(output_dir / "events.jsonl")
+            _provision_failed(log, world, f"provider:{provider.name}", str(err), PROVISION_FAILED_REASON, on_event)
+            return world
+        if credentials:
+            import dataclasses
+
+            territories = [
+                dataclasses.replace(t, credential_file=credentials[t.id].absolute()) if t.id in credentials else t
+                for t in territories
+            ]
+        say(f"territories ready in {timings['provision_s']:.1f} s: " + ", ".join(f"{t.id}@{t.host}:{t.ssh_port}" for t in territories))
+        log = EventLogWriter(output_dir / "events.jsonl")
+        referee = BuildReferee(
+            loaded,
+            territories,
+            provider,
+            adapters_by_agent,
+            output_dir,
+            log,
+            drain_seconds=drain_seconds,
+            verifier_concurrency=verifier_concurrency,
+            on_event=on_event,
+            duration_s=duration_s,
+        )
+        world = referee.world
+        forward = asyncio.ensure_future(_forward_abort(abort_event, referee))
+        try:
+            world = await referee.run()
+        finally:
+            forward.cancel()
+        return world
+    finally:
+        if referee is not None:
+            world = referee.world
+        if log is not None:
+            log.close()
+            _write_atomic(output_dir / "world.json", world_json(world), fsync=True)
+        t_down = time.monotonic()
+        say("tearing down territories")
+        try:
+            await provider.teardown()
+        except Exception as err:  # teardown must not hide the match result
+            say(f"teardown error: {err}")
+        timings["teardown_s"] = round(time.monotonic() - t_down, 3)
+        timings["wall_s"] = round(time.monotonic() - t_start, 3)
+        extra = {"schema": "aoe-tui.match-extra", "version": 1, "provider": provider.name, "timings": timings}
+        if referee is not None:
+            extra.update({k: v for k, v in referee.extra().items() if k != "timings"})
+            extra["timings"].update(referee.timings)
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            _write_atomic(output_dir / "aoe-extra.json", json.dumps(extra, indent=2, sort_keys=True))
+        if write_bundle_file and log is not None:
+            from aoe_tui.replay.bundle import write_bundle
+
+            try:
+                write_bundle(output_dir, bundle_path(output_dir, slug), name=name, slug=slug)
+            except Exception as err:
+                say(f"bundle not written: {err}")
+
+
+async def _forward_abort(abort_event: asyncio.Event, referee: BuildReferee) -> None:
+    await abort_event.wait()
+    referee.abort()

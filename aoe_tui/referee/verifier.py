@@ -1,0 +1,248 @@
+"""The verifier runner: one arena verifier run against one territory (spec §4).
+
+The verifier file is executed directly (no arguments, no shell), with the
+runner's environment and current directory, plus exactly these ``AOE_*``
+variables (any ``AOE_*`` inherited from the runner's own environment is dropped
+first, so a verifier never sees stale values):
+
+======================  ==========================================================
+``AOE_TERRITORY_ID``    territory id
+``AOE_HOST``            ``territory.host`` (``127.0.0.1`` for port forwards, the
+                        veth address for containers)
+``AOE_SSH_PORT``        the guest's SSH port as seen from the runner
+``AOE_SERVICE_PORT``    the guest's service port as seen from the runner
+``AOE_CREDENTIAL_FILE`` the territory's ``KEY=VALUE`` credential file (§5.1)
+``AOE_PREVIOUS_EVIDENCE`` ``evidence/<territory>/previous.json``, rewritten before
+                        each run with the territory's ``milestones`` map
+``AOE_EVIDENCE_FILE``   ``evidence/<territory>/<milestone>.json`` (the verifier writes it)
+======================  ==========================================================
+
+Pass iff the process exits 0 **and** the evidence file parses as JSON (any value).
+Failure details follow §3.9 exactly: ``"verifier timed out"``,
+``"verifier produced no evidence: <io error>"``, ``"invalid evidence: <json error>"``,
+otherwise the verifier's stderr, trimmed (stdout is discarded).
+
+Unlike upstream (which abandons the wait), a verifier that exceeds its
+``timeout_seconds`` is killed together with its whole process group (it is
+started in a new session), so no process is left behind. Processes a verifier
+deliberately detaches into their *own* session (long-running monitors, §4)
+survive a normal exit. stderr goes to an anonymous temporary file, not a pipe,
+so a background child holding it open cannot stall the runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["VerifierOutcome", "run_verifier", "write_previous_evidence", "verifier_env"]
+
+#: Upper bound on the stderr kept as a failure detail (characters).
+MAX_DETAIL_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class VerifierOutcome:
+    """Result of one verifier run.
+
+    Attributes:
+        passed: exit 0 and valid JSON evidence.
+        evidence: the parsed evidence (any JSON value) when ``passed``; else None.
+        detail: failure detail per §3.9 when not ``passed``; else None.
+        duration_ms: wall time of the run in milliseconds.
+        exit_code: process exit status (negative = killed by that signal), None if it
+            never started or was killed at the timeout.
+        timed_out: True when it was killed at ``timeout_seconds``.
+    """
+
+    passed: bool
+    evidence: Any = None
+    detail: str | None = None
+    duration_ms: int = 0
+    exit_code: int | None = None
+    timed_out: bool = False
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def write_previous_evidence(path: Path, milestones: dict[str, Any]) -> Path:
+    """Atomically write ``previous.json`` (§4): ``{milestone id: MilestoneView dict}``.
+
+    ``milestones`` is the territory's ``milestones`` map from the world (pydantic
+    views or plain dicts); keys are written sorted, as upstream's world map is.
+    Returns ``path``.
+    """
+    from aoe_tui.domain.world import pretty_json, sort_json
+
+    data = {}
+    for mid in sorted(milestones):
+        view = milestones[mid]
+        if hasattr(view, "model_dump"):
+            view = view.model_dump(mode="json", by_alias=True)
+        data[mid] = {**view, "evidence": sort_json(view.get("evidence"))}
+    _atomic_write(path, pretty_json(data))
+    return path
+
+
+def verifier_env(
+    *,
+    territory_id: str,
+    host: str,
+    ssh_port: int,
+    service_port: int,
+    credential_file: Path | str,
+    previous_evidence: Path,
+    evidence_file: Path,
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The verifier's environment: ``base`` (default ``os.environ``) minus any ``AOE_*``,
+    plus the seven ``AOE_*`` variables of §4 (paths made absolute)."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("AOE_")}
+    env.update(
+        AOE_TERRITORY_ID=territory_id,
+        AOE_HOST=host,
+        AOE_SSH_PORT=str(ssh_port),
+        AOE_SERVICE_PORT=str(service_port),
+        AOE_CREDENTIAL_FILE=str(Path(credential_file).absolute()),
+        AOE_PREVIOUS_EVIDENCE=str(previous_evidence.absolute()),
+        AOE_EVIDENCE_FILE=str(evidence_file.absolute()),
+    )
+    return env
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _io_error_text(err: OSError) -> str:
+    """Rust-like io error text: ``No such file or directory (os error 2)``."""
+    if err.errno is not None and err.strerror:
+        return f"{err.strerror} (os error {err.errno})"
+    return str(err)
+
+
+async def run_verifier(
+    verifier: Path,
+    *,
+    territory_id: str,
+    milestone_id: str,
+    host: str,
+    ssh_port: int,
+    service_port: int,
+    credential_file: Path | str,
+    evidence_dir: Path,
+    previous: dict[str, Any],
+    timeout_s: float,
+) -> VerifierOutcome:
+    """Run ``verifier`` once for ``territory_id`` / ``milestone_id`` and judge it (§4, §3.9).
+
+    Args:
+        verifier: path of the executable (``arena_dir / milestone.verifier``).
+        evidence_dir: ``<match>/evidence/<territory>/``; created if missing. The
+            stale ``<milestone>.json`` from an earlier attempt is removed before the
+            run, so a verifier that exits 0 without writing evidence fails.
+        previous: the territory's milestone views (current one ``evaluating: true``)
+            written to ``previous.json`` before the run.
+        timeout_s: ``timeout_seconds`` of the milestone (seconds); on expiry the whole
+            process group is killed with SIGKILL.
+
+    Returns a :class:`VerifierOutcome`; never raises for verifier misbehaviour (a
+    missing or non-executable file is a failed outcome with a clear detail). If the
+    awaiting task is cancelled, the process group is killed before re-raising.
+    """
+    evidence_dir.mkdir(parents=True, exist_ok=True)
+    previous_file = evidence_dir / "previous.json"
+    evidence_file = evidence_dir / f"{milestone_id}.json"
+    write_previous_evidence(previous_file, previous)
+    try:
+        evidence_file.unlink()
+    except FileNotFoundError:
+        pass
+    env = verifier_env(
+        territory_id=territory_id,
+        host=host,
+        ssh_port=ssh_port,
+        service_port=service_port,
+        credential_file=credential_file,
+        previous_evidence=previous_file,
+        evidence_file=evidence_file,
+    )
+    started = time.monotonic()
+
+    def elapsed() -> int:
+        return int((time.monotonic() - started) * 1000)
+
+    with tempfile.TemporaryFile() as err_fh:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                str(verifier),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=err_fh,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                what = "verifier not found"
+            elif err.errno in (errno.EACCES, errno.EPERM):
+                what = "verifier is not executable"
+            elif err.errno == errno.ENOEXEC:
+                what = "verifier has no interpreter line (exec format error)"
+            else:
+                what = f"verifier could not start: {_io_error_text(err)}"
+            return VerifierOutcome(passed=False, detail=f"{what}: {verifier}", duration_ms=elapsed())
+        pgid = proc.pid  # start_new_session: the child leads its own group
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=max(0.001, timeout_s))
+        except asyncio.TimeoutError:
+            _kill_group(pgid)
+            await proc.wait()
+            return VerifierOutcome(passed=False, detail="verifier timed out", duration_ms=elapsed(), timed_out=True)
+        except BaseException:
+            _kill_group(pgid)
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+            raise
+        code = proc.returncode
+        if code != 0:
+            err_fh.seek(0)
+            text = err_fh.read().decode("utf-8", errors="replace").strip()
+            if len(text) > MAX_DETAIL_CHARS:
+                text = "…" + text[-MAX_DETAIL_CHARS:]
+            if not text:
+                text = f"verifier exited with status {code}" if code > 0 else f"verifier killed by signal {-code}"
+            return VerifierOutcome(passed=False, detail=text, duration_ms=elapsed(), exit_code=code)
+    try:
+        raw = evidence_file.read_bytes()
+    except OSError as err:
+        return VerifierOutcome(
+            passed=False,
+            detail=f"verifier produced no evidence: {_io_error_text(err)}",
+            duration_ms=elapsed(),
+            exit_code=0,
+        )
+    try:
+        evidence = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        return VerifierOutcome(passed=False, detail=f"invalid evidence: {err}", duration_ms=elapsed(), exit_code=0)
+    return VerifierOutcome(passed=True, evidence=evidence, duration_ms=elapsed(), exit_code=0)

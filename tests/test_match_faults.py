@@ -1,0 +1,201 @@
+"""Fault handling of a real heat on container territories (real verifiers, adapters, SSH).
+
+* a verifier that hangs is killed at its timeout, leaves no process, and does not
+  delay the other seats;
+* an adapter that crashes is a ``harness`` failure and its competitor ends ``unavailable``;
+* a territory whose reboot never returns is an ``infrastructure_failure`` (source ``arena``);
+* SIGINT mid-match (``aoe match run`` in a subprocess) leaves a loadable log, a
+  ``world.json`` with ``match_state`` aborted, and no territory left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aoe_tui.agents.registry import resolve_adapter
+from aoe_tui.domain.arena import load_manifest
+from aoe_tui.domain.world import world_json
+from aoe_tui.referee.match import run_match
+from aoe_tui.replay.log import read_events
+from aoe_tui.replay.reducer import reduce_match
+from aoe_tui.runtime.container import ContainerProvider
+from aoe_tui.runtime.provider import RebootError, Territory
+
+pytestmark = [pytest.mark.container]
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "tests" / "adapters" / "tiny-adapter.sh"
+
+
+def need_container_host() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("container heats need root")
+    if shutil.which("systemd-nspawn") is None:
+        pytest.skip("systemd-nspawn not installed (apt-get install systemd-container)")
+
+
+def make_arena(dest: Path, *, edits: dict[str, str] | None = None) -> Path:
+    shutil.copytree(REPO / "arenas" / "first-build", dest)
+    manifest = dest / "arena.toml"
+    text = manifest.read_text().replace("duration_seconds = 600", "duration_seconds = 120")
+    for old, new in (edits or {}).items():
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    manifest.write_text(text)
+    return manifest
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _nspawn_procs_under(path: Path) -> list[int]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "systemd-nspawn" in cmd and str(path) in cmd:
+            out.append(int(proc.name))
+    return out
+
+
+async def _heat(tmp_path, manifest, agents, *, provider=None, duration_s=None, drain=3.0):
+    loaded = load_manifest(manifest)
+    out = tmp_path / "match"
+    provider = provider or ContainerProvider(out / "territories", cidr=loaded.manifest.network.cidr)
+    seats = [loaded.manifest.agent_for(t.id) for t in loaded.manifest.territories]
+    adapters = {a.id: resolve_adapter(spec) for a, spec in zip(seats, agents)}
+    world = await run_match(loaded, provider, adapters, out, drain_seconds=drain, duration_s=duration_s)
+    records = read_events(out / "events.jsonl")
+    assert (out / "world.json").read_text() == world_json(reduce_match(records)) == world_json(world)
+    assert not _nspawn_procs_under(out)
+    return world, records, out
+
+
+async def test_hung_verifier_is_killed_and_does_not_delay_others(tmp_path, guest_image):
+    need_container_host()
+    manifest = make_arena(
+        tmp_path / "first-build",
+        edits={"timeout_seconds = 5": "timeout_seconds = 1"},  # service-up
+    )
+    verify = manifest.parent / "verify"
+    shutil.move(verify / "service-up.sh", verify / "service-up-real.sh")
+    pids = tmp_path / "hang.pids"
+    hang = verify / "service-up.sh"
+    hang.write_text(
+        "#!/bin/sh\n"
+        'if [ "$AOE_TERRITORY_ID" = builder-two ]; then\n'
+        f"  sleep 300 & echo $! >> {pids}\n"
+        f"  echo $$ >> {pids}\n"
+        "  sleep 301\n"
+        "fi\n"
+        'exec "$(dirname "$0")/service-up-real.sh"\n'
+    )
+    hang.chmod(0o755)
+    world, records, _ = await _heat(tmp_path, manifest, ["oracle", "oracle", "oracle"])
+    two = [r.event for r in records if getattr(r.event, "territory", None) == "builder-two" and r.event.kind == "milestone_failed"]
+    assert two and all(e.detail == "verifier timed out" for e in two)
+    assert world.winner in ("builder-one", "builder-three")
+    # one seat's 1 s hangs never delayed the others: durable as fast as usual
+    assert world.territories[world.winner].durable_at_ms < 12000
+    listed = [int(p) for p in pids.read_text().split()]
+    assert len(listed) >= 2
+    time.sleep(0.3)
+    assert not [p for p in listed if _pid_alive(p)], "a hung verifier process was left behind"
+
+
+async def test_crashing_adapter_is_harness_failure(tmp_path, guest_image, monkeypatch):
+    need_container_host()
+    if shutil.which("sshpass") is None or shutil.which("jq") is None:
+        pytest.skip("tiny-adapter.sh needs sshpass and jq")
+    monkeypatch.setenv("TINY_ADAPTER_MODE", "crash")
+    manifest = make_arena(tmp_path / "first-build")
+    world, records, _ = await _heat(tmp_path, manifest, [f"command:{TINY}", "scripted:memory", "oracle"])
+    agent = world.agents["builder-one-agent"]
+    assert agent.failure_source == "harness" and agent.terminal_state == "failed" and agent.successful is False
+    assert "exit status: 3" in agent.terminal_detail
+    # its first usage checkpoint still reached the log before the crash
+    assert agent.input_tokens == 1200 and agent.output_tokens == 80
+    ends = {r.event.territory: r.event.to for r in records if r.event.kind == "competitor_state_changed" and r.event.to in ("unavailable", "incomplete")}
+    assert ends == {"builder-one": "unavailable", "builder-two": "incomplete"}
+    assert world.winner == "builder-three"
+
+
+class NeverRebootsProvider(ContainerProvider):
+    """A real container provider whose reboot of one territory never comes back."""
+
+    async def reboot(self, territory: Territory) -> None:
+        if territory.id == "builder-one":
+            await asyncio.sleep(0.5)
+            raise RebootError(f"{territory.id}: SSH unavailable after reboot")
+        await super().reboot(territory)
+
+
+async def test_reboot_that_never_returns_is_infrastructure_failure(tmp_path, guest_image):
+    need_container_host()
+    manifest = make_arena(tmp_path / "first-build")
+    loaded = load_manifest(manifest)
+    provider = NeverRebootsProvider(tmp_path / "match" / "territories", cidr=loaded.manifest.network.cidr)
+    world, records, out = await _heat(
+        tmp_path, manifest, ["oracle", "scripted:memory", "scripted:memory"], provider=provider, duration_s=15
+    )
+    infra = [r.event for r in records if r.event.kind == "infrastructure_failure"]
+    assert len(infra) == 1
+    assert infra[0].component == "territory:builder-one" and infra[0].source == "arena"
+    assert "SSH unavailable after reboot" in infra[0].detail
+    assert world.infrastructure_failures == 1
+    t1 = world.territories["builder-one"]
+    assert t1.competitor_state == "unavailable" and not t1.milestones["host-reboot"].passed
+    assert world.finish_reason == "match timer expired" and world.match_state == "finished"
+    assert (out / "agents" / "builder-one-agent" / "referee-reboot").read_text() == "host-reboot"
+
+
+def test_sigint_mid_match(tmp_path, guest_image):
+    need_container_host()
+    manifest = make_arena(tmp_path / "first-build")
+    out = tmp_path / "match"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aoe_tui.cli", "match", "run", str(manifest), "--provider", "container",
+         "--agent", "scripted:memory", "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )
+    # wait until the match clock runs and verifiers have started
+    deadline = time.monotonic() + 60
+    log = out / "events.jsonl"
+    while time.monotonic() < deadline:
+        if log.exists() and b"milestone_evaluation_started" in log.read_bytes():
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("match never started: " + proc.stderr.read())
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 130, stderr
+    records = read_events(log)
+    world = json.loads((out / "world.json").read_text())
+    assert world["match_state"] == "aborted" and world["winner"] is None
+    assert world["finish_reason"] == "operator interrupt"
+    assert (out / "world.json").read_text() == world_json(reduce_match(records))
+    assert not any(a["running"] for a in world["agents"].values())
+    assert not _nspawn_procs_under(out), "territories left running after SIGINT"
+    assert "Traceback" not in stderr

@@ -1,0 +1,514 @@
+"""Unit tests of the build referee (spec §3) with a fake provider and fake adapters.
+
+Verifiers are real processes (tiny shell scripts) that pass once a per-territory
+flag file exists; fake agents create those flags on a schedule and write real
+``usage.json`` checkpoints. Everything the referee decides is checked in the real
+``events.jsonl`` it writes, and ``world`` is compared with the log's reduction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun, Usage
+from aoe_tui.domain.arena import load_manifest
+from aoe_tui.domain.world import world_json
+from aoe_tui.referee.referee import BuildReferee
+from aoe_tui.replay.log import EventLogWriter, read_events
+from aoe_tui.replay.reducer import reduce_match
+from aoe_tui.runtime.provider import ProvisionError, RebootError, Territory, TerritoryProvider, TerritorySpec
+
+MILESTONES = ["service-up", "write-read", "service-restart", "host-reboot"]
+SEATS = ["builder-one", "builder-two", "builder-three"]
+
+
+def write_arena(root: Path, *, duration=20, tick_ms=100, stop_on_first_durable=True, timeouts=None) -> Path:
+    """A first-build-shaped arena whose verifiers pass when ``$FAKE_STATE/<territory>/<milestone>`` exists."""
+    timeouts = timeouts or {}
+    (root / "verify").mkdir(parents=True)
+    for m in MILESTONES:
+        v = root / "verify" / f"{m}.sh"
+        v.write_text(
+            "#!/bin/sh\n"
+            'm=$(basename "$0" .sh)\n'
+            'if [ -f "$FAKE_STATE/$AOE_TERRITORY_ID/hang-$m" ]; then sleep 60; fi\n'
+            'if [ -f "$FAKE_STATE/$AOE_TERRITORY_ID/$m" ]; then\n'
+            '  printf \'{"milestone":"%s","seen":%s}\' "$m" "$(cat "$AOE_PREVIOUS_EVIDENCE" | tr -d "\\n ")" > "$AOE_EVIDENCE_FILE"; exit 0\n'
+            "fi\n"
+            'echo "  $m not ready on $AOE_TERRITORY_ID  " >&2; exit 1\n'
+        )
+        v.chmod(0o755)
+    ms = []
+    prev = None
+    for m, pts in zip(MILESTONES, [10, 20, 30, 40]):
+        block = f'[[build.milestones]]\nid = "{m}"\ndisplay_name = "{m}"\nverifier = "verify/{m}.sh"\n'
+        block += f"timeout_seconds = {timeouts.get(m, 5)}\npoints = {pts}\n"
+        if prev:
+            block += f'depends_on = ["{prev}"]\n'
+        if m == "host-reboot":
+            block += 'operation = "host_reboot"\n'
+        ms.append(block)
+        prev = m
+    terr = "".join(
+        textwrap.dedent(
+            f"""
+            [[territories]]
+            id = "{t}"
+            class = "builder"
+            nixos_config = ".#nixosConfigurations.{t}.config.system.build.vm"
+            [territories.service]
+            port = 8080
+            path = "/health"
+            expected_status = 200
+            expected_body = "ready"
+            [territories.service.health]
+            poll_interval_ms = 1000
+            consecutive_failures = 3
+            recovery_window_seconds = 10
+            """
+        )
+        for t in SEATS
+    )
+    agents = "".join(
+        f'\n[[agents]]\nid = "{t}-agent"\nterritory = "{t}"\nadapter = "fake"\nmodel = "fake-model"\n'
+        f"[agents.budget]\nresource_units = 100\n"
+        for t in SEATS
+    )
+    text = (
+        "schema_version = 1\n\n[arena]\nid = \"fake-build\"\ndisplay_name = \"Fake Build\"\nmode = \"build_race\"\n\n"
+        '[network]\ncidr = "10.78.0.0/24"\n\n'
+        f"[rules]\nduration_seconds = {duration}\ntick_ms = {tick_ms}\nhealthy_resources_per_tick = 0\nminimum_territories = 2\n\n"
+        f'[build]\nstop_on_first_durable = {"true" if stop_on_first_durable else "false"}\ncompletion_milestone = "host-reboot"\n\n'
+        + "\n".join(ms)
+        + '\n[[classes]]\nid = "builder"\ndisplay_name = "Builder"\n[classes.resources]\nvcpus = 1\nmemory_mib = 768\ndisk_mib = 2048\n'
+        + terr
+        + agents
+    )
+    (root / "arena.toml").write_text(text)
+    return root / "arena.toml"
+
+
+class FakeProvider(TerritoryProvider):
+    name = "fake"
+
+    def __init__(self, state: Path, fail_reboot: set[str] = frozenset(), reboot_s: float = 0.05) -> None:
+        self.state = state
+        self.fail_reboot = set(fail_reboot)
+        self.reboot_s = reboot_s
+        self.reboots: list[str] = []
+
+    async def provision(self, specs: Sequence[TerritorySpec]) -> list[Territory]:
+        out = []
+        for s in specs:
+            cred = self.state / f"{s.id}.env"
+            cred.write_text("AOE_SSH_PASSWORD=x\n")
+            (self.state / s.id).mkdir(parents=True, exist_ok=True)
+            out.append(Territory(s.id, "127.0.0.1", 2200 + s.index, 8080, s.password, cred))
+        return out
+
+    async def reboot(self, territory: Territory) -> None:
+        self.reboots.append(territory.id)
+        await asyncio.sleep(self.reboot_s)
+        if territory.id in self.fail_reboot:
+            raise RebootError(f"{territory.id}: SSH unavailable after reboot")
+        # a "volatile" build loses its reboot flag: only survives if marked durable
+        if (self.state / territory.id / "volatile").exists():
+            (self.state / territory.id / "host-reboot").unlink(missing_ok=True)
+
+    async def teardown(self) -> None:
+        pass
+
+
+class FakeRun(AgentRun):
+    def __init__(self, ctx: AgentContext, plan: dict) -> None:
+        super().__init__(ctx)
+        self.plan = plan
+        self.stopped = asyncio.Event()
+        self.task = asyncio.ensure_future(self._work())
+
+    async def _work(self) -> AgentOutcome:
+        state: Path = self.plan["state"] / self.ctx.territory.id
+        if self.plan.get("crash"):
+            return AgentOutcome(AdapterStatus.HARNESS_ERROR, "adapter exited with exit status: 1")
+        await asyncio.sleep(self.plan.get("delay", 0))
+        for i, (m, usage) in enumerate(self.plan.get("steps", [])):
+            if m:
+                (state / m).touch()
+            if usage is not None:
+                (self.ctx.agent_dir / "usage.json").write_text(
+                    json.dumps(
+                        {
+                            "schema_version": 1,
+                            "agent": self.ctx.agent.id,
+                            "territory": self.ctx.territory.id,
+                            "usage": usage,
+                        }
+                    )
+                )
+            self.activity.append(f"step {i}: {m}")
+            await asyncio.sleep(self.plan.get("step_s", 0.05))
+        if self.plan.get("volatile"):
+            (state / "volatile").touch()
+        if self.plan.get("forever"):
+            await self.stopped.wait()
+            return AgentOutcome(AdapterStatus.FAILED, "killed")
+        return AgentOutcome(AdapterStatus.COMPLETED, self.plan.get("summary", "done"), Usage(**self.plan.get("final", {})))
+
+    async def wait(self) -> AgentOutcome:
+        return await asyncio.shield(self.task)
+
+    async def stop(self) -> None:
+        self.stopped.set()
+
+
+class FakeAdapter(Adapter):
+    name = "fake"
+
+    def __init__(self, plan: dict) -> None:
+        self.plan = plan
+
+    async def start(self, ctx: AgentContext) -> AgentRun:
+        if self.plan.get("start_error"):
+            raise RuntimeError("no such binary: fake-agent")
+        assert ctx.instruction_file.read_text() == f"build on {ctx.territory.id}"
+        return FakeRun(ctx, self.plan)
+
+
+ALL = [(m, None) for m in MILESTONES]
+
+
+async def run_heat(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1.0, abort_after=None, conc=4, duration=None):
+    state = tmp_path / "state"
+    state.mkdir()
+    manifest = write_arena(tmp_path / "arena", **(arena_kw or {}))
+    loaded = load_manifest(manifest)
+    provider = FakeProvider(state, **(provider_kw or {}))
+    specs = [TerritorySpec(t.id, f"{t.id}-race", 8080, i) for i, t in enumerate(loaded.manifest.territories)]
+    territories = await provider.provision(specs)
+    adapters = {f"{t}-agent": FakeAdapter({"state": state, **plan}) for t, plan in zip(SEATS, plans)}
+    out = tmp_path / "match"
+    out.mkdir()
+    log = EventLogWriter(out / "events.jsonl")
+    seen = []
+    ref = BuildReferee(
+        loaded,
+        territories,
+        provider,
+        adapters,
+        out,
+        log,
+        drain_seconds=drain,
+        verifier_concurrency=conc,
+        duration_s=duration,
+        instruction_builder=lambda _l, tid: f"build on {tid}",
+        on_event=lambda rec, world: seen.append(rec.sequence),
+    )
+    import os
+
+    os.environ["FAKE_STATE"] = str(state)
+    if abort_after is not None:
+        asyncio.get_running_loop().call_later(abort_after, ref.abort)
+    world = await ref.run()
+    log.close()
+    records = read_events(out / "events.jsonl")
+    assert seen == list(range(len(records)))
+    assert world_json(world) == world_json(reduce_match(records))
+    return world, records, out, provider
+
+
+def kinds(records, kind):
+    return [r for r in records if r.event.kind == kind]
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.delenv("FAKE_STATE", raising=False)
+
+
+async def test_first_durable_heat(tmp_path):
+    oracle = {"steps": [(m, {"input_tokens": 10 * (i + 1), "output_tokens": 5, "resource_units": 1}) for i, m in enumerate(MILESTONES)]}
+    memory = {"steps": [("service-up", None), ("write-read", None)], "forever": True}
+    volatile = {"delay": 0.4, "steps": ALL, "volatile": True}
+    world, records, out, provider = await run_heat(tmp_path, [oracle, memory, volatile])
+
+    # canonical start (§2.2), all at 0
+    head = [(r.event.kind, getattr(r.event, "agent", None) if r.event.kind == "agent_started" else getattr(r.event, "territory", None)) for r in records[:10]]
+    assert head == [
+        ("match_state_changed", None),
+        ("competitor_state_changed", "builder-one"),
+        ("competitor_state_changed", "builder-three"),
+        ("competitor_state_changed", "builder-two"),
+        ("territory_registered", "builder-one"),
+        ("territory_registered", "builder-two"),
+        ("territory_registered", "builder-three"),
+        ("agent_started", "builder-one-agent"),
+        ("agent_started", "builder-two-agent"),
+        ("agent_started", "builder-three-agent"),
+    ]
+    assert all(r.elapsed_ms == 0 for r in records[:10])
+    assert [r.elapsed_ms for r in records] == sorted(r.elapsed_ms for r in records)
+    assert [r.sequence for r in records] == list(range(len(records)))
+
+    assert world.match_state == "finished" and world.winner == "builder-one"
+    assert world.finish_reason == "first durable deployment"
+    t1 = world.territories["builder-one"]
+    assert t1.competitor_state == "durable" and t1.milestone_points == 100
+    # finish order (§2.2)
+    i = next(i for i, r in enumerate(records) if r.event.kind == "durable_deployment_completed")
+    seq = [r.event.kind for r in records[i - 2 : i + 3]]
+    assert seq == [
+        "milestone_passed",
+        "competitor_state_changed",
+        "durable_deployment_completed",
+        "match_state_changed",
+        "match_finished",
+    ]
+    assert records[i].event.elapsed_ms == records[i].elapsed_ms == t1.durable_at_ms
+    frozen = records[i].elapsed_ms
+    assert all(r.elapsed_ms == frozen for r in records[i:])
+    assert t1.durable_at_ms < 3000  # checks start at the first tick (100 ms)
+
+    # memory never passes service-restart; it is an outraced, incomplete competitor
+    t2 = world.territories["builder-two"]
+    assert {k for k, v in t2.milestones.items() if v.passed} == {"service-up", "write-read"}
+    assert t2.milestones["service-restart"].failure_detail == "service-restart not ready on builder-two"
+    assert t2.competitor_state == "incomplete"
+    # drain: losers outraced, memory (still running) stopped, counted as terminated
+    drain = [r.event for r in records if r.event.kind.startswith("post_match_drain") or r.event.kind == "agent_outraced"]
+    assert drain[0].kind == "post_match_drain_started" and drain[0].timeout_ms == 1000
+    assert [e.agent for e in drain if e.kind == "agent_outraced"] == ["builder-two-agent", "builder-three-agent"]
+    assert drain[-1].kind == "post_match_drain_finished"
+    for a in ("builder-two-agent", "builder-three-agent"):
+        assert world.agents[a].terminal_state == "incomplete" and not world.agents[a].running
+        assert world.agents[a].terminal_detail == "builder-one reached durable first; build ended at the frozen clock"
+    # the oracle's result arrived during the match and was recorded then
+    fin = [r for r in kinds(records, "agent_finished") if r.event.agent == "builder-one-agent"]
+    assert len(fin) == 1 and fin[0].event.source == "player" and fin[0].event.success
+    # usage: cumulative checkpoints -> deltas summing to the max
+    a1 = world.agents["builder-one-agent"]
+    assert (a1.input_tokens, a1.output_tokens, a1.resource_units_used) == (40, 5, 1)
+    for r in kinds(records, "usage_charged"):
+        e = r.event
+        assert e.resource_units or e.input_tokens or e.output_tokens or e.cost_microusd
+    # evidence chaining: previous.json was the territory's milestone map incl. the current one
+    ev = json.loads((out / "evidence" / "builder-one" / "write-read.json").read_text())
+    assert ev["seen"]["write-read"]["evaluating"] is True
+    assert ev["seen"]["service-up"]["passed"] is True
+    assert (out / "agents" / "builder-one-agent" / "referee-reboot").read_text() == "host-reboot"
+    assert (out / "agents" / "builder-one-agent" / "instruction.md").read_text() == "build on builder-one"
+    assert "builder-one" in provider.reboots
+
+
+async def test_timer_expiry_standings_and_tie(tmp_path):
+    memory = {"steps": [("service-up", None), ("write-read", None)]}
+    world, records, _, _ = await run_heat(
+        tmp_path, [memory, memory, {"steps": [("service-up", None)]}], duration=2
+    )
+    assert world.finish_reason == "match timer expired"
+    assert world.winner is None  # builder-one and builder-two tie on (None, 30, 2)
+    assert kinds(records, "post_match_drain_started")[0].event.pending_agents == 0
+    assert not kinds(records, "agent_outraced")
+    ends = {r.event.territory: r.event.to for r in kinds(records, "competitor_state_changed") if r.event.to in ("incomplete", "unavailable")}
+    assert ends == {t: "incomplete" for t in SEATS}
+    assert records[-1].event.kind == "post_match_drain_finished"
+
+
+async def test_timer_winner_by_points(tmp_path):
+    world, _, _, _ = await run_heat(
+        tmp_path,
+        [{"steps": [("service-up", None)]}, {"steps": ALL[:3]}, {}],
+        duration=2,
+    )
+    assert world.winner == "builder-two" and world.finish_reason == "match timer expired"
+
+
+async def test_reboot_failure_is_infrastructure_failure(tmp_path):
+    plan = {"steps": ALL}
+    world, records, _, provider = await run_heat(
+        tmp_path,
+        [plan, {}, {}],
+        provider_kw={"fail_reboot": {"builder-one"}},
+        duration=3,
+    )
+    infra = kinds(records, "infrastructure_failure")
+    assert len(infra) == 1
+    e = infra[0].event
+    assert (e.component, e.source) == ("territory:builder-one", "arena")
+    assert "SSH unavailable after reboot" in e.detail
+    assert world.infrastructure_failures == 1
+    t1 = world.territories["builder-one"]
+    assert t1.competitor_state == "unavailable" and not t1.milestones["host-reboot"].evaluating
+    assert provider.reboots.count("builder-one") == 1  # never retried
+    assert world.finish_reason == "match timer expired" and world.winner == "builder-one"  # 60 points lead
+
+
+async def test_hung_verifier_does_not_delay_other_seats(tmp_path):
+    # seat one's service-up verifier hangs (timeout 2 s); seat two must still finish fast
+    hang = {"steps": [("hang-service-up", None)]}
+    fast = {"steps": ALL}
+    world, records, _, _ = await run_heat(
+        tmp_path, [hang, fast, {}], arena_kw={"timeouts": {"service-up": 2}}, conc=2
+    )
+    assert world.winner == "builder-two"
+    assert world.territories["builder-two"].durable_at_ms < 1800
+    # builder-one's hung check was in flight the whole time (started before two's durable pass)
+    started = [r for r in kinds(records, "milestone_evaluation_started") if r.event.territory == "builder-one"]
+    assert started and started[0].elapsed_ms < world.territories["builder-two"].durable_at_ms
+    assert not [r for r in kinds(records, "milestone_passed") if r.event.territory == "builder-one"]
+
+
+async def test_agent_crash_is_harness_failure(tmp_path):
+    world, records, _, _ = await run_heat(
+        tmp_path,
+        [{"crash": True}, {"start_error": True}, {"steps": ALL[:1]}],
+        duration=1,
+    )
+    a1, a2 = world.agents["builder-one-agent"], world.agents["builder-two-agent"]
+    assert (a1.failure_source, a1.terminal_state, a1.successful) == ("harness", "failed", False)
+    assert (a2.failure_source, a2.terminal_state) == ("harness", "failed")
+    assert "failed to start: no such binary" in a2.terminal_detail
+    ends = {r.event.territory: r.event.to for r in kinds(records, "competitor_state_changed") if r.event.to in ("incomplete", "unavailable")}
+    assert ends == {"builder-one": "unavailable", "builder-two": "unavailable", "builder-three": "incomplete"}
+
+
+async def test_drain_terminates_agents_that_never_return(tmp_path):
+    forever = {"forever": True}
+    world, records, _, _ = await run_heat(tmp_path, [forever, forever, forever], duration=1, drain=0.3)
+    started = kinds(records, "post_match_drain_started")[0].event
+    assert started.pending_agents == 3
+    term = kinds(records, "agent_terminated")
+    assert [r.event.reason for r in term] == ["post-match drain deadline expired"] * 3
+    fin = kinds(records, "post_match_drain_finished")[0].event
+    assert (fin.captured_agents, fin.terminated_agents) == (0, 3)
+    assert all(a.terminal_state == "terminated" for a in world.agents.values())
+
+
+async def test_abort_mid_match(tmp_path):
+    forever = {"forever": True}
+    world, records, _, _ = await run_heat(tmp_path, [forever, forever, forever], abort_after=0.5)
+    assert world.match_state == "aborted" and world.winner is None and world.finish_reason == "operator interrupt"
+    i = next(i for i, r in enumerate(records) if r.event.kind == "match_finished")
+    assert records[i - 1].event.kind == "match_state_changed" and records[i - 1].event.to == "aborted"
+    assert not any(a.running for a in world.agents.values())
+    assert 400 <= records[i].elapsed_ms < 2000
+
+
+async def test_cancellation_writes_abort_events(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    provider = FakeProvider(state)
+    territories = await provider.provision([TerritorySpec(t, "p", 8080, i) for i, t in enumerate(SEATS)])
+    adapters = {f"{t}-agent": FakeAdapter({"state": state, "forever": True}) for t in SEATS}
+    (tmp_path / "m").mkdir()
+    log = EventLogWriter(tmp_path / "m" / "events.jsonl")
+    ref = BuildReferee(loaded, territories, provider, adapters, tmp_path / "m", log,
+                       instruction_builder=lambda _l, tid: f"build on {tid}")
+    task = asyncio.create_task(ref.run())
+    await asyncio.sleep(0.4)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    log.close()
+    world = reduce_match(read_events(tmp_path / "m" / "events.jsonl"))
+    assert world.match_state == "aborted" and world.finish_reason == "operator interrupt"
+
+
+# ---------------------------------------------------------------------------- run_match
+
+
+class FailingProvider(FakeProvider):
+    async def provision(self, specs):
+        raise ProvisionError("builder-two: container did not boot (console: kernel panic)")
+
+
+async def test_run_match_provision_failure_is_recorded(tmp_path, monkeypatch):
+    from aoe_tui.referee.match import run_match
+
+    state = tmp_path / "state"
+    state.mkdir()
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    adapters = {a.id: FakeAdapter({"state": state}) for a in loaded.manifest.agents}
+    out = tmp_path / "match"
+    world = await run_match(loaded, FailingProvider(state), adapters, out, write_bundle_file=False)
+    assert world.match_state == "aborted" and world.infrastructure_failures == 1
+    assert world.finish_reason == "territory provisioning failed"
+    records = read_events(out / "events.jsonl")
+    e = records[0].event
+    assert (e.kind, e.component, e.source) == ("infrastructure_failure", "provider:fake", "arena")
+    assert "kernel panic" in e.detail
+    assert (out / "world.json").read_text() == world_json(reduce_match(records))
+    assert json.loads((out / "arena.json").read_text())["arena"]["id"] == "fake-build"
+    assert json.loads((out / "match.json").read_text())["adapter_sha256"] == {}
+
+
+async def test_run_match_full_with_fakes_and_refusal(tmp_path, monkeypatch):
+    from aoe_tui.referee.match import OutputExistsError, bundle_path, run_match
+
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_STATE", str(state))
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    adapters = {a.id: FakeAdapter({"state": state, "steps": ALL}) for a in loaded.manifest.agents}
+    monkeypatch.setattr("aoe_tui.agents.instruction.build_instruction", lambda _l, tid: f"build on {tid}")
+    provider = FakeProvider(state)
+    out = tmp_path / "match"
+    seen = []
+    world = await run_match(loaded, provider, adapters, out, drain_seconds=0.5, on_event=lambda r, w: seen.append(r.event.kind))
+    assert world.match_state == "finished" and world.winner in SEATS
+    assert seen[0] == "match_state_changed" and seen[-1] == "post_match_drain_finished"
+    assert bundle_path(out).is_file()
+    extra = json.loads((out / "aoe-extra.json").read_text())
+    assert extra["provider"] == "fake" and "teardown_s" in extra["timings"]
+    with pytest.raises(OutputExistsError):
+        await run_match(loaded, FakeProvider(state), adapters, out)
+
+
+async def test_same_millisecond_completions_ordered_by_seat(tmp_path):
+    """Results are committed by completion time; seat order breaks only exact-ms ties."""
+    import time as _time
+
+    from aoe_tui.referee.referee import _Pending
+
+    state = tmp_path / "state"
+    state.mkdir()
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    provider = FakeProvider(state)
+    territories = await provider.provision([TerritorySpec(t, "p", 8080, i) for i, t in enumerate(SEATS)])
+    adapters = {f"{t}-agent": FakeAdapter({"state": state}) for t in SEATS}
+    (tmp_path / "m").mkdir()
+    log = EventLogWriter(tmp_path / "m" / "events.jsonl")
+    ref = BuildReferee(loaded, territories, provider, adapters, tmp_path / "m", log)
+    ref._emit_start()
+    ref._t0 = _time.monotonic() - 1.0  # clock at ~1000 ms
+    order = []
+    ref._pending += [
+        _Pending(500, 2, lambda ms: order.append(("three", ms))),
+        _Pending(400, 1, lambda ms: order.append(("two", ms))),
+        _Pending(500, 0, lambda ms: order.append(("one", ms))),
+        _Pending(10**9, 0, lambda ms: order.append(("future", ms))),  # not complete yet: stays pending
+    ]
+    ref._flush()
+    assert order == [("two", 400), ("one", 500), ("three", 500)]
+    assert len(ref._pending) == 1
+    log.close()
+
+
+def test_territory_specs_passwords(tmp_path):
+    from aoe_tui.referee.match import territory_specs
+
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    cred = tmp_path / "two.env"
+    cred.write_text("OPENROUTER_API_KEY='k'\nAOE_SSH_PASSWORD='s3cret pass'\n")
+    specs = territory_specs(loaded, {"builder-two": cred})
+    assert [(s.id, s.password, s.index, s.service_port) for s in specs] == [
+        ("builder-one", "builder-one-race", 0, 8080),
+        ("builder-two", "s3cret pass", 1, 8080),
+        ("builder-three", "builder-three-race", 2, 8080),
+    ]
