@@ -9,6 +9,7 @@ cd "$(dirname "$0")"
 APT_PACKAGES=(
   systemd-container debootstrap qemu-system-x86 qemu-utils e2fsprogs
   openssh-client sshpass curl jq iproute2 procps psmisc util-linux ca-certificates python3-venv
+  chromium
 )
 
 missing=()

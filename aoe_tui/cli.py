@@ -22,6 +22,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aoe_tui.commands.image",
     "aoe_tui.commands.doctor",
     "aoe_tui.commands.match",
+    "aoe_tui.commands.tui",
+    "aoe_tui.commands.season",
 )
 
 

@@ -1,1 +1,8 @@
-"""aoe_tui.export layer (see DEVELOPERS.md architecture)."""
+"""aoe_tui.export layer (see DEVELOPERS.md architecture).
+
+:mod:`aoe_tui.export.season` renders season standings (csv, json, md, html).
+"""
+
+from aoe_tui.export.season import FORMATS, render, write_all
+
+__all__ = ["FORMATS", "render", "write_all"]

@@ -1,0 +1,262 @@
+"""Season files (``seasons/*.toml``): who races, on which arena and provider, in which format.
+
+Seasons are ours (upstream has no tournaments, spec §10.2). A season file::
+
+    id = "demo"                     # valid id (a-z, 0-9, '-')
+    label = "2026-W37"              # free text without '/' (ISO week, date, ...)
+    arena = "../arenas/first-build/arena.toml"   # relative to the season file
+    seed = 7                        # draws are reproducible for the same seed
+    max_attempts = 2                # attempts per heat (infrastructure retries), >= 1
+    concurrent_heats = 2            # heats run at once, >= 1
+    drain_seconds = 30              # post-match drain window (s), optional
+
+    [provider]
+    kind = "container"              # container | qemu
+    ready_timeout_s = 60            # optional provider options (s)
+
+    [arena_overrides]               # optional, documented deviations from the arena
+    duration_seconds = 90           # rules.duration_seconds for every heat (s)
+    minimum_territories = 2         # lets 2-entrant heats run on a 3-territory arena
+
+    [adapters]                      # optional upstream-style NAME = PATH registrations
+    tiny = "../tests/adapters/tiny-adapter.sh"
+
+    [format]
+    kind = "league"                 # league | knockout
+    heats_per_entrant = 3           # league only
+    # advance = 2                   # knockout only: top N of each heat go on
+
+    [[entrants]]
+    id = "oracle"
+    adapter = "oracle"              # oracle | scripted:NAME | command:PATH | registered NAME
+    model = "oracle"
+    reasoning_effort = "default"
+    [entrants.budget]
+    resource_units = 1
+    [entrants.options]              # adapter options (free-form scalars), kept for adapters
+    temperature = 0.2
+
+Every table rejects unknown keys and types are strict. :func:`load_season` reports
+**every** problem as ``file:line: field: message`` (lines from
+:class:`aoe_tui.domain.tomlpos.TomlPositions`) in one :class:`SeasonFileError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from aoe_tui.domain.arena import Budget, Problem, _schema_problems, is_valid_id
+from aoe_tui.domain.tomlpos import TomlPositions
+from aoe_tui.errors import AoeError
+
+__all__ = [
+    "ArenaOverrides",
+    "Entrant",
+    "KnockoutFormat",
+    "LeagueFormat",
+    "LoadedSeason",
+    "ProviderConfig",
+    "SeasonFile",
+    "SeasonFileError",
+    "load_season",
+    "parse_season_text",
+]
+
+PosInt = Annotated[int, Field(ge=1)]
+Scalar = Union[str, int, float, bool]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Entrant(_Model):
+    """``[[entrants]]``: one agent configuration that races in the season.
+
+    ``id`` becomes the agent id in every heat's manifest; ``adapter`` is an agent spec
+    (see :func:`aoe_tui.agents.registry.resolve_adapter`); ``budget`` as ``[agents.budget]``
+    (§1.11); ``options`` are adapter options, recorded in the season folder and given to
+    adapters that accept them.
+    """
+
+    id: str
+    adapter: str
+    model: str
+    reasoning_effort: str = "default"
+    budget: Budget = Field(default_factory=lambda: Budget(resource_units=1))
+    options: dict[str, Scalar] = Field(default_factory=dict)
+
+
+class ProviderConfig(_Model):
+    """``[provider]``: the territory provider and its options (seconds)."""
+
+    kind: Literal["container", "qemu"] = "container"
+    ready_timeout_s: float | int | None = None
+    reboot_timeout_s: float | int | None = None
+    memory_mib: int | None = None  # qemu only
+
+
+class ArenaOverrides(_Model):
+    """``[arena_overrides]``: deviations from the arena's ``[rules]`` for every heat.
+
+    ``duration_seconds`` (s) shortens heats (demo/CI); ``minimum_territories`` (>= 2)
+    allows heats with empty seats on arenas that demand more territories.
+    """
+
+    duration_seconds: PosInt | None = None
+    minimum_territories: Annotated[int, Field(ge=2)] | None = None
+
+
+class KnockoutFormat(_Model):
+    """``[format] kind = "knockout"``: heats; the top ``advance`` of each go on, until a final."""
+
+    kind: Literal["knockout"]
+    advance: PosInt = 2
+
+
+class LeagueFormat(_Model):
+    """``[format] kind = "league"``: every entrant races ``heats_per_entrant`` heats
+    against rotating opponents; the standings decide."""
+
+    kind: Literal["league"]
+    heats_per_entrant: PosInt = 3
+
+
+FormatConfig = Annotated[Union[KnockoutFormat, LeagueFormat], Field(discriminator="kind")]
+
+
+class SeasonFile(_Model):
+    """A whole season file (see the module docstring for every key)."""
+
+    id: str
+    label: str
+    arena: str
+    seed: int = 0
+    max_attempts: PosInt = 2
+    concurrent_heats: PosInt = 1
+    drain_seconds: Annotated[float | int, Field(ge=0)] = 30
+    provider: ProviderConfig = Field(default_factory=ProviderConfig)
+    arena_overrides: ArenaOverrides = Field(default_factory=ArenaOverrides)
+    adapters: dict[str, str] = Field(default_factory=dict)
+    format: FormatConfig
+    entrants: list[Entrant]
+
+
+def semantic_problems(s: SeasonFile) -> list[tuple[str, str]]:
+    """Rules beyond the schema, as ``(field path, message)`` pairs."""
+    out: list[tuple[str, str]] = []
+    if not is_valid_id(s.id):
+        out.append(("id", f"invalid id {s.id!r}: use only a-z, 0-9 and '-'"))
+    if not s.label.strip():
+        out.append(("label", "must not be blank"))
+    elif "/" in s.label or "\\" in s.label or "\n" in s.label:
+        out.append(("label", "must not contain '/', '\\' or a newline"))
+    if not s.arena.strip():
+        out.append(("arena", "must not be blank"))
+    if len(s.entrants) < 2:
+        out.append(("entrants", f"a season needs at least 2 entrants, got {len(s.entrants)}"))
+    seen: dict[str, int] = {}
+    for i, e in enumerate(s.entrants):
+        p = f"entrants[{i}]"
+        if not is_valid_id(e.id):
+            out.append((f"{p}.id", f"invalid id {e.id!r}: use only a-z, 0-9 and '-'"))
+        elif e.id in seen:
+            out.append((f"{p}.id", f"duplicate entrant id {e.id!r} (first at entrants[{seen[e.id]}])"))
+        else:
+            seen[e.id] = i
+        if not e.adapter.strip():
+            out.append((f"{p}.adapter", "must not be blank"))
+        if not e.model.strip():
+            out.append((f"{p}.model", "must not be blank"))
+        if e.budget.resource_units == 0:
+            out.append((f"{p}.budget.resource_units", "must be greater than 0"))
+    for name, path in s.adapters.items():
+        if not name.strip() or not path.strip():
+            out.append((f"adapters.{name}", "needs a non-empty NAME = PATH"))
+    return out
+
+
+class SeasonFileError(AoeError):
+    """A season file that cannot be loaded; ``.problems`` lists every :class:`Problem`
+    (``str()`` is one ``file:line: field: message`` per line)."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+@dataclass(frozen=True)
+class LoadedSeason:
+    """A validated season file: ``season`` (model), ``path`` (as given), ``raw`` (bytes),
+    ``sha256`` (hex of ``raw``) and ``arena_path`` (the arena manifest, resolved against
+    the season file's folder; a package folder means ``DIR/arena.toml``)."""
+
+    season: SeasonFile
+    path: Path
+    raw: bytes
+    sha256: str
+    arena_path: Path
+
+
+def parse_season_text(text: str, file: str) -> SeasonFile:
+    """Parse + validate season TOML ``text``; raise :class:`SeasonFileError` naming lines."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        msg = str(err)
+        m = re.search(r"\(at line (\d+), column \d+\)", msg)
+        line = int(m.group(1)) if m else None
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
+        raise SeasonFileError([Problem(file, line, "", f"invalid TOML: {msg}")]) from None
+    pos = TomlPositions(text)
+    try:
+        season = SeasonFile.model_validate(data)
+    except ValidationError as err:
+        problems = []
+        for path, msg in _schema_problems(err):
+            # the discriminated union puts the tag in the path: format.league.x -> format.x
+            path = re.sub(r"^format\.(knockout|league)", "format", path)
+            problems.append(Problem(file, pos.line_of(path), path, msg))
+        raise SeasonFileError(problems) from None
+    sem = semantic_problems(season)
+    if sem:
+        raise SeasonFileError([Problem(file, pos.line_of(p), p, m) for p, m in sem])
+    return season
+
+
+def load_season(path: Path | str) -> LoadedSeason:
+    """Read and validate a season file.
+
+    Raises :class:`SeasonFileError` (an :class:`AoeError`) for a missing/unreadable file,
+    non-UTF-8 text, broken TOML, or any schema/semantic problem (all listed, with lines).
+    The arena manifest itself is not loaded here (see :mod:`aoe_tui.season.runner`).
+    """
+    file = str(path)
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise SeasonFileError([Problem(file, None, "", "season file not found")]) from None
+    except IsADirectoryError:
+        raise SeasonFileError([Problem(file, None, "", "is a directory, not a season file")]) from None
+    except OSError as err:
+        raise SeasonFileError([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise SeasonFileError([Problem(file, line, "", "not valid UTF-8")]) from None
+    season = parse_season_text(text, file)
+    arena = Path(season.arena)
+    if not arena.is_absolute():
+        arena = path.parent / arena
+    if arena.is_dir():
+        arena = arena / "arena.toml"
+    return LoadedSeason(season=season, path=path, raw=raw, sha256=hashlib.sha256(raw).hexdigest(), arena_path=arena)

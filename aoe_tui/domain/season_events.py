@@ -1,0 +1,209 @@
+"""Typed ``season.jsonl`` events (ours; upstream has no seasons, spec §10.2).
+
+One line per event: ``{"schema_version":1,"sequence":N,"time_unix_ms":T,"kind":K,...fields}``
+— the envelope first, then the fields in declaration order (compact JSON, UTF-8 raw).
+``sequence`` is contiguous from 0; ``time_unix_ms`` is wall-clock Unix time in **ms**
+(seasons span days, so there is no single match clock). Unknown kinds and unknown keys
+are refused on read (the format is ours and strict).
+
+Lifecycle of a heat: ``round_scheduled`` (all heats of a round in one line, so a kill can
+never leave half a round scheduled) → ``attempt_started`` → ``attempt_finished``
+(``outcome`` ``counted`` / ``retry`` / ``void``) or, on resume, ``attempt_interrupted`` →
+… → ``heat_finished``. Rounds end with ``round_finished`` (knockout: who advanced), the
+season with ``season_finished``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "SEASON_EVENT_KINDS",
+    "SeasonEvent",
+    "SeasonRecord",
+    "EntrantHeatStats",
+]
+
+
+class _Ev(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EntrantHeatStats(_Ev):
+    """One entrant's figures in one attempt (from its world and events).
+
+    ``territory`` = its seat; ``points`` sum of passed milestone points; ``passed`` count;
+    ``durable_at_ms`` (ms, match clock) or None; ``milestones`` = milestone id → match-clock
+    ms when it (last) passed, for milestones passed at the end; token/cost sums;
+    ``usage_recorded`` = at least one usage checkpoint with tokens or cost (§7.1);
+    ``terminal_state``/``failure_source`` of its agent.
+    """
+
+    territory: str
+    rank: int
+    points: int = 0
+    passed: int = 0
+    durable_at_ms: int | None = None
+    milestones: dict[str, int] = Field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_microusd: int = 0
+    usage_recorded: bool = False
+    terminal_state: str | None = None
+    failure_source: str | None = None
+
+
+class SeasonStarted(_Ev):
+    """First event: what the season is. ``format`` is the ``[format]`` table;
+    ``season_sha256`` the hex digest of the season file bytes."""
+
+    kind: Literal["season_started"] = "season_started"
+    season: str
+    label: str
+    arena_id: str
+    format: dict[str, Any]
+    entrants: list[str]
+    seed: int
+    heat_size: int
+    min_heat_size: int
+    max_attempts: int
+    season_sha256: str
+    milestones: list[str] = Field(default_factory=list)
+    models: dict[str, str] = Field(default_factory=dict)
+
+
+class SeasonResumed(_Ev):
+    """The runner started again on an existing season folder."""
+
+    kind: Literal["season_resumed"] = "season_resumed"
+    pid: int
+    detail: str = ""
+
+
+class StaleTerritoriesCleaned(_Ev):
+    """Territories a killed runner left behind were torn down (``territories`` = ids)."""
+
+    kind: Literal["stale_territories_cleaned"] = "stale_territories_cleaned"
+    folder: str
+    territories: list[str]
+
+
+class HeatSeats(_Ev):
+    """One heat in ``round_scheduled``: ``seats[i]`` = entrant on territory ``i`` or null."""
+
+    heat: int
+    seats: list[str | None]
+
+
+class RoundScheduled(_Ev):
+    """All heats (and byes) of one round; ``final`` marks a knockout final."""
+
+    kind: Literal["round_scheduled"] = "round_scheduled"
+    round: int
+    heats: list[HeatSeats]
+    byes: list[str] = Field(default_factory=list)
+    final: bool = False
+
+
+class AttemptStarted(_Ev):
+    """An attempt's match folder (``folder``, relative to the season folder) is in use."""
+
+    kind: Literal["attempt_started"] = "attempt_started"
+    round: int
+    heat: int
+    attempt: int
+    folder: str
+
+
+class AttemptInterrupted(_Ev):
+    """A half-run attempt (runner killed) was renamed to ``renamed_to``; it is re-run."""
+
+    kind: Literal["attempt_interrupted"] = "attempt_interrupted"
+    round: int
+    heat: int
+    attempt: int
+    renamed_to: str
+
+
+class AttemptFinished(_Ev):
+    """An attempt ended. ``outcome``: ``counted`` (the heat's result), ``retry`` (spoiled by
+    the infrastructure; attempt N+1 follows) or ``void`` (spoiled, no attempts left).
+    ``failure_source`` is the infrastructure source that spoiled it (``arena``/``provider``/
+    ``harness``) or null; ``ranks`` entrant → 1-based rank (§3.6 ties share a rank);
+    ``winner`` the winning entrant or null; ``bundle`` the heat bundle path (relative)."""
+
+    kind: Literal["attempt_finished"] = "attempt_finished"
+    round: int
+    heat: int
+    attempt: int
+    outcome: Literal["counted", "retry", "void"]
+    match_state: str | None = None
+    finish_reason: str | None = None
+    failure_source: str | None = None
+    detail: str = ""
+    winner: str | None = None
+    ranks: dict[str, int] = Field(default_factory=dict)
+    stats: dict[str, EntrantHeatStats] = Field(default_factory=dict)
+    bundle: str | None = None
+    elapsed_ms: int = 0
+
+
+class HeatFinished(_Ev):
+    """A heat's result is final: the ``attempt`` counted (null when ``void``)."""
+
+    kind: Literal["heat_finished"] = "heat_finished"
+    round: int
+    heat: int
+    attempt: int | None
+    void: bool = False
+    ranks: dict[str, int] = Field(default_factory=dict)
+    winner: str | None = None
+
+
+class RoundFinished(_Ev):
+    """Every heat of a round is finished; knockout: ``advanced`` go on, ``eliminated`` are out."""
+
+    kind: Literal["round_finished"] = "round_finished"
+    round: int
+    advanced: list[str] = Field(default_factory=list)
+    eliminated: list[str] = Field(default_factory=list)
+
+
+class SeasonFinished(_Ev):
+    """The format has no more rounds. ``champions``: knockout final winners (or league
+    leaders by the standings order)."""
+
+    kind: Literal["season_finished"] = "season_finished"
+    champions: list[str]
+    rounds: int
+
+
+SEASON_EVENT_TYPES = (
+    SeasonStarted,
+    SeasonResumed,
+    StaleTerritoriesCleaned,
+    RoundScheduled,
+    AttemptStarted,
+    AttemptInterrupted,
+    AttemptFinished,
+    HeatFinished,
+    RoundFinished,
+    SeasonFinished,
+)
+SEASON_EVENT_KINDS: dict[str, type[_Ev]] = {t.model_fields["kind"].default: t for t in SEASON_EVENT_TYPES}
+
+SeasonEvent = Annotated[Union[SEASON_EVENT_TYPES], Field(discriminator="kind")]  # type: ignore[valid-type]
+SEASON_EVENT_ADAPTER: TypeAdapter = TypeAdapter(SeasonEvent)
+
+
+class SeasonRecord(BaseModel):
+    """One ``season.jsonl`` line: envelope + event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    sequence: int
+    time_unix_ms: int
+    event: SeasonEvent

@@ -1,0 +1,238 @@
+"""Season exports: standings as CSV, JSON, Markdown and a self-contained HTML page.
+
+All four read a reduced :class:`~aoe_tui.replay.season_reducer.SeasonState` and its
+standings (:func:`aoe_tui.season.standings.season_standings`), so they agree with the
+live runner. Times are shown as ``m:ss.s`` (from ms); costs as ``$x.xxxx`` (from
+micro-USD). The HTML page has no external resources: inline CSS and inline SVG only
+(bracket, standings table ``<table id="standings">``, a time-to-milestone chart, links
+to each heat's bundle relative to the season folder).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from aoe_tui.replay.season_reducer import SeasonState
+from aoe_tui.season.standings import SeasonStanding, season_standings
+
+__all__ = ["COLUMNS", "FORMATS", "render", "write_all"]
+
+FORMATS = ("csv", "json", "md", "html")
+
+#: Exported columns, in order (CSV header = these names).
+COLUMNS = (
+    "rank", "entrant", "model", "heats", "wins", "durable", "points", "coverage", "median_durable_ms",
+    "mean_rank", "usage_recorded", "input_tokens", "output_tokens", "cost_microusd",
+    "cost_per_durable_microusd", "mu", "sigma", "ordinal", "round_reached", "champion",
+)
+
+
+def _clock(ms: int | None) -> str:
+    if ms is None:
+        return "—"
+    s = ms / 1000
+    return f"{int(s // 60)}:{s % 60:04.1f}"
+
+
+def _usd(micro: int | None) -> str:
+    return "—" if micro is None else f"${micro / 1e6:.4f}"
+
+
+def _cell(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
+    """``{"schema": "aoe-tui.season-standings", "version": 1, "season", "label", "arena",
+    "format", "finished", "champions", "standings": [...], "heats": [...]}``."""
+    info = state.info
+    heats = []
+    for h in state.heats():
+        heats.append({
+            "round": h.round, "heat": h.heat, "seats": list(h.seats), "status": h.status,
+            "attempts": [{"attempt": a.attempt, "folder": a.folder, "status": a.status,
+                          "outcome": a.finished.outcome if a.finished else None,
+                          "failure_source": a.finished.failure_source if a.finished else None,
+                          "bundle": a.finished.bundle if a.finished else None,
+                          "interrupted_as": a.interrupted_as} for a in h.attempts],
+            "ranks": dict(h.result.ranks) if h.result else None,
+            "winner": h.result.winner if h.result else None,
+            "void": h.result.void if h.result else False,
+        })
+    data = {
+        "schema": "aoe-tui.season-standings",
+        "version": 1,
+        "season": info.season if info else None,
+        "label": info.label if info else None,
+        "arena": info.arena_id if info else None,
+        "format": info.format if info else None,
+        "finished": state.finished is not None,
+        "champions": state.finished.champions if state.finished else [],
+        "standings": [r.to_dict() for r in rows],
+        "heats": heats,
+    }
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def to_csv(rows: list[SeasonStanding]) -> str:
+    """CSV with header :data:`COLUMNS`; null figures are empty cells."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in rows:
+        d = r.to_dict()
+        w.writerow([_cell(d[c]) for c in COLUMNS])
+    return buf.getvalue()
+
+
+def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
+    """A Markdown table of the standings with a title line."""
+    info = state.info
+    title = f"# {info.season} · {info.label} — standings\n\n" if info else "# standings\n\n"
+    head = "| # | entrant | model | heats | wins | durable | points | coverage | median durable | rating μ | σ | ordinal | tokens in/out | cost | cost/durable |\n"
+    sep = "|" + "---|" * 15 + "\n"
+    lines = []
+    for r in rows:
+        tokens = "—" if r.input_tokens is None else f"{r.input_tokens}/{r.output_tokens}"
+        lines.append(
+            f"| {r.rank} | {r.entrant}{' 🏆' if r.champion else ''} | {r.model or ''} | {r.heats} | {r.wins} | {r.durable} | "
+            f"{r.points} | {r.coverage:.0%} | {_clock(r.median_durable_ms)} | {r.mu:.2f} | {r.sigma:.2f} | "
+            f"{r.ordinal:.2f} | {tokens} | {_usd(r.cost_microusd)} | {_usd(r.cost_per_durable_microusd)} |\n"
+        )
+    tail = "\nTie-break order: wins, durable deployments, points, median time to durable, rating ordinal, cost, id.\n"
+    return title + head + sep + "".join(lines) + tail
+
+
+_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+def _chart(state: SeasonState, rows: list[SeasonStanding]) -> str:
+    """Inline SVG: x = milestones in arena order, y = median time (s) to pass it, one line per entrant."""
+    ms_ids = list(state.info.milestones) if state.info else []
+    series = [(r.entrant, [r.milestone_ms.get(m) for m in ms_ids]) for r in rows if r.milestone_ms]
+    if not ms_ids or not series:
+        return '<p class="muted">No milestone passed yet.</p>'
+    w, h, left, top, bottom, right = 720, 320, 60, 20, 50, 170
+    top_ms = max(v for _, vals in series for v in vals if v is not None) or 1
+    x = lambda i: left + (w - left - right) * (i / max(1, len(ms_ids) - 1))  # noqa: E731
+    y = lambda v: top + (h - top - bottom) * (1 - v / top_ms)  # noqa: E731
+    out = [f'<svg id="milestone-chart" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
+           f'aria-label="median time to each milestone per entrant">']
+    out.append(f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#999"/>')
+    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#999"/>')
+    for i, m in enumerate(ms_ids):
+        out.append(f'<text x="{x(i):.1f}" y="{h - bottom + 18}" font-size="11" text-anchor="middle">{html.escape(m)}</text>')
+    for frac in (0, 0.5, 1):
+        v = top_ms * frac
+        out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" font-size="11" text-anchor="end">{v / 1000:.0f}s</text>')
+    for k, (name, vals) in enumerate(series):
+        color = _COLORS[k % len(_COLORS)]
+        pts = [(x(i), y(v)) for i, v in enumerate(vals) if v is not None]
+        if len(pts) > 1:
+            out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="'
+                       + " ".join(f"{px:.1f},{py:.1f}" for px, py in pts) + '"/>')
+        for px, py in pts:
+            out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{color}"/>')
+        out.append(f'<text x="{w - right + 10}" y="{top + 14 * k + 10}" font-size="11" fill="{color}">'
+                   f'{html.escape(name)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _bracket(state: SeasonState) -> str:
+    parts = ['<div class="bracket">']
+    for r in state.rounds.values():
+        parts.append(f'<div class="round"><h3>Round {r.round}{" (final)" if r.final else ""}</h3>')
+        for h in r.heats.values():
+            res = h.result
+            parts.append(f'<div class="heat"><b>Heat {h.heat}</b> <span class="muted">{h.status}'
+                         f'{" · void" if res and res.void else ""}</span><ol>')
+            order = sorted(h.entrants, key=lambda e: (res.ranks.get(e, 99) if res else 99, e))
+            for e in order:
+                rank = f"#{res.ranks[e]} " if res and e in res.ranks and not res.void else ""
+                win = " 🏆" if res and res.winner == e else ""
+                parts.append(f"<li>{rank}{html.escape(e)}{win}</li>")
+            parts.append("</ol>")
+            for a in h.attempts:
+                label = f"attempt {a.attempt}"
+                if a.finished and a.finished.bundle:
+                    parts.append(f'<a class="bundle" href="{html.escape(a.finished.bundle)}">{label} bundle</a> ')
+                else:
+                    parts.append(f'<span class="muted">{label}: {a.finished.outcome if a.finished else a.status}</span> ')
+                for old in a.interrupted_as:
+                    parts.append(f'<span class="muted">(interrupted: {html.escape(old)})</span> ')
+            parts.append("</div>")
+        if r.byes:
+            parts.append(f'<div class="muted">byes: {html.escape(", ".join(r.byes))}</div>')
+        parts.append("</div>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def to_html(state: SeasonState, rows: list[SeasonStanding]) -> str:
+    """The self-contained standings page (see the module docstring)."""
+    info = state.info
+    title = f"{info.season} · {info.label}" if info else "season"
+    head = "".join(f"<th>{c}</th>" for c in ("#", "entrant", "model", "heats", "wins", "durable", "points",
+                                              "coverage", "median durable", "μ", "σ", "ordinal", "tokens in",
+                                              "tokens out", "cost", "cost/durable"))
+    body = []
+    for r in rows:
+        cells = [r.rank, r.entrant + (" 🏆" if r.champion else ""), r.model or "", r.heats, r.wins, r.durable, r.points,
+                 f"{r.coverage:.0%}", _clock(r.median_durable_ms), f"{r.mu:.2f}", f"{r.sigma:.2f}",
+                 f"{r.ordinal:.2f}", "—" if r.input_tokens is None else r.input_tokens,
+                 "—" if r.output_tokens is None else r.output_tokens, _usd(r.cost_microusd),
+                 _usd(r.cost_per_durable_microusd)]
+        body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    status = "finished" if state.finished else "in progress"
+    champs = ", ".join(state.finished.champions) if state.finished else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)} — standings</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:2em;color:#222}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:nth-child(2),td:nth-child(3){{text-align:left}}
+.muted{{color:#888;font-size:.9em}} .bracket{{display:flex;gap:1.5em;flex-wrap:wrap}}
+.round{{min-width:14em}} .heat{{border:1px solid #ddd;border-radius:6px;padding:.5em;margin:.5em 0}}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p>Arena <b>{html.escape(info.arena_id if info else "")}</b> · format <b>{html.escape(str(info.format.get("kind")) if info else "")}</b> · {status}{(" · champion " + html.escape(champs)) if champs else ""}</p>
+<h2>Standings</h2>
+<table id="standings"><thead><tr>{head}</tr></thead><tbody>
+{"".join(body)}
+</tbody></table>
+<p class="muted">Tie-break order: wins, durable deployments, points, median time to durable, rating ordinal (OpenSkill Plackett–Luce μ−3σ), cost, entrant id.</p>
+<h2>Time to each milestone (median)</h2>
+{_chart(state, rows)}
+<h2>Bracket</h2>
+{_bracket(state)}
+</body></html>
+"""
+
+
+def render(state: SeasonState, fmt: str) -> str:
+    """The standings of ``state`` in ``fmt`` (one of :data:`FORMATS`); ValueError otherwise."""
+    rows = season_standings(state)
+    if fmt == "csv":
+        return to_csv(rows)
+    if fmt == "json":
+        return to_json(state, rows)
+    if fmt == "md":
+        return to_md(state, rows)
+    if fmt == "html":
+        return to_html(state, rows)
+    raise ValueError(f"unknown format {fmt!r} (use one of {', '.join(FORMATS)})")
+
+
+def write_all(season_dir: Path, state: SeasonState) -> None:
+    """Write ``standings.{csv,json,md,html}`` into ``season_dir`` atomically."""
+    for fmt in FORMATS:
+        path = Path(season_dir) / f"standings.{fmt}"
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(render(state, fmt), encoding="utf-8")
+        os.replace(tmp, path)

@@ -1,0 +1,443 @@
+"""Season formats: pure functions from (entrants, results so far, seed) to the next round.
+
+Nothing here does I/O, reads clocks or uses global randomness: every draw comes from
+``random.Random(f"{seed}/{kind}/{round}/...")`` (string seeds hash with SHA-512, so the
+schedule is identical for the same seed on every machine and Python run).
+
+Terms: a **round** is a set of heats run in parallel where every active entrant races at
+most once; a **heat** seats up to ``heat_size`` entrants (the arena's territory count) on
+the arena's territories (**seats**, by territory index); entrants of a round who are not
+seated have a **bye**.
+
+Heat sizes and byes (:func:`heat_sizes`): ``n`` entrants are split into
+``ceil(n / heat_size)`` heats whose sizes differ by at most one (7 → 3+2+2, 10 → 3+3+2+2).
+A heat needs at least ``min_heat_size`` entrants (>= 2; the arena's
+``rules.minimum_territories`` unless the season overrides it). When ``n`` cannot be split
+that way, the fewest entrants possible get a bye (with ``min_heat_size == heat_size == 3``:
+7 → 3+3 and one bye). An unfillable seat is left **empty** — the heat's manifest then has
+fewer territories; it is never filled with a fake player.
+
+Seat rotation (:func:`assign_seats`): within a heat, seats are assigned to minimise, in
+order: (1) entrants who keep the seat of their previous heat, (2) the sum of how often
+each entrant already sat on its new seat, (3) the lexicographic seat tuple. When an
+entrant must keep its seat (e.g. all three last sat on seat 1), (1) is the minimum
+possible, never more.
+
+Formats:
+
+* :class:`Knockout` — round 1 seats everyone; the top ``advance`` of each heat go on (a
+  heat of ``k`` entrants advances at most ``k - 1``, so every heat eliminates someone),
+  byes go on too. Ties at the cut are broken by seed order (entrant order in the season
+  file). If fewer than ``min_heat_size`` (but more than one) would go on, the best
+  eliminated entrants (rank in their heat, then seed order) return as **lucky losers**.
+  When the active entrants fit in one heat, that heat is the **final**; its rank 1 is the
+  champion (tied rank 1 → co-champions). Byes go to entrants with the fewest byes so far,
+  then by draw. Heats are dealt snake-wise by the previous round's rank (then draw), so
+  previous heat winners meet late.
+* :class:`League` — every entrant races ``heats_per_entrant`` heats. Each round seats the
+  entrants that still need heats; byes go to those furthest ahead, then fewest byes, then
+  draw. Opponents rotate: heats are filled greedily from a seeded order, each slot taking
+  (from a window of the next 16 candidates) the one who has met the heat's members least
+  often; then members are swapped between heats while that lowers repeat meetings
+  (the greedy fill can be left with forced repeats in its last heats). If fewer than
+  ``min_heat_size`` entrants still need a heat, the fewest-raced
+  others fill it (they race one heat more than the quota). A **void** heat (every attempt
+  spoiled by the infrastructure) counts as raced, so a league always ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Format",
+    "HeatPlan",
+    "HeatResult",
+    "Knockout",
+    "League",
+    "RoundPlan",
+    "assign_seats",
+    "heat_sizes",
+    "make_format",
+]
+
+
+@dataclass(frozen=True)
+class HeatPlan:
+    """One scheduled heat: ``round`` and ``heat`` are 1-based; ``seats[i]`` is the entrant on
+    the arena's territory ``i`` (manifest order) or ``None`` for an empty seat."""
+
+    round: int
+    heat: int
+    seats: tuple[str | None, ...]
+
+    @property
+    def entrants(self) -> tuple[str, ...]:
+        """The seated entrants, in seat order."""
+        return tuple(e for e in self.seats if e is not None)
+
+    def to_json(self) -> dict:
+        """``{"round", "heat", "seats"}`` (seats as a list with nulls)."""
+        return {"round": self.round, "heat": self.heat, "seats": list(self.seats)}
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """The heats of one round, the entrants with a ``byes`` this round, and whether it is
+    the knockout ``final``."""
+
+    round: int
+    heats: tuple[HeatPlan, ...]
+    byes: tuple[str, ...] = ()
+    final: bool = False
+
+    def to_json(self) -> dict:
+        """JSON-ready dict (used by ``round_scheduled`` in ``season.jsonl``)."""
+        return {
+            "round": self.round,
+            "heats": [h.to_json() for h in self.heats],
+            "byes": list(self.byes),
+            "final": self.final,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping) -> RoundPlan:
+        """Inverse of :meth:`to_json`."""
+        return RoundPlan(
+            round=int(data["round"]),
+            heats=tuple(HeatPlan(int(h["round"]), int(h["heat"]), tuple(h["seats"])) for h in data["heats"]),
+            byes=tuple(data.get("byes", ())),
+            final=bool(data.get("final", False)),
+        )
+
+
+@dataclass(frozen=True)
+class HeatResult:
+    """The counted outcome of one heat: ``ranks`` maps each seated entrant to its 1-based
+    finishing rank (tied entrants share a rank, §3.6). ``void`` is True when every attempt
+    was spoiled by the infrastructure (then ``ranks`` is all 1s and carries no order)."""
+
+    round: int
+    heat: int
+    seats: tuple[str | None, ...]
+    ranks: Mapping[str, int] = field(default_factory=dict)
+    void: bool = False
+
+    @property
+    def entrants(self) -> tuple[str, ...]:
+        return tuple(e for e in self.seats if e is not None)
+
+
+def heat_sizes(n: int, heat_size: int, min_heat_size: int = 2) -> tuple[list[int], int]:
+    """Split ``n`` entrants into heats: returns ``(sizes, byes)`` with ``sum(sizes) + byes == n``.
+
+    Sizes are in ``[min_heat_size, heat_size]``, as even as possible, largest first; ``byes``
+    is the smallest count that makes that possible (``([], n)`` when no heat can be formed).
+    """
+    if heat_size < 1 or min_heat_size < 1:
+        raise ValueError("heat sizes must be positive")
+    min_heat_size = min(min_heat_size, heat_size)
+    for byes in range(n + 1):
+        m = n - byes
+        if m < min_heat_size:
+            break
+        k = math.ceil(m / heat_size)
+        if m // k >= min_heat_size:
+            base, extra = divmod(m, k)
+            return [base + 1] * extra + [base] * (k - extra), byes
+    return [], n
+
+
+def _rng(seed: int, *parts: object) -> random.Random:
+    return random.Random("/".join(str(p) for p in (seed, *parts)))
+
+
+def _seat_history(results: Sequence[HeatResult]) -> tuple[dict[str, int], dict[str, Counter]]:
+    last: dict[str, int] = {}
+    used: dict[str, Counter] = defaultdict(Counter)
+    for r in sorted(results, key=lambda r: (r.round, r.heat)):
+        for i, e in enumerate(r.seats):
+            if e is not None:
+                last[e] = i
+                used[e][i] += 1
+    return last, used
+
+
+def assign_seats(
+    members: Sequence[str], heat_size: int, last_seat: Mapping[str, int], seat_use: Mapping[str, Counter]
+) -> tuple[str | None, ...]:
+    """Seat ``members`` on ``heat_size`` seats (see the module docstring for the order of
+    preference); returns the seats tuple with ``None`` for empty seats.
+
+    Exhaustive for heats up to 6 seats, greedy beyond.
+    """
+    k = len(members)
+    if k > heat_size:
+        raise ValueError(f"{k} entrants do not fit {heat_size} seats")
+    if heat_size <= 6:
+        best: tuple | None = None
+        best_perm: tuple[int, ...] = ()
+        for perm in itertools.permutations(range(heat_size), k):
+            keep = sum(1 for e, s in zip(members, perm) if last_seat.get(e) == s)
+            use = sum(seat_use.get(e, Counter())[s] for e, s in zip(members, perm))
+            key = (keep, use, perm)
+            if best is None or key < best:
+                best, best_perm = key, perm
+        perm = best_perm
+    else:
+        free = set(range(heat_size))
+        chosen = []
+        for e in members:
+            s = min(free, key=lambda s: (last_seat.get(e) == s, seat_use.get(e, Counter())[s], s))
+            free.discard(s)
+            chosen.append(s)
+        perm = tuple(chosen)
+    seats: list[str | None] = [None] * heat_size
+    for e, s in zip(members, perm):
+        seats[s] = e
+    return tuple(seats)
+
+
+class Format:
+    """Base of season formats. ``heat_size`` = the arena's territory count; ``min_heat_size``
+    >= 2 (see :func:`heat_sizes`).
+
+    :meth:`next_round` is pure: the same ``(entrants, results, seed)`` always give the same
+    plan. ``results`` must hold a :class:`HeatResult` for every heat of every earlier round.
+    """
+
+    kind = "format"
+
+    def __init__(self, heat_size: int = 3, min_heat_size: int = 2) -> None:
+        if heat_size < 2:
+            raise ValueError("a heat needs at least 2 seats")
+        self.heat_size = heat_size
+        self.min_heat_size = max(2, min(min_heat_size, heat_size))
+
+    def next_round(self, entrants: Sequence[str], results: Sequence[HeatResult], seed: int) -> RoundPlan | None:
+        """The next round's plan, or ``None`` when the season is over."""
+        raise NotImplementedError
+
+    def next_heats(self, entrants: Sequence[str], results: Sequence[HeatResult], seed: int) -> list[HeatPlan]:
+        """The next round's heats (``[]`` when the season is over)."""
+        plan = self.next_round(entrants, results, seed)
+        return list(plan.heats) if plan else []
+
+    def _build(self, rnd: int, groups: list[list[str]], byes: list[str], results: Sequence[HeatResult],
+               final: bool = False) -> RoundPlan:
+        last, used = _seat_history(results)
+        heats = tuple(
+            HeatPlan(rnd, i + 1, assign_seats(g, self.heat_size, last, used)) for i, g in enumerate(groups)
+        )
+        return RoundPlan(rnd, heats, tuple(byes), final)
+
+
+def _rounds(results: Sequence[HeatResult]) -> dict[int, list[HeatResult]]:
+    by: dict[int, list[HeatResult]] = defaultdict(list)
+    for r in results:
+        by[r.round].append(r)
+    for v in by.values():
+        v.sort(key=lambda r: r.heat)
+    return dict(sorted(by.items()))
+
+
+class Knockout(Format):
+    """Knockout (see the module docstring). ``advance`` = entrants going on per heat."""
+
+    kind = "knockout"
+
+    def __init__(self, advance: int = 2, heat_size: int = 3, min_heat_size: int = 2) -> None:
+        super().__init__(heat_size, min_heat_size)
+        if advance < 1:
+            raise ValueError("advance must be at least 1")
+        self.advance = advance
+
+    def _order(self, heat: HeatResult, seed_index: Mapping[str, int]) -> list[str]:
+        if heat.void:
+            return sorted(heat.entrants, key=lambda e: seed_index[e])
+        return sorted(heat.entrants, key=lambda e: (heat.ranks.get(e, 10**6), seed_index[e]))
+
+    def walk(self, entrants: Sequence[str], results: Sequence[HeatResult]) -> tuple[list[str], int, bool, Counter, dict[str, int]]:
+        """Replay the bracket: ``(active entrants for the next round, next round number,
+        finished, bye counts, previous-round rank of each active entrant)``."""
+        seed_index = {e: i for i, e in enumerate(entrants)}
+        active = list(entrants)
+        byes: Counter = Counter()
+        prev_rank: dict[str, int] = {}
+        rnd = 1
+        for rnd_no, heats in _rounds(results).items():
+            seated = [e for h in heats for e in h.entrants]
+            final = len(active) <= self.heat_size and len(heats) == 1
+            for e in active:
+                if e not in seated:
+                    byes[e] += 1
+            if final:
+                return [], rnd_no + 1, True, byes, prev_rank
+            going: list[str] = []
+            out: list[tuple[int, int, str]] = []
+            prev_rank = {}
+            for h in heats:
+                order = self._order(h, seed_index)
+                k = min(self.advance, len(order) - 1)
+                going += order[:k]
+                for e in order[:k]:
+                    prev_rank[e] = 1 if h.void else h.ranks.get(e, 1)
+                out += [(1 if h.void else h.ranks.get(e, 1), seed_index[e], e) for e in order[k:]]
+            for e in active:
+                if e not in seated:
+                    going.append(e)
+                    prev_rank[e] = 1
+            if 1 < len(going) < self.min_heat_size:
+                out.sort()
+                for rank, _, e in out[: self.min_heat_size - len(going)]:
+                    going.append(e)
+                    prev_rank[e] = rank
+            active = sorted(going, key=lambda e: seed_index[e])
+            rnd = rnd_no + 1
+        return active, rnd, len(active) <= 1, byes, prev_rank
+
+    def next_round(self, entrants: Sequence[str], results: Sequence[HeatResult], seed: int) -> RoundPlan | None:
+        active, rnd, finished, byes, prev_rank = self.walk(entrants, results)
+        if finished or len(active) < 2:
+            return None
+        rng = _rng(seed, self.kind, rnd)
+        draw = {e: rng.random() for e in active}
+        if len(active) <= self.heat_size:
+            return self._build(rnd, [sorted(active, key=lambda e: draw[e])], [], results, final=True)
+        sizes, nbyes = heat_sizes(len(active), self.heat_size, self.min_heat_size)
+        bye_list = sorted(active, key=lambda e: (byes[e], draw[e]))[:nbyes]
+        racing = sorted((e for e in active if e not in bye_list), key=lambda e: (prev_rank.get(e, 1), draw[e]))
+        groups: list[list[str]] = [[] for _ in sizes]
+        # snake deal: heat order 0..k-1, k-1..0, ... skipping full heats
+        order = list(range(len(sizes)))
+        idx = 0
+        forward = True
+        for e in racing:
+            while True:
+                seq = order if forward else order[::-1]
+                h = seq[idx]
+                idx += 1
+                if idx == len(seq):
+                    idx, forward = 0, not forward
+                if len(groups[h]) < sizes[h]:
+                    groups[h].append(e)
+                    break
+        return self._build(rnd, groups, sorted(bye_list, key=list(entrants).index), results)
+
+    def champions(self, entrants: Sequence[str], results: Sequence[HeatResult]) -> list[str]:
+        """Rank-1 entrants of the final (empty until the final is in ``results``); a lone
+        survivor is the champion."""
+        active, _, finished, _, _ = self.walk(entrants, results)
+        if not finished:
+            return []
+        if active:
+            return list(active)
+        last = _rounds(results)
+        heat = last[max(last)][0]
+        if heat.void:
+            return []
+        return sorted(e for e in heat.entrants if heat.ranks.get(e) == 1)
+
+
+class League(Format):
+    """League (see the module docstring). ``heats_per_entrant`` >= 1."""
+
+    kind = "league"
+    WINDOW = 16
+
+    def __init__(self, heats_per_entrant: int = 3, heat_size: int = 3, min_heat_size: int = 2) -> None:
+        super().__init__(heat_size, min_heat_size)
+        if heats_per_entrant < 1:
+            raise ValueError("heats_per_entrant must be at least 1")
+        self.heats_per_entrant = heats_per_entrant
+
+    def next_round(self, entrants: Sequence[str], results: Sequence[HeatResult], seed: int) -> RoundPlan | None:
+        rounds = _rounds(results)
+        rnd = (max(rounds) + 1) if rounds else 1
+        count: Counter = Counter()
+        met: dict[str, Counter] = defaultdict(Counter)
+        byes: Counter = Counter()
+        for heats in rounds.values():
+            seated = set()
+            for h in heats:
+                es = h.entrants
+                seated.update(es)
+                for e in es:
+                    count[e] += 1
+                    for o in es:
+                        if o != e:
+                            met[e][o] += 1
+            for e in entrants:
+                if e not in seated and count[e] < self.heats_per_entrant:
+                    byes[e] += 1
+        need = [e for e in entrants if count[e] < self.heats_per_entrant]
+        if not need or len(entrants) < self.min_heat_size:
+            return None
+        rng = _rng(seed, self.kind, rnd)
+        draw = {e: rng.random() for e in entrants}
+        pool = list(need)
+        if len(pool) < self.min_heat_size:
+            others = sorted((e for e in entrants if e not in need), key=lambda e: (count[e], draw[e]))
+            pool += others[: self.min_heat_size - len(pool)]
+        sizes, nbyes = heat_sizes(len(pool), self.heat_size, self.min_heat_size)
+        bye_list = set(sorted(pool, key=lambda e: (-count[e], byes[e], draw[e]))[:nbyes])
+        order = sorted((e for e in pool if e not in bye_list), key=lambda e: draw[e])
+        groups: list[list[str]] = []
+        for size in sizes:
+            g = [order.pop(0)]
+            while len(g) < size:
+                window = order[: self.WINDOW]
+                best = min(range(len(window)), key=lambda i: (sum(met[window[i]][m] for m in g), i))
+                g.append(order.pop(best))
+            groups.append(g)
+        _improve(groups, met)
+        return self._build(rnd, groups, [e for e in entrants if e in bye_list], results)
+
+
+def _improve(groups: list[list[str]], met: Mapping[str, Counter], passes: int = 3) -> None:
+    """Swap members between heats while that lowers repeat meetings (the greedy fill can be
+    left with forced repeats in its last heats). Only heats holding a repeat are touched."""
+
+    def cost(g: list[str]) -> int:
+        return sum(met[a][b] for a, b in itertools.combinations(g, 2))
+
+    for _ in range(passes):
+        improved = False
+        for gi, g in enumerate(groups):
+            if cost(g) == 0:
+                continue
+            for i in range(len(g)):
+                base_g = cost(g)
+                if base_g == 0:
+                    break
+                for hj, h in enumerate(groups):
+                    if hj == gi:
+                        continue
+                    base = base_g + cost(h)
+                    done = False
+                    for j in range(len(h)):
+                        g[i], h[j] = h[j], g[i]
+                        if cost(g) + cost(h) < base:
+                            improved = done = True
+                            break
+                        g[i], h[j] = h[j], g[i]
+                    if done:
+                        break
+        if not improved:
+            return
+
+
+def make_format(config: object, heat_size: int, min_heat_size: int) -> Format:
+    """A :class:`Format` from a season file's ``[format]`` model
+    (:class:`~aoe_tui.domain.season.KnockoutFormat` / ``LeagueFormat``)."""
+    kind = getattr(config, "kind", None)
+    if kind == "knockout":
+        return Knockout(config.advance, heat_size, min_heat_size)  # type: ignore[attr-defined]
+    if kind == "league":
+        return League(config.heats_per_entrant, heat_size, min_heat_size)  # type: ignore[attr-defined]
+    raise ValueError(f"unknown format {kind!r}")

@@ -1,0 +1,435 @@
+"""The season runner: rounds of heats on real territories, attempts, resume, standings.
+
+Season folder layout::
+
+    season.toml                       exact copy of the season file (resume checks it)
+    season.jsonl                      the season log (:mod:`aoe_tui.domain.season_events`)
+    round-R/heat-H/attempt-A/         one complete upstream-format match folder per attempt
+    round-R/heat-H/attempt-A.interrupted-K/   a half-run attempt a killed runner left
+    standings.{json,csv,md,html}      exports, rewritten after every heat
+
+Heats: each heat's manifest is the arena manifest with ``[[agents]]`` rewritten — agent id
+= entrant id, territory = its seat — and the territories of empty seats removed (so the
+heat has fewer territories). ``[arena_overrides]`` of the season file replace
+``rules.duration_seconds`` / ``rules.minimum_territories``. A heat needs at least
+``min_heat_size`` entrants = the override, else ``max(2, rules.minimum_territories)``
+(first-build demands 3: then 7 entrants race 3+3 with one bye per round; with
+``minimum_territories = 2`` they race 3+2+2).
+
+Resume (same command again, after ``kill -9`` at any moment): the season file must be
+byte-identical to ``season.toml``; leftover territories of every attempt folder are torn
+down (``cleanup_stale`` of the container and QEMU providers on ``territories/``); every
+attempt the log shows as started but not finished is renamed ``attempt-A.interrupted-K``
+(first free K) and re-run with the same number; finished heats are kept; a round is
+scheduled in one ``round_scheduled`` line, so nobody is ever scheduled twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aoe_tui.domain import season_events as se
+from aoe_tui.domain.arena import AgentDef, LoadedManifest, load_manifest
+from aoe_tui.domain.season import LoadedSeason
+from aoe_tui.errors import AoeError
+from aoe_tui.replay.season_log import SeasonLogWriter, read_season_log
+from aoe_tui.replay.season_reducer import HeatState, SeasonState, apply_season_record, reduce_season
+from aoe_tui.season.attempts import attempt_stats, judge_attempt
+from aoe_tui.season.formats import Format, HeatResult, Knockout, make_format
+from aoe_tui.season.standings import season_standings
+
+__all__ = ["SeasonRunner", "SeasonMismatchError", "heat_manifest", "load_season_dir", "season_results"]
+
+Say = Callable[[str], None]
+
+
+class SeasonMismatchError(AoeError):
+    """The output folder holds another season (its ``season.toml`` differs)."""
+
+
+def attempt_folder(r: int, h: int, a: int) -> str:
+    """``round-R/heat-H/attempt-A`` (relative to the season folder)."""
+    return f"round-{r}/heat-{h}/attempt-{a}"
+
+
+def season_results(state: SeasonState) -> list[HeatResult]:
+    """The format inputs: one :class:`HeatResult` per finished heat."""
+    out = []
+    for h in state.finished_heats():
+        res = h.result
+        assert res is not None
+        out.append(HeatResult(h.round, h.heat, h.seats, dict(res.ranks), res.void))
+    return out
+
+
+def heat_manifest(loaded: LoadedManifest, seats: tuple[str | None, ...], entrants: dict[str, Any],
+                  overrides: Any = None) -> LoadedManifest:
+    """The arena manifest for one heat: ``[[agents]]`` = the seated entrants (agent id =
+    entrant id, territory = seat), territories of empty seats removed, overrides applied.
+
+    ``entrants`` maps id → :class:`aoe_tui.domain.season.Entrant`.
+    """
+    m = loaded.manifest
+    terrs, agents = [], []
+    for i, e in enumerate(seats):
+        if e is None:
+            continue
+        t = m.territories[i]
+        ent = entrants[e]
+        terrs.append(t)
+        agents.append(AgentDef(id=e, territory=t.id, adapter=ent.adapter, model=ent.model,
+                               reasoning_effort=ent.reasoning_effort, budget=ent.budget))
+    rules = m.rules
+    upd: dict[str, Any] = {}
+    if overrides is not None and overrides.duration_seconds is not None:
+        upd["duration_seconds"] = overrides.duration_seconds
+    if overrides is not None and overrides.minimum_territories is not None:
+        upd["minimum_territories"] = overrides.minimum_territories
+    if upd:
+        rules = rules.model_copy(update=upd)
+    new = m.model_copy(update={"territories": terrs, "agents": agents, "rules": rules})
+    return LoadedManifest(manifest=new, path=loaded.path, arena_dir=loaded.arena_dir, raw=loaded.raw,
+                          path_text=loaded.path_text)
+
+
+def load_season_dir(season_dir: Path) -> SeasonState:
+    """Reduce ``season_dir/season.jsonl`` (raises :class:`AoeError` if absent or bad)."""
+    log = Path(season_dir) / "season.jsonl"
+    if not log.is_file():
+        raise AoeError(f"{season_dir}: not a season folder (no season.jsonl)")
+    return reduce_season(read_season_log(log))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _default_provider_factory(kind: str, cfg: Any, cidr: str) -> Callable[[Path, str], Any]:
+    def make(workdir: Path, heat_id: str) -> Any:
+        kw = {k: getattr(cfg, k) for k in ("ready_timeout_s", "reboot_timeout_s") if getattr(cfg, k) is not None}
+        if kind == "container":
+            from aoe_tui.runtime.container import ContainerProvider
+
+            return ContainerProvider(workdir, cidr=cidr, heat_id=heat_id, **kw)
+        from aoe_tui.runtime.qemu import QemuProvider
+
+        if cfg.memory_mib is not None:
+            kw["memory_mib"] = cfg.memory_mib
+        return QemuProvider(workdir, **kw)
+
+    return make
+
+
+def cleanup_stale_territories(season_dir: Path) -> list[str]:
+    """Tear down territories left by a killed runner in every attempt folder (container
+    and QEMU providers). Returns ``"<folder>: <territory>"`` strings. Raises
+    :class:`aoe_tui.runtime.provider.ProviderError` when a leftover cannot be removed."""
+    from aoe_tui.runtime import container, qemu
+
+    cleaned = []
+    for tdir in sorted(Path(season_dir).glob("round-*/heat-*/attempt-*/territories")):
+        rel = tdir.parent.relative_to(season_dir)
+        for ident in container.cleanup_stale(tdir) + qemu.cleanup_stale(tdir):
+            cleaned.append(f"{rel}: {ident}")
+    return cleaned
+
+
+class SeasonRunner:
+    """Runs (or resumes) one season into ``output_dir``.
+
+    Args:
+        loaded: the validated season file (:func:`aoe_tui.domain.season.load_season`).
+        output_dir: the season folder (created; resumed if it holds ``season.jsonl``).
+        say: called with one line per state change (headless output).
+        provider_factory: ``(workdir, heat_id) -> TerritoryProvider`` (default: the season's
+            ``[provider]``); tests wrap it to inject failures.
+        adapter_factory: ``(spec) -> Adapter`` (default: :func:`resolve_adapter` with the
+            season's ``[adapters]`` registrations).
+        run_match: the heat runner (default :func:`aoe_tui.referee.match.run_match`).
+
+    :meth:`run` raises :class:`AoeError` for bad input (arena manifest, unknown adapter,
+    too few entrants, another season in the folder) before anything runs.
+    """
+
+    def __init__(self, loaded: LoadedSeason, output_dir: Path, *, say: Say | None = None,
+                 provider_factory: Callable[[Path, str], Any] | None = None,
+                 adapter_factory: Callable[[str], Any] | None = None,
+                 run_match: Callable[..., Any] | None = None) -> None:
+        self.loaded = loaded
+        self.season = loaded.season
+        self.dir = Path(output_dir)
+        self.say = say or (lambda _m: None)
+        self.arena = load_manifest(loaded.arena_path)
+        m = self.arena.manifest
+        if not m.is_build_race:
+            raise AoeError(f"{loaded.path}: arena: {loaded.arena_path} is not a build race")
+        self.heat_size = len(m.territories)
+        ov = self.season.arena_overrides
+        self.min_heat = ov.minimum_territories or max(2, m.rules.minimum_territories)
+        self.min_heat = min(self.min_heat, self.heat_size)
+        if len(self.season.entrants) < self.min_heat:
+            raise AoeError(f"{loaded.path}: entrants: {len(self.season.entrants)} entrants but a heat needs "
+                           f"{self.min_heat} (arena rules.minimum_territories; see [arena_overrides])")
+        self.format: Format = make_format(self.season.format, self.heat_size, self.min_heat)
+        self.entrants = {e.id: e for e in self.season.entrants}
+        base = loaded.path.parent
+        self.registered = {k: (Path(v) if Path(v).is_absolute() else base / v) for k, v in self.season.adapters.items()}
+        if adapter_factory is None:
+            from aoe_tui.agents.registry import resolve_adapter
+
+            def adapter_factory(spec: str) -> Any:
+                return resolve_adapter(spec, self.registered)
+        self.adapter_factory = adapter_factory
+        for i, e in enumerate(self.season.entrants):  # fail early, one clear line
+            try:
+                self.adapter_factory(e.adapter)
+            except AoeError as err:
+                raise AoeError(f"{loaded.path}: entrants[{i}].adapter: {err}") from None
+        self.provider_factory = provider_factory or _default_provider_factory(
+            self.season.provider.kind, self.season.provider, m.network.cidr)
+        if run_match is None:
+            from aoe_tui.referee.match import run_match
+        self.run_match = run_match
+        self.state = SeasonState()
+        self.log: SeasonLogWriter | None = None
+        self.abort_event = asyncio.Event()
+
+    # ------------------------------------------------------------------ log
+
+    def _append(self, event: Any) -> None:
+        assert self.log is not None
+        rec = self.log.append(event)
+        apply_season_record(self.state, rec)
+
+    def _open(self) -> bool:
+        """Create or resume the season folder; returns True when resuming."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.dir / "season.jsonl"
+        copy = self.dir / "season.toml"
+        resuming = log_path.exists() and log_path.stat().st_size > 0
+        if resuming:
+            if not copy.is_file() or copy.read_bytes() != self.loaded.raw:
+                raise SeasonMismatchError(
+                    f"{self.dir}: holds another season (season.toml differs from {self.loaded.path}); "
+                    "choose a new --output folder")
+        else:
+            _write_atomic(copy, self.loaded.raw)
+        self.log = SeasonLogWriter(log_path)
+        self.state = reduce_season(self.log.records)
+        if self.state.info is None:
+            m = self.arena.manifest
+            self._append(se.SeasonStarted(
+                season=self.season.id, label=self.season.label, arena_id=m.arena.id,
+                format=self.season.format.model_dump(mode="json"), entrants=list(self.entrants),
+                seed=self.season.seed, heat_size=self.heat_size, min_heat_size=self.min_heat,
+                max_attempts=self.season.max_attempts, season_sha256=self.loaded.sha256,
+                milestones=[x.id for x in (m.build.milestones if m.build else [])],
+                models={e.id: e.model for e in self.season.entrants},
+            ))
+        return resuming
+
+    def _recover(self) -> None:
+        """Resume bookkeeping: stale territories, interrupted attempts, half-logged heats."""
+        self._append(se.SeasonResumed(pid=os.getpid(), detail=f"{len(self.state.open_attempts())} attempt(s) interrupted"))
+        cleaned = cleanup_stale_territories(self.dir)
+        if cleaned:
+            self.say(f"tore down {len(cleaned)} leftover territories: {', '.join(cleaned)}")
+            self._append(se.StaleTerritoriesCleaned(folder=str(self.dir), territories=cleaned))
+        for heat, att in self.state.open_attempts():
+            src = self.dir / att.folder
+            k = 1
+            while (self.dir / f"{att.folder}.interrupted-{k}").exists():
+                k += 1
+            dest = f"{att.folder}.interrupted-{k}"
+            if src.exists():
+                os.rename(src, self.dir / dest)
+            elif k > 1:
+                dest = f"{att.folder}.interrupted-{k - 1}"  # renamed before the kill, not yet logged
+            self.say(f"r{heat.round}h{heat.heat}a{att.attempt}: interrupted attempt kept as {dest}; re-running it")
+            self._append(se.AttemptInterrupted(round=heat.round, heat=heat.heat, attempt=att.attempt, renamed_to=dest))
+        for heat in self.state.pending_heats():  # attempt finished, heat_finished not yet logged
+            last = heat.attempts[-1] if heat.attempts else None
+            if last and last.status == "finished" and last.finished and last.finished.outcome != "retry":
+                self._finish_heat(heat, last.finished)
+
+    # ------------------------------------------------------------------ heats
+
+    def _finish_heat(self, heat: HeatState, fin: se.AttemptFinished) -> None:
+        void = fin.outcome == "void"
+        self._append(se.HeatFinished(
+            round=heat.round, heat=heat.heat, attempt=None if void else fin.attempt, void=void,
+            ranks={e: 1 for e in heat.entrants} if void else dict(fin.ranks), winner=None if void else fin.winner))
+
+    def _name(self, r: int, h: int, a: int) -> tuple[str, str]:
+        s = self.season
+        return (f"{s.id} · {s.label} · round {r} heat {h} · attempt {a}", f"season-{s.id}-{s.label}-r{r}-h{h}-a{a}")
+
+    async def _run_heat(self, heat: HeatState) -> None:
+        while heat.result is None:
+            a = heat.next_attempt_number()
+            tag = f"r{heat.round}h{heat.heat}a{a}"
+            rel = attempt_folder(heat.round, heat.heat, a)
+            folder = self.dir / rel
+            if folder.exists():  # defensive: never reuse a folder
+                k = 1
+                while (self.dir / f"{rel}.interrupted-{k}").exists():
+                    k += 1
+                os.rename(folder, self.dir / f"{rel}.interrupted-{k}")
+            self._append(se.AttemptStarted(round=heat.round, heat=heat.heat, attempt=a, folder=rel))
+            self.say(f"{tag}: started: " + " vs ".join(heat.entrants))
+            name, slug = self._name(heat.round, heat.heat, a)
+            world, error = None, None
+            try:
+                loaded = heat_manifest(self.arena, heat.seats, self.entrants, self.season.arena_overrides)
+                adapters = {e: self.adapter_factory(self.entrants[e].adapter) for e in heat.entrants}
+                provider = self.provider_factory(folder / "territories", f"{self.season.id}-{tag}-{os.getpid()}")
+                world = await self.run_match(
+                    loaded, provider, adapters, folder, drain_seconds=float(self.season.drain_seconds),
+                    registered_adapters=self.registered, name=name, slug=slug,
+                    on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
+                    on_event=lambda rec, w, t=tag, h=heat: self._on_event(t, h, rec),
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # recorded as a spoiled attempt, never a traceback
+                error = err
+            from aoe_tui.replay.log import read_events
+
+            try:
+                records = read_events(folder / "events.jsonl")
+            except AoeError as err:
+                records, error = [], error or err
+            verdict = judge_attempt(world, records, error)
+            seat_of = {self.arena.manifest.territories[i].id: e for i, e in enumerate(heat.seats) if e is not None}
+            bundle = f"{rel}/{slug}.match.json"
+            bundle = bundle if (self.dir / bundle).exists() else None
+            if not verdict.spoiled and world is not None:
+                ranks, winner, stats = attempt_stats(world, records, seat_of)
+                fin = se.AttemptFinished(
+                    round=heat.round, heat=heat.heat, attempt=a, outcome="counted",
+                    match_state=str(world.match_state.value), finish_reason=world.finish_reason,
+                    winner=winner, ranks=ranks, stats=stats, bundle=bundle, elapsed_ms=world.elapsed_ms)
+                self._append(fin)
+                self.say(f"{tag}: finished ({world.finish_reason}): winner {winner or 'none (tie)'}; "
+                         + ", ".join(f"{e} #{r}" for e, r in sorted(ranks.items(), key=lambda x: x[1])))
+                self._finish_heat(heat, fin)
+            else:
+                outcome = "retry" if a < self.season.max_attempts else "void"
+                fin = se.AttemptFinished(
+                    round=heat.round, heat=heat.heat, attempt=a, outcome=outcome,
+                    match_state=str(world.match_state.value) if world else None,
+                    finish_reason=world.finish_reason if world else None,
+                    failure_source=verdict.source, detail=verdict.detail, bundle=bundle,
+                    elapsed_ms=world.elapsed_ms if world else 0)
+                self._append(fin)
+                self.say(f"{tag}: spoiled by {verdict.source}: {verdict.detail} → "
+                         + ("attempt " + str(a + 1) if outcome == "retry" else "heat void (no attempts left)"))
+                if outcome == "void":
+                    self._finish_heat(heat, fin)
+            self._export()
+
+    def _on_event(self, tag: str, heat: HeatState, rec: Any) -> None:
+        e = rec.event
+        secs = f"{rec.elapsed_ms / 1000:.1f}s"
+        seat_of = {self.arena.manifest.territories[i].id: x for i, x in enumerate(heat.seats) if x is not None}
+        if e.kind == "milestone_passed":
+            self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} passed {e.milestone}")
+        elif e.kind == "durable_deployment_completed":
+            self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} is durable")
+        elif e.kind == "infrastructure_failure":
+            self.say(f"{tag}: {secs} infrastructure failure ({e.source}): {e.detail.splitlines()[0] if e.detail else ''}")
+
+    async def _run_round_heats(self) -> None:
+        cur = self.state.current_round
+        assert cur is not None
+        pending = [h for h in cur.heats.values() if h.result is None]
+        sem = asyncio.Semaphore(self.season.concurrent_heats)
+
+        async def one(h: HeatState) -> None:
+            async with sem:
+                await self._run_heat(h)
+
+        tasks = [asyncio.ensure_future(one(h)) for h in pending]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    def _close_round(self) -> None:
+        cur = self.state.current_round
+        assert cur is not None
+        advanced: list[str] = []
+        eliminated: list[str] = []
+        if isinstance(self.format, Knockout) and not cur.final:
+            active, _, _, _, _ = self.format.walk(list(self.entrants), season_results(self.state))
+            racing = [e for h in cur.heats.values() for e in h.entrants] + list(cur.byes)
+            advanced = [e for e in racing if e in active]
+            eliminated = [e for e in racing if e not in active]
+        self._append(se.RoundFinished(round=cur.round, advanced=advanced, eliminated=eliminated))
+        self.say(f"round {cur.round} finished" + (f": advanced {', '.join(advanced)}; out {', '.join(eliminated)}"
+                                                  if advanced or eliminated else ""))
+
+    def _export(self) -> None:
+        from aoe_tui.export import write_all
+
+        with contextlib.suppress(Exception):
+            write_all(self.dir, self.state)
+
+    async def run(self) -> SeasonState:
+        """Run or resume the season to its end; returns the final state."""
+        resuming = self._open()
+        try:
+            if resuming:
+                self.say(f"resuming season {self.season.id} · {self.season.label} in {self.dir}")
+                self._recover()
+            else:
+                self.say(f"season {self.season.id} · {self.season.label}: {len(self.entrants)} entrants, "
+                         f"{self.format.kind}, heats of {self.min_heat}-{self.heat_size}, output {self.dir}")
+            while self.state.finished is None:
+                cur = self.state.current_round
+                if cur is not None and not cur.done:
+                    await self._run_round_heats()
+                    continue
+                if cur is not None and cur.finished is None:
+                    self._close_round()
+                results = season_results(self.state)
+                plan = self.format.next_round(list(self.entrants), results, self.season.seed)
+                if plan is None:
+                    if isinstance(self.format, Knockout):
+                        champs = self.format.champions(list(self.entrants), results)
+                    else:
+                        rows = season_standings(self.state)
+                        champs = [r.entrant for r in rows if r.rank == 1]
+                    self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds)))
+                    self.say(f"season finished: champion {', '.join(champs) or 'none'}")
+                    break
+                self._append(se.RoundScheduled(
+                    round=plan.round, heats=[se.HeatSeats(heat=h.heat, seats=list(h.seats)) for h in plan.heats],
+                    byes=list(plan.byes), final=plan.final))
+                self.say(f"round {plan.round} scheduled{' (final)' if plan.final else ''}: "
+                         + "; ".join(f"heat {h.heat}: " + " vs ".join(h.entrants) for h in plan.heats)
+                         + (f"; byes: {', '.join(plan.byes)}" if plan.byes else ""))
+            self._export()
+            return self.state
+        finally:
+            if self.log is not None:
+                self.log.close()
+
+
+def safe_label(text: str) -> str:
+    """A folder-safe form of a label."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "season"
