@@ -186,11 +186,12 @@ def _wait_gone(pids: list[int], timeout_s: float) -> bool:
     return not any(netalloc.pid_alive(p) for p in pids)
 
 
-def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 8.0) -> list[str]:
+def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> list[str]:
     """Undo everything one territory's ``state.json`` records; return what could not be removed.
 
     Order: stop nspawn (SIGTERM = orderly guest shutdown, then SIGKILL of the container's
-    init and of nspawn after ``graceful_s`` seconds), unmount the root, delete the host
+    init and of nspawn after ``graceful_s`` seconds; territories are disposable, so the grace
+    is short: a guest caught mid-reboot would otherwise hold a heat's teardown for seconds), unmount the root, delete the host
     veth and the network namespace, remove the overlay folders. Each step tolerates an
     already-gone resource. Used by :meth:`ContainerProvider.teardown` and
     :func:`cleanup_stale`.

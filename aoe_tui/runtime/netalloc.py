@@ -233,6 +233,11 @@ class NetAllocator:
                 start += count
         raise AllocationError(f"no {count} free consecutive TCP ports on {host} from {base} for heat {owner}")
 
+    def ports_leased(self, ports: range) -> bool:
+        """True when a live lease (a running heat) holds any of ``ports``."""
+        with self._locked() as live:
+            return any(le.kind == "ports" and set(le.ports).intersection(ports) for le in live)
+
     def release(self, owner: str, kind: str | None = None) -> None:
         """Drop every lease of ``owner`` (or only those of ``kind``). No error if none."""
         with self._locked() as live:

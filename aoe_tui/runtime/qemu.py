@@ -218,11 +218,18 @@ def reserve_ports(allocator: NetAllocator, owner: str, count: int, base_port: in
         port_plan(block.start, count)
         return block.start
     port_plan(base_port, count)
+    # The lease registry first: a block another running heat holds gets the clearer message,
+    # whether or not that heat's guests have bound the ports yet.
+    if allocator.ports_leased(range(base_port, base_port + width)):
+        raise ProviderError(
+            f"qemu: ports {base_port}..{base_port + width - 1} are held by another running heat; "
+            "choose another --base-port"
+        )
     for p in range(base_port, base_port + width):
         if port_in_use(p):
             raise ProviderError(f"qemu: host port 127.0.0.1:{p} is already in use; choose another --base-port")
     block = allocator.allocate_ports(owner, width, base=base_port)
-    if block.start != base_port:
+    if block.start != base_port:  # lost a race with another heat between the checks
         allocator.release(owner, "ports")
         raise ProviderError(
             f"qemu: ports {base_port}..{base_port + width - 1} are held by another running heat; "
