@@ -515,6 +515,29 @@ class ManifestError(AoeError):
         super().__init__("\n".join(str(p) for p in problems))
 
 
+def read_toml_source(path: Path, file: str, error: type[AoeError], noun: str) -> tuple[bytes, str]:
+    """Read a TOML source file as ``(raw bytes, UTF-8 text)`` for a loader.
+
+    Raises:
+        error: ``error([Problem(...)])`` naming ``file`` when it is missing, a directory,
+            unreadable, or not UTF-8 (with the line of the first bad byte). ``noun``
+            names the file's kind in the message ("manifest", "season file").
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise error([Problem(file, None, "", f"{noun} not found")]) from None
+    except IsADirectoryError:
+        raise error([Problem(file, None, "", f"is a directory, not a {noun}")]) from None
+    except OSError as err:
+        raise error([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
+    try:
+        return raw, raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise error([Problem(file, line, "", "not valid UTF-8")]) from None
+
+
 @dataclass(frozen=True)
 class LoadedManifest:
     """A validated manifest with where it came from.
@@ -607,19 +630,7 @@ def load_manifest(path: Path | str) -> LoadedManifest:
     path_text = path if isinstance(path, str) else str(path)
     path = Path(path)
     file = path_text
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ManifestError([Problem(file, None, "", "manifest not found")]) from None
-    except IsADirectoryError:
-        raise ManifestError([Problem(file, None, "", "is a directory, not a manifest file")]) from None
-    except OSError as err:
-        raise ManifestError([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise ManifestError([Problem(file, line, "", "not valid UTF-8")]) from None
+    raw, text = read_toml_source(path, file, ManifestError, "manifest")
     manifest, _ = parse_manifest_text(text, file)
     return LoadedManifest(manifest=manifest, path=path, arena_dir=path.parent, raw=raw, path_text=path_text)
 

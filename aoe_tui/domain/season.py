@@ -52,7 +52,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from aoe_tui.domain.arena import Budget, Problem, _schema_problems, is_valid_id
+from aoe_tui.domain.arena import Budget, Problem, _schema_problems, is_valid_id, read_toml_source
 from aoe_tui.domain.tomlpos import TomlPositions
 from aoe_tui.errors import AoeError
 
@@ -240,19 +240,7 @@ def load_season(path: Path | str) -> LoadedSeason:
     """
     file = str(path)
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise SeasonFileError([Problem(file, None, "", "season file not found")]) from None
-    except IsADirectoryError:
-        raise SeasonFileError([Problem(file, None, "", "is a directory, not a season file")]) from None
-    except OSError as err:
-        raise SeasonFileError([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise SeasonFileError([Problem(file, line, "", "not valid UTF-8")]) from None
+    raw, text = read_toml_source(path, file, SeasonFileError, "season file")
     season = parse_season_text(text, file)
     arena = Path(season.arena)
     if not arena.is_absolute():
