@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aoe_tui.commands.match",
     "aoe_tui.commands.tui",
     "aoe_tui.commands.season",
+    "aoe_tui.commands.demo",
 )
 
 

@@ -86,3 +86,41 @@ def test_live_heat_screen(snap_compare, size):
         feed.post_record(rec, "r1-h2-a1")
     app = AoeApp.live(feed)
     assert snap_compare(app, terminal_size=size)
+
+
+# --------------------------------------------------------------------------- season screens
+
+
+@pytest.fixture(scope="module")
+def season_dir(tmp_path_factory):
+    from tui_fixtures import build_season_folder
+
+    return build_season_folder(tmp_path_factory.mktemp("snap-season"))
+
+
+def season_app(season_dir, **kw):
+    """``aoe watch`` of the fixture season, caught up, not following, clock frozen."""
+    from aoe_tui.tui.season import watch_app
+
+    from tui_fixtures import SEASON_NOW_OFFSET_MS, SEASON_T0
+
+    app = watch_app(season_dir, follow=False, **kw)
+    app.now_ms = lambda: SEASON_T0 + SEASON_NOW_OFFSET_MS
+    return app
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_season_screen(snap_compare, size, season_dir):
+    """Rounds → heats → attempts: finished, retried, bye, interrupted, racing (▶), scheduled."""
+    assert snap_compare(season_app(season_dir), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_standings_screen(snap_compare, size, season_dir):
+    """Official order, rating μ±σ, tokens n/a for the entrant without a heat."""
+    assert snap_compare(season_app(season_dir), press=["s"], terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_standings_sorted_by_rating(snap_compare, size, season_dir):
+    assert snap_compare(season_app(season_dir), press=["s", "r"], terminal_size=size)

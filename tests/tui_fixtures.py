@@ -60,3 +60,109 @@ def timer_finish_match(cut_ms: int = 220_000) -> LoadedMatch:
     records = kept + tail
     return LoadedMatch(records=records, world=reduce_match(records), arena=loaded.arena,
                        provenance=loaded.provenance, source=PARTIAL_SOURCE)
+
+
+# --------------------------------------------------------------------------- season folder
+
+#: Unix ms of the fixture season's first record; snapshots freeze the app clock at
+#: SEASON_T0 + SEASON_NOW_OFFSET_MS.
+SEASON_T0 = 1_757_728_758_000
+SEASON_NOW_OFFSET_MS = 754_000
+
+
+def _write_match_folder(folder: Path, loaded: LoadedMatch, records: list[EventRecord] | None = None) -> None:
+    import json
+
+    from aoe_tui.replay.log import dump_record
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if loaded.arena is not None:
+        (folder / "arena.json").write_text(json.dumps(loaded.arena, indent=2), encoding="utf-8")
+    recs = loaded.records if records is None else records
+    (folder / "events.jsonl").write_text("".join(dump_record(r) + "\n" for r in recs), encoding="utf-8")
+
+
+def build_season_folder(root: Path) -> Path:
+    """A deterministic season folder built from real fixture logs (no territories).
+
+    ``season.jsonl`` is written by the real :class:`SeasonLogWriter` with a fixed clock;
+    every attempt folder holds a real upstream/seed event log:
+
+    * round 1 heat 1 — the seed heat (kimi, deepseek, glm): deepseek wins, 100 points;
+    * round 1 heat 2 — attempt 1 spoiled by the provider (retried), attempt 2 counted:
+      the timer-finish log (glm-queue-builder, deepseek-queue-builder, luna-queue-builder);
+    * round 1 bye: oracle; round 1 finished;
+    * round 2 heat 1 — attempt 1 interrupted (folder kept as ``attempt-1.interrupted-1``),
+      re-run and **racing**: the seed log up to sequence 104;
+    * round 2 heat 2 — scheduled, no attempt yet (the queue builders); bye: oracle.
+
+    Returns the season folder (``root/season``).
+    """
+    from aoe_tui.domain import season_events as se
+    from aoe_tui.replay.reducer import reduce_match
+    from aoe_tui.replay.season_log import SeasonLogWriter
+    from aoe_tui.season.attempts import attempt_stats
+
+    out = root / "season"
+    out.mkdir(parents=True)
+    clock_ms = [SEASON_T0]
+
+    def clock() -> int:
+        clock_ms[0] += 7_000
+        return clock_ms[0]
+
+    seed = load_match(SEED)
+    timer = timer_finish_match()
+
+    def seats_of(loaded: LoadedMatch) -> list[str]:
+        by_terr = {a["territory"]: a["id"] for a in loaded.arena["agents"]}
+        return [by_terr[t["id"]] for t in loaded.arena["territories"]]
+
+    s1, s2 = seats_of(seed), seats_of(timer)
+    entrants = s1 + s2 + ["oracle"]
+    log = SeasonLogWriter(out / "season.jsonl", clock=lambda: clock_ms[0])
+    clock_ms[0] = SEASON_T0
+
+    def append(event) -> None:
+        log.append(event)
+        clock()
+
+    append(se.SeasonStarted(season="fixture-cup", label="2026-W37", arena_id="first-build",
+                            format={"kind": "league", "heats_per_entrant": 2}, entrants=entrants, seed=7,
+                            heat_size=3, min_heat_size=2, max_attempts=2, season_sha256="0" * 64,
+                            milestones=["service-up", "write-read", "service-restart", "host-reboot"],
+                            models={e: e for e in entrants}))
+    append(se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=s1), se.HeatSeats(heat=2, seats=s2)],
+                             byes=["oracle"]))
+
+    def finish(r: int, h: int, a: int, loaded: LoadedMatch, seats: list[str]) -> None:
+        rel = f"round-{r}/heat-{h}/attempt-{a}"
+        _write_match_folder(out / rel, loaded)
+        world = reduce_match(loaded.records)
+        seat_of = {t["id"]: seats[i] for i, t in enumerate(loaded.arena["territories"])}
+        ranks, winner, stats = attempt_stats(world, loaded.records, seat_of)
+        fin = se.AttemptFinished(round=r, heat=h, attempt=a, outcome="counted", match_state=world.match_state.value,
+                                 finish_reason=world.finish_reason, winner=winner, ranks=ranks, stats=stats,
+                                 elapsed_ms=world.elapsed_ms)
+        append(fin)
+        append(se.HeatFinished(round=r, heat=h, attempt=a, void=False, ranks=dict(ranks), winner=winner))
+
+    append(se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"))
+    append(se.AttemptStarted(round=1, heat=2, attempt=1, folder="round-1/heat-2/attempt-1"))
+    (out / "round-1/heat-2/attempt-1").mkdir(parents=True)
+    append(se.AttemptFinished(round=1, heat=2, attempt=1, outcome="retry", failure_source="provider",
+                              detail="provider:container: builder-two did not answer SSH within 90 s"))
+    finish(1, 1, 1, seed, s1)
+    append(se.AttemptStarted(round=1, heat=2, attempt=2, folder="round-1/heat-2/attempt-2"))
+    finish(1, 2, 2, timer, s2)
+    append(se.RoundFinished(round=1))
+    append(se.RoundScheduled(round=2, heats=[se.HeatSeats(heat=1, seats=s1), se.HeatSeats(heat=2, seats=s2)],
+                             byes=["oracle"]))
+    append(se.AttemptStarted(round=2, heat=1, attempt=1, folder="round-2/heat-1/attempt-1"))
+    _write_match_folder(out / "round-2/heat-1/attempt-1.interrupted-1", seed, seed.records[:40])
+    append(se.SeasonResumed(pid=4242, detail="1 attempt(s) interrupted"))
+    append(se.AttemptInterrupted(round=2, heat=1, attempt=1, renamed_to="round-2/heat-1/attempt-1.interrupted-1"))
+    append(se.AttemptStarted(round=2, heat=1, attempt=1, folder="round-2/heat-1/attempt-1"))
+    _write_match_folder(out / "round-2/heat-1/attempt-1", seed, [r for r in seed.records if r.sequence <= 104])
+    log.close()
+    return out

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from aoe_tui.runtime.image import ensure_image, find_image
+    from aoe_tui.runtime.image import find_image
 
     for extra in args.with_:
         if extra == "opencode":
@@ -46,8 +46,18 @@ def _build(args: argparse.Namespace) -> int:
             print(img.root)
             return 0
 
+    img = build_image_with_progress(args.arena, force=args.force)
+    print(img.root)
+    return 0
+
+
+def build_image_with_progress(arena: str = "first-build", *, force: bool = False):
+    """Build (or reuse) the guest image of ``arena`` with a rich progress bar on stderr;
+    returns the :class:`aoe_tui.runtime.image.GuestImage`. Raises ``ImageBuildError``."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from aoe_tui.runtime.image import ensure_image
 
     console = Console(stderr=True)
     with Progress(
@@ -62,9 +72,7 @@ def _build(args: argparse.Namespace) -> int:
             best = max(best, frac)
             progress.update(task, description=label, completed=best)
 
-        img = ensure_image(args.arena, progress=cb, force=args.force)
-    print(img.root)
-    return 0
+        return ensure_image(arena, progress=cb, force=force)
 
 
 def _path(args: argparse.Namespace) -> int:

@@ -1,7 +1,12 @@
 """``aoe run SEASON_FILE`` and ``aoe standings SEASON_DIR`` (issue 5).
 
-``aoe run`` runs or resumes a season (see :mod:`aoe_tui.season.runner`); for now it is
-always headless — one line per state change on stdout — until the TUI issue lands.
+``aoe run`` runs or resumes a season (see :mod:`aoe_tui.season.runner`). By default it
+opens the TUI (season, heat and standings screens); the season engine runs on its own
+thread and event loop (:class:`aoe_tui.tui.host.SeasonHost`) and the UI only pulls
+what it posts. Quitting asks: **stop** (running heats abort, territories are torn down,
+the same command resumes) or **detach** (the UI closes; the same process keeps running
+the season and prints the headless lines until it ends; Ctrl+C then stops it).
+``--headless`` (or no terminal on stdout) prints one line per state change instead.
 SIGINT/SIGTERM stop it cleanly (territories torn down; the running attempts are
 re-run on the next ``aoe run`` of the same file and folder).
 """
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -22,14 +28,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Register ``aoe run`` and ``aoe standings``."""
     r = sub.add_parser(
         "run", help="run or resume a season (rounds of heats, attempts, standings)",
-        description="Run a season file; running it again on the same --output folder resumes it. "
-        "Headless for now: the live TUI comes with its own issue, so one line is printed per state change "
-        "(--headless is accepted and is the default).",
+        description="Run a season file in the TUI; running it again on the same --output folder resumes it. "
+        "q asks whether to stop the season (resumable) or detach and keep it running headless. "
+        "--headless prints one line per state change instead.",
     )
     r.add_argument("season_file", metavar="SEASON_FILE", help="season file (seasons/*.toml)")
     r.add_argument("--output", "-o", metavar="DIR",
                    help="season folder (default: ./season-<id>-<label>); an existing one is resumed")
-    r.add_argument("--headless", action="store_true", help="print one line per state change (currently always on)")
+    r.add_argument("--headless", action="store_true", help="no TUI: print one line per state change")
+    r.add_argument("--light", action="store_true", help="light theme")
     r.set_defaults(func=_cmd_run)
     s = sub.add_parser("standings", help="export a season's standings (csv, json, md, html)")
     s.add_argument("season_dir", metavar="SEASON_DIR", help="season folder written by aoe run")
@@ -40,15 +47,32 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from aoe_tui.domain.season import load_season
-    from aoe_tui.season.runner import SeasonRunner, safe_label
+    from aoe_tui.season.runner import safe_label
 
     loaded = load_season(args.season_file)
     out = Path(args.output) if args.output else Path(f"season-{loaded.season.id}-{safe_label(loaded.season.label)}")
+    headless = args.headless or not sys.stdout.isatty()
+    return run_season(loaded, out, headless=headless, light=getattr(args, "light", False))
 
-    def say(msg: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
 
-    runner = SeasonRunner(loaded, out, say=say)
+def _say(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner_kwargs: dict | None = None) -> int:
+    """Run or resume ``loaded`` (a :class:`aoe_tui.domain.season.LoadedSeason`) into ``out``,
+    headless (plain lines) or in the TUI. Returns the exit code (0 finished, 130 stopped).
+    Raises :class:`AoeError` for bad input (also when the engine fails before/while running)."""
+    if headless:
+        return _run_headless(loaded, out, runner_kwargs or {})
+    return _run_tui(loaded, out, light, runner_kwargs or {})
+
+
+def _run_headless(loaded, out: Path, runner_kwargs: dict) -> int:
+    from aoe_tui.season.runner import SeasonRunner
+
+    say = _say
+    runner = SeasonRunner(loaded, out, say=say, **runner_kwargs)
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
@@ -75,6 +99,63 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(main())
+
+
+def _run_tui(loaded, out: Path, light: bool, runner_kwargs: dict) -> int:
+    from aoe_tui.season.runner import SeasonRunner
+    from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, AoeApp
+    from aoe_tui.tui.host import SeasonHost
+    from aoe_tui.tui.live import FeedObserver, LiveFeed
+
+    feed = LiveFeed()
+    observer = FeedObserver(feed)
+    host = SeasonHost(lambda say: SeasonRunner(loaded, out, say=say, observer=observer, **runner_kwargs))
+    host.start()
+    app = AoeApp.season_view(feed, out, host=host, read_only=False, theme=LIGHT_THEME if light else DARK_THEME)
+    try:
+        result = app.run()
+    except BaseException:
+        host.stop()
+        host.join()
+        raise
+    return finish_tui_run(host, result, out)
+
+
+def finish_tui_run(host, result: str | None, out: Path) -> int:
+    """After the TUI closed: stop the engine, or keep it running headless (detach), or
+    report how it ended. Ctrl+C / SIGTERM while detached stop it (resumable)."""
+    stopped: list[str] = []
+
+    def on_signal(signum, _frame) -> None:
+        if not stopped:
+            stopped.append(signal.Signals(signum).name)
+            _say(f"{stopped[0]}: stopping (territories are torn down; run the same command again to resume)")
+        host.stop()
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if result == "stop" and not host.done:
+            _say("stopping the season: running heats abort and territories are torn down …")
+            host.stop()
+        elif result == "detach" and not host.done:
+            _say(f"detached: the season keeps running in this process (pid {os.getpid()}); Ctrl+C stops it")
+            host.set_sink(lambda line: print(line, flush=True))
+        host.join()
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    if host.error is not None:
+        err = host.error
+        if isinstance(err, AoeError):
+            raise err
+        raise AoeError(f"season engine failed: {type(err).__name__}: {err}") from None
+    if host.cancelled:
+        _say(f"season stopped; resume with the same command (folder {out})")
+        return 130
+    state = host.state
+    champs = state.finished.champions if state is not None and state.finished else []
+    _say(f"season finished; standings in {out}/standings.{{csv,json,md,html}}; champion: {', '.join(champs) or 'none'}")
+    return 0
 
 
 def _cmd_standings(args: argparse.Namespace) -> int:

@@ -2,8 +2,9 @@
 
 ``aoe replay PATH`` opens a match folder, an ``events.jsonl`` or a ``*.match.json``
 bundle (§0, Appendix B) in the replay screen. ``aoe watch SEASON_DIR`` is the
-read-only season view; it needs the season engine's ``season.jsonl`` reducer and
-reports a clear error until that exists.
+read-only season view of a season another process is running: it catches up from
+``season.jsonl`` and the running heats' ``events.jsonl``, then follows them
+(:mod:`aoe_tui.tui.watch`); it has no key that writes into the season folder.
 """
 
 from __future__ import annotations
@@ -71,10 +72,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     season_dir = Path(args.season_dir)
     if not season_dir.is_dir():
         raise AoeError(f"{season_dir}: no such season folder")
-    try:
-        from aoe_tui.tui.season import watch_app
-    except ImportError:  # until the season screens land (issue 6, incomplete)
-        raise AoeError("aoe watch is not available yet: the season and standings screens are not built") from None
+    from aoe_tui.tui.season import watch_app
+
     app = watch_app(season_dir, theme=LIGHT_THEME if args.light else DARK_THEME)
     app.run()
     return 0

@@ -190,6 +190,7 @@ async def run_match(
     name: str | None = None,
     slug: str | None = None,
     write_bundle_file: bool = True,
+    on_referee: Callable[[BuildReferee], None] | None = None,
 ) -> WorldState:
     """Run one heat and write its match folder; return the final world.
 
@@ -213,6 +214,10 @@ async def run_match(
         on_phase: called with short progress lines ("provisioning 3 territories (container)", …).
         name, slug: bundle ``match.name`` / ``match.slug`` (default: the folder name).
         write_bundle_file: write ``<output>/<slug>.match.json`` (Appendix B).
+        on_referee: called once with the :class:`BuildReferee` right after it is built
+            (territories ready, before the first event), so live views can read each
+            seat's adapter activity (``referee.seats[i].run.activity``, newest last).
+            Exceptions it raises are ignored.
 
     Returns the final :class:`WorldState` (``match_state`` finished or aborted).
 
@@ -291,6 +296,9 @@ async def run_match(
             duration_s=duration_s,
         )
         world = referee.world
+        if on_referee is not None:
+            with contextlib.suppress(Exception):
+                on_referee(referee)
         forward = asyncio.ensure_future(_forward_abort(abort_event, referee))
         try:
             world = await referee.run()

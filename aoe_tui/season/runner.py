@@ -44,9 +44,31 @@ from aoe_tui.season.attempts import attempt_stats, judge_attempt
 from aoe_tui.season.formats import Format, HeatResult, Knockout, make_format
 from aoe_tui.season.standings import season_standings
 
-__all__ = ["SeasonRunner", "SeasonMismatchError", "heat_manifest", "load_season_dir", "season_results"]
+__all__ = ["SeasonObserver", "SeasonRunner", "SeasonMismatchError", "heat_manifest", "load_season_dir", "season_results"]
 
 Say = Callable[[str], None]
+
+
+class SeasonObserver:
+    """Optional live-view hooks of :class:`SeasonRunner` (all no-ops here; subclass it).
+
+    Called from the runner's event loop (whatever thread runs :meth:`SeasonRunner.run`);
+    implementations must be quick and thread-safe (e.g. append to a locked inbox) and
+    must not raise — exceptions are swallowed so a view can never stop the season.
+    ``folder`` is an attempt folder relative to the season folder (``round-R/heat-H/attempt-A``).
+    """
+
+    def season_record(self, record: Any) -> None:
+        """A ``season.jsonl`` record (:class:`aoe_tui.domain.season_events.SeasonRecord`) was appended."""
+
+    def attempt_started(self, folder: str, arena: dict[str, Any], title: str) -> None:
+        """An attempt starts; ``arena`` is the heat's manifest as ``arena.json`` dict (§1)."""
+
+    def heat_event(self, folder: str, record: Any) -> None:
+        """One event record (§2) of the attempt in ``folder``."""
+
+    def referee_ready(self, folder: str, referee: Any) -> None:
+        """The attempt's :class:`aoe_tui.referee.referee.BuildReferee` exists (activity source)."""
 
 
 class SeasonMismatchError(AoeError):
@@ -157,6 +179,8 @@ class SeasonRunner:
         adapter_factory: ``(spec) -> Adapter`` (default: :func:`resolve_adapter` with the
             season's ``[adapters]`` registrations).
         run_match: the heat runner (default :func:`aoe_tui.referee.match.run_match`).
+        observer: optional :class:`SeasonObserver` (the TUI); when set, ``run_match`` is also
+            given ``on_referee=``.
 
     :meth:`run` raises :class:`AoeError` for bad input (arena manifest, unknown adapter,
     too few entrants, another season in the folder) before anything runs.
@@ -165,7 +189,8 @@ class SeasonRunner:
     def __init__(self, loaded: LoadedSeason, output_dir: Path, *, say: Say | None = None,
                  provider_factory: Callable[[Path, str], Any] | None = None,
                  adapter_factory: Callable[[str], Any] | None = None,
-                 run_match: Callable[..., Any] | None = None) -> None:
+                 run_match: Callable[..., Any] | None = None,
+                 observer: SeasonObserver | None = None) -> None:
         self.loaded = loaded
         self.season = loaded.season
         self.dir = Path(output_dir)
@@ -185,15 +210,17 @@ class SeasonRunner:
         self.entrants = {e.id: e for e in self.season.entrants}
         base = loaded.path.parent
         self.registered = {k: (Path(v) if Path(v).is_absolute() else base / v) for k, v in self.season.adapters.items()}
+        #: True when the factory also takes the entrant's ``options`` (the default one does).
+        self._factory_takes_options = adapter_factory is None
         if adapter_factory is None:
             from aoe_tui.agents.registry import resolve_adapter
 
-            def adapter_factory(spec: str) -> Any:
-                return resolve_adapter(spec, self.registered)
+            def adapter_factory(spec: str, options: Any = None) -> Any:
+                return resolve_adapter(spec, self.registered, options)
         self.adapter_factory = adapter_factory
         for i, e in enumerate(self.season.entrants):  # fail early, one clear line
             try:
-                self.adapter_factory(e.adapter)
+                self._make_adapter(e)
             except AoeError as err:
                 raise AoeError(f"{loaded.path}: entrants[{i}].adapter: {err}") from None
         self.provider_factory = provider_factory or _default_provider_factory(
@@ -204,6 +231,19 @@ class SeasonRunner:
         self.state = SeasonState()
         self.log: SeasonLogWriter | None = None
         self.abort_event = asyncio.Event()
+        self.observer = observer
+
+    def _make_adapter(self, entrant: Any) -> Any:
+        """A fresh adapter for ``entrant`` (its ``[[entrants]].options`` go to the default factory)."""
+        if self._factory_takes_options:
+            return self.adapter_factory(entrant.adapter, dict(entrant.options or {}))
+        return self.adapter_factory(entrant.adapter)
+
+    def _observe(self, method: str, *args: Any) -> None:
+        if self.observer is None:
+            return
+        with contextlib.suppress(Exception):
+            getattr(self.observer, method)(*args)
 
     # ------------------------------------------------------------------ log
 
@@ -211,6 +251,7 @@ class SeasonRunner:
         assert self.log is not None
         rec = self.log.append(event)
         apply_season_record(self.state, rec)
+        self._observe("season_record", rec)
 
     def _open(self) -> bool:
         """Create or resume the season folder; returns True when resuming."""
@@ -227,6 +268,8 @@ class SeasonRunner:
             _write_atomic(copy, self.loaded.raw)
         self.log = SeasonLogWriter(log_path)
         self.state = reduce_season(self.log.records)
+        for rec in self.log.records:  # a live view of a resumed season starts from the top
+            self._observe("season_record", rec)
         if self.state.info is None:
             m = self.arena.manifest
             self._append(se.SeasonStarted(
@@ -292,13 +335,21 @@ class SeasonRunner:
             world, error = None, None
             try:
                 loaded = heat_manifest(self.arena, heat.seats, self.entrants, self.season.arena_overrides)
-                adapters = {e: self.adapter_factory(self.entrants[e].adapter) for e in heat.entrants}
+                adapters = {e: self._make_adapter(self.entrants[e]) for e in heat.entrants}
                 provider = self.provider_factory(folder / "territories", f"{self.season.id}-{tag}-{os.getpid()}")
+                extra: dict[str, Any] = {}
+                if self.observer is not None:
+                    from aoe_tui.domain.arena import arena_json
+
+                    with contextlib.suppress(Exception):
+                        self.observer.attempt_started(rel, arena_json(loaded.manifest), name)
+                    extra["on_referee"] = lambda referee, r=rel: self._observe("referee_ready", r, referee)
                 world = await self.run_match(
                     loaded, provider, adapters, folder, drain_seconds=float(self.season.drain_seconds),
                     registered_adapters=self.registered, name=name, slug=slug,
                     on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
-                    on_event=lambda rec, w, t=tag, h=heat: self._on_event(t, h, rec),
+                    on_event=lambda rec, w, t=tag, h=heat, r=rel: self._on_event(t, h, rec, r),
+                    **extra,
                 )
             except asyncio.CancelledError:
                 raise
@@ -339,7 +390,9 @@ class SeasonRunner:
                     self._finish_heat(heat, fin)
             self._export()
 
-    def _on_event(self, tag: str, heat: HeatState, rec: Any) -> None:
+    def _on_event(self, tag: str, heat: HeatState, rec: Any, rel: str | None = None) -> None:
+        if rel is not None:
+            self._observe("heat_event", rel, rec)
         e = rec.event
         secs = f"{rec.elapsed_ms / 1000:.1f}s"
         seat_of = {self.arena.manifest.territories[i].id: x for i, x in enumerate(heat.seats) if x is not None}

@@ -3,7 +3,10 @@
 Construct it with one of the class methods:
 
 * :meth:`AoeApp.replay` — a loaded match (``aoe replay PATH``);
-* :meth:`AoeApp.live` — a :class:`~aoe_tui.tui.live.LiveFeed` the engine posts to.
+* :meth:`AoeApp.live` — a :class:`~aoe_tui.tui.live.LiveFeed` the engine posts to;
+* :meth:`AoeApp.season_view` — a season (``aoe run`` with a
+  :class:`~aoe_tui.tui.host.SeasonHost`, or ``aoe watch`` with a
+  :class:`~aoe_tui.tui.watch.SeasonTailer``); heats are keyed by attempt folder.
 
 The app owns one :class:`~aoe_tui.tui.viewmodel.HeatModel` per heat
 (``app.heats``), advanced incrementally. Records arrive through the feed as a
@@ -14,10 +17,12 @@ once inside ``batch_update``. Nothing the engine does waits for the UI.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
-from textual import on
+from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -44,12 +49,24 @@ class AoeApp(App):
         Binding("question_mark,f1", "help", "Help", key_display="?"),
         Binding("t", "toggle_theme", "Theme"),
         Binding("q", "quit", "Quit"),
+        Binding("escape", "back", "Back", show=False),
     ]
 
     def __init__(self, *, feed: LiveFeed | None = None, theme: str = DARK_THEME) -> None:
         super().__init__()
         self.theme = theme
         self.feed = feed
+        #: the season shown (season mode only), its folder, and whether this view may write
+        self.season: Any = None
+        self.season_dir: Path | None = None
+        self.read_only = True
+        #: ``aoe run``'s engine thread (:class:`~aoe_tui.tui.host.SeasonHost`) or None
+        self.host: Any = None
+        #: ``aoe watch``'s tailer (:class:`~aoe_tui.tui.watch.SeasonTailer`) or None
+        self.tailer: Any = None
+        #: clock for the season clock (Unix ms); tests freeze it
+        self.now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+        self._host_reported = False
         #: heat key → model
         self.heats: dict[str, HeatModel] = {}
         #: most recently opened heat (the live heat screen follows it)
@@ -96,6 +113,28 @@ class AoeApp(App):
         app._first_screen = HeatScreen(None)
         return app
 
+    @classmethod
+    def season_view(cls, feed: LiveFeed, season_dir: Path, *, host: Any = None, tailer: Any = None,
+                    read_only: bool = True, theme: str = DARK_THEME) -> AoeApp:
+        """An app showing the season whose records arrive through ``feed`` (season screen first).
+
+        ``host``: the ``aoe run`` engine (enables the stop/detach quit dialog; the app
+        exits with ``"stop"`` or ``"detach"``, or ``"error"`` when the engine failed).
+        ``tailer``: polled on a thread every 0.25 s (``aoe watch``). ``read_only`` hides
+        keys that write into the season folder.
+        """
+        from aoe_tui.tui.season import SeasonScreen
+        from aoe_tui.tui.seasonmodel import SeasonModel
+
+        app = cls(feed=feed, theme=theme)
+        app.season = SeasonModel()
+        app.season_dir = Path(season_dir)
+        app.host = host
+        app.tailer = tailer
+        app.read_only = read_only
+        app._first_screen = SeasonScreen()
+        return app
+
     # ------------------------------------------------------------------ lifecycle
 
     def on_mount(self) -> None:
@@ -104,6 +143,40 @@ class AoeApp(App):
             self.feed.attach(lambda: self.post_message(RecordsPending()))
             self.post_message(RecordsPending())
             self.set_interval(ACTIVITY_POLL_S, self._poll_activity)
+        if self.tailer is not None:
+            self._tail()
+        if self.host is not None:
+            self.set_interval(0.5, self._check_host)
+
+    @work(thread=True, exclusive=True, group="season-tailer", exit_on_error=False)
+    def _tail(self) -> None:
+        """``aoe watch``: poll the season folder until the app closes."""
+        from textual.worker import get_current_worker
+
+        worker = get_current_worker()
+        reported = 0
+        while not worker.is_cancelled:
+            try:
+                self.tailer.poll()
+            except Exception as err:  # a bad season log: say it once, keep the view
+                self.call_from_thread(self.notify, str(err), severity="error", timeout=30)
+                return
+            for msg in self.tailer.errors[reported:]:
+                self.call_from_thread(self.notify, msg, severity="warning", timeout=15)
+            reported = len(self.tailer.errors)
+            time.sleep(0.25)
+
+    def _check_host(self) -> None:
+        host = self.host
+        if host is None or self._host_reported or not host.done:
+            return
+        self._host_reported = True
+        if host.error is not None:
+            self.exit(result="error")
+        elif host.state is not None:
+            fin = getattr(host.state, "finished", None)
+            champs = ", ".join(fin.champions) if fin is not None else ""
+            self.notify(f"season finished; champion {champs or 'none'}. q quits.", title="Season finished", timeout=30)
 
     def on_unmount(self) -> None:
         if self.feed is not None:
@@ -114,10 +187,23 @@ class AoeApp(App):
         """Drain the feed into the heat models; redraw the current screen once."""
         if self.feed is None:
             return
+        season = self.feed.drain_season()
+        if season and self.season is not None:
+            from aoe_tui.errors import AoeError
+
+            for rec in season:
+                try:
+                    self.season.apply(rec)
+                except AoeError as err:  # an inconsistent log: say so, keep the view alive
+                    self.notify(str(err), severity="error", timeout=30)
+                    break
         opened, pending = self.feed.drain()
         for h in opened:
-            if h.key not in self.heats:
+            old = self.heats.get(h.key)
+            if old is None or old.applied:  # a re-run of an interrupted attempt starts afresh
                 self.heats[h.key] = HeatModel(h.arena, title=h.title, activity=h.activity)
+            else:
+                old.arena, old.title, old.activity = h.arena, h.title, h.activity
             self.latest_heat = h.key
         for key, rec in pending:
             model = self.heats.get(key)
@@ -125,7 +211,7 @@ class AoeApp(App):
                 model = self.heats[key] = HeatModel(title=key)
                 self.latest_heat = key
             model.apply(rec)
-        if opened or pending:
+        if opened or pending or season:
             self._refresh_current()
 
     def _poll_activity(self) -> None:
@@ -139,6 +225,89 @@ class AoeApp(App):
         if refresh is not None:
             with self.batch_update():
                 refresh()
+
+    # ------------------------------------------------------------------ season
+
+    def season_log_lines(self) -> list[str]:
+        """Recent progress lines: the engine's (``aoe run``) or the season log's summary."""
+        if self.host is not None:
+            return list(self.host.lines)
+        return list(self.season.log) if self.season is not None else []
+
+    def open_attempt(self, folder: str) -> None:
+        """Open attempt ``folder`` (relative to the season folder): the heat screen when the
+        app follows it, else a replay paused at its end loaded from the folder."""
+        from aoe_tui.errors import AoeError
+        from aoe_tui.replay.matchdir import load_match
+
+        if folder in self.heats:
+            self.push_screen(HeatScreen(folder))
+            return
+        key = f"replay:{folder}"
+        if key not in self.heats:
+            path = (self.season_dir or Path(".")) / folder
+            if not (path / "events.jsonl").is_file():
+                self.notify(f"{folder}: no event log yet (territories are being provisioned)", severity="warning")
+                return
+            try:
+                loaded = load_match(path)
+            except AoeError as err:
+                self.notify(str(err), severity="error")
+                return
+            from aoe_tui.tui.seasonmodel import attempt_title
+
+            info = self.season.state.info if self.season is not None else None
+            model = HeatModel(ArenaInfo.from_arena(loaded.arena), title=attempt_title(info, folder),
+                              activity=folder_activity(path))
+            cursor = ReplayCursor(loaded.records, model)
+            cursor.seek_position(cursor.total)
+            self.heats[key] = model
+            self._replays[key] = cursor
+        self.push_screen(ReplayScreen(self._replays[key], key, playing=False))
+
+    @property
+    def _replays(self) -> dict[str, ReplayCursor]:
+        if not hasattr(self, "_replay_cursors"):
+            self._replay_cursors: dict[str, ReplayCursor] = {}
+        return self._replay_cursors
+
+    def action_standings(self) -> None:
+        """Show the season standings (season mode)."""
+        from aoe_tui.tui.season import StandingsScreen
+
+        if self.season is None:
+            self.notify("standings need a season (aoe run / aoe watch)", severity="warning")
+            return
+        if not isinstance(self.screen, StandingsScreen):
+            self.push_screen(StandingsScreen())
+
+    def action_back(self) -> None:
+        """Back to the previous screen (never past the first one)."""
+        if len(self.screen_stack) > 2:
+            self.pop_screen()
+
+    async def action_quit(self) -> None:
+        """Quit; while ``aoe run``'s season is running, ask: stop, detach or cancel."""
+        from aoe_tui.tui.season import QuitScreen
+
+        host = self.host
+        if host is None or host.done:
+            self.exit(result="finished" if host is not None else None)
+            return
+        if isinstance(self.screen, QuitScreen):
+            return
+
+        def chosen(choice: str | None) -> None:
+            if choice in ("stop", "detach"):
+                self.exit(result=choice)
+
+        self.push_screen(QuitScreen(), chosen)
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """Season keys only exist in season mode."""
+        if action in ("standings", "back"):
+            return self.season is not None
+        return True
 
     # ------------------------------------------------------------------ actions
 

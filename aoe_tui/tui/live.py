@@ -18,7 +18,7 @@ Typical live wiring (same process, the engine in a Textual worker)::
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from textual.message import Message
 
 from aoe_tui.domain.events import EventRecord
 from aoe_tui.domain.world import WorldState
+from aoe_tui.season.runner import SeasonObserver
 from aoe_tui.tui.viewmodel import ActivitySource, ArenaInfo
 
 
@@ -59,6 +60,7 @@ class LiveFeed:
         self._lock = threading.Lock()
         self._opened: list[HeatOpened] = []
         self._pending: list[tuple[str, EventRecord]] = []
+        self._season: list[Any] = []
         self._notify: Callable[[], Any] | None = None
         self.posted = 0
 
@@ -89,6 +91,19 @@ class LiveFeed:
 
         return _cb
 
+    def post_season_record(self, record: Any) -> None:
+        """Queue one ``season.jsonl`` record (:class:`aoe_tui.domain.season_events.SeasonRecord`)."""
+        with self._lock:
+            self._season.append(record)
+            self.posted += 1
+        self._ping()
+
+    def drain_season(self) -> list[Any]:
+        """Take the season records queued so far (sequence order)."""
+        with self._lock:
+            season, self._season = self._season, []
+        return season
+
     def drain(self) -> tuple[list[HeatOpened], list[tuple[str, EventRecord]]]:
         """Take everything queued so far: (opened heats, (heat, record) pairs)."""
         with self._lock:
@@ -103,3 +118,40 @@ class LiveFeed:
                 notify()
             except Exception:  # the UI may be closing; the engine must not care
                 pass
+
+
+class FeedObserver(SeasonObserver):
+    """The :class:`~aoe_tui.season.runner.SeasonObserver` of ``aoe run``'s TUI: posts the
+    season's records and every attempt's events to a :class:`LiveFeed` (heat key = attempt
+    folder, ``round-R/heat-H/attempt-A``), and serves live agent activity from the
+    referee's seats (``AgentRun.activity``, newest last)."""
+
+    def __init__(self, feed: LiveFeed) -> None:
+        self.feed = feed
+        self._referees: dict[str, Any] = {}
+
+    def season_record(self, record: Any) -> None:
+        self.feed.post_season_record(record)
+
+    def attempt_started(self, folder: str, arena: dict[str, Any], title: str) -> None:
+        self.feed.open_heat(folder, arena=arena, title=title,
+                            activity=lambda agent, f=folder: self.activity(f, agent))
+
+    def heat_event(self, folder: str, record: Any) -> None:
+        self.feed.post_record(record, folder)
+
+    def referee_ready(self, folder: str, referee: Any) -> None:
+        self._referees[folder] = referee
+
+    def activity(self, folder: str, agent: str) -> Sequence[str]:
+        """Latest activity lines of ``agent`` in attempt ``folder`` (``()`` before it starts)."""
+        ref = self._referees.get(folder)
+        if ref is None:
+            return ()
+        for seat in getattr(ref, "seats", ()):
+            if seat.agent.id == agent and seat.run is not None:
+                try:
+                    return list(seat.run.activity)
+                except RuntimeError:  # mutated while copying (engine thread); next poll
+                    return ()
+        return ()

@@ -276,6 +276,13 @@ HELP_TEXT = """\
   + / -        speed ×1 … ×100      g        go to a sequence number
   home / end   first / last event
 
+[b]Season[/b] (aoe run / aoe watch / aoe demo)
+  enter        open heat / attempt  s        standings
+  escape       back                 q        quit: stop or detach
+[b]Standings[/b]
+  p w d r      points wins durable rating   m k c    median tokens cost
+  o            official order       e        export (not in watch)
+
 Markers: [+] durable  [~] verifying  [>] building  [x] incomplete  [?] unavailable
 Ladder:  ✓ passed (points, time)  … evaluating  ✗ failed (last detail)  · pending
 Tokens and cost show n/a when the adapter reported no usage values.

@@ -1,0 +1,127 @@
+"""Run a season engine on its own thread and event loop, beside the TUI.
+
+``aoe run`` (TUI mode) and ``aoe demo`` start a :class:`SeasonHost`: the
+:class:`~aoe_tui.season.runner.SeasonRunner` runs in a daemon-less background thread
+with a private asyncio loop, so the referee's tick timing never waits for rendering
+(the UI loop only *pulls* records from a :class:`~aoe_tui.tui.live.LiveFeed`).
+
+Quitting the UI does not touch the engine. The command then either
+
+* **stops** it (:meth:`SeasonHost.stop`: the run task is cancelled; every running
+  heat aborts and tears its territories down; the season folder stays resumable with
+  the same command), or
+* **detaches**: the same thread keeps running; :meth:`SeasonHost.set_sink` switches the
+  progress lines from the UI to stdout (headless lines, as ``--headless`` prints them),
+  and the process exits when the season finishes. Ctrl+C then stops it as above.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["SeasonHost"]
+
+
+class SeasonHost:
+    """Owns the engine thread.
+
+    Args:
+        make_runner: ``make_runner(say) -> SeasonRunner`` (called on the engine thread's
+            side before the loop starts; ``say`` is :meth:`say`).
+
+    Attributes: ``lines`` (recent progress lines, newest last), ``state`` (final
+    ``SeasonState`` once done), ``error`` (the exception that ended the run, if any),
+    ``cancelled`` (True after a stop).
+    """
+
+    def __init__(self, make_runner: Callable[[Callable[[str], None]], Any]) -> None:
+        self.lines: deque[str] = deque(maxlen=500)
+        self._sink: Callable[[str], None] | None = None
+        self._lock = threading.Lock()
+        self.runner = make_runner(self.say)
+        self.state: Any = None
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="aoe-season-engine")
+
+    # ------------------------------------------------------------------ output
+
+    def say(self, msg: str) -> None:
+        """Record one progress line (and print it through the sink once detached)."""
+        line = f"{time.strftime('%H:%M:%S')} {msg}"
+        with self._lock:
+            self.lines.append(line)
+            sink = self._sink
+        if sink is not None:
+            try:
+                sink(line)
+            except Exception:
+                pass
+
+    def set_sink(self, sink: Callable[[str], None] | None) -> None:
+        """Send every later line to ``sink`` (e.g. ``print``); None = only keep them."""
+        with self._lock:
+            self._sink = sink
+
+    # ------------------------------------------------------------------ engine
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        # stray task errors (e.g. an unretrieved SSH probe) become one progress line, not a traceback
+        loop.set_exception_handler(lambda _loop, ctx: self.say(
+            f"engine: {ctx.get('message', 'error')}: {ctx.get('exception')!r}"[:300]))
+        try:
+            self._task = loop.create_task(self.runner.run())
+            self._started.set()
+            try:
+                self.state = loop.run_until_complete(self._task)
+            except asyncio.CancelledError:
+                self.cancelled = True
+            except BaseException as err:  # reported by the command as one line
+                self.error = err
+        finally:
+            self._started.set()
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    def start(self) -> None:
+        """Start the engine thread (returns at once)."""
+        self._thread.start()
+        self._started.wait(10)
+
+    @property
+    def done(self) -> bool:
+        """The run ended (finished, stopped or failed)."""
+        return self._started.is_set() and not self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Cancel the season run (thread-safe, idempotent); running heats tear down."""
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not task.done():
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # loop already closed
+                pass
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the engine thread; returns True when it has ended. Short waits in a
+        loop keep the main thread responsive to signals."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while self._thread.is_alive():
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._thread.join(0.2 if left is None else min(0.2, left))
+        return True

@@ -1,0 +1,357 @@
+"""Season screens: the bracket (season screen), the standings table, the quit dialog,
+and :func:`watch_app` for ``aoe watch``.
+
+Both screens render a :class:`~aoe_tui.tui.seasonmodel.SeasonModel` held by the app
+(``app.season``). They redraw when the model's version (or a running heat's) changed,
+plus once a second for the season clock — and do nothing while hidden.
+
+Keys (season screen): ``enter`` opens the selected heat/attempt (live heat screen when
+the app follows it, else a replay paused at its end, loaded from the attempt folder),
+``s`` standings. Standings: ``p w d m k c r`` sort by points, wins, durable, median
+time, tokens, cost, rating (again = reverse), ``o`` official order, ``e`` export
+``standings.{csv,json,md,html}`` into the season folder (not in ``aoe watch``, which
+never writes). ``escape`` goes back.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, DataTable, Footer, ProgressBar, Static
+
+from aoe_tui.tui.seasonmodel import SORTS, STANDINGS_COLUMNS, SeasonModel, sort_standings, standings_cells
+from aoe_tui.tui.widgets import TextView
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aoe_tui.tui.app import AoeApp
+
+__all__ = ["QuitScreen", "SeasonScreen", "StandingsScreen", "watch_app"]
+
+STATE_STYLE = {
+    "finished": "green",
+    "racing": "bold",
+    "provisioning": "bold",
+    "finishing": "bold",
+    "retried": "yellow",
+    "interrupted": "yellow",
+    "void": "red",
+    "scheduled": "dim",
+    "bye": "dim",
+}
+
+BRACKET_COLUMNS = ("Heat", "State", "Entrants / detail", "Winner", "Time")
+
+
+def _now_ms(app: AoeApp) -> int:
+    return int(app.now_ms())
+
+
+class SeasonScreen(Screen):
+    """Rounds → heats → attempts, with state, winners and times; running rows marked ▶."""
+
+    BINDINGS = [
+        Binding("enter", "open_heat", "Open heat"),
+        Binding("s", "app.standings", "Standings"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._drawn: tuple | None = None
+        self._timer = None
+
+    @property
+    def model(self) -> SeasonModel:
+        return self.app.season  # type: ignore[attr-defined,return-value]
+
+    def compose(self) -> ComposeResult:
+        yield TextView(id="season-header")
+        with Horizontal(id="season-status-row"):
+            yield TextView(id="season-status")
+            yield ProgressBar(id="season-progress", show_eta=False, show_percentage=False)
+        yield DataTable(id="bracket", cursor_type="row")
+        yield TextView(id="season-log")
+        yield Footer()
+
+    def _columns(self) -> None:
+        """(Re)create the bracket columns for the current width: the entrants column flexes."""
+        table = self.query_one("#bracket", DataTable)
+        width = self.app.size.width
+        fixed = {"Heat": 13, "State": 12, "Winner": 16 if width >= 100 else 11, "Time": 5}
+        flex = max(16, width - sum(fixed.values()) - 2 * len(BRACKET_COLUMNS) - 3)
+        table.clear(columns=True)
+        self._width = width
+        for col in BRACKET_COLUMNS:
+            table.add_column(col, key=col, width=fixed.get(col, flex))
+
+    def on_resize(self) -> None:
+        if getattr(self, "_width", None) != self.app.size.width:
+            self._columns()
+            self.refresh_view(force=True)
+
+    def on_mount(self) -> None:
+        self._columns()
+        self._timer = self.set_interval(1.0, self._tick)
+        self.refresh_view(force=True)
+
+    def on_screen_suspend(self) -> None:
+        """Hidden screens do no work."""
+        if self._timer is not None:
+            self._timer.pause()
+
+    def on_screen_resume(self) -> None:
+        if self._timer is not None:
+            self._timer.resume()
+        self.refresh_view(force=True)
+
+    def _tick(self) -> None:
+        self.refresh_view()
+
+    def _signature(self) -> tuple:
+        app: AoeApp = self.app  # type: ignore[assignment]
+        running = self.model.running_folders()
+        return (self.model.version, tuple((f, app.heats[f].version if f in app.heats else -1) for f in running))
+
+    def refresh_view(self, force: bool = False) -> None:
+        """Redraw the status line (clock) always; the table only when something changed."""
+        if not self.is_mounted or not self.is_current:
+            return
+        app: AoeApp = self.app  # type: ignore[assignment]
+        model = self.model
+        with app.batch_update():
+            self.query_one("#season-status", TextView).set_text(model.status_line(_now_ms(app), app.heats))
+            sig = self._signature()
+            if not force and sig == self._drawn:
+                return
+            self._drawn = sig
+            self.query_one("#season-header", TextView).set_text(Text(model.title, style="bold"))
+            done, total = model.progress()
+            self.query_one("#season-progress", ProgressBar).update(total=max(total, 1), progress=done)
+            self._fill_table(app)
+            lines = list(app.season_log_lines())[-5:]
+            self.query_one("#season-log", TextView).set_text("\n".join(lines) if lines else "no season events yet")
+
+    def _fill_table(self, app: AoeApp) -> None:
+        table = self.query_one("#bracket", DataTable)
+        rows = self.model.rows(app.heats)
+        keep = None
+        if table.row_count:
+            try:
+                keep = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            except Exception:
+                keep = None
+        self._rows = {r.key: r for r in rows}
+        table.clear()
+        for r in rows:
+            base = "bold" if r.kind == "round" else ""
+            label = r.label
+            if r.running:
+                indent = len(label) - len(label.lstrip())
+                label = " " * max(0, indent - 2) + "▶ " + label.lstrip()
+            style = STATE_STYLE.get(r.state, "")
+            table.add_row(
+                Text(label, style="bold" if r.running else base),
+                Text(r.state, style=style),
+                Text(r.entrants, style="bold" if r.running else ""),
+                Text(r.winner, style="bold green" if r.kind == "heat" and r.state == "finished" else ""),
+                Text(r.time),
+                key=r.key,
+            )
+        if keep is not None and keep in self._rows:
+            table.move_cursor(row=table.get_row_index(keep), animate=False)
+        elif keep is None:
+            first = next((i for i, r in enumerate(rows) if r.running), None)
+            if first is not None:
+                table.move_cursor(row=first, animate=False)
+
+    def selected_row(self):
+        """The :class:`BracketRow` under the cursor (None on an empty table)."""
+        table = self.query_one("#bracket", DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return getattr(self, "_rows", {}).get(key)
+
+    @on(DataTable.RowSelected, "#bracket")
+    def _row_selected(self, _event: DataTable.RowSelected) -> None:
+        self.action_open_heat()
+
+    def action_open_heat(self) -> None:
+        """Open the selected heat or attempt (live if followed, else its replay at the end)."""
+        row = self.selected_row()
+        if row is None or row.folder is None:
+            self.app.notify("nothing to open here: select a heat that has started", severity="warning")
+            return
+        self.app.open_attempt(row.folder)  # type: ignore[attr-defined]
+
+
+class StandingsScreen(Screen):
+    """Season standings: sortable table, ``e`` exports csv/json/md/html into the season folder."""
+
+    BINDINGS = [
+        Binding("p", "sort('points')", "Points"),
+        Binding("w", "sort('wins')", "Wins"),
+        Binding("d", "sort('durable')", "Durable"),
+        Binding("m", "sort('median')", "Median", show=False),
+        Binding("k", "sort('tokens')", "Tokens", show=False),
+        Binding("c", "sort('cost')", "Cost", show=False),
+        Binding("r", "sort('rating')", "Rating"),
+        Binding("o", "sort('rank')", "Official", show=False),
+        Binding("e", "export", "Export"),
+        Binding("escape,s", "app.back", "Back"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sort_key = "rank"
+        self.reverse = False
+        self._drawn: tuple | None = None
+
+    @property
+    def model(self) -> SeasonModel:
+        return self.app.season  # type: ignore[attr-defined,return-value]
+
+    def compose(self) -> ComposeResult:
+        yield TextView(id="standings-header")
+        yield DataTable(id="standings", cursor_type="row")
+        yield TextView(id="standings-note")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#standings", DataTable)
+        for col in STANDINGS_COLUMNS:
+            table.add_column(col, key=col)
+        self.refresh_view(force=True)
+
+    def on_screen_resume(self) -> None:
+        self.refresh_view(force=True)
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """``export`` exists only where the app may write (not in ``aoe watch``)."""
+        if action == "export":
+            return not self.app.read_only  # type: ignore[attr-defined]
+        return True
+
+    def refresh_view(self, force: bool = False) -> None:
+        """Redraw when the season changed (or the sort did)."""
+        if not self.is_mounted or not self.is_current:
+            return
+        sig = (self.model.version, self.sort_key, self.reverse)
+        if not force and sig == self._drawn:
+            return
+        self._drawn = sig
+        rows = sort_standings(self.model.standings(), self.sort_key, self.reverse)
+        label = SORTS[self.sort_key][0]
+        with self.app.batch_update():
+            done, total = self.model.progress()
+            self.query_one("#standings-header", TextView).set_text(Text(
+                f"Standings · {self.model.title} · {done}/{total} heats · sorted by {label}"
+                + (" (reversed)" if self.reverse else ""), style="bold"))
+            table = self.query_one("#standings", DataTable)
+            table.clear()
+            for r in rows:
+                cells = standings_cells(r)
+                table.add_row(*(Text(c, style="bold" if r.champion else "") for c in cells), key=r.entrant)
+            note = ("ranking: wins, durable, points, median time, rating, cost · n/a = usage not reported · "
+                    + ("read-only view" if self.app.read_only else "e exports to the season folder"))  # type: ignore[attr-defined]
+            self.query_one("#standings-note", TextView).set_text(Text(note, style="dim"))
+
+    def action_sort(self, key: str) -> None:
+        """Sort by ``key``; the same key again reverses the order."""
+        if key == self.sort_key and key != "rank":
+            self.reverse = not self.reverse
+        else:
+            self.sort_key, self.reverse = key, False
+        self.refresh_view(force=True)
+
+    @on(DataTable.HeaderSelected, "#standings")
+    def _header(self, event: DataTable.HeaderSelected) -> None:
+        by_label = {v[0]: k for k, v in SORTS.items()}
+        label = str(event.label).split()[0] if str(event.label) else ""
+        key = by_label.get(str(event.label)) or by_label.get(label)
+        if key is None and str(event.label).startswith("Tokens"):
+            key = "tokens"
+        if key is None and str(event.label).startswith("Rating"):
+            key = "rating"
+        if key is not None:
+            self.action_sort(key)
+
+    def action_export(self) -> None:
+        """Write ``standings.{csv,json,md,html}`` into the season folder and say which files."""
+        from aoe_tui.export.season import FORMATS, write_all
+
+        app: AoeApp = self.app  # type: ignore[assignment]
+        if app.read_only or app.season_dir is None:
+            app.notify("read-only view: export with `aoe standings SEASON_DIR`", severity="warning")
+            return
+        try:
+            write_all(app.season_dir, self.model.state)
+        except (OSError, ValueError) as err:
+            app.notify(f"export failed: {err}", severity="error")
+            return
+        names = ", ".join(f"standings.{f}" for f in FORMATS)
+        app.notify(f"exported {names} to {app.season_dir}", title="Standings exported", timeout=8)
+
+
+class QuitScreen(ModalScreen[str | None]):
+    """Asked when quitting a running season: ``stop``, ``detach`` or None (cancel)."""
+
+    BINDINGS = [
+        Binding("escape", "choose('')", "Cancel"),
+        Binding("s", "choose('stop')", "Stop season"),
+        Binding("d", "choose('detach')", "Detach"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="quit-box"):
+            yield Static(
+                "[b]The season is still running.[/b]\n\n"
+                "[b]s[/b]  stop it: running heats abort, territories are torn down;\n"
+                "    run the same command again to resume.\n"
+                "[b]d[/b]  detach: close the view, keep running headless in this\n"
+                "    process (progress lines on the terminal; Ctrl+C stops).\n"
+                "[b]escape[/b]  back to the season.",
+                id="quit-text",
+            )
+            with Horizontal(id="quit-buttons"):
+                yield Button("Stop season", id="quit-stop", variant="error")
+                yield Button("Detach", id="quit-detach", variant="primary")
+                yield Button("Cancel", id="quit-cancel")
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.action_choose({"quit-stop": "stop", "quit-detach": "detach"}.get(event.button.id or "", ""))
+
+    def action_choose(self, choice: str) -> None:
+        """Dismiss with ``choice`` (empty = cancel → None)."""
+        self.dismiss(choice or None)
+
+
+def watch_app(season_dir: Path, theme: str | None = None, *, follow: bool = True):
+    """The ``aoe watch`` app: catch up from ``season_dir`` now (raises :class:`AoeError`
+    on a missing or bad ``season.jsonl``), then follow it every 0.25 s when ``follow``."""
+    from aoe_tui.errors import AoeError
+    from aoe_tui.tui.app import DARK_THEME, AoeApp
+    from aoe_tui.tui.live import LiveFeed
+    from aoe_tui.tui.watch import SeasonTailer
+
+    season_dir = Path(season_dir)
+    if not (season_dir / "season.jsonl").is_file():
+        raise AoeError(f"{season_dir}: not a season folder (no season.jsonl)")
+    feed = LiveFeed()
+    tailer = SeasonTailer(season_dir, feed)
+    tailer.poll()
+    return AoeApp.season_view(feed, season_dir, tailer=tailer if follow else None, read_only=True,
+                              theme=theme or DARK_THEME)
+
+
+def wall_ms() -> int:
+    """Unix time in ms (the default season clock source)."""
+    return int(time.time() * 1000)

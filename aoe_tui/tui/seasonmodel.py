@@ -1,0 +1,286 @@
+"""Season view-models: pure Python, no Textual. The season and standings screens
+render these; both live (``aoe run``) and watched (``aoe watch``) seasons feed them the
+same ``season.jsonl`` records (:mod:`aoe_tui.domain.season_events`), applied one at a
+time with :func:`aoe_tui.replay.season_reducer.apply_season_record`.
+
+Attempt states shown in the bracket (derived, never stored):
+
+==============  ===================================================================
+``scheduled``   the heat has no attempt yet
+``provisioning``an attempt started; its event log has no record yet (territories booting)
+``racing``      its event log is open and the match is not finished
+``finishing``   the match finished; drain, teardown and artifacts are in progress
+``finished``    the attempt counted (its result is the heat's result)
+``retried``     spoiled by the infrastructure; the heat is re-run as attempt N+1
+``void``        spoiled with no attempts left; the heat counts for nobody
+``interrupted`` a killed runner left it half-run (folder renamed ``*.interrupted-K``)
+==============  ===================================================================
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aoe_tui.domain import season_events as se
+from aoe_tui.replay.season_reducer import AttemptState, HeatState, SeasonState, apply_season_record
+from aoe_tui.season.standings import SeasonStanding, season_standings
+from aoe_tui.tui.viewmodel import HeatModel, fmt_clock, fmt_cost, fmt_tokens
+
+LOG_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class BracketRow:
+    """One bracket table row.
+
+    ``key`` is unique and stable (``r1``, ``r1h2``, ``r1h2a1#0``); ``folder`` is the attempt
+    folder (relative to the season folder) that ``enter`` opens — for a heat row its
+    counted attempt, else its latest one; ``running`` marks rows to highlight.
+    """
+
+    key: str
+    kind: str
+    label: str
+    state: str
+    entrants: str
+    winner: str
+    time: str
+    folder: str | None = None
+    running: bool = False
+
+
+def attempt_state(att: AttemptState, heats: Mapping[str, HeatModel]) -> str:
+    """The display state of one attempt (see the module table)."""
+    if att.status == "interrupted":
+        return "interrupted"
+    if att.status == "finished":
+        outcome = att.finished.outcome if att.finished else "counted"
+        return {"counted": "finished", "retry": "retried", "void": "void"}.get(outcome, outcome)
+    model = heats.get(att.folder)
+    if model is None or model.applied == 0:
+        return "provisioning"
+    if model.world.match_state.value in ("finished", "aborted"):
+        return "finishing"
+    return "racing"
+
+
+def _attempt_folder(att: AttemptState) -> str:
+    return att.interrupted_as[-1] if att.status == "interrupted" and att.interrupted_as else att.folder
+
+
+class SeasonModel:
+    """Incrementally reduced season (``state``) plus a short log of what happened.
+
+    ``apply(record)`` is O(1) for most records; ``version`` grows with each record.
+    ``first_ms`` / ``last_ms`` are the Unix ms of the first / latest record (season clock).
+    """
+
+    def __init__(self) -> None:
+        self.state = SeasonState()
+        self.version = 0
+        self.first_ms: int | None = None
+        self.last_ms: int | None = None
+        self.log: deque[str] = deque(maxlen=LOG_LIMIT)
+        self._standings: tuple[int, list[SeasonStanding]] | None = None
+
+    def apply(self, record: se.SeasonRecord) -> None:
+        """Apply one record (sequence order); raises ``SeasonStateError`` on an inconsistent log."""
+        apply_season_record(self.state, record)
+        self.version += 1
+        if self.first_ms is None:
+            self.first_ms = record.time_unix_ms
+        self.last_ms = record.time_unix_ms
+        line = summarize_season(record)
+        if line:
+            self.log.append(f"{fmt_clock(record.time_unix_ms - self.first_ms)}  {line}")
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def title(self) -> str:
+        """``season · label · format · arena`` or a placeholder before ``season_started``."""
+        info = self.state.info
+        if info is None:
+            return "waiting for season.jsonl…"
+        fmt = info.format.get("kind", "?") if isinstance(info.format, dict) else "?"
+        return f"season {info.season} · {info.label} · {fmt} · arena {info.arena_id} · {len(info.entrants)} entrants"
+
+    def clock_ms(self, now_ms: int) -> int:
+        """Season clock (ms): to the last record once finished, else to ``now_ms``."""
+        if self.first_ms is None:
+            return 0
+        end = self.last_ms if self.state.finished is not None else max(now_ms, self.last_ms or now_ms)
+        return max(0, (end or 0) - self.first_ms)
+
+    def progress(self) -> tuple[int, int]:
+        """(heats finished, heats scheduled so far)."""
+        heats = self.state.heats()
+        return sum(1 for h in heats if h.result is not None), len(heats)
+
+    def running_folders(self) -> list[str]:
+        """Attempt folders currently running (the log shows them started, not finished)."""
+        return [a.folder for _, a in self.state.open_attempts()]
+
+    def status_line(self, now_ms: int, heats: Mapping[str, HeatModel]) -> str:
+        """``clock · round · heats done/total · racing`` (or the champion once finished)."""
+        done, total = self.progress()
+        st = self.state
+        parts = [f"clock {fmt_clock(self.clock_ms(now_ms))}"]
+        if st.current_round is not None:
+            parts.append(f"round {st.current_round.round}{' (final)' if st.current_round.final else ''}")
+        parts.append(f"heats {done}/{total} finished")
+        running = st.open_attempts()
+        if running:
+            states = [attempt_state(a, heats) for _, a in running]
+            parts.append(", ".join(f"{states.count(x)} {x}" for x in ("provisioning", "racing", "finishing")
+                                   if states.count(x)))
+        if st.finished is not None:
+            parts.append("FINISHED · champion " + (", ".join(st.finished.champions) or "none"))
+        return " · ".join(parts)
+
+    def rows(self, heats: Mapping[str, HeatModel]) -> list[BracketRow]:
+        """The bracket: per round a header row, its heats, each heat's attempts, then byes."""
+        out: list[BracketRow] = []
+        for r in self.state.rounds.values():
+            done = sum(1 for h in r.heats.values() if h.result is not None)
+            label = f"Round {r.round}" + (" · final" if r.final else "")
+            state = "finished" if r.finished is not None else ("racing" if done < len(r.heats) else "closing")
+            extra = ""
+            if r.finished is not None and (r.finished.advanced or r.finished.eliminated):
+                extra = "advanced: " + ", ".join(r.finished.advanced)
+            out.append(BracketRow(f"r{r.round}", "round", label, state, extra, "", f"{done}/{len(r.heats)}"))
+            for h in r.heats.values():
+                out.extend(self._heat_rows(h, heats))
+            if r.byes:
+                out.append(BracketRow(f"r{r.round}bye", "bye", "  byes", "bye", ", ".join(r.byes), "", ""))
+        return out
+
+    def _heat_rows(self, h: HeatState, heats: Mapping[str, HeatModel]) -> list[BracketRow]:
+        rows = []
+        att_states = [attempt_state(a, heats) for a in h.attempts]
+        running = h.result is None and any(a.status == "running" for a in h.attempts)
+        if h.result is not None:
+            state = "void" if h.result.void else "finished"
+            winner = "—" if h.result.void else (h.result.winner or "tie")
+            counted = h.counted
+            time = fmt_clock(counted.finished.elapsed_ms) if counted and counted.finished else ""
+            folder = counted.folder if counted else (h.attempts[-1].folder if h.attempts else None)
+        elif running:
+            i = max(i for i, a in enumerate(h.attempts) if a.status == "running")
+            state = att_states[i]
+            model = heats.get(h.attempts[i].folder)
+            leader = model.leader() if model is not None and model.applied else None
+            who = model.world.territories[leader].agent if leader and leader in model.world.territories else None
+            winner = f"({who or leader} leads)" if leader else ""
+            time = fmt_clock(model.world.elapsed_ms) if model is not None and model.applied else ""
+            folder = h.attempts[i].folder
+        else:
+            state = "scheduled" if not h.attempts else att_states[-1]
+            winner, time = "", ""
+            folder = _attempt_folder(h.attempts[-1]) if h.attempts else None
+        rows.append(BracketRow(f"r{h.round}h{h.heat}", "heat", f"  heat {h.heat}", state,
+                               " vs ".join(h.entrants), winner, time, folder, running))
+        if h.attempts:
+            for i, (a, s) in enumerate(zip(h.attempts, att_states)):
+                detail = ""
+                if a.finished is not None and a.finished.outcome != "counted":
+                    detail = f"{a.finished.failure_source or '?'}: {a.finished.detail.splitlines()[0] if a.finished.detail else ''}"
+                elif a.status == "interrupted":
+                    detail = f"kept as {_attempt_folder(a)}"
+                t = fmt_clock(a.finished.elapsed_ms) if a.finished is not None and a.finished.elapsed_ms else ""
+                w = (a.finished.winner or "") if a.finished is not None and a.finished.outcome == "counted" else ""
+                rows.append(BracketRow(f"r{h.round}h{h.heat}a{a.attempt}#{i}", "attempt", f"    attempt {a.attempt}", s,
+                                       detail, w, t, _attempt_folder(a), a.status == "running"))
+        return rows
+
+    def standings(self) -> list[SeasonStanding]:
+        """Season standings (:func:`aoe_tui.season.standings.season_standings`), cached per version."""
+        if self._standings is None or self._standings[0] != self.version:
+            self._standings = (self.version, season_standings(self.state) if self.state.info else [])
+        return self._standings[1]
+
+
+def summarize_season(record: se.SeasonRecord) -> str | None:
+    """One log line for a season record (None for nothing worth a line)."""
+    e = record.event
+    k = e.kind
+    if k == "season_started":
+        return f"season {e.season} · {e.label} started: {len(e.entrants)} entrants"
+    if k == "season_resumed":
+        return f"resumed (pid {e.pid}): {e.detail}"
+    if k == "stale_territories_cleaned":
+        return f"tore down {len(e.territories)} leftover territories"
+    if k == "round_scheduled":
+        heats = "; ".join(f"h{h.heat}: " + " vs ".join(x for x in h.seats if x) for h in e.heats)
+        return f"round {e.round} scheduled{' (final)' if e.final else ''}: {heats}" + (
+            f"; byes {', '.join(e.byes)}" if e.byes else "")
+    if k == "attempt_started":
+        return f"r{e.round}h{e.heat}a{e.attempt} started"
+    if k == "attempt_interrupted":
+        return f"r{e.round}h{e.heat}a{e.attempt} interrupted, kept as {e.renamed_to}"
+    if k == "attempt_finished":
+        tag = f"r{e.round}h{e.heat}a{e.attempt}"
+        if e.outcome == "counted":
+            return f"{tag} finished in {fmt_clock(e.elapsed_ms)}: winner {e.winner or 'none (tie)'}"
+        first = e.detail.splitlines()[0] if e.detail else ""
+        return f"{tag} spoiled by {e.failure_source}: {first} → " + ("retry" if e.outcome == "retry" else "void")
+    if k == "heat_finished":
+        return None
+    if k == "round_finished":
+        return f"round {e.round} finished" + (f": advanced {', '.join(e.advanced)}" if e.advanced else "")
+    if k == "season_finished":
+        return f"season finished: champion {', '.join(e.champions) or 'none'}"
+    return None
+
+
+# --------------------------------------------------------------------------- standings
+
+#: sort key name → (column label, key function, descending by default)
+SORTS: dict[str, tuple[str, object, bool]] = {
+    "rank": ("#", lambda r: r.rank, False),
+    "points": ("Points", lambda r: r.points, True),
+    "wins": ("Wins", lambda r: r.wins, True),
+    "durable": ("Durable", lambda r: r.durable, True),
+    "median": ("Median", lambda r: (r.median_durable_ms is None, r.median_durable_ms or 0), False),
+    "tokens": ("Tokens", lambda r: (r.input_tokens is None, -((r.input_tokens or 0) + (r.output_tokens or 0))), False),
+    "cost": ("Cost", lambda r: (r.cost_microusd is None, r.cost_microusd or 0), False),
+    "rating": ("Rating", lambda r: r.ordinal, True),
+}
+
+STANDINGS_COLUMNS = ("#", "Entrant", "Points", "Wins", "Durable", "Rating μ±σ", "Median", "Tokens in/out", "Cost",
+                     "Heats")
+
+
+def sort_standings(rows: list[SeasonStanding], key: str, reverse: bool = False) -> list[SeasonStanding]:
+    """Rows sorted by ``key`` (a :data:`SORTS` name); ties keep the official rank order.
+    ``reverse`` flips the key's natural direction. Unknown values (None) always sort last."""
+    _label, fn, desc = SORTS[key]
+    base = sorted(rows, key=lambda r: (r.rank, r.entrant))
+    if key in ("median", "tokens", "cost"):
+        known = [r for r in base if fn(r)[0] is False]  # type: ignore[operator,index]
+        unknown = [r for r in base if fn(r)[0] is True]  # type: ignore[operator,index]
+        known.sort(key=fn, reverse=reverse)  # type: ignore[arg-type]
+        return known + unknown
+    return sorted(base, key=fn, reverse=desc != reverse)  # type: ignore[arg-type]
+
+
+def standings_cells(r: SeasonStanding) -> tuple[str, ...]:
+    """Display cells of one standings row, in :data:`STANDINGS_COLUMNS` order (n/a = unknown)."""
+    tokens = "n/a" if r.input_tokens is None else f"{fmt_tokens(r.input_tokens)}/{fmt_tokens(r.output_tokens)}"
+    return (str(r.rank), r.entrant + (" ★" if r.champion else ""), str(r.points), str(r.wins), str(r.durable),
+            f"{r.mu:.1f}±{r.sigma:.1f}", fmt_clock(r.median_durable_ms) if r.median_durable_ms is not None else "—",
+            tokens, fmt_cost(r.cost_microusd), str(r.heats))
+
+
+def attempt_title(info: se.SeasonStarted | None, folder: str) -> str:
+    """``season · label · round R heat H · attempt A`` for an attempt folder (as the runner names heats)."""
+    try:
+        r, h, a = (int(p.split("-")[1].split(".")[0]) for p in folder.split("/")[:3])
+        where = f"round {r} heat {h} · attempt {a}"
+    except (ValueError, IndexError):
+        where = folder
+    if ".interrupted-" in folder:
+        where += " (interrupted)"
+    return f"{info.season} · {info.label} · {where}" if info else where

@@ -1,0 +1,131 @@
+"""``aoe watch``: follow a season folder another process is writing, read-only.
+
+:class:`SeasonTailer` polls ``season.jsonl`` and the ``events.jsonl`` of every attempt
+the season log shows as running, from the byte offset it reached last time, and posts
+what is new to a :class:`~aoe_tui.tui.live.LiveFeed` — the same inbox ``aoe run``'s
+engine posts to, so the screens cannot tell the two apart. Only complete lines
+(ending in ``\\n``) are consumed; a half-written last line is read on the next poll.
+
+The first :meth:`~SeasonTailer.poll` catches up from the start; attempts that already
+finished are not tailed (the season screen opens them as replays from their folder).
+Live agent activity is not available to a watcher (the runner writes
+``agents/<id>/activity.log`` when a heat ends); panels show it for finished heats.
+Nothing here writes into the season folder.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aoe_tui.errors import AoeError
+from aoe_tui.replay.log import iter_events_from
+from aoe_tui.replay.season_log import parse_season_line
+from aoe_tui.replay.season_reducer import SeasonState, apply_season_record
+from aoe_tui.tui.live import LiveFeed
+from aoe_tui.tui.seasonmodel import attempt_title
+
+__all__ = ["SeasonTailer"]
+
+
+@dataclass
+class _Tail:
+    folder: str
+    offset: int = 0
+    next_sequence: int = 0
+    opened: bool = False
+    final: bool = False
+    broken: bool = False
+
+
+class SeasonTailer:
+    """Incremental reader of one season folder (see the module docstring).
+
+    ``poll()`` returns the number of new records posted. A bad ``season.jsonl`` line
+    raises :class:`AoeError` naming ``path:line``; a bad heat log line stops tailing that
+    heat and is kept in ``errors`` (one line each).
+    """
+
+    def __init__(self, season_dir: Path, feed: LiveFeed) -> None:
+        self.dir = Path(season_dir)
+        self.feed = feed
+        self.log = self.dir / "season.jsonl"
+        self.offset = 0
+        self.line = 0
+        self.state = SeasonState()
+        self.tails: dict[str, _Tail] = {}
+        self.errors: list[str] = []
+
+    def _read_season(self) -> list[Any]:
+        try:
+            with open(self.log, "rb") as fh:
+                fh.seek(self.offset)
+                raw = fh.read()
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            raise AoeError(f"{self.log}: cannot read season log: {err.strerror}") from None
+        cut = raw.rfind(b"\n") + 1
+        out = []
+        for line in raw[:cut].split(b"\n")[:-1]:
+            self.line += 1
+            self.offset += len(line) + 1
+            if not line.strip():
+                continue
+            try:
+                rec = parse_season_line(line)
+            except (ValueError, UnicodeDecodeError) as err:
+                raise AoeError(f"{self.log}:{self.line}: invalid season event: {err}") from None
+            expected = 0 if self.state.last_sequence is None else self.state.last_sequence + 1
+            if rec.sequence != expected:
+                raise AoeError(f"{self.log}:{self.line}: sequence {rec.sequence} but expected {expected}")
+            apply_season_record(self.state, rec)
+            out.append(rec)
+        return out
+
+    def poll(self) -> int:
+        """Read what is new; post it to the feed. Returns the number of records posted."""
+        new = self._read_season()
+        for rec in new:
+            self.feed.post_season_record(rec)
+        running = {a.folder for _, a in self.state.open_attempts()}
+        for rec in new:
+            e = rec.event
+            if e.kind == "attempt_interrupted":  # renamed away; a re-run reuses the folder name
+                self.tails.pop(f"round-{e.round}/heat-{e.heat}/attempt-{e.attempt}", None)
+        for t in self.tails.values():
+            if t.folder not in running:
+                t.final = True  # one last read, then forget it
+        for folder in running:
+            self.tails.setdefault(folder, _Tail(folder))
+        count = len(new)
+        for key, t in list(self.tails.items()):
+            count += self._poll_heat(t)
+            if t.final or t.broken:
+                del self.tails[key]
+        return count
+
+    def _poll_heat(self, t: _Tail) -> int:
+        folder = self.dir / t.folder
+        if not t.opened:
+            arena = None
+            try:
+                arena = json.loads((folder / "arena.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                if not (folder / "events.jsonl").exists():
+                    return 0  # the runner has not written the headers yet
+            self.feed.open_heat(t.folder, arena=arena if isinstance(arena, dict) else None, title=attempt_title(self.state.info, t.folder))
+            t.opened = True
+        try:
+            records, t.offset = iter_events_from(folder / "events.jsonl", t.offset, next_sequence=t.next_sequence,
+                                                 first_line=t.next_sequence + 1)
+        except AoeError as err:
+            self.errors.append(str(err))
+            t.broken = True
+            return 0
+        for rec in records:
+            self.feed.post_record(rec, t.folder)
+        t.next_sequence += len(records)
+        return len(records)

@@ -1,0 +1,266 @@
+"""Season and standings screens, ``aoe watch`` tailing, the quit dialog and ``aoe demo``'s
+host check — on a deterministic season folder built from real fixture logs
+(:func:`tui_fixtures.build_season_folder`), driven through Textual's Pilot."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable
+
+from aoe_tui.replay.season_log import read_season_log
+from aoe_tui.replay.season_reducer import reduce_season
+from aoe_tui.tui.app import AoeApp
+from aoe_tui.tui.live import LiveFeed
+from aoe_tui.tui.screens import HeatScreen, ReplayScreen
+from aoe_tui.tui.season import QuitScreen, SeasonScreen, StandingsScreen, watch_app
+from aoe_tui.tui.seasonmodel import SeasonModel, sort_standings
+from aoe_tui.tui.watch import SeasonTailer
+
+from tui_fixtures import SEASON_NOW_OFFSET_MS, SEASON_T0, build_season_folder
+
+pytestmark = pytest.mark.usefixtures("shared_dir")
+
+
+@pytest.fixture(scope="module")
+def season_dir(tmp_path_factory) -> Path:
+    return build_season_folder(tmp_path_factory.mktemp("tui-season"))
+
+
+def frozen(app: AoeApp) -> AoeApp:
+    app.now_ms = lambda: SEASON_T0 + SEASON_NOW_OFFSET_MS
+    return app
+
+
+def rows_by_key(app: AoeApp) -> dict:
+    return {r.key: r for r in app.season.rows(app.heats)}
+
+
+async def test_bracket_states_winners_times(season_dir):
+    app = frozen(watch_app(season_dir, follow=False))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, SeasonScreen)
+        rows = rows_by_key(app)
+        assert rows["r1h1"].state == "finished" and rows["r1h1"].winner == "deepseek" and rows["r1h1"].time == "00:43"
+        assert rows["r1h2a1#0"].state == "retried" and "provider" in rows["r1h2a1#0"].entrants
+        assert rows["r1h2a2#1"].state == "finished"
+        assert rows["r1bye"].entrants == "oracle"
+        assert rows["r2h1a1#0"].state == "interrupted"
+        assert rows["r2h1a1#0"].folder == "round-2/heat-1/attempt-1.interrupted-1"
+        assert rows["r2h1"].state == "racing" and rows["r2h1"].running and rows["r2h1"].winner == "(deepseek leads)"
+        assert rows["r2h2"].state == "scheduled" and not rows["r2h2"].running
+        status = str(app.screen.query_one("#season-status").text)
+        assert status.startswith("clock 12:34 · round 2 · heats 2/4 finished · 1 racing"), status
+        table = app.screen.query_one("#bracket", DataTable)
+        assert table.row_count == len(rows)
+        # the cursor starts on the running heat
+        assert app.screen.selected_row().key == "r2h1"
+
+
+async def test_enter_opens_live_heat_and_replays(season_dir):
+    app = frozen(watch_app(season_dir, follow=False))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")  # the running heat: followed → live heat screen
+        await pilot.pause()
+        assert isinstance(app.screen, HeatScreen) and not isinstance(app.screen, ReplayScreen)
+        assert app.screen.heat == "round-2/heat-1/attempt-1"
+        assert app.screen.model.world.territories["builder-two"].milestone_points > 0
+        await pilot.press("escape")
+        assert isinstance(app.screen, SeasonScreen)
+        table = app.screen.query_one("#bracket", DataTable)
+        table.move_cursor(row=1)  # round 1 heat 1: finished → replay at its end from the folder
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ReplayScreen) and not app.screen.playing and app.screen.cursor.at_end
+        assert "WINNER builder-two (deepseek) · 100 points" in str(app.screen.query_one("#winner").render())
+        await pilot.press("escape", "escape")  # never past the season screen
+        assert isinstance(app.screen, SeasonScreen)
+        table.move_cursor(row=table.get_row_index("r2h2"))  # scheduled: nothing to open
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SeasonScreen)
+
+
+async def test_standings_sort_and_read_only(season_dir):
+    app = frozen(watch_app(season_dir, follow=False))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("s")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, StandingsScreen)
+        table = screen.query_one("#standings", DataTable)
+
+        def order() -> list[str]:
+            return [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+
+        assert order()[0] == "deepseek" and len(order()) == 7
+        ordinal = {r.entrant: r.ordinal for r in app.season.standings()}
+        await pilot.press("r")
+        assert [ordinal[e] for e in order()] == sorted(ordinal.values(), reverse=True)
+        await pilot.press("r")  # again: reversed
+        assert [ordinal[e] for e in order()] == sorted(ordinal.values())
+        await pilot.press("k")  # tokens: unknown (oracle, no heat) last
+        assert order()[0] == "deepseek-queue-builder" and order()[-1] == "oracle"
+        await pilot.press("p")
+        assert order()[:2] == ["deepseek", "luna-queue-builder"]
+        await pilot.press("o")
+        assert order()[0] == "deepseek"
+        # watch is read-only: no export key
+        assert not screen.check_action("export", ())
+        assert "e" not in app.active_bindings or not app.active_bindings["e"].enabled
+        await pilot.press("e")
+        assert not list(season_dir.glob("standings.*"))
+        await pilot.press("escape")
+        assert isinstance(app.screen, SeasonScreen)
+
+
+async def test_export_key_writes_four_files(season_dir, tmp_path):
+    folder = tmp_path / "season"
+    shutil.copytree(season_dir, folder)
+    feed = LiveFeed()
+    SeasonTailer(folder, feed).poll()
+    app = frozen(AoeApp.season_view(feed, folder, read_only=False))
+    notes = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.notify = lambda msg, **kw: notes.append(msg)  # type: ignore[method-assign]
+        await pilot.press("s", "e")
+        await pilot.pause()
+    names = sorted(p.name for p in folder.glob("standings.*"))
+    assert names == ["standings.csv", "standings.html", "standings.json", "standings.md"]
+    assert notes and all(n in notes[-1] for n in names) and str(folder) in notes[-1]
+    data = json.loads((folder / "standings.json").read_text())
+    assert [r["entrant"] for r in data["standings"]][0] == "deepseek"
+
+
+def test_sort_standings_unknown_last(season_dir):
+    model = SeasonModel()
+    for rec in read_season_log(season_dir / "season.jsonl"):
+        model.apply(rec)
+    rows = model.standings()
+    for key in ("median", "cost", "tokens"):
+        for rev in (False, True):
+            out = sort_standings(rows, key, rev)
+            assert out[-1].entrant == "oracle" or key == "median"
+    assert [r.entrant for r in sort_standings(rows, "rank")] == [r.entrant for r in rows]
+
+
+async def test_watch_follows_appended_records(season_dir, tmp_path):
+    """Tailing: records appended after the catch-up (complete lines only) show up."""
+    folder = tmp_path / "season"
+    shutil.copytree(season_dir, folder)
+    log = folder / "round-2/heat-1/attempt-1/events.jsonl"
+    from aoe_tui.replay.matchdir import load_match
+
+    from tui_fixtures import SEED
+
+    from aoe_tui.replay.log import dump_record
+
+    rest = [r for r in load_match(SEED).records if r.sequence > 104]
+    app = watch_app(folder, follow=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.4)
+        model = app.heats["round-2/heat-1/attempt-1"]
+        assert model.applied == 105
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write("".join(dump_record(r) + "\n" for r in rest[:-1]))
+            fh.write(dump_record(rest[-1])[:20])  # torn: not consumed yet
+        for _ in range(40):
+            await pilot.pause(0.1)
+            if model.applied == 105 + len(rest) - 1:
+                break
+        assert model.applied == 105 + len(rest) - 1
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(dump_record(rest[-1])[20:] + "\n")
+        for _ in range(40):
+            await pilot.pause(0.1)
+            if model.world.match_state.value == "finished":
+                break
+        assert model.world.winner == "builder-two"
+        assert rows_by_key(app)["r2h1"].state == "finishing"
+        # nothing was written by the watcher
+        assert not list(folder.glob("standings.*"))
+
+
+class FakeHost:
+    """Stands in for the engine thread (unit test of the quit dialog only)."""
+
+    def __init__(self) -> None:
+        self.lines = ["05:00:00 r1h1a1: provisioning 3 territories (container)"]
+        self.done = False
+        self.error = None
+        self.state = None
+
+
+@pytest.mark.parametrize("choice,key", [("stop", "s"), ("detach", "d"), (None, "escape")])
+async def test_quit_asks_stop_or_detach(season_dir, choice, key):
+    feed = LiveFeed()
+    SeasonTailer(season_dir, feed).poll()
+    app = frozen(AoeApp.season_view(feed, season_dir, host=FakeHost(), read_only=False))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press(key)
+        await pilot.pause()
+        if choice is None:
+            assert isinstance(app.screen, SeasonScreen)
+            assert "provisioning 3 territories" in str(app.screen.query_one("#season-log").text)
+            app.host.done = True
+            await pilot.press("q")
+    assert app.return_value == (choice or "finished")
+
+
+async def test_quit_buttons_with_mouse(season_dir):
+    feed = LiveFeed()
+    SeasonTailer(season_dir, feed).poll()
+    app = frozen(AoeApp.season_view(feed, season_dir, host=FakeHost(), read_only=False))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.click("#quit-detach")
+        await pilot.pause()
+    assert app.return_value == "detach"
+
+
+def test_watch_rejects_non_season_folder(tmp_path, capsys):
+    from aoe_tui.cli import main
+
+    assert main(["watch", str(tmp_path)]) != 0
+    err = capsys.readouterr().err
+    assert "not a season folder" in err and "Traceback" not in err
+    (tmp_path / "season.jsonl").write_text('{"schema_version":1,"sequence":0}\n')
+    assert main(["watch", str(tmp_path)]) != 0
+    err = capsys.readouterr().err
+    assert "season.jsonl:1" in err and "Traceback" not in err
+
+
+def test_demo_refuses_without_root(monkeypatch, capsys):
+    from aoe_tui.cli import main
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["demo", "--headless"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs root" in err[0] and "aoe doctor" in err[0]
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert main(["demo", "--headless"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "systemd-nspawn" in err[0] and "aoe doctor" in err[0]
+
+
+def test_season_model_matches_reducer(season_dir):
+    recs = read_season_log(season_dir / "season.jsonl")
+    model = SeasonModel()
+    for rec in recs:
+        model.apply(rec)
+    ref = reduce_season(recs)
+    assert model.progress() == (len(ref.finished_heats()), len(ref.heats()))
+    assert model.running_folders() == ["round-2/heat-1/attempt-1"]
+    assert model.clock_ms(SEASON_T0 + SEASON_NOW_OFFSET_MS) == SEASON_NOW_OFFSET_MS
