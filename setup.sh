@@ -9,7 +9,7 @@ cd "$(dirname "$0")"
 APT_PACKAGES=(
   systemd-container debootstrap qemu-system-x86 qemu-utils e2fsprogs
   openssh-client sshpass curl jq iproute2 procps psmisc util-linux ca-certificates python3-venv
-  chromium
+  chromium ripgrep
 )
 
 missing=()
@@ -24,6 +24,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# node/npm: only to install the opencode CLI (npm package opencode-ai) for the opencode adapter
+if ! command -v npm >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing nodejs and npm (for the opencode adapter)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
@@ -35,5 +44,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test]'
   touch "$stamp"
+fi
+# the opencode CLI (pinned; cached in ~/.cache/aoe-tui/opencode/, ~350 MB); skip with AOE_SKIP_OPENCODE=1
+if [ "${AOE_SKIP_OPENCODE:-0}" != 1 ]; then
+  .venv/bin/python -c "from aoe_tui.agents.opencode import ensure_opencode; print('setup: opencode at', ensure_opencode())"
 fi
 echo "setup: ready (.venv/bin/aoe)"

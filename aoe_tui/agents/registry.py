@@ -5,6 +5,8 @@ Specs (``aoe match run --agent SPEC`` or a manifest agent's ``adapter``):
 - ``oracle`` — the built-in durable oracle (:class:`~aoe_tui.agents.oracle.OracleAdapter`);
 - ``scripted:NAME`` — a built-in scripted builder (``memory``, ``volatile``, ``slow``);
 - ``command:PATH`` — an external executable following spec §5 (named after its file);
+- ``opencode`` — the built-in opencode agent (:class:`~aoe_tui.agents.opencode.OpencodeAdapter`),
+  configured by ``options`` (season ``[[entrants]].options``) or ``AOE_OPENCODE_*`` env vars;
 - ``NAME`` registered with upstream's ``--adapter NAME=PATH`` (spec §5.1).
 
 A registered name wins over a built-in of the same name, so an upstream arena whose
@@ -24,7 +26,7 @@ from aoe_tui.errors import AoeError, UsageError
 __all__ = ["BUILTIN_SPECS", "UnknownAdapterError", "parse_adapter_registration", "resolve_adapter"]
 
 #: Built-in specs, in the order they are listed to the user.
-BUILTIN_SPECS = ("oracle", "scripted:memory", "scripted:volatile", "scripted:slow")
+BUILTIN_SPECS = ("oracle", "scripted:memory", "scripted:volatile", "scripted:slow", "opencode")
 
 
 class UnknownAdapterError(AoeError):
@@ -53,17 +55,23 @@ def _command(name: str, path: Path, what: str) -> Adapter:
     return CommandAdapter(name, path)
 
 
-def resolve_adapter(spec: str, registered: Mapping[str, Path] | None = None) -> Adapter:
+def resolve_adapter(
+    spec: str, registered: Mapping[str, Path] | None = None, options: Mapping[str, object] | None = None
+) -> Adapter:
     """Return a fresh adapter for ``spec`` (see the module docstring for the forms).
 
     Args:
         spec: ``oracle``, ``scripted:NAME``, ``command:PATH`` or a registered name.
         registered: ``NAME -> PATH`` from ``--adapter NAME=PATH`` (relative paths are
             taken relative to the current directory, as upstream does).
+        options: adapter options (season ``[[entrants]].options``); only the ``opencode``
+            adapter takes any (see :class:`~aoe_tui.agents.opencode.OpencodeOptions`), the
+            others ignore them.
 
     Raises:
         UnknownAdapterError: unknown name (the message lists the known ones), unknown
-            scripted builder, or a command/registered path that is missing or not executable.
+            scripted builder, a command/registered path that is missing or not executable,
+            or an invalid opencode option.
     """
     registered = dict(registered or {})
     spec = spec.strip()
@@ -73,6 +81,13 @@ def resolve_adapter(spec: str, registered: Mapping[str, Path] | None = None) -> 
         from aoe_tui.agents.oracle import OracleAdapter
 
         return OracleAdapter()
+    if spec == "opencode":
+        from aoe_tui.agents.opencode import OpencodeAdapter
+
+        try:
+            return OpencodeAdapter(dict(options or {}))
+        except AoeError as exc:
+            raise UnknownAdapterError(str(exc)) from None
     if spec.startswith("scripted:"):
         from aoe_tui.agents.scripted import ScriptedAdapter
 

@@ -1,0 +1,790 @@
+"""Built-in ``opencode`` adapter: a real coding agent running inside its territory (issue 8).
+
+Upstream never had one (spec §5.6); this follows the same contract as every adapter (§5):
+``result.json`` (§5.3), cumulative ``usage.json`` checkpoints (§5.5), stdout/stderr logs,
+plus ``transcript.json`` / ``transcript.live.json`` (a claux-like transcript with a
+``tool_trace``, §2.7) and ``analysis.json`` (§9.2).
+
+How a run works (facts from ``notes/opencode.md``):
+
+1. On the runner: the opencode binary comes from npm (``opencode-ai`` pinned to
+   :data:`OPENCODE_VERSION`), installed once into ``<user cache>/aoe-tui/opencode/<version>``
+   by :func:`ensure_opencode` (``npm install``; needs node/npm). ``rg`` comes from the
+   host's ripgrep (Debian ``ripgrep``).
+2. A :class:`~aoe_tui.agents.proxy.CredentialProxy` starts on the runner with the real key
+   read from the runner's environment variable named by ``api_key_env``.
+3. Over SSH (root, password): the binary and ``rg`` are uploaded once per guest to
+   ``/var/tmp/aoe-opencode/bin/`` (skipped when the size already matches, e.g. after a
+   reboot); a per-run folder ``/var/tmp/aoe-opencode/<agent>/`` gets a fresh HOME with XDG
+   dirs, the plugin-install stub (so opencode never runs its embedded npm), the prompt
+   (``instruction.md``) and a launcher. A reverse tunnel (``forward_remote_port``) makes
+   ``127.0.0.1:<port>`` in the guest reach the proxy.
+4. The launcher runs ``opencode run --format json --model aoe/<model> --title …`` in a
+   transient systemd scope ``aoe-opencode-<agent>.scope`` with a clean environment
+   (``OPENCODE_CONFIG_CONTENT`` pointing at the tunnel with a placeholder key,
+   ``OPENCODE_DISABLE_MODELS_FETCH=1``, ``OPENCODE_DISABLE_AUTOUPDATE=1``,
+   ``OPENCODE_DISABLE_SHARE=1``, no proxies, ``NO_PROXY=127.0.0.1,localhost``), cwd
+   ``/root``, stdin = the prompt file (opencode reads a non-TTY stdin to EOF as the
+   message — never an interactive stdin). The model's reasoning effort goes into the
+   model's ``options.reasoningEffort`` (sent as ``reasoning_effort``).
+5. The JSON events are read live: ``step_finish`` tokens/cost → cumulative usage
+   checkpoints (``input_tokens`` = input + cache read + cache write, ``output_tokens`` =
+   output + reasoning, ``cost_microusd`` = round(cost × 1e6), ``rounds`` = steps,
+   ``tool_calls`` = finished tool calls, ``resource_units`` = 1); the proxy's own token
+   counts are a second source (per field, the larger of the two wins); ``tool_use`` →
+   ``tool_trace`` entries and activity lines.
+
+Watchdog and limits (all ours, opencode's own step limit is soft): ``wall_clock_s`` (default
+the heat deadline) → ``timed_out``; ``max_steps`` → ``budget_exceeded``; no event for
+``idle_timeout_s`` → ``harness_error`` (hang); a final ``step_finish`` (reason ``stop``)
+followed by ``exit_grace_s`` without exit → the run is ended and counted ``completed``.
+Stopping kills the whole scope (``systemctl kill -s KILL``), so shells the agent's tools
+started die too; a service the agent started through systemd lives in its own unit and stays.
+
+Failure mapping (§3.9): an ``error`` event that is retryable / HTTP 401, 403, 408, 429, ≥500
+/ "Cannot connect to API", or a proxy that saw only upstream failures → ``unavailable``
+(source ``provider``); opencode crashing, being killed, exiting without a final answer,
+or any other error → ``harness_error`` (``harness``); the SSH session cut while the referee
+rebooted the guest (``agents/<id>/referee-reboot`` exists) → ``interrupted`` (``arena``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun, Usage
+from aoe_tui.agents.command import DEADLINE_SUMMARY, STOPPED_SUMMARY, apply_budget
+from aoe_tui.domain.adapter_io import write_json_atomic, write_result_file, write_usage_file
+from aoe_tui.errors import AoeError
+
+__all__ = [
+    "DEFAULT_API_KEY_ENV",
+    "DEFAULT_BASE_URL",
+    "OPENCODE_VERSION",
+    "OpencodeAdapter",
+    "OpencodeError",
+    "OpencodeOptions",
+    "OpencodeRun",
+    "ensure_opencode",
+    "opencode_binary",
+]
+
+#: The pinned npm version of ``opencode-ai`` (the one measured in notes/opencode.md).
+OPENCODE_VERSION = "1.18.33"
+#: Default provider base URL (opencode's "Go" gateway, for ``opencode-go/*`` models).
+DEFAULT_BASE_URL = "https://opencode.ai/zen/go/v1"
+#: Default name of the runner environment variable holding the provider key.
+DEFAULT_API_KEY_ENV = "OPENCODE_API_KEY"
+#: Guest folder for the binary, rg and per-run folders.
+GUEST_ROOT = "/var/tmp/aoe-opencode"
+#: Environment overrides for ``--agent opencode`` on the command line.
+ENV_BASE_URL = "AOE_OPENCODE_BASE_URL"
+ENV_KEY_ENV = "AOE_OPENCODE_API_KEY_ENV"
+ENV_BINARY = "AOE_OPENCODE_BINARY"
+
+_PLACEHOLDER_KEY = "aoe-credential-proxy"
+_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class OpencodeError(AoeError):
+    """opencode could not be installed or found, or an adapter option is invalid (one line)."""
+
+
+# ----------------------------------------------------------------------------- install
+
+
+def _cache_dir(version: str) -> Path:
+    from aoe_tui.runtime.image import cache_root
+
+    return cache_root() / "opencode" / version
+
+
+def opencode_binary(version: str = OPENCODE_VERSION) -> Path | None:
+    """The installed opencode binary for ``version`` (or ``$AOE_OPENCODE_BINARY``), or ``None``."""
+    env = os.environ.get(ENV_BINARY)
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    base = _cache_dir(version) / "node_modules"
+    for cand in (base / "opencode-ai" / "bin" / "opencode.exe", base / "opencode-linux-x64" / "bin" / "opencode",
+                 base / "opencode-linux-x64-baseline" / "bin" / "opencode"):
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def ensure_opencode(version: str = OPENCODE_VERSION, *, timeout_s: float = 600.0) -> Path:
+    """Return the opencode binary, installing ``opencode-ai@version`` from npm on first use.
+
+    Installs with ``npm install --prefix <user cache>/aoe-tui/opencode/<version>`` (about
+    350 MB; the npm registry must be reachable once) under a file lock, then checks
+    ``opencode --version``. Blocking; call it from a thread in async code.
+
+    Raises:
+        OpencodeError: npm missing, install failed, or the binary does not report ``version``.
+    """
+    found = opencode_binary(version)
+    if found is not None:
+        return found
+    if os.environ.get(ENV_BINARY):
+        raise OpencodeError(f"{ENV_BINARY}={os.environ[ENV_BINARY]} is not a file")
+    npm = shutil.which("npm")
+    if npm is None:
+        raise OpencodeError("opencode is not installed and npm is missing (apt-get install npm, or run ./setup.sh)")
+    import fcntl
+
+    target = _cache_dir(version)
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".install-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = opencode_binary(version)
+        if found is not None:
+            return found
+        try:
+            res = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--prefix", str(target), f"opencode-ai@{version}"],
+                capture_output=True, text=True, timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            raise OpencodeError(f"npm install opencode-ai@{version} did not finish within {timeout_s:.0f} s") from None
+        if res.returncode != 0:
+            tail = " ".join((res.stderr or res.stdout).split())[-300:]
+            raise OpencodeError(f"npm install opencode-ai@{version} failed: {tail}")
+    found = opencode_binary(version)
+    if found is None:
+        raise OpencodeError(f"npm installed opencode-ai@{version} but no opencode binary was found under {target}")
+    out = subprocess.run([str(found), "--version"], capture_output=True, text=True, timeout=60)
+    if out.stdout.strip() != version:
+        raise OpencodeError(f"{found} reports version {out.stdout.strip()!r}, expected {version}")
+    return found
+
+
+def _rg_binary() -> Path:
+    rg = shutil.which("rg")
+    if rg is None:
+        raise OpencodeError("ripgrep (rg) is missing on the runner (apt-get install ripgrep, or run ./setup.sh)")
+    return Path(rg)
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclass
+class OpencodeOptions:
+    """Adapter options (season ``[[entrants]].options`` or constructor keywords).
+
+    Attributes:
+        base_url: provider's OpenAI-compatible base URL the proxy forwards to.
+        api_key_env: NAME of the runner environment variable with the key (``None`` = no key).
+        max_steps: our step cap (count of ``step_finish``) → ``budget_exceeded``.
+        wall_clock_s: our wall-clock limit (s); ``None`` = the heat deadline.
+        idle_timeout_s: no JSON event for this long (s) → hang → ``harness_error``.
+        exit_grace_s: after the final answer, how long opencode may take to exit (s).
+        context_tokens, output_tokens: the model's ``limit.context`` / ``limit.output``.
+        cost_input_per_mtok, cost_output_per_mtok: USD per 1M tokens (opencode computes cost).
+        upload_timeout_s: timeout of the binary upload (s).
+    """
+
+    base_url: str = DEFAULT_BASE_URL
+    api_key_env: str | None = DEFAULT_API_KEY_ENV
+    max_steps: int = 150
+    wall_clock_s: float | None = None
+    idle_timeout_s: float = 600.0
+    exit_grace_s: float = 20.0
+    context_tokens: int = 200_000
+    output_tokens: int = 16_000
+    cost_input_per_mtok: float | None = None
+    cost_output_per_mtok: float | None = None
+    upload_timeout_s: float = 300.0
+
+    @classmethod
+    def from_mapping(cls, options: dict[str, Any] | None, *, where: str = "options") -> OpencodeOptions:
+        """Build from a free-form mapping (season options); unknown keys or bad types raise :class:`OpencodeError`."""
+        opts = cls()
+        env_base, env_key = os.environ.get(ENV_BASE_URL), os.environ.get(ENV_KEY_ENV)
+        if env_base:
+            opts.base_url = env_base
+        if env_key:
+            opts.api_key_env = env_key
+        for key, value in (options or {}).items():
+            if key not in cls.__dataclass_fields__:
+                known = ", ".join(cls.__dataclass_fields__)
+                raise OpencodeError(f"{where}.{key}: unknown opencode option (known: {known})")
+            default = getattr(cls(), key)
+            try:
+                if isinstance(default, bool) or key in ("base_url", "api_key_env"):
+                    value = None if value in (None, "") and key == "api_key_env" else str(value)
+                elif isinstance(default, int):
+                    value = int(value)
+                elif value is not None:
+                    value = float(value)
+            except (TypeError, ValueError):
+                raise OpencodeError(f"{where}.{key}: expected a number, got {value!r}") from None
+            setattr(opts, key, value)
+        if opts.max_steps < 1:
+            raise OpencodeError(f"{where}.max_steps must be at least 1")
+        return opts
+
+
+# ----------------------------------------------------------------------------- transcript state
+
+
+@dataclass
+class _State:
+    t0_ms: int | None = None
+    steps: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    reasoning: int = 0
+    cost_usd: float = 0.0
+    final_text: str | None = None
+    last_reason: str | None = None
+    final_seen_at: float | None = None
+    last_event_at: float = field(default_factory=time.monotonic)
+    error: dict[str, Any] | None = None
+    session_id: str | None = None
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    round_start_ms: int | None = None
+
+
+def _num(v: Any) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
+
+
+_READ_ONLY = {"read", "glob", "grep", "list", "ls", "webfetch", "todoread"}
+
+
+class OpencodeRun(AgentRun):
+    """One opencode agent run (see the module docstring). Created by :meth:`OpencodeAdapter.start`.
+
+    Attributes:
+        stopped: True once :meth:`stop` was called.
+        proxy_stats: the credential proxy's :class:`~aoe_tui.agents.proxy.ProxyStats` (after start).
+    """
+
+    def __init__(self, ctx: AgentContext, adapter: OpencodeAdapter) -> None:
+        super().__init__(ctx)
+        self.adapter = adapter
+        self.opts = adapter.options
+        self.stopped = False
+        self.state = _State()
+        self.proxy_stats: Any = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._proc: asyncssh.SSHClientProcess | None = None
+        self._scope = f"aoe-opencode-{_NAME_RE.sub('-', ctx.agent.id)}"
+        self._run_dir = f"{GUEST_ROOT}/{_NAME_RE.sub('-', ctx.agent.id)}"
+        self._prompt = ""
+        self._last_usage: Usage | None = None
+        self._task = asyncio.create_task(self._supervise(), name=f"opencode-{ctx.agent.id}")
+
+    # ------------------------------------------------------------------ usage + transcript
+
+    def usage(self) -> Usage:
+        """Current cumulative usage: opencode's ``step_finish`` sums, raised to the proxy's counts."""
+        s = self.state
+        inp = s.input_tokens + s.cache_read + s.cache_write
+        out = s.output_tokens + s.reasoning
+        cost = s.cost_usd
+        ps = self.proxy_stats
+        if ps is not None:
+            inp = max(inp, ps.prompt_tokens)
+            out = max(out, ps.completion_tokens)
+            cost = max(cost, ps.cost_usd)
+        return Usage(rounds=s.steps, tool_calls=s.tool_calls, input_tokens=inp, output_tokens=out,
+                     cost_microusd=int(round(cost * 1e6)), resource_units=1)
+
+    def _checkpoint(self) -> None:
+        u = self.usage()
+        if u == self._last_usage:
+            return
+        self._last_usage = u
+        with contextlib.suppress(OSError):
+            write_usage_file(self.ctx.usage_file, agent=self.ctx.agent.id, territory=self.ctx.territory.id, usage=u)
+
+    def transcript(self, status: str) -> dict[str, Any]:
+        """The transcript object (claux-like, spec §2.7): model, outcome, usage, messages, tool_trace, timing."""
+        s = self.state
+        outcome: dict[str, Any] = {"status": status}
+        if s.final_text is not None and status == "completed":
+            outcome["result"] = s.final_text
+        total = 0
+        if s.t0_ms is not None and s.rounds:
+            total = max(r["started_after_ms"] + r["duration_ms"] for r in s.rounds)
+        return {
+            "schema_version": 2,
+            "model": self.ctx.agent.model,
+            "outcome": outcome,
+            "usage": {"input_tokens": s.input_tokens, "output_tokens": s.output_tokens + s.reasoning,
+                      "cache_read_tokens": s.cache_read, "cache_creation_tokens": s.cache_write, "cost_usd": s.cost_usd},
+            "messages": [{"role": "user", "content": self._prompt}] + ([{"role": "assistant", "content": s.parts}] if s.parts else []),
+            "tool_trace": s.trace,
+            "timing": {"total_duration_ms": total, "model_rounds": s.rounds},
+        }
+
+    def _write_live(self) -> None:
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.ctx.agent_dir / "transcript.live.json", self.transcript("running"), fsync=False)
+
+    def _rel(self, ms: Any) -> int:
+        s = self.state
+        if not isinstance(ms, (int, float)) or s.t0_ms is None:
+            return 0
+        return max(0, int(ms) - s.t0_ms)
+
+    def on_event(self, ev: dict[str, Any]) -> None:
+        """Fold one ``--format json`` event into the run state (tokens, trace, activity)."""
+        s = self.state
+        s.last_event_at = time.monotonic()
+        etype = ev.get("type")
+        ts = ev.get("timestamp")
+        if s.t0_ms is None and isinstance(ts, (int, float)):
+            s.t0_ms = int(ts)
+        s.session_id = s.session_id or ev.get("sessionID")
+        part = ev.get("part") if isinstance(ev.get("part"), dict) else {}
+        if etype == "step_start":
+            s.round_start_ms = self._rel(ts)
+        elif etype == "tool_use":
+            st = part.get("state") if isinstance(part.get("state"), dict) else {}
+            tm = st.get("time") if isinstance(st.get("time"), dict) else {}
+            start, end = tm.get("start"), tm.get("end")
+            is_error = st.get("status") == "error"
+            output = st.get("error") if is_error else st.get("output")
+            name = str(part.get("tool") or "tool")
+            inp = st.get("input") if isinstance(st.get("input"), dict) else {}
+            entry = {
+                "id": str(part.get("callID") or part.get("id") or f"tool-{len(s.trace)}"),
+                "name": name,
+                "input": inp,
+                "output": output if isinstance(output, str) else json.dumps(output),
+                "is_error": is_error,
+                "read_only": name.lower() in _READ_ONLY,
+                "started_after_ms": self._rel(start if start is not None else ts),
+                "duration_ms": max(0, int(end) - int(start)) if isinstance(start, (int, float)) and isinstance(end, (int, float)) else 0,
+            }
+            s.trace.append(entry)
+            s.tool_calls += 1
+            s.parts.append({"type": "tool_use", "id": entry["id"], "name": name, "input": inp})
+            s.parts.append({"type": "tool_result", "tool_use_id": entry["id"], "content": entry["output"], "is_error": is_error})
+            show = inp.get("command") or inp.get("filePath") or inp.get("pattern") or st.get("title") or ""
+            self.activity.append(f"{name}{' ✗' if is_error else ''}: {' '.join(str(show).split())[:150]}")
+        elif etype in ("text", "reasoning"):
+            text = part.get("text")
+            if isinstance(text, str):
+                s.parts.append({"type": etype, "text": text})
+                if etype == "text":
+                    s.final_text = text
+                    self.activity.append("says: " + " ".join(text.split())[:150])
+        elif etype == "step_finish":
+            tok = part.get("tokens") if isinstance(part.get("tokens"), dict) else {}
+            cache = tok.get("cache") if isinstance(tok.get("cache"), dict) else {}
+            s.steps += 1
+            s.input_tokens += _num(tok.get("input"))
+            s.output_tokens += _num(tok.get("output"))
+            s.reasoning += _num(tok.get("reasoning"))
+            s.cache_read += _num(cache.get("read"))
+            s.cache_write += _num(cache.get("write"))
+            cost = part.get("cost")
+            if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost > 0:
+                s.cost_usd += float(cost)
+            s.last_reason = part.get("reason")
+            start = s.round_start_ms if s.round_start_ms is not None else self._rel(ts)
+            s.rounds.append({
+                "index": len(s.rounds), "started_after_ms": start, "duration_ms": max(0, self._rel(ts) - start),
+                "status": str(part.get("reason") or "unknown"),
+                "usage": {"input_tokens": _num(tok.get("input")), "output_tokens": _num(tok.get("output")) + _num(tok.get("reasoning")),
+                          "cache_read_tokens": _num(cache.get("read")), "cache_creation_tokens": _num(cache.get("write"))},
+            })
+            s.final_seen_at = time.monotonic() if s.last_reason == "stop" else None
+            self._checkpoint()
+            self._write_live()
+        elif etype == "error":
+            err = ev.get("error") if isinstance(ev.get("error"), dict) else {}
+            s.error = err
+            data = err.get("data") if isinstance(err.get("data"), dict) else {}
+            self.activity.append(f"error: {err.get('name')}: {' '.join(str(data.get('message') or '').split())[:150]}")
+
+    # ------------------------------------------------------------------ guest side
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        from aoe_tui.runtime.ssh import connect
+
+        t = self.ctx.territory
+        return await connect(t.host, t.ssh_port, t.password, connect_timeout_s=15.0)
+
+    async def _upload(self, conn: asyncssh.SSHClientConnection, local: Path, remote: str) -> None:
+        size = local.stat().st_size
+        res = await conn.run(f"stat -c %s {shlex.quote(remote)} 2>/dev/null", check=False)
+        if str(res.stdout or "").strip() == str(size):
+            return
+        self.activity.append(f"uploading {local.name} ({size // 1_000_000} MB) to {remote}")
+        tmp = remote + ".part"
+        async with conn.start_sftp_client() as sftp:
+            await sftp.put(str(local), tmp, block_size=65536, max_requests=64)  # sftp-server drops >256 KiB packets
+        await conn.run(f"chmod 0755 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(remote)}", check=True)
+
+    def _config(self, guest_port: int) -> dict[str, Any]:
+        model_id = self.model_id
+        model: dict[str, Any] = {"limit": {"context": self.opts.context_tokens, "output": self.opts.output_tokens}}
+        effort = getattr(self.ctx.agent, "reasoning_effort", None)
+        if effort and effort != "default":
+            model["options"] = {"reasoningEffort": effort}
+        if self.opts.cost_input_per_mtok is not None or self.opts.cost_output_per_mtok is not None:
+            model["cost"] = {"input": self.opts.cost_input_per_mtok or 0, "output": self.opts.cost_output_per_mtok or 0}
+        return {
+            "$schema": "https://opencode.ai/config.json",
+            "provider": {"aoe": {"npm": "@ai-sdk/openai-compatible", "name": "aoe credential proxy",
+                                 "options": {"baseURL": f"http://127.0.0.1:{guest_port}/v1", "apiKey": _PLACEHOLDER_KEY},
+                                 "models": {model_id: model}}},
+            "enabled_providers": ["aoe"],
+            "model": f"aoe/{model_id}",
+            "autoupdate": False,
+            "share": "disabled",
+            "permission": {"external_directory": "allow", "bash": "allow", "edit": "allow", "webfetch": "deny"},
+        }
+
+    @property
+    def model_id(self) -> str:
+        """The model id sent upstream: the manifest model without its provider prefix (``opencode-go/kimi-k3`` → ``kimi-k3``)."""
+        model = self.ctx.agent.model
+        return model.split("/", 1)[1] if "/" in model else model
+
+    def _launcher(self, guest_port: int) -> str:
+        d = self._run_dir
+        h = f"{d}/home"
+        env = {
+            "HOME": h, "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash", "LANG": "C.UTF-8", "TERM": "dumb",
+            "PATH": f"{GUEST_ROOT}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "XDG_CONFIG_HOME": f"{h}/.config", "XDG_DATA_HOME": f"{h}/.local/share", "XDG_CACHE_HOME": f"{h}/.cache",
+            "XDG_STATE_HOME": f"{h}/.local/state",
+            "OPENCODE_CONFIG_CONTENT": json.dumps(self._config(guest_port), separators=(",", ":")),
+            "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+        }
+        title = f"aoe {self.ctx.agent.id} on {self.ctx.territory.id}"
+        args = ["opencode", "run", "--format", "json", "--model", f"aoe/{self.model_id}", "--title", title]
+        envs = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
+        return (
+            "#!/bin/sh\n"
+            f"cd /root 2>/dev/null || cd /\n"
+            f"exec env -i {envs} {' '.join(shlex.quote(a) for a in args)} < {shlex.quote(d + '/prompt.md')}\n"
+        )
+
+    async def _prepare(self, conn: asyncssh.SSHClientConnection, binary: Path, rg: Path) -> None:
+        d, h = self._run_dir, f"{self._run_dir}/home"
+        stub = f"{h}/.config/opencode"
+        await conn.run(
+            f"mkdir -p {GUEST_ROOT}/bin && rm -rf {shlex.quote(d)} && "
+            f"mkdir -p {shlex.quote(stub)}/node_modules {shlex.quote(h)}/.local/share {shlex.quote(h)}/.cache/opencode/bin "
+            f"{shlex.quote(h)}/.local/state",
+            check=True,
+        )
+        await asyncio.wait_for(self._upload(conn, binary, f"{GUEST_ROOT}/bin/opencode"), self.opts.upload_timeout_s)
+        await asyncio.wait_for(self._upload(conn, rg, f"{GUEST_ROOT}/bin/rg"), self.opts.upload_timeout_s)
+        files = {
+            f"{stub}/package.json": json.dumps({"dependencies": {"@opencode-ai/plugin": "0"}}),
+            f"{stub}/package-lock.json": json.dumps(
+                {"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "0"}}}}),
+            f"{d}/prompt.md": self._prompt,
+        }
+        async with conn.start_sftp_client() as sftp:
+            for path, text in files.items():
+                async with sftp.open(path, "w") as fh:
+                    await fh.write(text)
+
+    async def _kill_scope(self) -> None:
+        """Kill every process of this run in the guest (its systemd scope). Best effort, bounded."""
+        cmd = (f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; "
+               f"systemctl stop {self._scope}.scope >/dev/null 2>&1; systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; true")
+        conn = self._conn
+        with contextlib.suppress(Exception):
+            if conn is not None and not conn.is_closed():
+                await asyncio.wait_for(conn.run(cmd, check=False), 10)
+                return
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(15):
+                c = await self._connect()
+                try:
+                    await c.run(cmd, check=False)
+                finally:
+                    c.close()
+
+    # ------------------------------------------------------------------ the run
+
+    async def _body(self) -> tuple[AdapterStatus, str]:
+        from aoe_tui.agents.proxy import CredentialProxy
+
+        ctx = self.ctx
+        self._prompt = Path(ctx.instruction_file).read_text(encoding="utf-8")
+        binary = await asyncio.to_thread(ensure_opencode)
+        rg = _rg_binary()
+        key = None
+        if self.opts.api_key_env:
+            key = os.environ.get(self.opts.api_key_env)
+            if not key:
+                raise OpencodeError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
+        proxy = CredentialProxy(self.opts.base_url, key)
+        del key
+        await proxy.start()
+        self.proxy_stats = proxy.stats
+        try:
+            try:
+                self._conn = conn = await self._connect()
+            except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
+                return AdapterStatus.UNAVAILABLE, f"cannot reach territory {ctx.territory.id} over SSH: {exc or type(exc).__name__}"
+            self.activity.append("preparing opencode in the territory")
+            await self._prepare(conn, binary, rg)
+            listener = await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", proxy.port)
+            guest_port = listener.get_port()
+            launcher = self._launcher(guest_port)
+            async with conn.start_sftp_client() as sftp:
+                async with sftp.open(f"{self._run_dir}/run.sh", "w") as fh:
+                    await fh.write(launcher)
+            await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
+            self.activity.append(f"opencode run --model aoe/{self.model_id} (proxy via guest port {guest_port})")
+            cmd = (f"systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; "
+                   f"exec systemd-run --scope --quiet --collect --unit={self._scope} {self._run_dir}/run.sh")
+            self.state.last_event_at = time.monotonic()
+            self._proc = proc = await conn.create_process(cmd, stdin=asyncssh.DEVNULL, encoding=None)
+            return await self._follow(conn, proc)
+        finally:
+            if not self.stopped:
+                with contextlib.suppress(Exception):
+                    await self._collect_logs()
+            await proxy.close()
+
+    async def _follow(self, conn: asyncssh.SSHClientConnection, proc: asyncssh.SSHClientProcess) -> tuple[AdapterStatus, str]:
+        """Read events until opencode exits or the watchdog ends it; return (status, summary)."""
+        ctx = self.ctx
+        cut: str | None = None
+
+        async def pump_out() -> None:
+            with open(ctx.stdout_file, "ab") as log:
+                while True:
+                    line = await proc.stdout.readline()
+                    if not line:
+                        return
+                    log.write(line)
+                    log.flush()
+                    with contextlib.suppress(ValueError):
+                        ev = json.loads(line)
+                        if isinstance(ev, dict):
+                            self.on_event(ev)
+
+        async def pump_err() -> None:
+            with open(ctx.stderr_file, "ab") as log:
+                while True:
+                    data = await proc.stderr.read(65536)
+                    if not data:
+                        return
+                    log.write(data)
+                    log.flush()
+
+        async def watchdog() -> str:
+            while True:
+                await asyncio.sleep(1.0)
+                s, now = self.state, time.monotonic()
+                self._checkpoint()
+                if s.steps > self.opts.max_steps:
+                    return "steps"
+                if s.final_seen_at is not None and now - s.final_seen_at > self.opts.exit_grace_s:
+                    return "no-exit"
+                if now - s.last_event_at > self.opts.idle_timeout_s:
+                    return "idle"
+
+        pumps = asyncio.gather(pump_out(), pump_err())
+        dog = asyncio.create_task(watchdog())
+        exit_task = asyncio.ensure_future(proc.wait_closed())
+        try:
+            await asyncio.wait({exit_task, dog}, return_when=asyncio.FIRST_COMPLETED)
+            if dog.done() and not exit_task.done():
+                cut = dog.result()
+                await self._kill_scope()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(exit_task), 10)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(pumps, 10)
+        except (asyncssh.Error, OSError):
+            pass
+        finally:
+            dog.cancel()
+            pumps.cancel()
+            with contextlib.suppress(BaseException):
+                await pumps
+        self._checkpoint()
+        s = self.state
+        rc = proc.exit_status if proc.returncode is not None else None
+        signal_ = proc.exit_signal[0] if proc.exit_signal else None
+        self.activity.append(f"opencode ended: rc={rc} signal={signal_} steps={s.steps}")
+        if cut == "steps":
+            return AdapterStatus.BUDGET_EXCEEDED, f"opencode exceeded the step cap of {self.opts.max_steps} steps"
+        if cut == "idle":
+            return AdapterStatus.HARNESS_ERROR, f"opencode produced no event for {self.opts.idle_timeout_s:.0f} s (hung); killed"
+        lost = conn.is_closed() or (rc is None and signal_ is None)
+        final = s.last_reason == "stop" and s.final_text is not None
+        if final and s.error is None and (rc == 0 or lost or cut == "no-exit"):
+            # the agent gave its final answer; a session cut (e.g. the referee's reboot) while
+            # opencode was exiting does not undo finished work
+            return AdapterStatus.COMPLETED, self._summary()
+        if lost and ctx.reboot_marker.exists():
+            return AdapterStatus.INTERRUPTED, "agent session was interrupted by the referee's host reboot"
+        if s.error is not None:
+            return self._classify_error(s.error)
+        ps = self.proxy_stats
+        if ps is not None and (ps.connect_failures or ps.error_statuses) and ps.responses_with_usage == 0 and s.steps == 0:
+            return AdapterStatus.UNAVAILABLE, f"model endpoint unavailable: {ps.last_error}"
+        if lost:
+            return AdapterStatus.HARNESS_ERROR, "the SSH session to the territory was lost while opencode ran"
+        how = f"signal {signal_}" if signal_ else f"exit status {rc}"
+        if rc == 0:
+            return AdapterStatus.HARNESS_ERROR, f"opencode exited without a final answer after {s.steps} steps"
+        return AdapterStatus.HARNESS_ERROR, f"opencode crashed ({how}) after {s.steps} steps without a result"
+
+    def _summary(self) -> str:
+        text = " ".join((self.state.final_text or "").split())
+        return text[:1000] or "opencode finished"
+
+    def _classify_error(self, err: dict[str, Any]) -> tuple[AdapterStatus, str]:
+        data = err.get("data") if isinstance(err.get("data"), dict) else {}
+        message = " ".join(str(data.get("message") or err.get("name") or "unknown error").split())[:300]
+        status = data.get("statusCode")
+        provider = bool(data.get("isRetryable")) or (isinstance(status, int) and (status in (401, 402, 403, 408, 429) or status >= 500))
+        provider = provider or "cannot connect to api" in message.lower()
+        if provider:
+            code = f" (HTTP {status})" if isinstance(status, int) else ""
+            return AdapterStatus.UNAVAILABLE, f"model provider unavailable{code}: {message}"
+        return AdapterStatus.HARNESS_ERROR, f"opencode error {err.get('name') or ''}: {message}".replace("  ", " ")
+
+    async def _collect_logs(self) -> None:
+        """Copy opencode's own log from the guest to ``agents/<id>/opencode.log`` (best effort)."""
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            return
+        res = await asyncio.wait_for(
+            conn.run(f"cat {self._run_dir}/home/.local/share/opencode/log/*.log 2>/dev/null | tail -c 2000000", check=False), 5)
+        text = res.stdout if isinstance(res.stdout, str) else bytes(res.stdout or b"").decode("utf-8", "replace")
+        if text:
+            tmp = self.ctx.agent_dir / ".opencode.log.partial"
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.ctx.agent_dir / "opencode.log")
+
+    def _finish(self, status: AdapterStatus, summary: str) -> AgentOutcome:
+        ctx = self.ctx
+        usage = self.usage()
+        transcript_path = ctx.agent_dir / "transcript.json"
+        with contextlib.suppress(OSError):
+            write_usage_file(ctx.usage_file, agent=ctx.agent.id, territory=ctx.territory.id, usage=usage)
+            write_json_atomic(transcript_path, self.transcript(str(status) if status != AdapterStatus.COMPLETED else "completed"))
+        with contextlib.suppress(Exception):
+            from aoe_tui.agents.analysis import write_analysis
+
+            write_analysis(transcript_path, ctx.agent_dir / "analysis.json", agent=ctx.agent.id,
+                           territory=ctx.territory.id, model=ctx.agent.model, outcome=str(status))
+        transcript = str(transcript_path) if transcript_path.exists() else None
+        with contextlib.suppress(OSError):
+            write_result_file(ctx.result_file, agent=ctx.agent.id, territory=ctx.territory.id, status=status,
+                              summary=summary, usage=usage, transcript=transcript)
+        return apply_budget(AgentOutcome(status, summary, usage, transcript), getattr(ctx.agent, "budget", None))
+
+    async def _supervise(self) -> AgentOutcome:
+        limit = self.opts.wall_clock_s if self.opts.wall_clock_s is not None else self.ctx.deadline_s
+        try:
+            try:
+                status, summary = await asyncio.wait_for(self._body(), timeout=max(0.0, float(limit)))
+            except asyncio.TimeoutError:
+                self.activity.append("wall-clock limit reached")
+                await self._kill_scope()
+                return self._finish(AdapterStatus.TIMED_OUT, DEADLINE_SUMMARY)
+            except asyncio.CancelledError:
+                if self.stopped:
+                    await self._kill_scope()
+                    return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY)
+                raise
+            except OpencodeError as exc:
+                self.activity.append(str(exc))
+                return self._finish(AdapterStatus.HARNESS_ERROR, str(exc))
+            except (asyncssh.Error, OSError) as exc:
+                if self.ctx.reboot_marker.exists():
+                    return self._finish(AdapterStatus.INTERRUPTED, "agent session was interrupted by the referee's host reboot")
+                summary = f"SSH to territory {self.ctx.territory.id} failed: {exc or type(exc).__name__}"
+                return self._finish(AdapterStatus.UNAVAILABLE, " ".join(summary.split())[:300])
+            except Exception as exc:  # a bug: never a traceback to the referee
+                summary = f"opencode adapter failed: {type(exc).__name__}: {exc}"
+                return self._finish(AdapterStatus.HARNESS_ERROR, " ".join(summary.split())[:300])
+            if self.stopped:
+                return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY)
+            if status != AdapterStatus.COMPLETED:
+                await self._kill_scope()
+            return self._finish(status, summary)
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+
+    async def wait(self) -> AgentOutcome:
+        """Wait for the run to end; returns its outcome (never raises)."""
+        return await asyncio.shield(self._task)
+
+    async def stop(self) -> None:
+        """Kill opencode and everything it started in the guest (its scope), then finish ``interrupted``. Idempotent."""
+        if self._task.done():
+            return
+        self.stopped = True
+        await self._kill_scope()
+        self._task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(self._task)
+
+
+class OpencodeAdapter(Adapter):
+    """Built-in ``opencode`` adapter (see the module docstring).
+
+    Args:
+        options: :class:`OpencodeOptions`, or a mapping validated by
+            :meth:`OpencodeOptions.from_mapping` (season ``[[entrants]].options``).
+        **overrides: individual option values (e.g. ``base_url=..., api_key_env=...``).
+
+    Raises:
+        OpencodeError: unknown option or a bad value.
+    """
+
+    name = "opencode"
+
+    def __init__(self, options: OpencodeOptions | dict[str, Any] | None = None, **overrides: Any) -> None:
+        if not isinstance(options, OpencodeOptions):
+            options = OpencodeOptions.from_mapping(dict(options or {}))
+        for k, v in overrides.items():
+            if k not in OpencodeOptions.__dataclass_fields__:
+                raise OpencodeError(f"unknown opencode option {k!r}")
+            setattr(options, k, v)
+        self.options = options
+
+    async def start(self, ctx: AgentContext) -> AgentRun:
+        """Start the run in the background (install/upload happen inside it) and return it at once."""
+        ctx.agent_dir.mkdir(parents=True, exist_ok=True)
+        return OpencodeRun(ctx, self)
+
+    def sha256(self) -> str | None:
+        """sha256 over this module, the proxy and the pinned opencode version (provenance)."""
+        h = hashlib.sha256()
+        for mod in ("opencode.py", "proxy.py"):
+            with contextlib.suppress(OSError):
+                h.update((Path(__file__).parent / mod).read_bytes())
+        h.update(OPENCODE_VERSION.encode())
+        return h.hexdigest()
