@@ -152,6 +152,12 @@ class Adapter(abc.ABC):
     #: The adapter name as registered (``--adapter NAME=PATH`` or a built-in name).
     name: str = ""
 
+    #: For built-in builders that use no model (oracle, scripted): the ``model`` they stand
+    #: for in ``arena.json`` when they replace a manifest agent's adapter (``--agent``), so a
+    #: ``scripted:memory`` seat is not shown with the manifest's ``oracle`` model. ``None``
+    #: keeps the manifest's model (command adapters, opencode).
+    builtin_model: str | None = None
+
     @abc.abstractmethod
     async def start(self, ctx: AgentContext) -> AgentRun:
         """Start the agent in the background and return its :class:`AgentRun` at once."""

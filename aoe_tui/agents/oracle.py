@@ -236,5 +236,6 @@ class OracleAdapter(BuilderAdapter):
     """Built-in ``oracle``: a correct durable deployment, as fast as possible. No constructor args."""
 
     name = "oracle"
+    builtin_model = "oracle"
     run_class = OracleRun
 

@@ -125,6 +125,7 @@ class ScriptedAdapter(BuilderAdapter):
             raise AoeError(f"unknown scripted builder 'scripted:{variant}' (known: {known})")
         self.variant = variant
         self.name = f"scripted:{variant}"
+        self.builtin_model = self.name
         self.storage, default_delay = SCRIPTED_BUILDERS[variant]
         if start_delay_s is None:
             start_delay_s = default_delay

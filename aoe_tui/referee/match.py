@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -130,9 +131,19 @@ def _source_revision() -> str | None:
 
 
 def _effective_manifest(loaded: LoadedManifest, adapters: Mapping[str, Adapter]) -> Any:
-    """The manifest with each agent's ``adapter`` set to the adapter actually used."""
+    """The manifest with each agent's ``adapter`` set to the adapter actually used.
+
+    A built-in builder seated in place of the manifest's adapter also brings its own
+    ``model`` (:attr:`Adapter.builtin_model`); otherwise the manifest's model stays.
+    """
     m = loaded.manifest
-    agents = [a.model_copy(update={"adapter": adapters[a.id].name or a.adapter}) for a in m.agents]
+    agents = []
+    for a in m.agents:
+        adapter = adapters[a.id]
+        update: dict[str, str] = {"adapter": adapter.name or a.adapter}
+        if adapter.builtin_model and adapter.name and adapter.name != a.adapter:
+            update["model"] = adapter.builtin_model
+        agents.append(a.model_copy(update=update))
     return m.model_copy(update={"agents": agents})
 
 
@@ -146,7 +157,7 @@ def _write_headers(
     from aoe_tui.domain.arena import arena_json
     from aoe_tui.domain.provenance import compute_provenance
 
-    _write_atomic(output_dir / "arena.json", pretty_json(arena_json(_effective_manifest(loaded, adapters))))
+    _write_atomic(output_dir / "arena.json", pretty_json(arena_json(loaded.manifest)))
     prov = compute_provenance(loaded, dict(registered), __version__, _source_revision())
     hashes = dict(prov.adapter_sha256)
     for adapter in adapters.values():
@@ -240,6 +251,8 @@ async def run_match(
     if missing:
         raise AoeError(f"no adapter for agent {missing[0]!r}")
     specs = territory_specs(loaded, credentials)
+    # Everything downstream (arena.json, agent_started, instructions) sees the seats as run.
+    loaded = dataclasses.replace(loaded, manifest=_effective_manifest(loaded, adapters_by_agent))
     _write_headers(loaded, adapters_by_agent, registered, output_dir)
 
     timings: dict[str, Any] = {"command_start_unix": time.time()}
@@ -275,8 +288,6 @@ async def run_match(
             _provision_failed(log, world, f"provider:{provider.name}", str(err), PROVISION_FAILED_REASON, on_event)
             return world
         if credentials:
-            import dataclasses
-
             territories = [
                 dataclasses.replace(t, credential_file=credentials[t.id].absolute()) if t.id in credentials else t
                 for t in territories
