@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aoe_tui.commands.tui",
     "aoe_tui.commands.season",
     "aoe_tui.commands.demo",
+    "aoe_tui.commands.serve",
 )
 
 

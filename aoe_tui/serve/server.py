@@ -1,0 +1,387 @@
+"""``aoe serve``: an asyncssh server giving spectators a read-only view of a season.
+
+Policy (issue 7):
+
+* public-key authentication only, against an OpenSSH ``authorized_keys`` file
+  (re-read on every attempt); passwords, keyboard-interactive and host-based auth
+  are not offered;
+* sessions: a PTY gets the spectator TUI in its own process (see
+  :mod:`aoe_tui.serve.session`), no PTY gets the standings as text; only the fixed
+  commands ``watch``, ``standings [--format F]``, ``help`` may be exec'd; no SFTP,
+  no SCP, no TCP/Unix port forwarding in either direction, no agent or X11
+  forwarding, no tun/tap;
+* limits: at most ``max_per_address`` connections per client address and
+  ``max_sessions`` spectator TUIs in total; over a limit the client gets a one-line
+  reason (an auth banner + SSH disconnect reason, or a message on the session's
+  stderr) and is let go;
+* the host key is created on first start (Ed25519, 0600) and kept;
+* every connection, authentication result, session and disconnection is logged on
+  the ``aoe_tui.serve`` logger with the client address, the key's SHA256 fingerprint,
+  the terminal size and the duration; never a credential (passwords are never even
+  accepted by the protocol layer).
+
+Binds to 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from aoe_tui.serve.keys import ServeError, ensure_host_key, fingerprint, load_authorized_keys
+from aoe_tui.serve.session import SpectatorSession
+
+__all__ = ["ServeConfig", "SpectatorServer", "ServerThread", "watch_argv"]
+
+log = logging.getLogger("aoe_tui.serve")
+
+
+def watch_argv(season_dir: Path) -> list[str]:
+    """The default spectator command: ``python -m aoe_tui.cli watch SEASON_DIR``."""
+    return [sys.executable, "-m", "aoe_tui.cli", "watch", str(Path(season_dir).resolve())]
+
+
+@dataclass
+class ServeConfig:
+    """Settings of one spectator server.
+
+    ``season_dir``: season folder (holds ``season.jsonl``); ``host_key``: private host
+    key file (created if missing); ``authorized_keys``: OpenSSH authorized_keys file;
+    ``host``/``port``: where to listen (port 0 = any free port, see
+    :attr:`SpectatorServer.port`); ``max_sessions``: spectator TUIs at once (all
+    clients); ``max_per_address``: SSH connections at once per client IP;
+    ``login_timeout_s``: seconds to finish authentication; ``spectator_argv``: the
+    command each PTY session runs (default :func:`watch_argv`); ``fps``: the
+    ``TEXTUAL_FPS`` cap given to spectator apps; ``allow_missing_season``: start even if
+    ``season_dir`` does not exist yet (``aoe run --serve-ssh`` on a new season: clients
+    are told the season has not started until ``season.jsonl`` appears).
+    """
+
+    season_dir: Path
+    host_key: Path
+    authorized_keys: Path
+    host: str = "127.0.0.1"
+    port: int = 2222
+    max_sessions: int = 20
+    max_per_address: int = 4
+    login_timeout_s: float = 30.0
+    spectator_argv: list[str] | None = None
+    fps: int = 15
+    allow_missing_season: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _ConnInfo:
+    addr: str
+    port: int
+    since: float
+    conn: Any = None
+    user: str = "-"
+    key_fp: str = "-"
+    over: str | None = None
+
+
+class _Server(asyncssh.SSHServer):
+    """Per-connection policy object (asyncssh creates one per client)."""
+
+    def __init__(self, owner: SpectatorServer) -> None:
+        self.owner = owner
+        self.info: _ConnInfo | None = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        peer = conn.get_extra_info("peername") or ("?", 0)
+        self.info = _ConnInfo(addr=str(peer[0]), port=int(peer[1]), since=time.monotonic(), conn=conn)
+        self.info.over = self.owner._admit(self.info)
+        log.info("connect addr=%s port=%d%s", self.info.addr, self.info.port,
+                 f" refused=({self.info.over})" if self.info.over else "")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.info is None:
+            return
+        self.owner._forget(self.info)
+        reason = f" reason={type(exc).__name__}: {str(exc)[:100]}" if exc else ""
+        log.info("disconnect addr=%s port=%d user=%s key=%s duration=%.1fs%s", self.info.addr, self.info.port,
+                 self.info.user, self.info.key_fp, time.monotonic() - self.info.since, reason)
+
+    def begin_auth(self, username: str) -> bool:
+        assert self.info is not None
+        self.info.user = username[:64]
+        if self.info.over:
+            msg = f"aoe serve: {self.info.over}; try again later\r\n"
+            self.info.conn.send_auth_banner(msg)
+            self.info.conn.disconnect(asyncssh.DISC_TOO_MANY_CONNECTIONS, msg.strip())
+        return True  # authentication is always required
+
+    # --- only public keys
+    def public_key_auth_supported(self) -> bool:
+        return True
+
+    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        assert self.info is not None
+        fp = fingerprint(key)
+        try:
+            keys = load_authorized_keys(self.owner.config.authorized_keys)
+        except ServeError as err:
+            log.error("auth refused addr=%s key=%s: %s", self.info.addr, fp, err)
+            return False
+        options = keys.validate(key, self.info.addr, self.info.addr)
+        if options is None:
+            log.warning("auth refused addr=%s user=%s key=%s (not in authorized_keys)", self.info.addr,
+                        self.info.user, fp)
+            return False
+        self.info.key_fp = fp
+        return True
+
+    def auth_completed(self) -> None:
+        assert self.info is not None
+        log.info("auth ok addr=%s user=%s key=%s", self.info.addr, self.info.user, self.info.key_fp)
+
+    def password_auth_supported(self) -> bool:
+        return False
+
+    def kbdint_auth_supported(self) -> bool:
+        return False
+
+    def host_based_auth_supported(self) -> bool:
+        return False
+
+    # --- no forwarding of any kind
+    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
+        log.warning("port forward refused addr=%s key=%s", self.info.addr if self.info else "?",
+                    self.info.key_fp if self.info else "-")
+        return False
+
+    def server_requested(self, listen_host: str, listen_port: int) -> bool:
+        log.warning("remote forward refused addr=%s key=%s", self.info.addr if self.info else "?",
+                    self.info.key_fp if self.info else "-")
+        return False
+
+    def unix_connection_requested(self, dest_path: str) -> bool:
+        return False
+
+    def unix_server_requested(self, listen_path: str) -> bool:
+        return False
+
+    def tun_requested(self, unit: int | None) -> bool:
+        return False
+
+    def tap_requested(self, unit: int | None) -> bool:
+        return False
+
+    def session_requested(self) -> Any:
+        assert self.info is not None
+        return SpectatorSession(self.owner, self.info)
+
+
+class SpectatorServer:
+    """The spectator SSH server (see the module docstring); runs on the current event loop.
+
+    ``await start()`` checks the inputs (raises :class:`ServeError` naming the file or
+    port) and starts listening; ``await close()`` stops listening, ends every
+    spectator process and closes every connection. ``port`` is the bound port,
+    ``host_key_fingerprint`` the SHA256 fingerprint to publish, ``spectator_pids()``
+    the pids of running spectator processes.
+    """
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self._acceptor: asyncssh.SSHAcceptor | None = None
+        self._per_addr: Counter[str] = Counter()
+        self._conns: set[int] = set()
+        self._conn_objs: dict[int, _ConnInfo] = {}
+        self._seats: dict[int, SpectatorSession] = {}
+        self.port: int = config.port
+        self.host_key_fingerprint = ""
+        self.host_key_created = False
+
+    # ------------------------------------------------------------ policy hooks
+    def _admit(self, info: _ConnInfo) -> str | None:
+        self._conn_objs[id(info)] = info
+        self._per_addr[info.addr] += 1
+        if self._per_addr[info.addr] > self.config.max_per_address:
+            return f"too many connections from {info.addr} (limit {self.config.max_per_address})"
+        if len(self._conn_objs) > 2 * self.config.max_sessions + self.config.max_per_address:
+            return f"server full ({len(self._conn_objs) - 1} connections)"
+        return None
+
+    def _forget(self, info: _ConnInfo) -> None:
+        if self._conn_objs.pop(id(info), None) is not None:
+            self._per_addr[info.addr] -= 1
+            if self._per_addr[info.addr] <= 0:
+                del self._per_addr[info.addr]
+
+    def _take_seat(self, session: SpectatorSession) -> str | None:
+        """Reserve a spectator seat; returns a refusal message when all are taken."""
+        if len(self._seats) >= self.config.max_sessions:
+            log.warning("session refused addr=%s key=%s: all %d spectator seats taken", session.conn.addr,
+                        session.conn.key_fp, self.config.max_sessions)
+            return (f"aoe serve: all {self.config.max_sessions} spectator seats are taken; "
+                    "try again later (or `ssh HOST standings`)\n")
+        self._seats[id(session)] = session
+        return None
+
+    def _release_seat(self, session: SpectatorSession) -> None:
+        self._seats.pop(id(session), None)
+
+    @property
+    def session_count(self) -> int:
+        """Spectator TUIs running now."""
+        return len(self._seats)
+
+    def spectator_pids(self) -> list[int]:
+        """Pids of the running spectator processes (each its own process group)."""
+        return [s.child.pid for s in self._seats.values() if s.child is not None and s.child.pid]
+
+    def spectator_argv(self) -> list[str]:
+        """The command a PTY session runs."""
+        return list(self.config.spectator_argv or watch_argv(self.config.season_dir))
+
+    def child_env(self) -> dict[str, str]:
+        """Extra environment for spectator processes."""
+        return {"TEXTUAL_FPS": str(self.config.fps), **self.config.extra_env}
+
+    def season_started(self) -> bool:
+        """Whether ``season.jsonl`` exists yet."""
+        return (Path(self.config.season_dir) / "season.jsonl").is_file()
+
+    def standings_text(self, fmt: str) -> str:
+        """The season's current standings in ``fmt`` (``md``/``csv``/``json``/``html``)."""
+        from aoe_tui.export.season import render
+        from aoe_tui.season.runner import load_season_dir
+
+        return render(load_season_dir(self.config.season_dir), fmt)
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Check inputs and start listening (raises :class:`ServeError`)."""
+        cfg = self.config
+        if not cfg.allow_missing_season and not Path(cfg.season_dir).is_dir():
+            raise ServeError(f"{cfg.season_dir}: no such season folder")
+        load_authorized_keys(cfg.authorized_keys)  # fail early on a bad file
+        key, self.host_key_created = ensure_host_key(Path(cfg.host_key))
+        self.host_key_fingerprint = fingerprint(key)
+        try:
+            self._acceptor = await asyncssh.create_server(
+                lambda: _Server(self), cfg.host, cfg.port,
+                server_host_keys=[key],
+                encoding=None,
+                line_editor=False,
+                allow_pty=True,
+                agent_forwarding=False,
+                x11_forwarding=False,
+                allow_scp=False,
+                sftp_factory=None,
+                login_timeout=cfg.login_timeout_s,
+                keepalive_interval=30,
+                keepalive_count_max=3,
+                server_version="aoe-serve",
+                reuse_address=True,
+            )
+        except OSError as err:
+            raise ServeError(f"cannot listen on {cfg.host}:{cfg.port}: {err.strerror or err}") from None
+        sockets = self._acceptor.sockets
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        log.info("listening host=%s port=%d host_key=%s%s season=%s", cfg.host, self.port,
+                 self.host_key_fingerprint, " (new)" if self.host_key_created else "", cfg.season_dir)
+
+    async def close(self) -> None:
+        """Stop listening, end all spectator processes, close all connections."""
+        if self._acceptor is not None:
+            self._acceptor.close()
+            await self._acceptor.wait_closed()
+            self._acceptor = None
+        children = [s.child for s in list(self._seats.values()) if s.child is not None]
+        for info in list(self._conn_objs.values()):
+            try:
+                info.conn.disconnect(asyncssh.DISC_BY_APPLICATION, "aoe serve is shutting down")
+            except Exception:  # already gone
+                pass
+        await asyncio.gather(*(c.terminate() for c in children), return_exceptions=True)
+        # give sessions a moment to log their end
+        for _ in range(20):
+            if not self._seats:
+                break
+            await asyncio.sleep(0.05)
+
+    async def serve_forever(self, stop: asyncio.Event | None = None) -> None:
+        """``start()``, then run until ``stop`` is set (or cancelled), then ``close()``."""
+        await self.start()
+        try:
+            await (stop.wait() if stop is not None else asyncio.Event().wait())
+        finally:
+            await self.close()
+
+
+class ServerThread:
+    """A :class:`SpectatorServer` on its own event loop in a daemon thread.
+
+    For hosts that are not asyncio programs (``aoe run --serve-ssh``): ``start()``
+    returns once the server listens (or raises its :class:`ServeError`); ``stop()``
+    ends every spectator and joins the thread (``timeout_s`` seconds at most).
+    """
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.server = SpectatorServer(config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="aoe-serve", daemon=True)
+
+    def _main(self) -> None:
+        async def run() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            try:
+                await self.server.start()
+            except BaseException as err:
+                self._error = err
+                self._ready.set()
+                return
+            self._ready.set()
+            try:
+                await self._stop.wait()
+            finally:
+                await self.server.close()
+
+        asyncio.run(run())
+
+    def start(self) -> SpectatorServer:
+        """Start the thread; block until listening. Raises the server's start error."""
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+        return self.server
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Close the server (ends all spectator processes) and join the thread."""
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout_s)
+
+
+def configure_logging(stream: Any = None, level: int = logging.INFO) -> None:
+    """Send ``aoe_tui.serve`` log lines (``time level message``) to ``stream`` (stderr).
+
+    asyncssh's own logger is limited to warnings (its info lines are noisy).
+    """
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(level)
+    log.propagate = False
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
+

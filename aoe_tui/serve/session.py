@@ -1,0 +1,463 @@
+"""One SSH session of ``aoe serve``: a spectator TUI on its own PTY, or a fixed command.
+
+A PTY session (``ssh -t host`` / ``ssh -t host watch``) gets its own child process
+(the spectator TUI, ``aoe watch SEASON_DIR`` by default) on a fresh pseudo-terminal:
+
+* the PTY is sized to the client (``TIOCSWINSZ`` before the child starts) and resized
+  on every ``window-change`` request (the kernel then sends SIGWINCH to the child);
+* the child runs in its own session with the PTY as controlling terminal
+  (``_ctty.py``), ``TERM`` from the client, a private scratch ``cwd`` (so nothing it
+  might write lands in the season folder) and a minimal environment (no secrets of
+  the server's environment);
+* client input is dropped until the app has switched its terminal to full-screen
+  mode (``ESC[?1049h`` or ``ESC[?25l``), so early keystrokes / terminal replies are
+  not echoed by the line discipline; input the child does not read is dropped, never
+  queued in the server;
+* output enabling focus reporting (``ESC[?1004h``) or the kitty keyboard protocol
+  (``ESC[>1u``) is removed (anchors §3.4);
+* when the client leaves, the whole process group is ended (SIGHUP via the PTY,
+  then SIGTERM, then SIGKILL after a grace period) and reaped.
+
+A session without a PTY (or an exec of ``standings``) gets the season's current
+standings as plain text and ends. Any other exec request, subsystems (SFTP) and
+``scp`` are refused at the protocol level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import re
+import shlex
+import shutil
+import signal
+import struct
+import sys
+import tempfile
+import termios
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import asyncssh
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aoe_tui.serve.server import SpectatorServer, _ConnInfo
+
+__all__ = ["PtyChild", "SpectatorSession", "parse_command", "OutputFilter"]
+
+log = logging.getLogger("aoe_tui.serve")
+
+CTTY_HELPER = str(Path(__file__).with_name("_ctty.py"))
+_TERM_OK = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
+DEFAULT_TERM = "xterm-256color"
+#: the app has taken over the screen: input may flow from now on
+_READY_MARKERS = (b"\x1b[?1049h", b"\x1b[?25l")
+#: output sequences removed on the way to the client (anchors §3.4)
+_STRIP = (b"\x1b[?1004h", b"\x1b[>1u")
+_STANDINGS_FORMATS = ("md", "csv", "json", "html")
+
+
+def parse_command(command: str | None) -> tuple[str, dict[str, str]] | None:
+    """Map an exec command line to ``(name, options)`` or ``None`` if not allowed.
+
+    Allowed: ``""`` / ``None`` / ``watch`` (the spectator TUI), ``standings`` with an
+    optional ``--format md|csv|json|html`` (default ``md``), ``help``.
+    """
+    if command is None:
+        return ("watch", {})
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if not words or words == ["watch"]:
+        return ("watch", {})
+    if words == ["help"]:
+        return ("help", {})
+    if words[0] == "standings":
+        rest = words[1:]
+        fmt = "md"
+        if len(rest) == 2 and rest[0] == "--format":
+            fmt = rest[1]
+        elif len(rest) == 1 and rest[0].startswith("--format="):
+            fmt = rest[0].split("=", 1)[1]
+        elif rest:
+            return None
+        if fmt not in _STANDINGS_FORMATS:
+            return None
+        return ("standings", {"format": fmt})
+    return None
+
+
+HELP_TEXT = (
+    "aoe serve: read-only spectator access to an aoe season.\n"
+    "  ssh -t -p PORT HOST                 live spectator TUI (needs a terminal)\n"
+    "  ssh -p PORT HOST standings [--format md|csv|json|html]\n"
+    "  ssh -p PORT HOST help\n"
+)
+
+
+class OutputFilter:
+    """Removes :data:`_STRIP` sequences from a byte stream split into arbitrary chunks.
+
+    ``feed(chunk) -> bytes`` returns what may be sent now; a trailing partial match is
+    held back until the next chunk (at most 7 bytes). ``ready`` turns true once a
+    :data:`_READY_MARKERS` sequence has been seen.
+    """
+
+    def __init__(self) -> None:
+        self._carry = b""
+        self.ready = False
+        self._seen = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._carry + chunk
+        self._carry = b""
+        if not self.ready:
+            probe = self._seen + data
+            if any(m in probe for m in _READY_MARKERS):
+                self.ready = True
+            self._seen = probe[-8:]
+        for seq in _STRIP:
+            data = data.replace(seq, b"")
+        # hold back a suffix that could start a stripped sequence
+        cut = data.rfind(b"\x1b", max(0, len(data) - 7))
+        if cut != -1 and any(seq.startswith(data[cut:]) for seq in _STRIP):
+            self._carry = data[cut:]
+            data = data[:cut]
+        return data
+
+
+def _winsize(cols: int, rows: int, pw: int = 0, ph: int = 0) -> bytes:
+    cols = max(1, min(int(cols or 80), 1000))
+    rows = max(1, min(int(rows or 24), 1000))
+    return struct.pack("HHHH", rows, cols, max(0, int(pw)) & 0xFFFF, max(0, int(ph)) & 0xFFFF)
+
+
+#: CPU niceness of spectator processes (0 = the runner's priority, 19 = lowest).
+SPECTATOR_NICE = 10
+
+
+@dataclass
+class PtyChild:
+    """A child process on its own PTY (see the module docstring).
+
+    ``argv``: the command (``argv[0]`` an absolute path); ``cols``/``rows``: initial size
+    in cells; ``term``: the ``TERM`` value; ``env``: extra environment variables.
+    Start with :meth:`start`; :meth:`terminate` ends the whole process group.
+    """
+
+    argv: list[str]
+    cols: int = 80
+    rows: int = 24
+    term: str = DEFAULT_TERM
+    env: dict[str, str] = field(default_factory=dict)
+    master: int = -1
+    proc: asyncio.subprocess.Process | None = None
+    scratch: str | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid (= its process group and session id) or None before start."""
+        return self.proc.pid if self.proc else None
+
+    async def start(self) -> None:
+        """Open the PTY, size it, and spawn the child with the slave as its terminal."""
+        master, slave = os.openpty()
+        try:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, _winsize(self.cols, self.rows))
+            os.set_blocking(master, False)
+            self.scratch = tempfile.mkdtemp(prefix="aoe-serve-")
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": self.scratch,
+                "LANG": "C.UTF-8",
+                "LC_ALL": "C.UTF-8",
+                "TERM": self.term,
+                "COLORTERM": "truecolor",
+                "TEXTUAL_SCREENSHOT_LOCATION": self.scratch,
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+            if "PYTHONPATH" in os.environ:
+                env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+            env.update(self.env)
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-I", "-S", CTTY_HELPER, *self.argv,
+                stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                env=env, cwd=self.scratch, close_fds=True,
+            )
+            # Spectators must never slow the referee: run them (and what they spawn) at a
+            # lower CPU priority than the runner.
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, self.proc.pid, SPECTATOR_NICE)
+        except BaseException:
+            os.close(master)
+            if self.scratch:
+                shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
+        finally:
+            os.close(slave)
+        self.master = master
+
+    def resize(self, cols: int, rows: int, pw: int = 0, ph: int = 0) -> None:
+        """Set the PTY size (cells); the kernel sends SIGWINCH to the child's group."""
+        self.cols, self.rows = cols, rows
+        if self.master >= 0:
+            try:
+                fcntl.ioctl(self.master, termios.TIOCSWINSZ, _winsize(cols, rows, pw, ph))
+            except OSError:
+                pass
+
+    def write(self, data: bytes) -> int:
+        """Write input to the child without blocking; bytes it cannot take now are dropped."""
+        if self.master < 0 or not data:
+            return 0
+        try:
+            return os.write(self.master, data)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            return 0
+
+    def _signal(self, sig: int) -> None:
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close_master(self) -> None:
+        """Close the PTY master (the kernel hangs up the child's session)."""
+        if self.master >= 0:
+            try:
+                os.close(self.master)
+            except OSError:
+                pass
+            self.master = -1
+
+    async def terminate(self, grace_s: float = 1.5) -> int | None:
+        """End the child's whole process group and reap it; returns its exit code.
+
+        SIGHUP (PTY closed) + SIGTERM, then SIGKILL after ``grace_s`` seconds.
+        Any survivors of the group are SIGKILLed too. Removes the scratch folder.
+        """
+        self.close_master()
+        rc = None
+        if self.proc is not None:
+            self._signal(signal.SIGHUP)
+            self._signal(signal.SIGTERM)
+            try:
+                rc = await asyncio.wait_for(self.proc.wait(), grace_s)
+            except asyncio.TimeoutError:
+                self._signal(signal.SIGKILL)
+                rc = await self.proc.wait()
+            try:  # grandchildren left in the group
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+        return rc
+
+
+class SpectatorSession(asyncssh.SSHServerSession):
+    """The asyncssh session object for one channel (see the module docstring)."""
+
+    def __init__(self, server: SpectatorServer, conn: _ConnInfo) -> None:
+        self.server = server
+        self.conn = conn
+        self.chan: asyncssh.SSHServerChannel | None = None
+        self.term = DEFAULT_TERM
+        self.size = (80, 24)
+        self.pty = False
+        self.command: tuple[str, dict[str, str]] | None = ("watch", {})
+        self.child: PtyChild | None = None
+        self.filter = OutputFilter()
+        self.started = 0.0
+        self.dropped_input = 0
+        self._closed = False
+        self._reading = False
+        self._task: asyncio.Task | None = None
+        self._eof: asyncio.Future | None = None
+
+    # ------------------------------------------------------------ requests
+    def connection_made(self, chan: asyncssh.SSHServerChannel) -> None:  # type: ignore[override]
+        self.chan = chan
+
+    def pty_requested(self, term_type: str, term_size: tuple[int, int, int, int], term_modes: Any) -> bool:
+        self.pty = True
+        self.term = term_type if _TERM_OK.match(term_type or "") else DEFAULT_TERM
+        if term_size and term_size[0] and term_size[1]:
+            self.size = (int(term_size[0]), int(term_size[1]))
+        return True
+
+    def shell_requested(self) -> bool:
+        self.command = ("watch", {})
+        return True
+
+    def exec_requested(self, command: str) -> bool:
+        parsed = parse_command(command)
+        if parsed is None:
+            log.warning("exec refused addr=%s key=%s command=%r", self.conn.addr, self.conn.key_fp, command[:80])
+            return False
+        self.command = parsed
+        return True
+
+    def subsystem_requested(self, subsystem: str) -> bool:
+        log.warning("subsystem refused addr=%s key=%s subsystem=%r", self.conn.addr, self.conn.key_fp, subsystem[:40])
+        return False
+
+    def break_received(self, msec: int) -> bool:
+        return True  # ignored
+
+    def signal_received(self, signal: str) -> None:
+        pass  # clients cannot signal the spectator
+
+    def eof_received(self) -> bool:
+        return True  # keep the channel open for output
+
+    # ------------------------------------------------------------ running
+    def session_started(self) -> None:
+        self.started = time.monotonic()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        name, opts = self.command or ("watch", {})
+        try:
+            if name != "help" and not self.server.season_started():
+                self._finish_text("aoe serve: the season has not started yet (no season.jsonl); try again soon\n", 1)
+            elif name == "help":
+                self._finish_text(HELP_TEXT, 0)
+            elif name == "standings" or not self.pty:
+                fmt = opts.get("format", "md")
+                try:
+                    text = await asyncio.get_running_loop().run_in_executor(None, self.server.standings_text, fmt)
+                    rc = 0
+                except Exception as err:  # a bad/absent season log: one line, no traceback
+                    text, rc = f"aoe serve: {err}\n", 1
+                log.info("standings addr=%s key=%s format=%s", self.conn.addr, self.conn.key_fp, fmt)
+                self._finish_text(text, rc)
+            else:
+                await self._run_spectator()
+        except Exception:  # never let one session take the server down
+            log.exception("session failed addr=%s", self.conn.addr)
+            self._exit(1)
+
+    def _finish_text(self, text: str, rc: int) -> None:
+        if self.chan is None:
+            return
+        if self.pty:
+            text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+        data = text.encode("utf-8")
+        (self.chan.write_stderr if rc else self.chan.write)(data)
+        self._exit(rc)
+
+    def _exit(self, rc: int) -> None:
+        if self.chan is not None and not self._closed:
+            self._closed = True
+            try:
+                self.chan.exit(rc)
+            except (OSError, asyncssh.Error):
+                pass
+
+    async def _run_spectator(self) -> None:
+        assert self.chan is not None
+        seat = self.server._take_seat(self)
+        if seat is not None:
+            self._finish_text(seat, 1)
+            return
+        cols, rows = self.size
+        self.child = PtyChild(list(self.server.spectator_argv()), cols=cols, rows=rows, term=self.term,
+                              env=self.server.child_env())
+        try:
+            await self.child.start()
+        except OSError as err:
+            self.server._release_seat(self)
+            self._finish_text(f"aoe serve: cannot start the spectator view: {err.strerror}\n", 1)
+            return
+        log.info("session start addr=%s key=%s term=%s size=%dx%d pid=%s sessions=%d/%d", self.conn.addr,
+                 self.conn.key_fp, self.term, cols, rows, self.child.pid, self.server.session_count,
+                 self.server.config.max_sessions)
+        loop = asyncio.get_running_loop()
+        self._eof = loop.create_future()
+        if self._closed:  # the client left while the child was starting
+            self._eof.set_result(None)
+        else:
+            self._start_reading()
+        try:
+            await self._eof
+        finally:
+            self._stop_reading()
+        rc = await self.child.terminate()
+        self.server._release_seat(self)
+        if self.chan is not None and not self._closed:
+            # flush what is left, then report the exit status
+            self._exit(0 if rc in (0, None) else 1)
+        log.info("session end addr=%s key=%s size=%dx%d duration=%.1fs exit=%s dropped_input=%d", self.conn.addr,
+                 self.conn.key_fp, self.size[0], self.size[1], time.monotonic() - self.started, rc, self.dropped_input)
+
+    def _start_reading(self) -> None:
+        if self.child is not None and self.child.master >= 0 and not self._reading:
+            asyncio.get_running_loop().add_reader(self.child.master, self._on_output)
+            self._reading = True
+
+    def _stop_reading(self) -> None:
+        if self._reading and self.child is not None and self.child.master >= 0:
+            asyncio.get_running_loop().remove_reader(self.child.master)
+        self._reading = False
+
+    def _on_output(self) -> None:
+        assert self.child is not None
+        try:
+            data = os.read(self.child.master, 65536)
+        except BlockingIOError:
+            return
+        except OSError as err:  # EIO: every slave fd closed (the child exited)
+            if err.errno != errno.EIO:
+                log.warning("pty read failed addr=%s: %s", self.conn.addr, err)
+            data = b""
+        if not data:
+            self._stop_reading()
+            if self._eof is not None and not self._eof.done():
+                self._eof.set_result(None)
+            return
+        out = self.filter.feed(data)
+        if out and self.chan is not None and not self._closed:
+            try:
+                self.chan.write(out)
+            except (OSError, asyncssh.Error):
+                pass
+
+    def data_received(self, data: bytes, datatype: int | None) -> None:  # type: ignore[override]
+        if self.child is None or not self.filter.ready:
+            self.dropped_input += len(data)
+            return
+        n = self.child.write(data)
+        self.dropped_input += len(data) - n
+
+    def terminal_size_changed(self, width: int, height: int, pixwidth: int, pixheight: int) -> None:
+        if width and height:
+            self.size = (int(width), int(height))
+            if self.child is not None:
+                self.child.resize(width, height, pixwidth, pixheight)
+            log.info("resize addr=%s size=%dx%d", self.conn.addr, width, height)
+
+    def pause_writing(self) -> None:
+        self._stop_reading()  # back-pressure: the child blocks on its PTY, nobody else does
+
+    def resume_writing(self) -> None:
+        if not self._closed and self.child is not None and self.child.master >= 0 and self._eof is not None \
+                and not self._eof.done():
+            self._start_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        if self._eof is not None and not self._eof.done():
+            self._eof.set_result(None)  # the client left: _run_spectator ends the child

@@ -1,0 +1,455 @@
+"""``aoe serve`` end to end: a real asyncssh client against the spectator server on 127.0.0.1.
+
+The season is live without territories: :class:`~aoe_tui.serve.feeder.SeasonFeeder`
+builds a one-heat season folder with the real season log writer and appends the seed
+heat's recorded events (``../shared/fixtures/seed``) paced by their clock, while each
+PTY session runs the real ``aoe watch`` in its own process. Screens are rebuilt with
+``pyte``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import asyncssh
+import pyte
+import pytest
+
+from aoe_tui.serve.feeder import FOLDER, SeasonFeeder
+from aoe_tui.serve.keys import ensure_host_key
+from aoe_tui.serve.server import ServeConfig, ServerThread
+
+REPO = Path(__file__).resolve().parent.parent
+SEED = REPO.parent / "shared" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
+TERRITORIES = ("builder-one", "builder-two", "builder-three")
+CLOCK = re.compile(r"clock (\d+):(\d\d)/")
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> dict[str, Path]:
+    """A spectator key in authorized_keys, a stranger's key, and a host key path."""
+    if not SEED.is_file():
+        pytest.skip(f"{SEED} missing (../shared fixtures absent)")
+    d = tmp_path_factory.mktemp("keys")
+    out = {}
+    for name in ("spectator", "stranger"):
+        k = asyncssh.generate_private_key("ssh-ed25519")
+        k.write_private_key(str(d / name))
+        out[name] = d / name
+        out[name + "_key"] = k
+    (d / "authorized_keys").write_bytes(out["spectator_key"].export_public_key())
+    out["authorized_keys"] = d / "authorized_keys"
+    out["host_key"] = d / "host" / "ssh_host_ed25519_key"
+    return out
+
+
+class LogCapture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def server_log():
+    cap = LogCapture()
+    lg = logging.getLogger("aoe_tui.serve")
+    lg.addHandler(cap)
+    old = lg.level
+    lg.setLevel(logging.INFO)
+    yield cap
+    lg.removeHandler(cap)
+    lg.setLevel(old)
+
+
+def start_server(season: Path, keys, **kw) -> ServerThread:
+    cfg = ServeConfig(season_dir=season, host_key=keys["host_key"], authorized_keys=keys["authorized_keys"],
+                      port=0, **kw)
+    t = ServerThread(cfg)
+    t.start()
+    return t
+
+
+@pytest.fixture
+def live(tmp_path, keys, server_log):
+    """A season folder being appended at 2x real time, and a server serving it."""
+    feeder = SeasonFeeder(SEED, tmp_path / "season", speed=2.0)
+    feeder.prepare()
+    t = start_server(feeder.out, keys)
+    feeder.start()
+    yield t.server, feeder
+    t.stop()
+    feeder.stop()
+
+
+async def connect(port: int, key: Path | None, **kw) -> asyncssh.SSHClientConnection:
+    return await asyncssh.connect("127.0.0.1", port, username="cup", known_hosts=None,
+                                  client_keys=[str(key)] if key else None, **kw)
+
+
+class Spectator:
+    """A PTY session whose output is fed through a pyte screen."""
+
+    def __init__(self, conn: asyncssh.SSHClientConnection, cols: int = 120, rows: int = 36) -> None:
+        self.conn = conn
+        self.screen = pyte.Screen(cols, rows)
+        self.stream = pyte.ByteStream(self.screen)
+        self.proc: asyncssh.SSHClientProcess | None = None
+        self.task: asyncio.Task | None = None
+        self.size = (cols, rows)
+
+    async def open(self) -> Spectator:
+        self.proc = await self.conn.create_process(term_type="xterm-256color", term_size=self.size, encoding=None)
+        self.task = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        assert self.proc is not None
+        while True:
+            data = await self.proc.stdout.read(65536)
+            if not data:
+                return
+            self.stream.feed(data)
+
+    def text(self) -> str:
+        return "\n".join(self.screen.display)
+
+    async def wait_for(self, cond, timeout: float, what: str) -> None:
+        end = time.monotonic() + timeout
+        while not cond(self.text()):
+            if time.monotonic() > end:
+                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; screen:\n{self.text()}")
+            await asyncio.sleep(0.1)
+
+    def resize(self, cols: int, rows: int) -> None:
+        assert self.proc is not None
+        self.size = (cols, rows)
+        self.screen.resize(rows, cols)
+        self.proc.change_terminal_size(cols, rows)
+
+    async def open_heat(self, names: tuple[str, ...] = TERRITORIES) -> None:
+        """Season screen → the running heat (Enter on the selected attempt row) showing ``names``."""
+        await self.wait_for(lambda s: "attempt 1" in s, 30, "the bracket")
+        assert self.proc is not None
+        deadline = time.monotonic() + 20
+        while not all(t in self.text() for t in names):
+            assert time.monotonic() < deadline, self.text()
+            self.proc.stdin.write(b"\r")
+            await asyncio.sleep(1.0)
+
+
+def clock_s(text: str) -> int | None:
+    m = CLOCK.search(text)
+    return int(m.group(1)) * 60 + int(m.group(2)) if m else None
+
+
+def pgroup_members(pgid: int) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(p.name))
+    return out
+
+
+# ------------------------------------------------------------------------------------ tests
+
+
+async def test_known_key_sees_territories_and_the_heat_clock_advancing(live, keys, server_log):
+    server, feeder = live
+    async with await connect(server.port, keys["spectator"]) as conn:
+        assert conn.get_server_host_key().get_fingerprint() == server.host_key_fingerprint
+        spec = await Spectator(conn).open()
+        await spec.open_heat()
+        await spec.wait_for(lambda s: clock_s(s) is not None, 15, "the heat clock")
+        first = clock_s(spec.text())
+        await spec.wait_for(lambda s: (clock_s(s) or 0) >= first + 4, 20, f"the clock to pass {first + 4} s")
+        text = spec.text()
+        assert "match running" in text and "round 1 heat 1" in text
+        spec.proc.close()
+    fp = keys["spectator_key"].get_fingerprint()
+    assert any(line.startswith("session start") and fp in line and "size=120x36" in line
+               and "term=xterm-256color" in line for line in server_log.lines), server_log.lines
+    await asyncio.sleep(0.5)
+    ends = [line for line in server_log.lines if line.startswith("disconnect") and fp in line]
+    assert ends and re.search(r"duration=\d+\.\ds", ends[0])
+
+
+async def test_resize_changes_the_rendered_width(live, keys):
+    server, _ = live
+    async with await connect(server.port, keys["spectator"]) as conn:
+        spec = await Spectator(conn, 80, 24).open()
+        await spec.wait_for(lambda s: "palette" in s, 30, "the footer")
+
+        def footer_end(s: str) -> int:
+            line = next(line for line in s.splitlines() if "palette" in line)
+            return line.index("palette") + len("palette")
+
+        assert footer_end(spec.text()) <= 80
+        spec.resize(132, 30)
+        await spec.wait_for(lambda s: "palette" in s and footer_end(s) > 120, 15, "a 132-column render")
+        spec.resize(100, 30)
+        await spec.wait_for(lambda s: "palette" in s and 90 < footer_end(s) <= 100, 15, "a 100-column render")
+
+
+async def test_closing_the_client_ends_its_spectator_process_group(live, keys):
+    server, _ = live
+    conn = await connect(server.port, keys["spectator"])
+    spec = await Spectator(conn).open()
+    await spec.wait_for(lambda s: "season" in s, 30, "the season screen")
+    pids = server.spectator_pids()
+    assert len(pids) == 1 and pgroup_members(pids[0]), pids
+    conn.close()
+    await conn.wait_closed()
+    end = time.monotonic() + 10
+    while pgroup_members(pids[0]) or server.session_count:
+        assert time.monotonic() < end, f"spectator group {pids[0]} still has {pgroup_members(pids[0])}"
+        await asyncio.sleep(0.1)
+
+
+async def test_unknown_key_password_and_keyboard_interactive_are_refused(live, keys, server_log):
+    server, _ = live
+    with pytest.raises(asyncssh.PermissionDenied):
+        await connect(server.port, keys["stranger"])
+    with pytest.raises(asyncssh.PermissionDenied):
+        await connect(server.port, None, password="hunter2-secret", kbdint_auth=True)
+    assert any("auth refused" in line and keys["stranger_key"].get_fingerprint() in line for line in server_log.lines)
+    assert not any("hunter2" in line for line in server_log.lines)
+
+
+async def test_only_fixed_commands_no_sftp_no_forwarding(live, keys, server_log):
+    server, feeder = live
+    async with await connect(server.port, keys["spectator"]) as conn:
+        for cmd in ("sh", "sh -c id", "scp -t /tmp", "standings; sh", "watch --evil"):
+            with pytest.raises(asyncssh.ChannelOpenError):
+                await conn.run(cmd)
+        with pytest.raises(asyncssh.ChannelOpenError):
+            await conn.start_sftp_client()
+        with pytest.raises(asyncssh.ChannelOpenError):
+            await conn.create_connection(asyncssh.SSHTCPSession, "127.0.0.1", server.port)
+        with pytest.raises(asyncssh.ChannelListenError):
+            await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", server.port)
+        # the fixed commands work, without a PTY
+        md = await conn.run("standings --format md")
+        assert md.exit_status == 0 and "| # | entrant" in md.stdout and "kimi" in md.stdout
+        js = await conn.run("standings --format json")
+        assert js.exit_status == 0 and json.loads(js.stdout)
+        plain = await conn.run()  # a shell request without a PTY: standings as text
+        assert plain.exit_status == 0 and "| # | entrant" in plain.stdout
+    assert any(line.startswith("exec refused") and "'sh'" in line for line in server_log.lines)
+
+
+async def test_connection_and_session_limits_say_why(tmp_path, keys):
+    feeder = SeasonFeeder(SEED, tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    t = start_server(feeder.out, keys, max_sessions=1, max_per_address=2)
+    try:
+        port = t.server.port
+        a = await connect(port, keys["spectator"])
+        b = await connect(port, keys["spectator"])
+        with pytest.raises(asyncssh.DisconnectError, match="too many connections from 127.0.0.1"):
+            await connect(port, keys["spectator"])
+        first = await Spectator(a).open()
+        await first.wait_for(lambda s: "season" in s, 30, "the first spectator")
+        second = await b.create_process(term_type="xterm", term_size=(80, 24), encoding=None)
+        out = await asyncio.wait_for(second.stderr.read(), 10)
+        await second.wait_closed()
+        assert b"spectator seats are taken" in out and second.exit_status == 1
+        a.close()
+        b.close()
+    finally:
+        t.stop()
+
+
+def season_snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+async def test_random_input_changes_nothing_and_spares_other_sessions(live, keys):
+    server, feeder = live
+    async with await connect(server.port, keys["spectator"]) as ca, \
+            await connect(server.port, keys["spectator"]) as cb:
+        victim = await Spectator(ca).open()
+        other = await Spectator(cb).open()
+        await other.open_heat()
+        await victim.wait_for(lambda s: "season" in s, 30, "the victim's screen")
+        rng = random.Random(7)
+        junk = bytes(rng.randrange(256) for _ in range(1000))
+        for i in range(0, len(junk), 50):
+            if victim.proc.stdin.is_closing():
+                break
+            victim.proc.stdin.write(junk[i:i + 50])
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        # the other session still follows the heat
+        before = clock_s(other.text())
+        await other.wait_for(lambda s: (clock_s(s) or 0) > (before or 0), 20, "the other session's clock")
+        # the server still serves new clients
+        r = await ca.run("standings --format csv") if not ca.is_closed() else None
+    async with await connect(server.port, keys["spectator"]) as cc:
+        assert (await cc.run("standings --format csv")).exit_status == 0
+    if r is not None:
+        assert r.exit_status == 0
+    assert feeder.done.wait(60), "the feeder did not finish"
+    # the season folder holds exactly what the feeder wrote
+    snap = season_snapshot(feeder.out)
+    assert set(snap) == {"season.jsonl", f"{FOLDER}/arena.json", f"{FOLDER}/events.jsonl"}, snap
+    from aoe_tui.replay.log import dump_record
+
+    expected = "".join(dump_record(rec) + "\n" for rec in feeder.loaded.records)
+    assert (feeder.out / FOLDER / "events.jsonl").read_text(encoding="utf-8") == expected
+    kinds = [json.loads(line)["kind"] for line in (feeder.out / "season.jsonl").read_text().splitlines()]
+    assert kinds == ["season_started", "round_scheduled", "attempt_started", "attempt_finished", "heat_finished",
+                     "round_finished", "season_finished"]
+
+
+def test_host_key_is_created_0600_and_kept(tmp_path):
+    path = tmp_path / "cfg" / "host_key"
+    key, created = ensure_host_key(path)
+    assert created and stat.S_IMODE(path.stat().st_mode) == 0o600
+    again, created2 = ensure_host_key(path)
+    assert not created2 and again.get_fingerprint() == key.get_fingerprint()
+    path.chmod(0o644)
+    from aoe_tui.serve.keys import ServeError
+
+    with pytest.raises(ServeError, match="chmod 600"):
+        ensure_host_key(path)
+
+
+def test_cli_serves_and_a_killed_server_leaves_no_orphans(tmp_path, keys):
+    """``aoe serve`` as a process: listens, logs without secrets; SIGKILL of the server
+    still ends the spectator (SIGHUP from its controlling PTY)."""
+    feeder = SeasonFeeder(SEED, tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    host_key = tmp_path / "hk"
+    # a bad authorized_keys file: one line, no traceback
+    bad = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "serve", str(feeder.out), "--port", "0",
+                          "--host-key", str(host_key), "--authorized-keys", str(tmp_path / "nope")],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1 and bad.stderr.strip().count("\n") == 0 and "authorized_keys file not found" in bad.stderr
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "serve", str(feeder.out), "--port", str(port),
+                             "--host-key", str(host_key), "--authorized-keys", str(keys["authorized_keys"])],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert "listening host=127.0.0.1" in line and "(new)" in line, line
+        assert stat.S_IMODE(host_key.stat().st_mode) == 0o600
+
+        async def spectate() -> int:
+            async with await connect(port, keys["spectator"]) as conn:
+                spec = await Spectator(conn).open()
+                await spec.wait_for(lambda s: "season" in s, 30, "the season screen")
+                children = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                           text=True).stdout.split()]
+                assert len(children) == 1
+                os.kill(proc.pid, signal.SIGKILL)
+                return children[0]
+
+        child = asyncio.run(spectate())
+        end = time.monotonic() + 10
+        while pgroup_members(child):
+            assert time.monotonic() < end, f"orphaned spectator {child} survives its killed server"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+MINI = """\
+id = "mini"
+label = "serve-test"
+arena = "{arena}"
+seed = 11
+max_attempts = 1
+concurrent_heats = 1
+drain_seconds = 2
+
+[provider]
+kind = "container"
+ready_timeout_s = 90
+
+[arena_overrides]
+duration_seconds = 40
+minimum_territories = 2
+
+[format]
+kind = "league"
+heats_per_entrant = 1
+
+[[entrants]]
+id = "slow"
+adapter = "scripted:slow"
+model = "scripted-slow"
+
+[[entrants]]
+id = "volatile"
+adapter = "scripted:volatile"
+model = "scripted-volatile"
+"""
+
+
+@pytest.mark.container
+async def test_run_serve_ssh_on_a_real_season(tmp_path, keys, guest_image):
+    """``aoe run --headless --serve-ssh``: a spectator follows a real container heat."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("systemd-nspawn") is None:
+        pytest.skip("container seasons need root and systemd-nspawn")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    season_file = tmp_path / "mini.toml"
+    season_file.write_text(MINI.format(arena=REPO / "arenas" / "first-build" / "arena.toml"))
+    out = tmp_path / "season"
+    proc = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run", str(season_file), "--headless",
+                             "--output", str(out), "--serve-ssh", str(port), "--host-key", str(tmp_path / "hk"),
+                             "--authorized-keys", str(keys["authorized_keys"])],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    try:
+        end = time.monotonic() + 120
+        while not (out / "round-1/heat-1/attempt-1/events.jsonl").is_file():
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < end, "the heat never started"
+            await asyncio.sleep(0.2)
+        async with await connect(port, keys["spectator"]) as conn:
+            spec = await Spectator(conn).open()
+            await spec.open_heat(("builder-one", "builder-two"))
+            await spec.wait_for(lambda s: clock_s(s) is not None, 30, "the heat clock")
+            first = clock_s(spec.text())
+            await spec.wait_for(lambda s: (clock_s(s) or 0) >= first + 3, 30, "the clock advancing")
+            assert "builder-one" in spec.text() and "builder-two" in spec.text()
+            spec.proc.close()
+        assert proc.wait(240) == 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(120)
