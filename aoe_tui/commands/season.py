@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from aoe_tui.commands.serve import add_run_args, serving
 from aoe_tui.errors import AoeError, UsageError
 
 
@@ -37,9 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="season folder (default: ./season-<id>-<label>); an existing one is resumed")
     r.add_argument("--headless", action="store_true", help="no TUI: print one line per state change")
     r.add_argument("--light", action="store_true", help="light theme")
-    from aoe_tui.commands.serve import add_run_args  # issue 7: --serve-ssh PORT
-
-    add_run_args(r)
+    add_run_args(r)  # --serve-ssh PORT: spectators over SSH while the season runs
     r.set_defaults(func=_cmd_run)
     s = sub.add_parser("standings", help="export a season's standings (csv, json, md, html)")
     s.add_argument("season_dir", metavar="SEASON_DIR", help="season folder written by aoe run")
@@ -55,8 +54,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     loaded = load_season(args.season_file)
     out = Path(args.output) if args.output else Path(f"season-{loaded.season.id}-{safe_label(loaded.season.label)}")
     headless = args.headless or not sys.stdout.isatty()
-    from aoe_tui.commands.serve import serving  # issue 7: spectators over SSH while the season runs
-
     with serving(args, out, headless=headless):
         return run_season(loaded, out, headless=headless, light=getattr(args, "light", False))
 
