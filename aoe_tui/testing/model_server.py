@@ -90,18 +90,24 @@ def _bash(command: str) -> ToolCall:
     return ToolCall("bash", {"command": command})
 
 
+#: Seconds between the scripted agent's last tool call and the service coming up.
+DEFERRED_START_S = 10
+
 #: Commands of :func:`durable_sqlite_script`, with the §9.2 kind each one must be classified as.
-#: The deployment is the last tool call, so the final answer follows it within a moment —
-#: before the referee gets to its host-reboot milestone (which would cut the session).
+#: The last tool call *schedules* the restart (``systemd-run --on-active``) instead of doing it,
+#: so the agent gives its final answer and exits before the service answers: otherwise the
+#: referee can pass every milestone and reboot the guest while the agent is still in its last
+#: turn (as happened to the seed bundle's winner), which makes the scripted outcome and token
+#: totals depend on machine load.
 DURABLE_SCRIPT_KINDS: tuple[tuple[str, str], ...] = (
     ("systemctl cat builder-app.service 2>&1 | head -n 20; command -v python3 sqlite3", "discovery"),
     ("systemctl status builder-app.service --no-pager 2>&1 | head -n 5; ss -ltn", "validation"),
     ("mkdir -p /opt/builder /var/lib/builder", "mutation"),
     ("write /opt/builder/app.py", "mutation"),
     (
-        "chmod 0755 /opt/builder/app.py && systemctl reset-failed builder-app.service; systemctl restart builder-app.service; "
-        "sleep 1; curl -fsS http://127.0.0.1:8080/health && curl -fsS -X PUT --data-binary selftest "
-        "http://127.0.0.1:8080/records/selftest && curl -fsS http://127.0.0.1:8080/records/selftest",
+        "chmod 0755 /opt/builder/app.py && systemctl reset-failed builder-app.service; "
+        f"systemd-run --quiet --on-active={DEFERRED_START_S} systemctl restart builder-app.service "
+        f"&& echo 'builder-app.service restarts in {DEFERRED_START_S} s'",
         "lifecycle",
     ),
 )
@@ -111,8 +117,8 @@ def durable_sqlite_script(app_source: str | None = None, *, step_delay_s: float 
     """A 6-step script that deploys the durable sqlite records service (the oracle's app).
 
     Steps: two looks around (``systemctl cat``, ``systemctl status``), ``mkdir``,
-    ``write /opt/builder/app.py`` (the oracle's sqlite app source), ``systemctl restart``
-    with a ``curl`` self-check, then a final text. Usage grows per step like a real
+    ``write /opt/builder/app.py`` (the oracle's sqlite app source), a ``systemctl restart``
+    scheduled :data:`DEFERRED_START_S` seconds ahead, then a final text. Usage grows per step like a real
     conversation (prompt about 11–18 K tokens, some cached, some reasoning tokens).
     """
     if app_source is None:
@@ -133,7 +139,7 @@ def durable_sqlite_script(app_source: str | None = None, *, step_delay_s: float 
             cached_tokens=0 if i == 0 else 8_000, reasoning_tokens=30 + 5 * i, delay_s=step_delay_s,
         ))
     steps.append(ScriptStep(
-        text="Deployed the records service (sqlite under /var/lib/builder) as builder-app.service; health, write and read checked.",
+        text="Deployed the records service (sqlite under /var/lib/builder) as builder-app.service; it starts in a few seconds.",
         prompt_tokens=17_600, completion_tokens=64, cached_tokens=8_000, reasoning_tokens=12, delay_s=step_delay_s,
     ))
     return steps
