@@ -8,9 +8,13 @@ exposes ``register(subparsers)``; this module only wires them together and turns
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any, TextIO
 
 from aoe_tui import __version__
 from aoe_tui.errors import AoeError
@@ -44,8 +48,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _PipeSafeStream:
+    """Stand-in for a piped ``sys.stdout`` whose reader may go away (``aoe ... | head``).
+
+    Once a write or flush meets a closed pipe, fd 1 is pointed at ``/dev/null`` and
+    further output is dropped, so a heat in progress still finishes, writes its
+    artifacts and tears its territories down instead of dying on ``BrokenPipeError``.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def _silence(self) -> None:
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._silence()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._silence()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aoe`` console script; returns the process exit code."""
+    if not sys.stdout.isatty():
+        sys.stdout = _PipeSafeStream(sys.stdout)  # type: ignore[assignment]
+    # asyncio's child watcher warns ("Unknown child process pid N") when a territory's
+    # process was already reaped during teardown; that is noise to a user, not a fault.
+    logging.getLogger("asyncio").setLevel(logging.ERROR)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -166,12 +166,18 @@ def test_event_folding_and_error_mapping(tmp_path):
     assert cfg["provider"]["aoe"]["options"]["apiKey"] == "aoe-credential-proxy"
 
 
-def test_opencode_cup_season_validates(tmp_path):
+def test_opencode_cup_season_validates(tmp_path, monkeypatch):
     from aoe_tui.agents.opencode import OpencodeAdapter
     from aoe_tui.domain.season import load_season
+    from aoe_tui.errors import AoeError
     from aoe_tui.season.runner import SeasonRunner
 
     loaded = load_season(REPO / "seasons" / "opencode-cup.toml")
+    # without the model key on the runner the season is refused before any territory exists
+    monkeypatch.delenv("OPENCODE_API_KEY", raising=False)
+    with pytest.raises(AoeError, match=r"entrants\[0\]\.adapter: environment variable OPENCODE_API_KEY"):
+        SeasonRunner(loaded, tmp_path / "season")
+    monkeypatch.setenv("OPENCODE_API_KEY", "sk-test-not-a-real-key")
     runner = SeasonRunner(loaded, tmp_path / "season")
     for e in loaded.season.entrants:
         a = runner._make_adapter(e)

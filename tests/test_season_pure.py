@@ -224,3 +224,37 @@ def test_html_is_self_contained_and_reads_back_in_chromium(tmp_path):
     rows = read_table_in_chromium(page, tmp_path)
     assert rows[0][:2] == ["#", "entrant"]
     assert [r[1] for r in rows[1:]] == [s.entrant for s in season_standings(state)]
+
+
+def test_season_folder_is_held_by_one_runner_and_freed_by_sigkill(tmp_path):
+    """A second runner on a live season folder is refused (naming the pid); SIGKILL frees it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from aoe_tui.season.runner import SeasonBusyError, hold_season_folder
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from aoe_tui.season.runner import hold_season_folder\n"
+         "with hold_season_folder(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)",
+         str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SeasonBusyError, match=rf"in use by another aoe run \(pid {holder.pid}\)"):
+            with hold_season_folder(tmp_path):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            with hold_season_folder(tmp_path):
+                break
+        except SeasonBusyError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)

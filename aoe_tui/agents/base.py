@@ -158,6 +158,13 @@ class Adapter(abc.ABC):
     #: keeps the manifest's model (command adapters, opencode).
     builtin_model: str | None = None
 
+    def preflight(self) -> None:
+        """Check, before any territory is provisioned, what the adapter needs on the runner.
+
+        Raises:
+            aoe_tui.errors.AoeError: one line saying what is missing (e.g. a model key).
+        """
+
     @abc.abstractmethod
     async def start(self, ctx: AgentContext) -> AgentRun:
         """Start the agent in the background and return its :class:`AgentRun` at once."""

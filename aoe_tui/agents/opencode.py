@@ -775,6 +775,17 @@ class OpencodeAdapter(Adapter):
             setattr(options, k, v)
         self.options = options
 
+    def preflight(self) -> None:
+        """Refuse to start a heat whose model key is missing on the runner (before provisioning).
+
+        Raises:
+            OpencodeError: the environment variable named by ``api_key_env`` is unset or empty.
+        """
+        if self.options.api_key_env and not os.environ.get(self.options.api_key_env):
+            raise OpencodeError(
+                f"environment variable {self.options.api_key_env} (the model API key) is not set on the runner"
+            )
+
     async def start(self, ctx: AgentContext) -> AgentRun:
         """Start the run in the background (install/upload happen inside it) and return it at once."""
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 ::
 
-    aoe match run MANIFEST --provider container|qemu|ssh|nixos --output DIR
+    aoe match run MANIFEST [--provider container|qemu|ssh|nixos] --output DIR
         [--agent SPEC ...] [--adapter NAME=PATH ...] [--credential TERRITORY=PATH ...]
         [--inventory FILE] [--drain-seconds N] [--verifier-concurrency N] [--quiet]
 
@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     msub.required = True
     r = msub.add_parser("run", help="provision territories, run agents and the referee, write the match folder")
     r.add_argument("manifest", metavar="MANIFEST", help="arena manifest (arena.toml) or arena package folder")
-    r.add_argument("--provider", required=True, choices=["container", "qemu", "ssh", "nixos"],
-                   help="territory provider")
+    r.add_argument("--provider", default="container", choices=["container", "qemu", "ssh", "nixos"],
+                   help="territory provider (default: container)")
     r.add_argument("--output", "-o", required=True, metavar="DIR", help="match folder to write")
     r.add_argument("--agent", action="append", default=[], metavar="SPEC",
                    help="oracle | scripted:NAME | command:PATH | a registered name; once = every seat, N times = one per seat")
@@ -85,14 +85,18 @@ def build_adapters(loaded: Any, agent_specs: list[str], registered: dict[str, Pa
     m = loaded.manifest
     seats = [m.agent_for(t.id) for t in m.territories]
     if not agent_specs:
-        return {a.id: resolve_adapter(a.adapter, registered) for a in m.agents}
-    if len(agent_specs) == 1:
-        specs = agent_specs * len(seats)
-    elif len(agent_specs) == len(seats):
-        specs = agent_specs
+        adapters = {a.id: resolve_adapter(a.adapter, registered) for a in m.agents}
     else:
-        raise UsageError(f"--agent given {len(agent_specs)} times; give it once or once per seat ({len(seats)})")
-    return {agent.id: resolve_adapter(spec, registered) for agent, spec in zip(seats, specs)}
+        if len(agent_specs) == 1:
+            specs = agent_specs * len(seats)
+        elif len(agent_specs) == len(seats):
+            specs = agent_specs
+        else:
+            raise UsageError(f"--agent given {len(agent_specs)} times; give it once or once per seat ({len(seats)})")
+        adapters = {agent.id: resolve_adapter(spec, registered) for agent, spec in zip(seats, specs)}
+    for adapter in adapters.values():
+        adapter.preflight()
+    return adapters
 
 
 def make_provider(kind: str, loaded: Any, output_dir: Path, inventory: str | None) -> Any:
@@ -133,15 +137,15 @@ def matrix_lines(world: Any, milestone_ids: list[str], territory_ids: list[str])
     Row: territory, one cell per milestone, points, competitor state, agent state.
     """
     width = max([len(t) for t in territory_ids] + [9])
-    heads = [m[:10] for m in milestone_ids]
-    lines = ["  " + "territory".ljust(width) + "  " + "  ".join(h.ljust(10) for h in heads) + "  pts  state"]
+    cols = [max(len(m), 1) for m in milestone_ids]
+    lines = ["  " + "territory".ljust(width) + "  " + "  ".join(m.ljust(c) for m, c in zip(milestone_ids, cols)) + "  pts  state"]
     for tid in territory_ids:
         view = world.territories.get(tid)
         cells = []
         for mid in milestone_ids:
             mv = view.milestones.get(mid) if view else None
             mark = "." if mv is None else "+" if mv.passed else "~" if mv.evaluating else "x" if mv.failure_detail else "."
-            cells.append(mark.ljust(10))
+            cells.append(mark.ljust(cols[len(cells)]))
         state = str(view.competitor_state.value if view and view.competitor_state else "-")
         agent = world.agents.get(view.agent) if view and view.agent else None
         astate = ""
@@ -195,8 +199,8 @@ class ProgressPrinter:
         elif k == "infrastructure_failure":
             self._p(f"{t} INFRASTRUCTURE FAILURE {e.component} ({e.source.value}): {e.detail}")
             matrix = True
-        elif k == "match_state_changed":
-            self._p(f"{t} match {e.to.value}")
+        elif k == "match_state_changed" and e.to.value == "running":
+            self._p(f"{t} match running")
         elif k == "match_finished":
             self._p(f"{t} match finished: winner={e.winner or 'none'} ({e.reason})")
         elif k == "post_match_drain_started":

@@ -66,9 +66,12 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     """Run or resume ``loaded`` (a :class:`aoe_tui.domain.season.LoadedSeason`) into ``out``,
     headless (plain lines) or in the TUI. Returns the exit code (0 finished, 130 stopped).
     Raises :class:`AoeError` for bad input (also when the engine fails before/while running)."""
-    if headless:
-        return _run_headless(loaded, out, runner_kwargs or {})
-    return _run_tui(loaded, out, light, runner_kwargs or {})
+    from aoe_tui.season.runner import hold_season_folder
+
+    with hold_season_folder(out):
+        if headless:
+            return _run_headless(loaded, out, runner_kwargs or {})
+        return _run_tui(loaded, out, light, runner_kwargs or {})
 
 
 def _run_headless(loaded, out: Path, runner_kwargs: dict) -> int:

@@ -752,6 +752,12 @@ def validate_package(path: Path | str) -> PackageReport:
     for name in ("README.md", "adapters/oracle.sh", "tests/smoke.sh"):
         if not (root / name).exists():
             warn(f"{name} is missing")
+    if not re.fullmatch(r"(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.0/24", m.network.cidr) or any(
+        int(x) > 255 for x in m.network.cidr.split("/")[0].split(".")
+    ):
+        line = pos.line_of("network.cidr")
+        warn(f"{file}:{line}: network.cidr: {m.network.cidr!r} passes the schema's prefix check, but territories "
+             "need the form a.b.c.0/24 (spec §6.2): no provider can run this arena")
 
     fog = m.fog_of_war
     if fog is not None:

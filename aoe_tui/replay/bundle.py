@@ -138,9 +138,12 @@ def write_bundle(
         "visualization": arena.get("visualization") if arena else None,
     }
     text = dumps_bundle(data)
+    if out.is_dir():
+        raise BundleError(f"{out}: is a directory; give the bundle's file name (e.g. {out / (match_dir.resolve().name + '.match.json')})")
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:
+        os.fchmod(fd, 0o644)  # a published artifact, not a secret (mkstemp creates 0600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

@@ -153,6 +153,55 @@ def _default_provider_factory(kind: str, cfg: Any, cidr: str) -> Callable[[Path,
     return make
 
 
+class SeasonBusyError(AoeError):
+    """The season folder is being run by another live ``aoe run`` process."""
+
+
+#: Lock file inside a season folder, held (``flock``) by the one process running it.
+LOCK_FILE = ".aoe-run.lock"
+
+
+@contextlib.contextmanager
+def hold_season_folder(season_dir: Path):
+    """Hold the season folder exclusively for one runner (an ``flock`` on :data:`LOCK_FILE`).
+
+    Two runners on one folder would both append to ``season.jsonl`` and each would take the
+    other's running attempts for a crashed run's leftovers. The lock dies with its process,
+    so a runner killed with SIGKILL never blocks the resume. Readers (``aoe watch``,
+    ``aoe standings``) do not take it.
+
+    Raises:
+        SeasonBusyError: another live process holds the folder (names its pid).
+    """
+    import fcntl
+
+    created = not season_dir.exists()
+    season_dir.mkdir(parents=True, exist_ok=True)
+    path = season_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise SeasonBusyError(
+                f"{season_dir}: season folder is in use by another aoe run (pid {holder}); "
+                "watch it with: aoe watch " + str(season_dir)
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            # a run refused before it wrote anything leaves no empty season folder behind
+            if created and [p.name for p in season_dir.iterdir()] == [LOCK_FILE]:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    season_dir.rmdir()
+    finally:
+        os.close(fd)
+
+
 def cleanup_stale_territories(season_dir: Path) -> list[str]:
     """Tear down territories left by a killed runner in every attempt folder (container
     and QEMU providers). Returns ``"<folder>: <territory>"`` strings. Raises
@@ -195,6 +244,11 @@ class SeasonRunner:
         self.season = loaded.season
         self.dir = Path(output_dir)
         self.say = say or (lambda _m: None)
+        if not loaded.arena_path.is_file():
+            raise AoeError(
+                f"{loaded.path}: arena: manifest not found at {loaded.arena_path} "
+                "(a relative path is resolved from the season file's folder)"
+            )
         self.arena = load_manifest(loaded.arena_path)
         m = self.arena.manifest
         if not m.is_build_race:
@@ -220,7 +274,10 @@ class SeasonRunner:
         self.adapter_factory = adapter_factory
         for i, e in enumerate(self.season.entrants):  # fail early, one clear line
             try:
-                self._make_adapter(e)
+                adapter = self._make_adapter(e)
+                preflight = getattr(adapter, "preflight", None)
+                if preflight is not None:
+                    preflight()
             except AoeError as err:
                 raise AoeError(f"{loaded.path}: entrants[{i}].adapter: {err}") from None
         self.provider_factory = provider_factory or _default_provider_factory(

@@ -92,7 +92,10 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
         for e in entrants
     }
     rated = []
-    finished = state.heats_in_finish_order()
+    # Rate in bracket order, not in the order concurrent heats happened to finish: heats of
+    # one round are independent, so (round, heat) is canonical and the same seed gives the
+    # same ratings however the heats were interleaved.
+    finished = sorted(state.heats_in_finish_order(), key=lambda h: h.key)
     for heat in state.heats():
         for e in heat.entrants:
             if e in acc:

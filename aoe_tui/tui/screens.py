@@ -283,7 +283,7 @@ HELP_TEXT = """\
   p w d r      points wins durable rating   m k c    median tokens cost
   o            official order       e        export (not in watch)
 
-Markers: [+] durable  [~] verifying  [>] building  [x] incomplete  [?] unavailable
+Markers: \\[+] durable  \\[~] verifying  \\[>] building  \\[x] incomplete  \\[?] unavailable
 Ladder:  ✓ passed (points, time)  … evaluating  ✗ failed (last detail)  · pending
 Tokens and cost show n/a when the adapter reported no usage values.
 """
