@@ -199,3 +199,25 @@ def test_sigint_mid_match(tmp_path, guest_image):
     assert not any(a["running"] for a in world["agents"].values())
     assert not _nspawn_procs_under(out), "territories left running after SIGINT"
     assert "Traceback" not in stderr
+
+
+def test_reader_of_stdout_going_away_does_not_break_the_heat(tmp_path, guest_image):
+    """`aoe match run ... | head -1`: the heat still finishes normally and tears down."""
+    need_container_host()
+    manifest = make_arena(tmp_path / "first-build")
+    out = tmp_path / "match"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aoe_tui.cli", "match", "run", str(manifest), "--provider", "container",
+         "--agent", "oracle", "--drain-seconds", "2", "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )
+    assert proc.stdout.readline()  # the reader takes one line and leaves
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, stderr
+    world = json.loads((out / "world.json").read_text())
+    assert world["match_state"] == "finished" and world["winner"] is not None
+    agents = world["agents"].values()
+    assert not any(a["failure_source"] == "harness" for a in agents), world["agents"]
+    assert not _nspawn_procs_under(out), "territories left running after the reader went away"
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr
