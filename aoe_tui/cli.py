@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aoe_tui.commands.inspect",
     "aoe_tui.commands.image",
     "aoe_tui.commands.doctor",
+    "aoe_tui.commands.cleanup",
     "aoe_tui.commands.match",
     "aoe_tui.commands.tui",
     "aoe_tui.commands.season",

@@ -221,3 +221,37 @@ def test_reader_of_stdout_going_away_does_not_break_the_heat(tmp_path, guest_ima
     assert not any(a["failure_source"] == "harness" for a in agents), world["agents"]
     assert not _nspawn_procs_under(out), "territories left running after the reader went away"
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr
+
+
+def test_cleanup_removes_what_a_killed_runner_left_and_spares_a_live_one(tmp_path, guest_image):
+    """`aoe cleanup` on a live heat touches nothing; after SIGKILL it removes every territory."""
+    need_container_host()
+    manifest = make_arena(tmp_path / "first-build")
+    out = tmp_path / "match"
+    env = {**os.environ, "AOE_SCRIPTED_SLOW_DELAY_S": "300"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aoe_tui.cli", "match", "run", str(manifest), "--agent", "scripted:slow",
+         "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "events.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (out / "events.jsonl").exists(), proc.stderr.read() if proc.poll() is not None else "no log"
+        live = _nspawn_procs_under(out)
+        assert len(live) == 3
+        spared = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "cleanup", str(out)],
+                                capture_output=True, text=True, cwd=REPO)
+        assert spared.returncode == 0 and "0 stale territories removed" in spared.stdout, spared
+        assert all(_pid_alive(p) for p in live)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _nspawn_procs_under(out), "SIGKILL of the runner should leave its territories (what cleanup is for)"
+    res = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "cleanup", str(tmp_path)],
+                         capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0 and "3 stale territories removed" in res.stdout, res
+    assert not _nspawn_procs_under(out)
+    assert not list((out / "territories").glob("*/state.json")), "state files left behind"
+    assert not [m for m in Path("/proc/mounts").read_text().splitlines() if str(out) in m], "mounts left behind"

@@ -772,6 +772,8 @@ def cleanup_stale(workdir: Path) -> list[str]:
             state = json.loads(state_file.read_text())
         except (OSError, ValueError):
             state = {}
+        if state.get("provider", "qemu") != "qemu":
+            continue  # another provider's territory (e.g. a container): its own cleanup handles it
         pid = state.get("pid")
         disk_dir = str(state.get("disk_dir") or tdir / "disk")
         if isinstance(pid, int) and _pid_alive(pid) and _is_our_qemu(pid, disk_dir):
@@ -785,7 +787,7 @@ def cleanup_stale(workdir: Path) -> list[str]:
         QemuProvider._remove_guest_files(tdir, Path(sock_tmp) if sock_tmp else None, None)
         cleaned.append(tdir.name)
     for disk in sorted(workdir.glob("*/disk")):
-        if disk.parent.name not in cleaned:
+        if disk.parent.name not in cleaned and not (disk.parent / "state.json").exists():
             shutil.rmtree(disk, ignore_errors=True)
             cleaned.append(disk.parent.name)
     return cleaned

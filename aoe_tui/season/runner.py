@@ -206,14 +206,9 @@ def cleanup_stale_territories(season_dir: Path) -> list[str]:
     """Tear down territories left by a killed runner in every attempt folder (container
     and QEMU providers). Returns ``"<folder>: <territory>"`` strings. Raises
     :class:`aoe_tui.runtime.provider.ProviderError` when a leftover cannot be removed."""
-    from aoe_tui.runtime import container, qemu
+    from aoe_tui.runtime.cleanup import cleanup_under
 
-    cleaned = []
-    for tdir in sorted(Path(season_dir).glob("round-*/heat-*/attempt-*/territories")):
-        rel = tdir.parent.relative_to(season_dir)
-        for ident in container.cleanup_stale(tdir) + qemu.cleanup_stale(tdir):
-            cleaned.append(f"{rel}: {ident}")
-    return cleaned
+    return [f"{tdir.parent.relative_to(season_dir)}: {ident}" for tdir, ident in cleanup_under(Path(season_dir))]
 
 
 class SeasonRunner:
