@@ -77,10 +77,11 @@ class DoctorReport:
         lines.append("")
         for p in dict.fromkeys(c.provider for c in self.checks):
             lines.append(f"{p}: {'ready' if self.provider_ready(p) else 'not ready'}")
+        which = "default provider" if self.default_provider == "container" else "provider"
         verdict = (
-            f"host is ready to run an arena (default provider: {self.default_provider})"
+            f"host is ready to run an arena ({which}: {self.default_provider})"
             if self.ready
-            else f"host is not ready to run an arena: the default provider ({self.default_provider}) is missing something"
+            else f"host is not ready to run an arena: the {which} ({self.default_provider}) is missing something"
         )
         lines.append(verdict)
         return "\n".join(lines)
