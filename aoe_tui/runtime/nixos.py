@@ -33,10 +33,10 @@ from aoe_tui.runtime.provider import (
     DoctorCheck,
     ProviderError,
     ProvisionError,
-    RebootError,
     Territory,
     TerritoryProvider,
     TerritorySpec,
+    reboot_over_ssh,
     write_credential_file,
 )
 
@@ -336,20 +336,7 @@ class NixosProvider(TerritoryProvider):
         Raises:
             RebootError: SSH never stopped (30 s) or never came back (``reboot_timeout_s``).
         """
-        from aoe_tui.runtime.ssh import run, wait_down, wait_ready
-
-        with contextlib.suppress(Exception):
-            await run(territory.host, territory.ssh_port, territory.password, "systemctl reboot", timeout_s=15)
-        try:
-            await wait_down(territory.host, territory.ssh_port, territory.password, timeout_s=30)
-        except TimeoutError:
-            raise RebootError(f"{territory.id}: SSH never stopped during reboot") from None
-        try:
-            await wait_ready(
-                territory.host, territory.ssh_port, territory.password, timeout_s=self.reboot_timeout_s, interval_s=0.5
-            )
-        except TimeoutError:
-            raise RebootError(f"{territory.id}: SSH unavailable after reboot") from None
+        await reboot_over_ssh(territory, reboot_timeout_s=self.reboot_timeout_s)
 
     async def teardown(self) -> None:
         """Kill every runner's process group and remove ``vm-state`` and credential files."""

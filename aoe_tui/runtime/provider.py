@@ -126,6 +126,34 @@ class DoctorCheck:
     fix: str = ""
 
 
+async def reboot_over_ssh(territory: Territory, *, reboot_timeout_s: float, connect_timeout_s: float = 10.0) -> None:
+    """The guest-initiated reboot cycle of spec §3.4 over root SSH.
+
+    Runs ``systemctl reboot`` (its result ignored), waits up to 30 s for SSH to stop
+    answering, then up to ``reboot_timeout_s`` seconds for a real login to work again.
+    For providers whose guest reboots in place (``ssh`` hosts, ``nixos`` VMs).
+
+    Raises:
+        RebootError: "SSH never stopped during reboot" or "SSH unavailable after reboot".
+    """
+    from aoe_tui.runtime.ssh import run, wait_down, wait_ready
+
+    host, port, password = territory.host, territory.ssh_port, territory.password
+    try:
+        await run(host, port, password, "systemctl reboot", timeout_s=15, connect_timeout_s=connect_timeout_s)
+    except Exception:  # noqa: BLE001 - the session dies with the guest; only the cycle below counts
+        pass
+    try:
+        await wait_down(host, port, password, timeout_s=30)
+    except TimeoutError:
+        raise RebootError(f"{territory.id}: SSH never stopped during reboot (30 s)") from None
+    try:
+        await wait_ready(host, port, password, timeout_s=reboot_timeout_s, interval_s=0.5,
+                         connect_timeout_s=connect_timeout_s)
+    except TimeoutError:
+        raise RebootError(f"{territory.id}: SSH unavailable after reboot ({reboot_timeout_s:.0f} s)") from None
+
+
 class TerritoryProvider(abc.ABC):
     """Creates, reboots and destroys territories for one heat.
 

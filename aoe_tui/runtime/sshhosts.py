@@ -41,10 +41,10 @@ from aoe_tui.runtime.provider import (
     DoctorCheck,
     ProviderError,
     ProvisionError,
-    RebootError,
     Territory,
     TerritoryProvider,
     TerritorySpec,
+    reboot_over_ssh,
     write_credential_file,
 )
 
@@ -270,26 +270,9 @@ class SshHostsProvider(TerritoryProvider):
         Raises:
             RebootError: "SSH never stopped during reboot" or "SSH unavailable after reboot".
         """
-        from aoe_tui.runtime.ssh import run, wait_down, wait_ready
-
-        with contextlib.suppress(Exception):
-            await run(
-                territory.host, territory.ssh_port, territory.password, "systemctl reboot",
-                timeout_s=15, connect_timeout_s=self.connect_timeout_s,
-            )  # fmt: skip
-        try:
-            await wait_down(territory.host, territory.ssh_port, territory.password, timeout_s=30)
-        except TimeoutError:
-            raise RebootError(f"{territory.id}: SSH never stopped during reboot (30 s)") from None
-        try:
-            await wait_ready(
-                territory.host, territory.ssh_port, territory.password,
-                timeout_s=self.reboot_timeout_s, interval_s=0.5, connect_timeout_s=self.connect_timeout_s,
-            )  # fmt: skip
-        except TimeoutError:
-            raise RebootError(
-                f"{territory.id}: SSH unavailable after reboot ({self.reboot_timeout_s:.0f} s)"
-            ) from None
+        await reboot_over_ssh(
+            territory, reboot_timeout_s=self.reboot_timeout_s, connect_timeout_s=self.connect_timeout_s
+        )
 
     async def teardown(self) -> None:
         """Nothing destructive: only the credential files this provider wrote are deleted."""
