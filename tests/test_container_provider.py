@@ -264,6 +264,79 @@ async def test_guest_initiated_reboot_comes_back(heat):
     assert (await sh(t, "cat /proc/sys/kernel/random/boot_id")).stdout.strip() != boot_before
 
 
+STUBBORN = "bash -c \"trap '' TERM HUP INT; while :; do sleep 1; done\""
+
+
+@amod
+async def test_reboot_bounded_with_stuck_ssh_session(heat, guest_image):
+    """An open SSH session holding a SIGTERM-ignoring process must not hold the reboot 90 s."""
+    provider, territories, workdir = heat
+    t = territories[1]
+    # the territory's own layer caps the guest's stop timeouts; the shared image is untouched
+    for rel in ("etc/systemd/system/user@.service.d/aoe-fast-stop.conf", "etc/systemd/system/session-.scope.d/aoe-fast-stop.conf"):
+        assert (workdir / t.id / "upper" / rel).is_file(), rel
+        assert not (guest_image.rootfs / rel).exists(), rel
+    await sh(t, "echo bounded-1 > /var/lib/persist-test/bounded && sync")
+    conn = await ssh.connect(t.host, t.ssh_port, t.password)
+    try:
+        await conn.create_process(STUBBORN)
+        res = await sh(t, "systemctl show -p DefaultTimeoutStopUSec; "
+                          "for u in $(systemctl list-units --no-legend --plain 'session-*.scope' | awk '{print $1}'); "
+                          "do systemctl show -p TimeoutStopUSec $u; done; pgrep -c -f 'while :; do sleep 1'")
+        lines = res.stdout.splitlines()
+        assert lines[0] == "DefaultTimeoutStopUSec=1min 30s", res.stdout  # agents' own units: Debian's default
+        assert "TimeoutStopUSec=5s" in lines[1:-1] and not [x for x in lines[1:-1] if x != "TimeoutStopUSec=5s"], res.stdout
+        assert int(lines[-1]) >= 1  # the stubborn process is running in a session scope
+        boot_before = (await sh(t, "cat /proc/sys/kernel/random/boot_id")).stdout.strip()
+        t0 = time.monotonic()
+        await provider.reboot(t)
+        elapsed = time.monotonic() - t0
+    finally:
+        conn.abort()
+    assert elapsed < 30, f"reboot took {elapsed:.1f} s"
+    res = await sh(t, "cat /var/lib/persist-test/bounded /var/lib/persist-test/token /proc/sys/kernel/random/boot_id")
+    bounded, token, boot_after = res.stdout.split()
+    assert (bounded, token) == ("bounded-1", "token-42")
+    assert boot_after != boot_before
+
+
+@amod
+async def test_reboot_forces_a_guest_that_will_not_stop(heat, monkeypatch):
+    """A unit that never stops (no stop timeout, ignores SIGTERM): the reboot is forced."""
+    provider, territories, workdir = heat
+    t = territories[1]
+    monkeypatch.setattr(provider, "reboot_grace_s", 4)
+    res = await sh(t, "echo forced-1 > /var/lib/persist-test/forced && sync; "
+                      f"systemd-run --unit=stubborn -p TimeoutStopSec=infinity {STUBBORN} && "
+                      "systemctl is-active stubborn.service")
+    assert res.stdout.split()[-1] == "active", res.stdout + res.stderr
+    boot_before = (await sh(t, "cat /proc/sys/kernel/random/boot_id")).stdout.strip()
+    console = workdir / t.id / "console.log"
+    console_before = console.stat().st_size
+    pid_before = t.extra["nspawn_pid"]
+    t0 = time.monotonic()
+    await provider.reboot(t)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 30, f"reboot took {elapsed:.1f} s"
+    with console.open("rb") as fh:
+        fh.seek(console_before)
+        tail = fh.read().decode(errors="replace")
+    assert "did not finish rebooting; forced reboot (SIGRTMIN+15) sent" in tail
+    assert "hard reset (SIGKILL) sent" in tail  # systemd-shutdown waits 90 s for SIGTERM-ignorers
+    res = await sh(t, "cat /var/lib/persist-test/forced /proc/sys/kernel/random/boot_id; "
+                      "systemctl is-active stubborn.service || true")
+    forced, boot_after, unit_state = res.stdout.split()
+    assert forced == "forced-1" and boot_after != boot_before and unit_state == "inactive"
+    assert t.extra["nspawn_pid"] != pid_before
+    state = json.loads((workdir / t.id / "state.json").read_text())
+    assert state["nspawn_pid"] == t.extra["nspawn_pid"] and state["leader_pid"] == t.extra["leader_pid"]
+    # the supervisor keeps working after a hard reset: an orderly reboot relaunches again
+    launches = state["launches"]
+    await provider.reboot(t)
+    assert json.loads((workdir / t.id / "state.json").read_text())["launches"] == launches + 1
+    assert (await sh(t, "cat /var/lib/persist-test/forced")).stdout.strip() == "forced-1"
+
+
 @amod
 async def test_wrong_password_is_refused(heat):
     provider, territories, _ = heat
@@ -387,6 +460,28 @@ async def test_reboot_that_never_returns_is_a_reboot_error(tmp_path, guest_image
             await provider.reboot(stranger)
     finally:
         await provider.teardown()
+    boxes = list(provider._boxes.values())
+    assert leftovers(tmp_path, [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
+
+
+@amod
+async def test_teardown_during_stuck_reboot_is_not_raced(tmp_path, guest_image):
+    """Teardown begun while a reboot waits out its grace: the reboot never signals the guest."""
+    _need_container_host()
+    provider = ContainerProvider(tmp_path, image=guest_image, reboot_timeout_s=2, reboot_grace_s=3)
+    try:
+        (t,) = await provider.provision(specs(["builder-one"]))
+        await sh(t, f"systemd-run --unit=stubborn -p TimeoutStopSec=infinity {STUBBORN}")
+        reboot = asyncio.create_task(provider.reboot(t))
+        await asyncio.sleep(1.5)  # systemctl reboot issued; the guest is stuck stopping the unit
+        await provider.teardown()
+        with pytest.raises(RebootError, match="builder-one: SSH unavailable after reboot"):
+            await reboot
+    finally:
+        await provider.teardown()
+    console = (tmp_path / "builder-one" / "console.log").read_text(errors="replace")
+    assert "did not finish rebooting" not in console
+    assert "launch 2 of builder-one" not in console
     boxes = list(provider._boxes.values())
     assert leftovers(tmp_path, [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
 

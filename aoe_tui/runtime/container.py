@@ -17,10 +17,13 @@ Each territory is a booted Debian system (systemd as PID 1, sshd, the dormant
 * one ``systemd-nspawn --boot --register=no --keep-unit`` process (notes pitfall 12),
   console output in ``<workdir>/<id>/console.log``. A supervisor task relaunches it on
   the same root when the guest reboots (nspawn exits with 133), so state persists.
+  :meth:`ContainerProvider.reboot` is bounded: a guest whose orderly reboot hangs is
+  forced (SIGRTMIN+15, then SIGKILL of its init) and relaunched like a power-cycled host.
 
 Identity (hostname = territory id, root password hash) is written into the territory's
 own writable layer before the first boot; the password never appears in a process's
-arguments. Everything started is recorded in ``<workdir>/<id>/state.json`` (atomic writes)
+arguments. So are systemd drop-ins capping the guest's stop timeouts
+(:data:`FAST_STOP_DROPINS`; per territory, the image is untouched). Everything started is recorded in ``<workdir>/<id>/state.json`` (atomic writes)
 so :func:`cleanup_stale` can remove the leftovers of a killed runner.
 
 Needs root, ``systemd-nspawn`` (package ``systemd-container``), ``ip`` (iproute2),
@@ -61,6 +64,25 @@ from aoe_tui.runtime.provider import (
 log = logging.getLogger(__name__)
 
 NSPAWN_REBOOT_EXIT = 133
+#: systemd's "reboot now, without stopping units" signal (``systemctl --force reboot``)
+SIGNAL_FORCE_REBOOT = signal.SIGRTMIN + 15
+#: seconds the guest gets to exit after the forced reboot signal before its init is SIGKILLed
+FORCE_REBOOT_GRACE_S = 5.0
+#: stop timeout the territory's systemd gets (per territory, written into its own layer)
+FAST_STOP_TIMEOUT = "5s"
+#: drop-ins written into each territory's writable layer before its first boot, so a guest
+#: shutdown never waits systemd's default 90 s for a unit (an open SSH session's scope, a
+#: process that ignores SIGTERM). Path relative to the guest root -> content.
+FAST_STOP_DROPINS: dict[str, str] = {
+    # Only the login sessions (SSH sessions of agents and verifiers) get a short stop timeout:
+    # the agent's own services keep systemd's default, as on any Debian host. A unit that
+    # still will not stop is bounded by the forced reboot in ``reboot()``.
+    # user@.service sets its own TimeoutStopSec=120s; login session scopes get theirs from logind
+    "etc/systemd/system/user@.service.d/aoe-fast-stop.conf":
+        f"[Service]\nTimeoutStopSec={FAST_STOP_TIMEOUT}\n",
+    "etc/systemd/system/session-.scope.d/aoe-fast-stop.conf":
+        f"[Scope]\nTimeoutStopSec={FAST_STOP_TIMEOUT}\n",
+}
 GUEST_IFACE = "arena0"
 SSH_PORT = 22
 #: priority of the per-veth ``ip rule ... prohibit`` (after the local table at 0, before main)
@@ -143,6 +165,45 @@ def _apply_identity(root: Path, territory_id: str, password: str) -> None:
     marker = root / "var" / "lib" / "aoe"
     marker.mkdir(parents=True, exist_ok=True)
     (marker / "identity-applied").touch()
+
+
+def _apply_fast_stop(root: Path) -> None:
+    """Write :data:`FAST_STOP_DROPINS` into a territory root (its own layer, never the image).
+
+    Directories are created root-owned 0755, files 0644, written atomically.
+    """
+    for rel, text in FAST_STOP_DROPINS.items():
+        path = root / rel
+        for parent in reversed(path.relative_to(root).parents[:-1]):
+            d = root / parent
+            if not d.is_dir():
+                d.mkdir(mode=0o755)
+                os.chmod(d, 0o755)
+        _atomic_write(path, text, mode=0o644)
+        os.chmod(path, 0o644)
+
+
+def _signal_leader(nspawn_pid: int, sig: int) -> bool:
+    """Send ``sig`` to the container init under ``nspawn_pid``; True if it was delivered.
+
+    The init is found and re-checked through a pidfd, so a recycled PID is never signalled.
+    """
+    leader = _leader_of(nspawn_pid)
+    if leader is None:
+        return False
+    try:
+        fd = os.pidfd_open(leader)
+    except OSError:
+        return False
+    try:
+        if leader not in _children(nspawn_pid):  # exited (and maybe recycled) before the pidfd
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _children(pid: int) -> list[int]:
@@ -315,6 +376,8 @@ class _Box:
     launches: int = 0
     exits: list[int | None] = field(default_factory=list)
     dead: asyncio.Future[int | None] | None = None
+    #: the nspawn process the provider hard-reset (its exit counts as a reboot: relaunch)
+    reset: asyncio.subprocess.Process | None = None
 
     @property
     def root(self) -> Path:
@@ -365,6 +428,8 @@ class ContainerProvider(TerritoryProvider):
         heat_id: unique id of the heat (owner of the address lease); generated if omitted.
         ready_timeout_s: seconds for every territory to accept a root SSH login.
         reboot_timeout_s: seconds for SSH to come back after a reboot (spec §3.4).
+        reboot_grace_s: seconds the guest gets to finish an orderly ``systemctl reboot``
+            before the provider forces it (see :meth:`reboot`).
     """
 
     name = "container"
@@ -377,6 +442,7 @@ class ContainerProvider(TerritoryProvider):
         heat_id: str | None = None,
         ready_timeout_s: float = 60,
         reboot_timeout_s: float = 120,
+        reboot_grace_s: float = 10,
     ) -> None:
         self.workdir = Path(workdir)
         self.image = image
@@ -384,6 +450,7 @@ class ContainerProvider(TerritoryProvider):
         self.heat_id = heat_id or netalloc.new_heat_id()
         self.ready_timeout_s = ready_timeout_s
         self.reboot_timeout_s = reboot_timeout_s
+        self.reboot_grace_s = reboot_grace_s
         self._boxes: dict[str, _Box] = {}
         self._closing = False
         self._teardown_task: asyncio.Task[None] | None = None
@@ -502,6 +569,7 @@ class ContainerProvider(TerritoryProvider):
             _run(["cp", "-a", "--reflink=auto", lower + "/.", str(b.root)])
         self._save_state(b)
         _apply_identity(b.root, b.spec.id, b.spec.password)
+        _apply_fast_stop(b.root)
         # network: netns with arena0 <-> host end aoe<hash>
         _run(["ip", "netns", "add", b.netns])
         self._save_state(b)
@@ -563,7 +631,7 @@ class ContainerProvider(TerritoryProvider):
                 return
             with b.console.open("ab") as con:
                 con.write(f"\n=== aoe: nspawn of {b.spec.id} exited with {rc} ===\n".encode())
-            if rc != NSPAWN_REBOOT_EXIT:
+            if rc != NSPAWN_REBOOT_EXIT and b.reset is not proc:
                 if b.dead is not None and not b.dead.done():
                     b.dead.set_result(rc)
                 log.warning("territory %s: container exited with %s (not a reboot); not relaunched", b.spec.id, rc)
@@ -618,27 +686,41 @@ class ContainerProvider(TerritoryProvider):
     # -- reboot ------------------------------------------------------------------------
 
     async def reboot(self, territory: Territory) -> None:
-        """Run ``systemctl reboot`` in the guest and return once root SSH works again (spec §3.4).
+        """Reboot the guest and return once root SSH works again (spec §3.4); bounded in time.
 
-        nspawn exits with 133 and the supervisor relaunches it on the same root, so the
-        guest's files persist.
+        Runs ``systemctl reboot`` in the guest over SSH. If the container has not exited
+        ``reboot_grace_s`` seconds later (a unit that will not stop, e.g. an open SSH
+        session's scope holding a process that ignores SIGTERM), the reboot is forced like
+        an operator's power-cycle: the container's init gets SIGRTMIN+15 (``systemctl
+        --force reboot``: no unit stops), and ``FORCE_REBOOT_GRACE_S`` seconds later, if
+        still running, SIGKILL. Either way the supervisor relaunches nspawn on the same
+        root, so files on the guest's disk persist (the host kernel is shared: even writes
+        not yet fsync'ed survive the SIGKILL; a process's unwritten buffers do not). Never signals a relaunched container or one that
+        teardown has taken over. Each territory's own layer also carries drop-ins that cap
+        the guest's stop timeouts at ``FAST_STOP_TIMEOUT`` (see :data:`FAST_STOP_DROPINS`),
+        so the orderly path is normally fast too.
+
+        Worst case before SSH is awaited: ~``reboot_grace_s`` + 2 x ``FORCE_REBOOT_GRACE_S``.
 
         Raises:
-            RebootError: unknown territory, SSH still up after 30 s, or not back within
-                ``reboot_timeout_s`` (message names the territory and the console tail).
+            RebootError: unknown territory; the container did not exit even after SIGKILL;
+                or SSH not back within ``reboot_timeout_s`` after the container exited
+                (message names the territory and the console tail).
         """
         from aoe_tui.runtime import ssh
 
         b = self._boxes.get(territory.id)
         if b is None or self._closing:
             raise RebootError(f"territory {territory.id}: not provisioned by this container provider")
+        proc = b.proc
         launches = b.launches
+        t_cmd = time.monotonic()
         with contextlib.suppress(Exception):
             await ssh.run(b.address, SSH_PORT, b.spec.password, "systemctl reboot", timeout_s=10, connect_timeout_s=5)
-        try:
-            await ssh.wait_down(b.address, SSH_PORT, b.spec.password, timeout_s=30)
-        except TimeoutError:
-            raise RebootError(f"territory {territory.id}: SSH never stopped during reboot (30 s, spec §3.4)") from None
+        if proc is not None:
+            grace = max(0.0, self.reboot_grace_s - (time.monotonic() - t_cmd))
+            if not await self._wait_exit(proc, grace):
+                await self._force_reboot(b, proc)
         t0 = time.monotonic()
         try:
             await ssh.wait_ready(b.address, SSH_PORT, b.spec.password, timeout_s=self.reboot_timeout_s,
@@ -649,11 +731,57 @@ class ContainerProvider(TerritoryProvider):
                 f"console: {self._console_tail(b)}"
             ) from None
         if b.launches == launches:
-            log.info("territory %s: ssh answered again %.1f s after going down without a relaunch", territory.id, time.monotonic() - t0)
+            log.info("territory %s: ssh answered again %.1f s after the reboot without a relaunch",
+                     territory.id, time.monotonic() - t0)
         b.leader_pid = _leader_of(b.proc.pid) if b.proc else None
         await asyncio.to_thread(self._save_state, b)
         territory.extra["nspawn_pid"] = b.proc.pid if b.proc else None
         territory.extra["leader_pid"] = b.leader_pid
+
+    @staticmethod
+    async def _wait_exit(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:
+        """True once ``proc`` has exited (within ``timeout_s`` seconds)."""
+        if proc.returncode is not None:
+            return True
+        try:
+            await asyncio.wait_for(proc.wait(), max(timeout_s, 0.0))
+        except TimeoutError:
+            return proc.returncode is not None
+        return True
+
+    async def _force_reboot(self, b: _Box, proc: asyncio.subprocess.Process) -> None:
+        """Escalate a stuck guest reboot of nspawn ``proc``: SIGRTMIN+15, then SIGKILL, to its init.
+
+        Signals only while holding ``b.lock`` and only if ``proc`` is still the territory's
+        running nspawn and teardown has not begun (the supervisor's relaunch and teardown
+        both take the lock). Marks ``proc`` as reset so the supervisor relaunches the root
+        whatever nspawn's exit code.
+
+        Raises:
+            RebootError: ``proc`` is still running after the SIGKILL.
+        """
+        tid = b.spec.id
+        steps = ((SIGNAL_FORCE_REBOOT, "forced reboot (SIGRTMIN+15)"), (signal.SIGKILL, "hard reset (SIGKILL)"))
+        for sig, what in steps:
+            async with b.lock:
+                if self._closing or b.proc is not proc or proc.returncode is not None:
+                    return  # exited, relaunched, or teardown owns it now
+                b.reset = proc
+                delivered = _signal_leader(proc.pid, sig)
+                if not delivered and sig == signal.SIGKILL:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()  # no init to kill: nspawn itself
+                    delivered = True
+                note = (f"\n=== aoe: {tid} did not finish rebooting; {what} "
+                        f"{'sent' if delivered else 'not delivered'} at {time.strftime('%H:%M:%S')} ===\n")
+                with contextlib.suppress(OSError), b.console.open("ab") as con:
+                    con.write(note.encode())
+            log.warning("territory %s: reboot still running after %.0f s; %s", tid, self.reboot_grace_s, what)
+            if await self._wait_exit(proc, FORCE_REBOOT_GRACE_S):
+                return
+        if not self._closing and b.proc is proc:
+            raise RebootError(f"territory {tid}: container did not stop during reboot, even after SIGKILL; "
+                              f"console: {self._console_tail(b)}")
 
     # -- teardown ----------------------------------------------------------------------
 
