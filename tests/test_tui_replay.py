@@ -311,3 +311,98 @@ def test_cli_replay_errors(tmp_path, capsys):
     assert "--speed" in capsys.readouterr().err
     assert aoe_main(["watch", str(tmp_path / "nope")]) != 0
     assert "no such season folder" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- live clock, activity
+
+
+def _header(app) -> str:
+    from aoe_tui.tui.widgets import HeatHeader
+
+    return app.screen.query_one("#heat-header", HeatHeader).text.plain
+
+
+async def test_live_clock_ticks_between_events_and_stops_when_finished(seed):
+    """A running live heat's clock = last event's elapsed_ms + monotonic time since it arrived
+    (capped); the evaluating milestone shows how long it has been evaluating; the next event
+    snaps the clock back to the log; a finished heat's clock does not tick."""
+    from aoe_tui.tui.viewmodel import LIVE_CLOCK_CAP_MS, fmt_clock
+
+    i = next(n for n, r in enumerate(seed.records) if r.event.kind == "milestone_evaluation_started")
+    head, rest = seed.records[: i + 1], seed.records[i + 1:]
+    terr = head[-1].event.territory
+    assert reduce_match(head).match_state.value == "running"
+    feed = LiveFeed()
+    app = AoeApp.live(feed)
+    now = [5000.0]
+    app.monotonic = lambda: now[0]
+    async with app.run_test(size=(160, 48)) as pilot:
+        feed.open_heat("h", arena=seed.arena, title="live heat")
+        for rec in head:
+            feed.post_record(rec, "h")
+        await pilot.pause(0.05)
+        base = head[-1].elapsed_ms
+        assert _header(app).startswith(fmt_clock(base) + "/"), _header(app)
+        panel = app.screen.query_one(f"#panel-{terr}", TerritoryPanel)
+        assert "evaluating 0s" in panel.text.plain
+        now[0] += 30.0  # 30 s pass, no event arrives
+        await pilot.pause(0.4)  # > one clock tick (0.25 s)
+        assert _header(app).startswith(fmt_clock(base + 30_000) + "/"), _header(app)
+        assert "evaluating 30s" in panel.text.plain
+        now[0] += 3600.0  # a stalled feed: the clock stops at the cap
+        await pilot.pause(0.4)
+        assert _header(app).startswith(fmt_clock(base + LIVE_CLOCK_CAP_MS) + "/"), _header(app)
+        feed.post_record(rest[0], "h")  # the next event: back to the log's clock
+        await pilot.pause(0.1)
+        assert _header(app).startswith(fmt_clock(rest[0].elapsed_ms) + "/"), _header(app)
+        for rec in rest[1:]:
+            feed.post_record(rec, "h")
+        await pilot.pause(0.1)
+        final = app.heats["h"].world.elapsed_ms
+        assert app.heats["h"].world.match_state.value == "finished"
+        now[0] += 120.0
+        await pilot.pause(0.4)
+        assert _header(app).startswith(fmt_clock(final) + "/"), _header(app)  # finished: no tick
+
+
+async def test_replay_clock_does_not_tick(seed):
+    app = AoeApp.replay(seed, at_sequence=60)
+    now = [0.0]
+    app.monotonic = lambda: now[0]
+    async with app.run_test(size=(120, 40)) as pilot:
+        shown = _header(app)
+        now[0] += 100.0
+        await pilot.pause(0.4)
+        assert _header(app) == shown
+
+
+def test_sanitize_line():
+    from aoe_tui.tui.viewmodel import sanitize_line
+
+    assert sanitize_line("\x1b[31mred\x1b[0m [bold]x[/bold]") == "red [bold]x[/bold]"
+    assert sanitize_line("a\tb\r\nc\x00d\x07e\u202ef") == "a b  cdef"
+    assert sanitize_line("  a\tb\r\nc  ", collapse=True) == "a b c"
+    assert sanitize_line("\x1b]0;title\x07ok") == "ok"
+    assert sanitize_line(b"caf\xc3\xa9 \xff\xfe ok") == "café \ufffd ok"
+    assert sanitize_line(bytes(range(256)) * 2).startswith("‹binary output")
+    assert sanitize_line("x" * 500).endswith("…") and len(sanitize_line("x" * 500)) == 200
+
+
+async def test_activity_lines_render_safely(seed):
+    """Garbage from an adapter: escapes stripped, one line each, markup shown literally."""
+    garbage = ["\x1b[1;31mERROR\x1b[0m [bold red]not markup[/]", "multi\nline\routput   aligned",
+               "\x00\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f\ufffd\ufffd\ufffd", "tail ok"]
+    feed = LiveFeed()
+    app = AoeApp.live(feed)
+    async with app.run_test(size=(160, 48)) as pilot:
+        feed.open_heat("h", arena=seed.arena, title="garbage", activity=lambda aid: garbage)
+        for rec in seed.records[:50]:
+            feed.post_record(rec, "h")
+        await pilot.pause(0.1)
+        panel = app.screen.query_one("#panel-builder-one", TerritoryPanel)
+        text = panel.text.plain
+        tail = text.split("── activity\n", 1)[1].split("\n")
+        assert tail == ["ERROR [bold red]not markup[/]", "multi line output   aligned", "‹binary output, 14 chars›", "tail ok"]
+        assert not any(ch in text for ch in "\x1b\x00\x07\r")
+        rendered = "".join(seg.text for seg in panel.render().render(app.console))
+        assert "[bold red]not markup[/]" in rendered

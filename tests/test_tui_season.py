@@ -34,6 +34,7 @@ def season_dir(tmp_path_factory) -> Path:
 
 def frozen(app: AoeApp) -> AoeApp:
     app.now_ms = lambda: SEASON_T0 + SEASON_NOW_OFFSET_MS
+    app.monotonic = lambda: 1000.0  # live heat clocks do not tick
     return app
 
 
@@ -56,7 +57,8 @@ async def test_bracket_states_winners_times(season_dir):
         assert rows["r2h1"].state == "racing" and rows["r2h1"].running and rows["r2h1"].winner == "(deepseek leads)"
         assert rows["r2h2"].state == "scheduled" and not rows["r2h2"].running
         status = str(app.screen.query_one("#season-status").text)
-        assert status.startswith("clock 12:34 · round 2 · heats 2/4 finished · 1 racing"), status
+        # 12:34 of wall time minus the 7 s between the last record before season_resumed and it
+        assert status.startswith("clock 12:27 · round 2 · heats 2/4 finished · 1 racing"), status
         table = app.screen.query_one("#bracket", DataTable)
         assert table.row_count == len(rows)
         # the cursor starts on the running heat
@@ -263,4 +265,56 @@ def test_season_model_matches_reducer(season_dir):
     ref = reduce_season(recs)
     assert model.progress() == (len(ref.finished_heats()), len(ref.heats()))
     assert model.running_folders() == ["round-2/heat-1/attempt-1"]
-    assert model.clock_ms(SEASON_T0 + SEASON_NOW_OFFSET_MS) == SEASON_NOW_OFFSET_MS
+    # the 7 s between the last record of the first run session and season_resumed do not count
+    assert model.clock_ms(SEASON_T0 + SEASON_NOW_OFFSET_MS) == SEASON_NOW_OFFSET_MS - 7_000
+
+
+async def test_bracket_cursor_follows_new_running_heat_until_moved(season_dir):
+    """The cursor jumps to a heat that starts running/racing — unless the user moved it."""
+    from aoe_tui.domain import season_events as se
+    from aoe_tui.replay.matchdir import load_match
+
+    from tui_fixtures import SEED
+
+    recs = read_season_log(season_dir / "season.jsonl")
+    first_r2 = next(i for i, r in enumerate(recs) if isinstance(r.event, se.AttemptStarted) and r.event.round == 2)
+    feed = LiveFeed()
+    app = frozen(AoeApp.season_view(feed, season_dir))
+    app.monotonic = lambda: 100.0
+
+    def cursor_key() -> str:
+        table = app.screen.query_one("#bracket", DataTable)
+        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        for rec in recs[:first_r2]:
+            feed.post_season_record(rec)
+        await pilot.pause(0.1)
+        assert cursor_key() == "r1"
+        feed.post_season_record(recs[first_r2])  # round 2 heat 1 starts (provisioning)
+        await pilot.pause(0.1)
+        assert cursor_key() == "r2h1"
+        await pilot.press("up", "up")
+        assert cursor_key() == "r1bye"
+        seed = load_match(SEED)
+        feed.open_heat("round-2/heat-1/attempt-1", arena=seed.arena, title="r2h1")
+        for rec in seed.records[:20]:  # it starts racing: the user's choice wins
+            feed.post_record(rec, "round-2/heat-1/attempt-1")
+        for rec in recs[first_r2 + 1:]:  # resumed, interrupted, re-started
+            feed.post_season_record(rec)
+        await pilot.pause(0.1)
+        assert cursor_key() == "r1bye"
+
+
+def test_status_line_fits_narrow_widths(season_dir):
+    """Labels shorten, then secondary parts go; the clock stays first."""
+    model = SeasonModel()
+    for rec in read_season_log(season_dir / "season.jsonl"):
+        model.apply(rec)
+    now = SEASON_T0 + SEASON_NOW_OFFSET_MS
+    wide = model.status_line(now, {})
+    assert wide == "clock 12:27 · round 2 · heats 2/4 finished · 1 provisioning"
+    assert model.status_line(now, {}, width=len(wide)) == wide
+    assert model.status_line(now, {}, width=40) == "12:27 · r2 · 2/4 heats · 1 prov"
+    assert model.status_line(now, {}, width=25) == "12:27 · r2 · 2/4 heats"
+    assert model.status_line(now, {}, width=15) == "12:27 · 2/4 heats"

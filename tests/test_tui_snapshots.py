@@ -1,8 +1,8 @@
 """SVG snapshots of every TUI screen at 80×24 and 160×48, built from fixture logs.
 
 Deterministic by construction: replays start paused (no playback timer runs), the
-only clock shown is the match clock from the events, and the go-to prompt's
-cursor blink is switched off. Accept new images with ``pytest --snapshot-update``
+season clock (``app.now_ms``) and the live heat clock (``app.monotonic``) are frozen,
+and the go-to prompt's cursor blink is switched off. Accept new images with ``pytest --snapshot-update``
 after checking ``snapshot_report.html``.
 """
 
@@ -85,6 +85,7 @@ def test_live_heat_screen(snap_compare, size):
     for rec in seed.records[:100]:
         feed.post_record(rec, "r1-h2-a1")
     app = AoeApp.live(feed)
+    app.monotonic = lambda: 1000.0  # freeze the ticking live clock
     assert snap_compare(app, terminal_size=size)
 
 
@@ -106,6 +107,7 @@ def season_app(season_dir, **kw):
 
     app = watch_app(season_dir, follow=False, **kw)
     app.now_ms = lambda: SEASON_T0 + SEASON_NOW_OFFSET_MS
+    app.monotonic = lambda: 1000.0  # the racing heat's live clock is frozen too
     return app
 
 

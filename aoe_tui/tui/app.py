@@ -36,6 +36,8 @@ DARK_THEME = "textual-dark"
 LIGHT_THEME = "textual-light"
 #: how often live heat screens re-read agent activity (s)
 ACTIVITY_POLL_S = 0.5
+#: how long the "Season finished" notification stays (s)
+SEASON_FINISHED_NOTIFY_S = 8
 
 
 class AoeApp(App):
@@ -66,6 +68,8 @@ class AoeApp(App):
         self.tailer: Any = None
         #: clock for the season clock (Unix ms); tests freeze it
         self.now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+        #: monotonic clock (s) for live heat clocks (time since the last record); tests patch it
+        self.monotonic: Callable[[], float] = time.monotonic
         self._host_reported = False
         #: heat key → model
         self.heats: dict[str, HeatModel] = {}
@@ -176,7 +180,8 @@ class AoeApp(App):
         elif host.state is not None:
             fin = getattr(host.state, "finished", None)
             champs = ", ".join(fin.champions) if fin is not None else ""
-            self.notify(f"season finished; champion {champs or 'none'}. q quits.", title="Season finished", timeout=30)
+            self.notify(f"season finished; champion {champs or 'none'}. q quits.", title="Season finished",
+                        timeout=SEASON_FINISHED_NOTIFY_S)
 
     def on_unmount(self) -> None:
         if self.feed is not None:
@@ -204,15 +209,27 @@ class AoeApp(App):
                 self.heats[h.key] = HeatModel(h.arena, title=h.title, activity=h.activity)
             else:
                 old.arena, old.title, old.activity = h.arena, h.title, h.activity
+            self.heats[h.key].live = True
             self.latest_heat = h.key
+        now = self.monotonic()
         for key, rec in pending:
             model = self.heats.get(key)
             if model is None:
                 model = self.heats[key] = HeatModel(title=key)
+                model.live = True
                 self.latest_heat = key
             model.apply(rec)
+            model.received_at = now
         if opened or pending or season:
             self._refresh_current()
+
+    def heat_clock_ms(self, key: str | None, model: HeatModel) -> int:
+        """The clock (ms) to show for heat ``key``: ticking between events while the heat is
+        live, its match running and — in season mode — the season log shows the attempt
+        running (a stopped runner's heat does not tick on); else its last ``elapsed_ms``."""
+        if model.ticking() and (self.season is None or key in self.season.running_folders()):
+            return model.clock_ms(self.monotonic())
+        return int(model.world.elapsed_ms)
 
     def _poll_activity(self) -> None:
         screen = self.screen

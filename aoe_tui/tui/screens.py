@@ -27,13 +27,17 @@ if TYPE_CHECKING:  # pragma: no cover
 SPEEDS: tuple[int, ...] = (1, 2, 5, 10, 25, 50, 100)
 #: replay frame interval (s)
 FRAME_S = 1 / 30
+#: how often a live heat screen redraws its ticking clock (s; ≤ 4 Hz, only while visible)
+CLOCK_TICK_S = 0.25
 
 
 class HeatScreen(Screen):
     """Three (or N) territory panels, the explained event feed and a winner banner.
 
     ``heat`` names a model in ``app.heats``; None follows the most recently opened
-    heat (the live default).
+    heat (the live default). While the heat is live and running, a timer (every
+    :data:`CLOCK_TICK_S`, paused while the screen is hidden) redraws the ticking clock
+    (:meth:`HeatModel.clock_ms`) and the "evaluating Ns" times; it never touches the model.
     """
 
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
@@ -47,6 +51,7 @@ class HeatScreen(Screen):
         self.heat = heat
         self._drawn_version = -1
         self._drawn_heat: str | None = None
+        self._clock_timer = None
 
     @property
     def model(self) -> HeatModel | None:
@@ -66,11 +71,36 @@ class HeatScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#winner", WinnerBanner).display = False
+        if not isinstance(self, ReplayScreen):
+            self._clock_timer = self.set_interval(CLOCK_TICK_S, self._tick_clock)
         self.refresh_view(force=True)
+
+    def on_screen_suspend(self) -> None:
+        """Hidden screens do no work: stop the clock timer."""
+        if self._clock_timer is not None:
+            self._clock_timer.pause()
 
     def on_screen_resume(self) -> None:
         """Redraw once when this screen becomes current again."""
+        if self._clock_timer is not None:
+            self._clock_timer.resume()
         self.refresh_view(force=True)
+
+    def clock_ms(self, model: HeatModel) -> int:
+        """The clock to show for ``model`` (ms): ticking for a live running heat."""
+        return self.app.heat_clock_ms(self.heat or self.app.latest_heat, model)  # type: ignore[attr-defined]
+
+    def _tick_clock(self) -> None:
+        """Redraw the header clock and evaluating times of a ticking heat (cheap: no model work)."""
+        if not self.is_current or not self.is_mounted:
+            return
+        model = self.model
+        if model is None or not model.ticking() or self._drawn_version < 0:
+            return
+        clock = self.clock_ms(model)
+        with self.app.batch_update():
+            self.query_one("#heat-header", HeatHeader).show_header(model, clock)
+            self._show_panels(model, clock)
 
     def refresh_view(self, force: bool = False) -> None:
         """Sync widgets with the model; no-op when hidden or unchanged."""
@@ -88,7 +118,8 @@ class HeatScreen(Screen):
             if key != self._drawn_heat:
                 self._drawn_heat = key
                 self.query_one("#panels").remove_children()
-            self.query_one("#heat-header", HeatHeader).show_header(model)
+            clock = self.clock_ms(model)
+            self.query_one("#heat-header", HeatHeader).show_header(model, clock)
             self.query_one("#winner", WinnerBanner).show_winner(model.winner_line())
             panels = self.query_one("#panels", Container)
             have = {p.territory: p for p in panels.query(TerritoryPanel)}
@@ -101,11 +132,18 @@ class HeatScreen(Screen):
                     have[tid] = panel
             if new:
                 panels.mount_all(new)
-            views = [panel_view(model, tid) for tid in model.territory_ids()]
-            for pv in views:
-                have[pv.territory].show_panel(pv)
-            self.query_one("#scoreboard", Scoreboard).show_views(views)
+            self._show_panels(model, clock, have)
             self.query_one("#feed", EventFeed).show_feed(model)
+
+    def _show_panels(self, model: HeatModel, clock: int, have: dict | None = None) -> None:
+        if have is None:
+            have = {p.territory: p for p in self.query_one("#panels", Container).query(TerritoryPanel)}
+        views = [panel_view(model, tid, clock_ms=clock) for tid in model.territory_ids()]
+        for pv in views:
+            panel = have.get(pv.territory)
+            if panel is not None:
+                panel.show_panel(pv)
+        self.query_one("#scoreboard", Scoreboard).show_views(views)
 
 
 class ReplayScreen(HeatScreen):

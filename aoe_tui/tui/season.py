@@ -27,7 +27,14 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, ProgressBar, Static
 
-from aoe_tui.tui.seasonmodel import SORTS, STANDINGS_COLUMNS, SeasonModel, sort_standings, standings_cells
+from aoe_tui.tui.seasonmodel import (
+    NARROW_WIDTH,
+    SORTS,
+    STANDINGS_COLUMNS,
+    SeasonModel,
+    sort_standings,
+    standings_cells,
+)
 from aoe_tui.tui.widgets import TextView
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,6 +55,8 @@ STATE_STYLE = {
 }
 
 BRACKET_COLUMNS = ("Heat", "State", "Entrants / detail", "Winner", "Time")
+#: how often the season screen redraws its clocks (s; only while visible)
+SEASON_TICK_S = 0.5
 
 
 def _now_ms(app: AoeApp) -> int:
@@ -55,7 +64,12 @@ def _now_ms(app: AoeApp) -> int:
 
 
 class SeasonScreen(Screen):
-    """Rounds → heats → attempts, with state, winners and times; running rows marked ▶."""
+    """Rounds → heats → attempts, with state, winners and times; running rows marked ▶.
+
+    The cursor follows the action until the user moves it: when a heat starts running
+    or racing and the cursor still sits where the screen last put it, it moves to that
+    heat. Running heats' times tick (the app's live heat clock) without rebuilding the table.
+    """
 
     BINDINGS = [
         Binding("enter", "open_heat", "Open heat"),
@@ -66,10 +80,17 @@ class SeasonScreen(Screen):
         super().__init__()
         self._drawn: tuple | None = None
         self._timer = None
+        #: row key the screen itself last put the cursor on (None: not placed yet)
+        self._auto_row: str | None = None
+        #: (row key, state) of heat rows that were running at the last fill
+        self._active: set[tuple[str, str]] | None = None
 
     @property
     def model(self) -> SeasonModel:
         return self.app.season  # type: ignore[attr-defined,return-value]
+
+    def _rows_now(self, app: AoeApp):
+        return self.model.rows(app.heats, clock=app.heat_clock_ms, narrow=app.size.width < NARROW_WIDTH)
 
     def compose(self) -> ComposeResult:
         yield TextView(id="season-header")
@@ -84,7 +105,7 @@ class SeasonScreen(Screen):
         """(Re)create the bracket columns for the current width: the entrants column flexes."""
         table = self.query_one("#bracket", DataTable)
         width = self.app.size.width
-        fixed = {"Heat": 13, "State": 12, "Winner": 16 if width >= 100 else 11, "Time": 5}
+        fixed = {"Heat": 13, "State": 12, "Winner": 20 if width >= 100 else 18, "Time": 5}  # winners before entrants
         flex = max(16, width - sum(fixed.values()) - 2 * len(BRACKET_COLUMNS) - 3)
         table.clear(columns=True)
         self._width = width
@@ -98,7 +119,7 @@ class SeasonScreen(Screen):
 
     def on_mount(self) -> None:
         self._columns()
-        self._timer = self.set_interval(1.0, self._tick)
+        self._timer = self.set_interval(SEASON_TICK_S, self._tick)
         self.refresh_view(force=True)
 
     def on_screen_suspend(self) -> None:
@@ -126,9 +147,12 @@ class SeasonScreen(Screen):
         app: AoeApp = self.app  # type: ignore[assignment]
         model = self.model
         with app.batch_update():
-            self.query_one("#season-status", TextView).set_text(model.status_line(_now_ms(app), app.heats))
+            status = self.query_one("#season-status", TextView)
+            width = status.size.width or max(20, app.size.width - 16)
+            status.set_text(model.status_line(_now_ms(app), app.heats, width=width))
             sig = self._signature()
             if not force and sig == self._drawn:
+                self._update_times(app)
                 return
             self._drawn = sig
             self.query_one("#season-header", TextView).set_text(Text(model.title, style="bold"))
@@ -138,9 +162,21 @@ class SeasonScreen(Screen):
             lines = list(app.season_log_lines())[-5:]
             self.query_one("#season-log", TextView).set_text("\n".join(lines) if lines else "no season events yet")
 
+    def _update_times(self, app: AoeApp) -> None:
+        """Tick the Time cells of running rows (no table rebuild)."""
+        shown = getattr(self, "_rows", {})
+        if not any(r.running for r in shown.values()):
+            return
+        table = self.query_one("#bracket", DataTable)
+        for r in self._rows_now(app):
+            old = shown.get(r.key)
+            if old is not None and r.running and old.time != r.time:
+                table.update_cell(r.key, "Time", Text(r.time))
+                shown[r.key] = r
+
     def _fill_table(self, app: AoeApp) -> None:
         table = self.query_one("#bracket", DataTable)
-        rows = self.model.rows(app.heats)
+        rows = self._rows_now(app)
         keep = None
         if table.row_count:
             try:
@@ -164,12 +200,23 @@ class SeasonScreen(Screen):
                 Text(r.time),
                 key=r.key,
             )
-        if keep is not None and keep in self._rows:
+        active = {(r.key, r.state) for r in rows if r.kind == "heat" and r.running}
+        started = [r.key for r in rows if r.kind == "heat" and r.running
+                   and (r.key, r.state) not in (self._active or set())]
+        self._active = active
+        user_moved = keep is not None and keep != self._auto_row
+        target = None
+        if not user_moved:
+            target = started[-1] if started else keep
+        elif keep in self._rows:
             table.move_cursor(row=table.get_row_index(keep), animate=False)
-        elif keep is None:
-            first = next((i for i, r in enumerate(rows) if r.running), None)
-            if first is not None:
-                table.move_cursor(row=first, animate=False)
+            return
+        if target is None or target not in self._rows:
+            target = next((r.key for r in rows if r.running), None) if keep is None else None
+        if target is not None and target in self._rows:
+            table.move_cursor(row=table.get_row_index(target), animate=False)
+        if table.row_count:
+            self._auto_row = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
 
     def selected_row(self):
         """The :class:`BracketRow` under the cursor (None on an empty table)."""

@@ -20,7 +20,7 @@ Attempt states shown in the bracket (derived, never stored):
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aoe_tui.domain import season_events as se
@@ -29,6 +29,11 @@ from aoe_tui.season.standings import SeasonStanding, season_standings
 from aoe_tui.tui.viewmodel import HeatModel, fmt_clock, fmt_cost, fmt_tokens
 
 LOG_LIMIT = 200
+#: below this terminal width the season screen uses its compact forms
+NARROW_WIDTH = 100
+
+#: ``clock(folder, model) -> ms``: the clock shown for a running heat (the app's ticking clock)
+HeatClock = Callable[[str, HeatModel], int]
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,13 @@ class SeasonModel:
     """Incrementally reduced season (``state``) plus a short log of what happened.
 
     ``apply(record)`` is O(1) for most records; ``version`` grows with each record.
-    ``first_ms`` / ``last_ms`` are the Unix ms of the first / latest record (season clock).
+    ``first_ms`` / ``last_ms`` are the Unix ms of the first / latest record.
+
+    The season clock counts running time only: a run session starts at ``season_started``
+    or ``season_resumed`` and (when a later ``season_resumed`` follows) ends at the last
+    record written before it — the time between a stop and the resume is not counted.
+    ``closed_ms`` is the running time of the ended sessions, ``session_ms`` the Unix ms at
+    which the current session started.
     """
 
     def __init__(self) -> None:
@@ -82,6 +93,8 @@ class SeasonModel:
         self.version = 0
         self.first_ms: int | None = None
         self.last_ms: int | None = None
+        self.closed_ms = 0
+        self.session_ms: int | None = None
         self.log: deque[str] = deque(maxlen=LOG_LIMIT)
         self._standings: tuple[int, list[SeasonStanding]] | None = None
 
@@ -89,9 +102,15 @@ class SeasonModel:
         """Apply one record (sequence order); raises ``SeasonStateError`` on an inconsistent log."""
         apply_season_record(self.state, record)
         self.version += 1
+        t = record.time_unix_ms
         if self.first_ms is None:
-            self.first_ms = record.time_unix_ms
-        self.last_ms = record.time_unix_ms
+            self.first_ms = t
+        if self.session_ms is None:
+            self.session_ms = t
+        elif record.event.kind == "season_resumed":
+            self.closed_ms += max(0, (self.last_ms or t) - self.session_ms)
+            self.session_ms = t
+        self.last_ms = t
         line = summarize_season(record)
         if line:
             self.log.append(f"{fmt_clock(record.time_unix_ms - self.first_ms)}  {line}")
@@ -108,11 +127,12 @@ class SeasonModel:
         return f"season {info.season} · {info.label} · {fmt} · arena {info.arena_id} · {len(info.entrants)} entrants"
 
     def clock_ms(self, now_ms: int) -> int:
-        """Season clock (ms): to the last record once finished, else to ``now_ms``."""
-        if self.first_ms is None:
+        """Season clock (ms): the running time of all run sessions (see the class docstring);
+        the current session runs to the last record once finished, else to ``now_ms`` (Unix ms)."""
+        if self.session_ms is None:
             return 0
         end = self.last_ms if self.state.finished is not None else max(now_ms, self.last_ms or now_ms)
-        return max(0, (end or 0) - self.first_ms)
+        return self.closed_ms + max(0, (end or 0) - self.session_ms)
 
     def progress(self) -> tuple[int, int]:
         """(heats finished, heats scheduled so far)."""
@@ -123,25 +143,52 @@ class SeasonModel:
         """Attempt folders currently running (the log shows them started, not finished)."""
         return [a.folder for _, a in self.state.open_attempts()]
 
-    def status_line(self, now_ms: int, heats: Mapping[str, HeatModel]) -> str:
-        """``clock · round · heats done/total · racing`` (or the champion once finished)."""
+    def status_line(self, now_ms: int, heats: Mapping[str, HeatModel], width: int | None = None) -> str:
+        """``clock · [FINISHED · champion X ·] round · heats done/total · running states``.
+
+        ``width`` (characters available; None = unlimited): when the line does not fit,
+        labels are shortened first (``r2``, ``2/4 heats``, ``1 prov``), then the least
+        important parts dropped (running states, then the round); the clock and the
+        champion always come first.
+        """
         done, total = self.progress()
         st = self.state
-        parts = [f"clock {fmt_clock(self.clock_ms(now_ms))}"]
-        if st.current_round is not None:
-            parts.append(f"round {st.current_round.round}{' (final)' if st.current_round.final else ''}")
-        parts.append(f"heats {done}/{total} finished")
         running = st.open_attempts()
-        if running:
-            states = [attempt_state(a, heats) for _, a in running]
-            parts.append(", ".join(f"{states.count(x)} {x}" for x in ("provisioning", "racing", "finishing")
-                                   if states.count(x)))
+        states = [attempt_state(a, heats) for _, a in running]
+        counts = [(x, states.count(x)) for x in ("provisioning", "racing", "finishing") if states.count(x)]
+        cur = st.current_round
+        champ = None
         if st.finished is not None:
-            parts.append("FINISHED · champion " + (", ".join(st.finished.champions) or "none"))
-        return " · ".join(parts)
+            champ = "FINISHED · champion " + (", ".join(st.finished.champions) or "none")
+        short_names = {"provisioning": "prov", "racing": "racing", "finishing": "fin"}
 
-    def rows(self, heats: Mapping[str, HeatModel]) -> list[BracketRow]:
-        """The bracket: per round a header row, its heats, each heat's attempts, then byes."""
+        def build(level: int) -> str:
+            compact = level >= 1
+            parts = [f"{'' if compact else 'clock '}{fmt_clock(self.clock_ms(now_ms))}"]
+            if champ:
+                parts.append(champ if not compact else "FINISHED · ★ " + champ.split("champion ", 1)[1])
+            if cur is not None and level < 3:
+                final = (" final" if compact else " (final)") if cur.final else ""
+                parts.append(f"r{cur.round}{final}" if compact else f"round {cur.round}{final}")
+            parts.append(f"{done}/{total} heats" if compact else f"heats {done}/{total} finished")
+            if counts and level < 2:
+                parts.append(", ".join(f"{n} {short_names[x] if compact else x}" for x, n in counts))
+            return " · ".join(parts)
+
+        line = build(0)
+        for level in range(1, 4):
+            if width is None or len(line) <= width:
+                break
+            line = build(level)
+        return line
+
+    def rows(self, heats: Mapping[str, HeatModel], clock: HeatClock | None = None,
+             narrow: bool = False) -> list[BracketRow]:
+        """The bracket: per round a header row, its heats, each heat's attempts, then byes.
+
+        ``clock`` gives a running heat's time (default: its last ``elapsed_ms``);
+        ``narrow`` shows a leader as ``▲name`` instead of ``(name leads)``.
+        """
         out: list[BracketRow] = []
         for r in self.state.rounds.values():
             done = sum(1 for h in r.heats.values() if h.result is not None)
@@ -152,12 +199,13 @@ class SeasonModel:
                 extra = "advanced: " + ", ".join(r.finished.advanced)
             out.append(BracketRow(f"r{r.round}", "round", label, state, extra, "", f"{done}/{len(r.heats)}"))
             for h in r.heats.values():
-                out.extend(self._heat_rows(h, heats))
+                out.extend(self._heat_rows(h, heats, clock, narrow))
             if r.byes:
                 out.append(BracketRow(f"r{r.round}bye", "bye", "  byes", "bye", ", ".join(r.byes), "", ""))
         return out
 
-    def _heat_rows(self, h: HeatState, heats: Mapping[str, HeatModel]) -> list[BracketRow]:
+    def _heat_rows(self, h: HeatState, heats: Mapping[str, HeatModel], clock: HeatClock | None = None,
+                   narrow: bool = False) -> list[BracketRow]:
         rows = []
         att_states = [attempt_state(a, heats) for a in h.attempts]
         running = h.result is None and any(a.status == "running" for a in h.attempts)
@@ -173,8 +221,15 @@ class SeasonModel:
             model = heats.get(h.attempts[i].folder)
             leader = model.leader() if model is not None and model.applied else None
             who = model.world.territories[leader].agent if leader and leader in model.world.territories else None
-            winner = f"({who or leader} leads)" if leader else ""
-            time = fmt_clock(model.world.elapsed_ms) if model is not None and model.applied else ""
+            if leader:
+                winner = f"▲{who or leader}" if narrow else f"({who or leader} leads)"
+            else:
+                winner = ""
+            if model is not None and model.applied:
+                ms = clock(h.attempts[i].folder, model) if clock is not None else model.world.elapsed_ms
+                time = fmt_clock(ms)
+            else:
+                time = ""
             folder = h.attempts[i].folder
         else:
             state = "scheduled" if not h.attempts else att_states[-1]

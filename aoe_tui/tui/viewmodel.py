@@ -19,6 +19,8 @@ widgets only format those.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +37,8 @@ from aoe_tui.replay.standings import compute_standings, winner_of
 ActivitySource = Callable[[str], Sequence[str]]
 
 FEED_LIMIT = 400
+#: a live heat clock runs on at most this long past the last event received (ms)
+LIVE_CLOCK_CAP_MS = 15 * 60 * 1000
 
 
 def fmt_clock(ms: int | None) -> str:
@@ -67,11 +71,52 @@ def fmt_cost(microusd: int | None) -> str:
     return f"${microusd / 1_000_000:.4f}"
 
 
+#: ANSI/VT escape sequences (CSI, OSC, other ESC-introduced) an adapter may write
+_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+#: longest activity line kept (characters); longer lines end in "…"
+ACTIVITY_LINE_LIMIT = 200
+
+
+def sanitize_line(text: object, limit: int = ACTIVITY_LINE_LIMIT, collapse: bool = False) -> str:
+    """One safe display line from arbitrary adapter output (activity lines, details).
+
+    Removes ANSI escape sequences; turns tabs/newlines/carriage returns into spaces (one
+    line always; ``collapse`` also folds runs of spaces, else only the ends are trimmed); drops other control, format (bidi overrides, zero-width), surrogate,
+    private-use and unassigned characters; folds runs of U+FFFD (undecodable bytes) into
+    one. A line that is mostly undecodable becomes ``‹binary output, N chars›``. The
+    result is plain text — callers append it to ``rich.text.Text`` (never parsed as
+    markup). Cut to ``limit`` characters with a trailing ``…``.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    raw = _ANSI_RE.sub("", str(text))
+    out: list[str] = []
+    bad = 0
+    for ch in raw:
+        if ch in "\t\n\r\v\f":
+            out.append(" ")
+            continue
+        cat = unicodedata.category(ch)
+        if ch == "\ufffd" or cat in ("Cs", "Co", "Cn"):
+            bad += 1
+            if not out or out[-1] != "\ufffd":
+                out.append("\ufffd")
+            continue
+        if cat in ("Cc", "Cf"):
+            bad += 1
+            continue
+        out.append(ch)
+    line = "".join(out)
+    line = " ".join(line.split()) if collapse else line.strip()
+    if raw and bad * 3 > len(raw):
+        return f"‹binary output, {len(raw)} chars›"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def _short(text: str | None, limit: int = 160) -> str:
     if not text:
         return ""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return sanitize_line(text, limit, collapse=True)
 
 
 # --------------------------------------------------------------------------- arena
@@ -258,6 +303,11 @@ class HeatModel:
     ``apply(record)`` is O(1) per record (the reducer plus a few dict updates);
     ``version`` increases with every applied record so views can skip redraws.
     Records must arrive in sequence order (0, 1, 2, …).
+
+    Live clock: a heat the engine is running (``live`` True, set by the app for heats
+    that arrive through a feed) keeps ``received_at`` — the *monotonic* time in seconds
+    (``time.monotonic()``, supplied by the caller; this module reads no clock) at which
+    its last record was applied. :meth:`clock_ms` then extrapolates between events.
     """
 
     def __init__(self, arena: ArenaInfo | None = None, *, title: str | None = None,
@@ -273,10 +323,35 @@ class HeatModel:
         self.order: dict[str, list[str]] = {}
         self.usage_seen: dict[str, _UsageSeen] = {}
         self.feed: deque[FeedEntry] = deque(maxlen=FEED_LIMIT)
+        #: (territory, milestone) → elapsed_ms of its latest ``milestone_evaluation_started``
+        self.eval_ms: dict[tuple[str, str], int] = {}
+        #: True while the engine runs this heat (the clock ticks between events)
+        self.live = False
+        #: monotonic seconds when the last record was applied (live heats; None = never)
+        self.received_at: float | None = None
 
     def reset(self) -> None:
         """Back to the empty world (used when scrubbing backwards)."""
         self.__init__(self.arena, title=self.title, activity=self.activity)  # type: ignore[misc]
+
+    def ticking(self) -> bool:
+        """True when :meth:`clock_ms` runs on between events: a live heat whose match is running."""
+        return self.live and self.received_at is not None and self.world.match_state.value == "running"
+
+    def clock_ms(self, now_mono: float | None = None) -> int:
+        """The heat clock in **ms**.
+
+        Replays, finished heats and heats not (yet) running show the ``elapsed_ms`` of the
+        last applied record. A :meth:`ticking` heat shows that plus the wall time since the
+        record was received (``now_mono - received_at``, monotonic **seconds**), at most
+        :data:`LIVE_CLOCK_CAP_MS` more — so the clock keeps moving while the referee is busy
+        (e.g. during a host reboot) and stops at the next event's exact value.
+        """
+        base = int(self.world.elapsed_ms)
+        if now_mono is None or not self.ticking():
+            return base
+        extra = max(0.0, (now_mono - (self.received_at or now_mono)) * 1000)
+        return base + int(min(extra, LIVE_CLOCK_CAP_MS))
 
     def apply(self, record: EventRecord) -> None:
         """Apply one record (sequence order) to the world and the derived facts."""
@@ -290,7 +365,9 @@ class HeatModel:
             if e.milestone not in seen:
                 seen.append(e.milestone)
             key = (e.territory, e.milestone)
-            if k == "milestone_passed":
+            if k == "milestone_evaluation_started":
+                self.eval_ms[key] = record.elapsed_ms
+            elif k == "milestone_passed":
                 self.pass_ms.setdefault(key, record.elapsed_ms)
             elif k == "milestone_failed":
                 self.fail_count[key] = self.fail_count.get(key, 0) + 1
@@ -377,6 +454,8 @@ class LadderRow:
     passed_ms: int | None = None
     failures: int = 0
     detail: str | None = None
+    #: how long an ``evaluating`` milestone has been evaluating (ms; None = unknown)
+    evaluating_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -412,8 +491,14 @@ _MARKERS = {
 _CONQUEST_MARKERS = {"healthy": "[+]", "recovering": "[~]", "eliminated": "[x]", "provisioning": "[?]", "degraded": "[!]"}
 
 
-def panel_view(model: HeatModel, tid: str, activity_lines: int = 6) -> PanelView:
-    """Build the :class:`PanelView` of territory ``tid`` from ``model`` (pure)."""
+def panel_view(model: HeatModel, tid: str, activity_lines: int = 6, clock_ms: int | None = None) -> PanelView:
+    """Build the :class:`PanelView` of territory ``tid`` from ``model`` (pure).
+
+    ``clock_ms``: the heat clock to measure evaluating milestones against (ms; default
+    the last record's ``elapsed_ms``, i.e. :meth:`HeatModel.clock_ms` of a replay).
+    Activity lines pass through :func:`sanitize_line`.
+    """
+    now_ms = int(model.world.elapsed_ms) if clock_ms is None else clock_ms
     w = model.world
     terr = w.territories.get(tid)
     agent_id = terr.agent if terr else None
@@ -443,8 +528,10 @@ def panel_view(model: HeatModel, tid: str, activity_lines: int = 6) -> PanelView
             status, pts, detail = "failed", (mm.points if mm else None), mv.failure_detail or mv.failure_category
         else:
             status, pts, detail = "pending", (mm.points if mm else None), None
+        since = model.eval_ms.get((tid, mid)) if status == "evaluating" else None
         ladder.append(LadderRow(mid, label, status, pts, model.pass_ms.get((tid, mid)),
-                                model.fail_count.get((tid, mid), 0), _short(detail, 200) or None))
+                                model.fail_count.get((tid, mid), 0), _short(detail, 200) or None,
+                                None if since is None else max(0, now_ms - since)))
 
     if av is None:
         agent_state = "not started"
@@ -461,7 +548,7 @@ def panel_view(model: HeatModel, tid: str, activity_lines: int = 6) -> PanelView
     acts: tuple[str, ...] = ()
     if model.activity is not None and agent_id:
         try:
-            acts = tuple(list(model.activity(agent_id))[-activity_lines:])
+            acts = tuple(sanitize_line(x) for x in list(model.activity(agent_id))[-activity_lines:])
         except Exception:  # a broken activity source must not break the view
             acts = ()
     health = None

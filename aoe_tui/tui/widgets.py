@@ -32,6 +32,26 @@ _STATE_STYLE = {
 }
 
 
+def fmt_wait(ms: int) -> str:
+    """A short duration for waits shown in panels: ``12s``, ``3m05s``, ``1h02m`` (from **ms**)."""
+    s = max(0, int(ms)) // 1000
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def evaluating_hint(milestone: str) -> str:
+    """What a long evaluation of ``milestone`` usually means (empty when nothing to add)."""
+    m = milestone.lower()
+    if "reboot" in m:
+        return "rebooting / verifying"
+    if "restart" in m:
+        return "restarting / verifying"
+    return ""
+
+
 def render_panel(pv: PanelView, width: int = 40) -> Text:
     """Rich text body of one territory panel (title/subtitle are set on the border)."""
     t = Text(no_wrap=False, overflow="fold")
@@ -66,6 +86,11 @@ def render_panel(pv: PanelView, width: int = 40) -> Text:
                 t.append(f" {fmt_clock(row.passed_ms)}", style="green")
             elif row.status == "evaluating":
                 t.append(" evaluating", style="yellow")
+                if row.evaluating_ms is not None:
+                    t.append(f" {fmt_wait(row.evaluating_ms)}", style="bold yellow")
+                    hint = evaluating_hint(row.id) if row.evaluating_ms >= 5000 else ""
+                    if hint:
+                        t.append(f" ({hint})", style="yellow dim")
             elif row.status == "failed":
                 t.append(f" failed ×{row.failures}" if row.failures > 1 else " failed", style="red")
             if row.status in ("failed", "evaluating") and row.detail:
@@ -83,8 +108,9 @@ def render_panel(pv: PanelView, width: int = 40) -> Text:
     t.append(pv.agent_state, style="green" if pv.agent_state in ("running", "completed") else "")
     t.append("\n── activity", style="dim")
     if pv.activity:
-        for line in pv.activity:
-            t.append(f"\n{line}", style="italic")
+        for line in pv.activity:  # already one sanitized line each; appended as plain text, never markup
+            t.append("\n")
+            t.append(line, style="italic")
     else:
         t.append("\nno activity", style="dim italic")
     return t
@@ -190,23 +216,27 @@ class WinnerBanner(Static):
 
 
 class HeatHeader(TextView):
-    """One line: heat title, match state, clock and the §3.6 leader."""
+    """One line, most important first: clock/duration, match state, the §3.6 leader, then
+    the heat title (cut first on narrow terminals)."""
 
-    def show_header(self, model: HeatModel) -> None:
-        """Redraw from ``model`` (world state, title, arena name)."""
+    def show_header(self, model: HeatModel, clock_ms: int | None = None) -> None:
+        """Redraw from ``model`` (world state, title, arena name); ``clock_ms`` overrides the
+        clock shown (a live heat's ticking :meth:`HeatModel.clock_ms`, ms)."""
         w = model.world
         t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(model.title or model.arena.name or "heat", style="bold")
-        t.append("  match ", style="dim")
-        t.append(w.match_state.value, style=_STATE_STYLE.get(w.match_state.value, "bold"))
-        t.append("  clock ", style="dim")
-        t.append(fmt_clock(w.elapsed_ms))
+        t.append(fmt_clock(w.elapsed_ms if clock_ms is None else clock_ms), style="bold")
         if model.arena.duration_s:
             t.append(f"/{fmt_clock(model.arena.duration_s * 1000)}", style="dim")
+        t.append("  ")
+        t.append(w.match_state.value, style=_STATE_STYLE.get(w.match_state.value, "bold"))
         if w.match_state.value == "running":
             lead = model.leader()
             t.append("  leader ", style="dim")
             t.append(lead or "tied")
+        t.append("  ")
+        t.append(model.title or model.arena.name or "heat", style="bold")
+        if t.plain == self._text.plain and t.spans == self._text.spans:
+            return
         self._text = t
         self.refresh()
 
@@ -250,7 +280,7 @@ def render_scoreboard(views: list[PanelView]) -> Text:
         t.append(f" {v.points:>3} pts ", style="bold")
         t.append(f"{state:<10}", style=style)
         tok = "n/a" if v.tokens_in is None else f"{fmt_tokens(v.tokens_in)}/{fmt_tokens(v.tokens_out)}"
-        t.append(f" tok {tok} {fmt_cost(v.cost_microusd)}", style="dim")
+        t.append(f" {fmt_cost(v.cost_microusd)} tok {tok}", style="dim")  # cost first: tokens may be cut
     return t
 
 
