@@ -121,11 +121,10 @@ def test_oracle_heat_outcome(oracle_heat):
         return {m for m, v in terr[tid]["milestones"].items() if v["passed"]}
 
     assert passed("builder-one") == {"service-up", "write-read", "service-restart", "host-reboot"}
-    # The oracle wins in ~5 s, so the losers' later checks may still be in flight when the
-    # race ends (their full progress is asserted by the longer timer heat below).
-    assert "service-up" in passed("builder-two")
+    # The oracle wins in ~5 s, so on a loaded machine the losers may not even have a service
+    # up when the race ends: here only what they can never pass is asserted (their full
+    # progress is asserted by the longer timer heat below).
     assert "service-restart" not in passed("builder-two")  # memory: never service-restart
-    assert "service-up" in passed("builder-three")
     assert "host-reboot" not in passed("builder-three")  # volatile: never host-reboot
     for tid in ("builder-two", "builder-three"):
         assert terr[tid]["competitor_state"] == "incomplete"

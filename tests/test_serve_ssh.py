@@ -34,7 +34,7 @@ from aoe_tui.serve.server import ServeConfig, ServerThread
 REPO = Path(__file__).resolve().parent.parent
 SEED = REPO.parent / "shared" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
 TERRITORIES = ("builder-one", "builder-two", "builder-three")
-CLOCK = re.compile(r"clock (\d+):(\d\d)/")
+CLOCK = re.compile(r"(?m)^\s*(\d+):(\d\d)/\d+:\d\d\b")  # the heat header starts with "MM:SS/MM:SS"
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +183,7 @@ async def test_known_key_sees_territories_and_the_heat_clock_advancing(live, key
         first = clock_s(spec.text())
         await spec.wait_for(lambda s: (clock_s(s) or 0) >= first + 4, 20, f"the clock to pass {first + 4} s")
         text = spec.text()
-        assert "match running" in text and "round 1 heat 1" in text
+        assert re.search(r"\d+:\d\d/\d+:\d\d  running", text) and "round 1 heat 1" in text
         spec.proc.close()
     fp = keys["spectator_key"].get_fingerprint()
     assert any(line.startswith("session start") and fp in line and "size=120x36" in line
