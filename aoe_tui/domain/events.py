@@ -19,7 +19,7 @@ Fields named ``from`` (a Python keyword) are declared as ``from_`` with alias
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -285,36 +285,6 @@ class MatchFinished(_Event):
     reason: str
 
 
-EVENT_TYPES: tuple[type[_Event], ...] = (
-    TerritoryRegistered,
-    MatchStateChanged,
-    TerritoryStateChanged,
-    HealthObserved,
-    AgentStarted,
-    AgentFinished,
-    AgentInterrupted,
-    AgentTerminated,
-    AgentOutraced,
-    UsageCharged,
-    PostMatchDrainStarted,
-    PostMatchDrainFinished,
-    CompetitorStateChanged,
-    MilestoneEvaluationStarted,
-    MilestonePassed,
-    MilestoneFailed,
-    MilestoneRevoked,
-    DurableDeploymentCompleted,
-    ResourcesChanged,
-    TerritoryEliminated,
-    InfrastructureFailure,
-    MatchFinished,
-)
-
-#: kind string → model class
-EVENT_KINDS: dict[str, type[_Event]] = {
-    t.model_fields["kind"].default: t for t in EVENT_TYPES
-}
-
 Event = Annotated[
     Union[
         TerritoryRegistered,
@@ -342,6 +312,15 @@ Event = Annotated[
     ],
     Field(discriminator="kind"),
 ]
+
+#: every event model, in declaration order (derived from :data:`Event`)
+EVENT_TYPES: tuple[type[_Event], ...] = get_args(get_args(Event)[0])
+
+#: kind string → model class
+EVENT_KINDS: dict[str, type[_Event]] = {
+    t.model_fields["kind"].default: t for t in EVENT_TYPES
+}
+
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
