@@ -55,6 +55,17 @@ def _sat_add(a: int, b: int | None) -> int:
     return min(_U64_MAX, a + (b or 0))
 
 
+def _end_agent(world: WorldState, aid: str, successful: bool | None, source: FailureSource,
+               state: AgentTerminalState, detail: str) -> None:
+    """An agent's terminal event (§2.4): it stops running, with its outcome and attribution."""
+    a = _agent(world, aid)
+    a.running = False
+    a.successful = successful
+    a.failure_source = source
+    a.terminal_state = state
+    a.terminal_detail = detail
+
+
 def apply_event(world: WorldState, record: EventRecord) -> None:
     """Apply one record to ``world`` in place (§2.4 rules, plus ``agent_outraced``)."""
     world.last_sequence = record.sequence
@@ -102,33 +113,14 @@ def apply_event(world: WorldState, record: EventRecord) -> None:
     elif kind == "agent_started":
         world.agents[e.agent] = AgentView(territory=e.territory, model=e.model, running=True)
     elif kind == "agent_finished":
-        a = _agent(world, e.agent)
-        a.running = False
-        a.successful = e.success
-        a.failure_source = FailureSource(e.source)
-        a.terminal_state = AgentTerminalState.completed if e.success else AgentTerminalState.failed
-        a.terminal_detail = e.detail
+        _end_agent(world, e.agent, e.success, FailureSource(e.source),
+                   AgentTerminalState.completed if e.success else AgentTerminalState.failed, e.detail)
     elif kind == "agent_interrupted":
-        a = _agent(world, e.agent)
-        a.running = False
-        a.successful = None
-        a.failure_source = FailureSource(e.source)
-        a.terminal_state = AgentTerminalState.interrupted
-        a.terminal_detail = e.detail
+        _end_agent(world, e.agent, None, FailureSource(e.source), AgentTerminalState.interrupted, e.detail)
     elif kind == "agent_terminated":
-        a = _agent(world, e.agent)
-        a.running = False
-        a.successful = None
-        a.failure_source = FailureSource.controller
-        a.terminal_state = AgentTerminalState.terminated
-        a.terminal_detail = e.reason
-    elif kind == "agent_outraced":
-        a = _agent(world, e.agent)
-        a.running = False
-        a.successful = False
-        a.failure_source = FailureSource.player
-        a.terminal_state = AgentTerminalState.incomplete
-        a.terminal_detail = e.reason
+        _end_agent(world, e.agent, None, FailureSource.controller, AgentTerminalState.terminated, e.reason)
+    elif kind == "agent_outraced":  # Appendix B: overrides an earlier agent_finished
+        _end_agent(world, e.agent, False, FailureSource.player, AgentTerminalState.incomplete, e.reason)
     elif kind == "competitor_state_changed":
         _territory(world, e.territory).competitor_state = CompetitorState(e.to)
     elif kind == "milestone_revoked":
