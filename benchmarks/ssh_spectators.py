@@ -11,19 +11,31 @@ Prints, honestly, what it measured on this machine:
    tick). Target: p99 with spectators within +10 ms of p99 without.
 2. **Update latency, season events**: during run 2, a poller (10 ms) stamps each new
    ``season.jsonl`` line; each client stamps when its text (``rRhHaA started`` /
-   ``... finished``) first shows on its pyte screen. Target p95 <= 1 s.
+   ``... finished``) first shows in its session's output. Target p95 <= 1 s.
 3. **Update latency, heat events**: a recorded heat (``../shared`` seed log) is
    appended to a fresh season folder at half its real pace by
    :class:`~aoe_tui.serve.feeder.SeasonFeeder` (write time known exactly); N clients
    open the heat screen and stamp when ``#<sequence>`` first shows. Events merged into
    an earlier line or scrolled away before a frame are not counted.
 
-The SSH clients (asyncssh + pyte) run in this process, on the same 2 cores as the
-runner and the server: the figures include their cost.
+Update latencies count only events written after every client showed its first
+screen; the time 20 spectators took to start is printed on its own line.
+
+The SSH clients (asyncssh; each scans its session's output for the tokens, about 1 %
+of a CPU for 20) stand in for spectators on other machines. They run in one child
+process of this script at idle priority on the CPUs the spectators do not use (all
+CPUs on a one-CPU machine; :mod:`aoe_tui.serve.placement`): like remote clients they
+do not queue behind the spectators, and idle priority keeps them out of the runner's
+way. Write times are stamped by this process.
+Also printed: the CPU time each part used (runner and its verifiers, server,
+spectators, clients).
 
 Usage: ``.venv/bin/python benchmarks/ssh_spectators.py [--sessions 20] [--season FILE]
-[--skip-baseline] [--skip-season] [--skip-feeder]``. Needs root + systemd-nspawn and the
-guest image for the season runs (``--skip-baseline --skip-season`` runs only part 3).
+[--runs 2] [--cpus LIST] [--priority idle|low|normal] [--skip-baseline] [--skip-season]
+[--skip-feeder]``. ``--runs`` alternates runs without and with spectators (a demo
+season gives about 70 ticks, too few for a stable p99 from one run). Needs root,
+systemd-nspawn and the guest image for the season runs (``--skip-baseline
+--skip-season`` runs only part 3).
 """
 
 from __future__ import annotations
@@ -44,7 +56,6 @@ import time
 from pathlib import Path
 
 import asyncssh
-import pyte
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -52,7 +63,8 @@ sys.path.insert(0, str(REPO))
 from aoe_tui.serve.feeder import SeasonFeeder  # noqa: E402
 
 SEED = REPO.parent / "shared" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
-SEQ = re.compile(rb"#(\d+)\s")
+#: where ``aoe serve`` puts its spectators (``--cpus`` / ``--priority``; default: its own default)
+PLACEMENT = None
 
 
 def pct(values: list[float], p: float) -> float:
@@ -96,49 +108,133 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Client:
-    """One spectator: PTY session fed through pyte; stamps when marker strings first appear."""
+TOKEN = re.compile(rb"r\d+h\d+a\d+ (?:started|finished)|#\d+\s")
 
-    def __init__(self, cols: int = 120, rows: int = 40) -> None:
-        self.screen = pyte.Screen(cols, rows)
-        self.stream = pyte.ByteStream(self.screen)
-        self.seen_text: dict[str, float] = {}
-        self.seen_seq: dict[int, float] = {}
-        self.watch_text: set[str] = set()
+
+class Client:
+    """One spectator: a PTY session whose output is scanned as it arrives; stamps
+    (monotonic s) the first sighting of each token (``#<sequence>`` on the heat screen,
+    ``rRhHaA started|finished`` on the season screen). Textual writes each token as one
+    run of text, so scanning the byte stream (with a carry-over for tokens split between
+    two reads) sees what a terminal would show, at a fraction of a terminal emulator's
+    cost."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float] = {}
+        self.words: set[str] = set()
+        self._tail = b""
         self.proc = None
 
-    def on_frame(self) -> None:
+    def on_data(self, data: bytes, watch: tuple[bytes, ...]) -> None:
         now = time.monotonic()
-        text = "\n".join(self.screen.display)
-        for w in list(self.watch_text):
-            if w in text and w not in self.seen_text:
-                self.seen_text[w] = now
-        for m in SEQ.finditer(text.encode()):
-            self.seen_seq.setdefault(int(m.group(1)), now)
+        chunk = self._tail + data
+        for m in TOKEN.finditer(chunk):
+            self.seen.setdefault(m.group(0).decode().strip(), now)
+        for w in watch:
+            if w in chunk:
+                self.words.add(w.decode())
+        self._tail = chunk[-48:]
 
-    async def run(self, port: int, key: Path, stop: asyncio.Event, open_heat: bool) -> None:
+    async def run(self, port: int, key: Path, stop: asyncio.Event, ready: asyncio.Event, open_heat: bool) -> None:
         async with asyncssh.connect("127.0.0.1", port, username="bench", client_keys=[str(key)],
                                     known_hosts=None) as conn:
             self.proc = await conn.create_process(term_type="xterm-256color", term_size=(120, 40), encoding=None)
+            want = "builder-one" if open_heat else "season"
+            watch = (want.encode(), b"attempt 1")
 
             async def read() -> None:
                 while True:
                     data = await self.proc.stdout.read(65536)
                     if not data:
                         return
-                    self.stream.feed(data)
-                    self.on_frame()
+                    self.on_data(data, watch)
 
             reader = asyncio.create_task(read())
-            if open_heat:
-                t_end = time.monotonic() + 60
-                while "builder-one" not in "\n".join(self.screen.display) and time.monotonic() < t_end:
-                    if "attempt 1" in "\n".join(self.screen.display):
-                        self.proc.stdin.write(b"\r")
-                    await asyncio.sleep(0.5)
+            t_end = time.monotonic() + 120
+            while want not in self.words and time.monotonic() < t_end:
+                if open_heat and "attempt 1" in self.words:
+                    self.proc.stdin.write(b"\r")
+                await asyncio.sleep(0.5)
+            ready.set()
             await stop.wait()
             self.proc.close()
             reader.cancel()
+
+
+async def clients_main(port: int, key: Path, sessions: int, open_heat: bool) -> None:
+    """The client process: start ``sessions`` clients, print ``ready`` once all show their
+    first screen, run until a line arrives on stdin, then print the sightings as JSON."""
+    from aoe_tui.serve.placement import Placement
+
+    # like clients on other machines: they neither queue behind the spectators nor take the runner's CPU
+    others = frozenset(os.sched_getaffinity(0)) - (PLACEMENT.cpus or frozenset())
+    Placement(others or None, "idle").apply_to_self()
+    clients = [Client() for _ in range(sessions)]
+    stop = asyncio.Event()
+    readies = [asyncio.Event() for _ in clients]
+    tasks = [asyncio.create_task(c.run(port, key, stop, r, open_heat)) for c, r in zip(clients, readies)]
+    await asyncio.gather(*(r.wait() for r in readies))
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    print(json.dumps([c.seen for c in clients]), flush=True)
+
+
+class Clients:
+    """The client child process seen from the benchmark (see :func:`clients_main`)."""
+
+    def __init__(self, port: int, key: Path, sessions: int, open_heat: bool) -> None:
+        self.t_start = time.monotonic()
+        self.proc = subprocess.Popen([sys.executable, __file__, "--clients", str(port), "--key", str(key),
+                                      "--sessions", str(sessions), "--cpus", PLACEMENT.cpu_text,
+                                      "--priority", PLACEMENT.priority] + (["--open-heat"] if open_heat else []),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        self.t_ready: float | None = None
+        threading.Thread(target=self._wait_ready, daemon=True).start()
+
+    def _wait_ready(self) -> None:
+        if self.proc.stdout.readline().strip() == "ready":
+            self.t_ready = time.monotonic()
+
+    def finish(self) -> list[dict[str, float]]:
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.flush()
+        out = self.proc.stdout.readline()
+        self.proc.wait(60)
+        return json.loads(out) if out.strip() else []
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system, including reaped children) by part, from /proc."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "aoe_tui.cli watch" in cmd:
+            part = "spectators"
+        elif "aoe_tui.cli serve" in cmd:
+            part = "server"
+        elif "--clients" in cmd:
+            part = "clients"
+        elif "aoe_tui.cli run" in cmd:
+            part = "runner"
+        else:
+            continue
+        out[part] = out.get(part, 0.0) + sum(int(x) for x in fields[11:15]) / hz
+    return out
+
+
+def cpu_line(before: dict[str, float], after: dict[str, float], seconds: float) -> str:
+    parts = [f"{k} {after.get(k, 0) - before.get(k, 0):.0f} s ({(after.get(k, 0) - before.get(k, 0)) / seconds:.0%} of a CPU)"
+             for k in ("runner", "server", "spectators", "clients") if k in after or k in before]
+    return f"CPU over {seconds:.0f} s: " + ", ".join(parts)
 
 
 def make_keys(d: Path) -> tuple[Path, Path]:
@@ -151,7 +247,8 @@ def make_keys(d: Path) -> tuple[Path, Path]:
 def start_serve(season: Path, port: int, auth: Path, tmp: Path, sessions: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "serve", str(season), "--port", str(port),
                              "--host-key", str(tmp / "host_key"), "--authorized-keys", str(auth),
-                             "--max-sessions", str(sessions), "--max-per-address", str(sessions + 2)],
+                             "--max-sessions", str(sessions), "--max-per-address", str(sessions + 2),
+                             "--cpus", PLACEMENT.cpu_text, "--priority", PLACEMENT.priority],
                             stderr=open(tmp / f"serve-{port}.log", "w"), cwd=REPO)
     end = time.monotonic() + 20
     while time.monotonic() < end:
@@ -175,118 +272,142 @@ def season_markers(rec: dict) -> str | None:
     return None
 
 
-async def spectate_season(args, tmp: Path, key: Path, auth: Path) -> tuple[list[float], list[float], int]:
-    out = tmp / "with-spectators"
+def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int) -> tuple[list[float], list[float], int, float | None]:
+    out = tmp / f"with-spectators-{run}"
     runner = run_season(args.season, out)
     while not (out / "season.jsonl").is_file():
         if runner.poll() is not None:
             raise SystemExit("aoe run exited before writing season.jsonl")
-        await asyncio.sleep(0.1)
+        time.sleep(0.1)
     port = free_port()
     serve = start_serve(out, port, auth, tmp, args.sessions)
     written: dict[str, float] = {}
-    clients = [Client() for _ in range(args.sessions)]
-    done = threading.Event()
-
-    def poll() -> None:
-        offset = 0
-        while not done.is_set():
-            with open(out / "season.jsonl", "rb") as fh:
-                fh.seek(offset)
-                raw = fh.read()
-            cut = raw.rfind(b"\n") + 1
-            now = time.monotonic()
-            for line in raw[:cut].splitlines():
-                m = season_markers(json.loads(line))
-                if m:
-                    written.setdefault(m, now)
-                    for c in clients:
-                        c.watch_text.add(m)
-            offset += cut
-            time.sleep(0.01)
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(c.run(port, key, stop, open_heat=False)) for c in clients]
+    clients = Clients(port, key, args.sessions, open_heat=False)
+    offset = 0
+    cpu0, t0 = cpu_seconds(), time.monotonic()
+    cpu1, sampled = cpu0, t0
     while runner.poll() is None:
-        await asyncio.sleep(0.5)
-    await asyncio.sleep(2)
-    stop.set()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    done.set()
+        with open(out / "season.jsonl", "rb") as fh:
+            fh.seek(offset)
+            raw = fh.read()
+        cut = raw.rfind(b"\n") + 1
+        now = time.monotonic()
+        for line in raw[:cut].splitlines():
+            m = season_markers(json.loads(line))
+            if m:
+                written.setdefault(m, now)
+        offset += cut
+        if now - sampled >= 0.5:  # last sample before the runner exits (its verifiers included)
+            cpu1, sampled = cpu_seconds(), now
+        time.sleep(0.01)
+    t1 = sampled
+    time.sleep(2)
+    seen = clients.finish()
     serve.send_signal(signal.SIGTERM)
     serve.wait(30)
-    lat = [(c.seen_text[m] - t) * 1000 for c in clients for m, t in written.items() if m in c.seen_text]
-    missed = sum(1 for c in clients for m in written if m not in c.seen_text)
-    return tick_lateness(out), lat, missed
+    print("    " + cpu_line(cpu0, cpu1, t1 - t0))
+    ready = clients.t_ready
+    fresh = {m: t for m, t in written.items() if ready is not None and t >= ready}
+    lat = [(c[m] - t) * 1000 for c in seen for m, t in fresh.items() if m in c]
+    missed = sum(1 for c in seen for m in fresh if m not in c)
+    return tick_lateness(out), lat, missed, (ready - clients.t_start) if ready else None
 
 
-async def spectate_feeder(args, tmp: Path, key: Path, auth: Path) -> tuple[list[float], int, float]:
+def spectate_feeder(args, tmp: Path, key: Path, auth: Path) -> tuple[list[float], int, float | None]:
     feeder = SeasonFeeder(SEED, tmp / "fed", speed=0.5, max_gap_s=5.0)
     feeder.prepare()
     port = free_port()
     serve = start_serve(feeder.out, port, auth, tmp, args.sessions)
     feeder.start()  # the heat must be running before a spectator can open it
-    clients = [Client() for _ in range(args.sessions)]
-    stop = asyncio.Event()
-    t_start = time.monotonic()
-    tasks = [asyncio.create_task(c.run(port, key, stop, open_heat=True)) for c in clients]
-
-    def on_heat() -> int:
-        return sum("builder-one" in "\n".join(c.screen.display) for c in clients)
-
-    while on_heat() < len(clients) and not feeder.done.is_set():
-        await asyncio.sleep(0.2)
-    t_ready = time.monotonic()
-    print(f"  {on_heat()}/{len(clients)} clients on the heat screen after {t_ready - t_start:.1f} s")
+    clients = Clients(port, key, args.sessions, open_heat=True)
+    while clients.t_ready is None and not feeder.done.is_set():
+        time.sleep(0.1)
+    cpu0, t0 = cpu_seconds(), time.monotonic()  # from the moment every client is on the heat
+    cpu1, t1 = cpu0, t0
     while not feeder.done.is_set():
-        await asyncio.sleep(0.2)
-    await asyncio.sleep(2)
-    stop.set()
-    await asyncio.gather(*tasks, return_exceptions=True)
+        cpu1, t1 = cpu_seconds(), time.monotonic()
+        time.sleep(0.5)
+    time.sleep(2)
+    seen = clients.finish()
     serve.send_signal(signal.SIGTERM)
     serve.wait(30)
-    fresh = {s: t for s, t in feeder.written.items() if t >= t_ready}
-    lat = [(c.seen_seq[s] - t) * 1000 for c in clients for s, t in fresh.items() if s in c.seen_seq]
-    return lat, len(fresh), t_ready - t_start
+    print("    " + cpu_line(cpu0, cpu1, t1 - t0))
+    ready = clients.t_ready
+    fresh = {f"#{s}": t for s, t in feeder.written.items() if ready is not None and t >= ready}
+    lat = [(c[s] - t) * 1000 for c in seen for s, t in fresh.items() if s in c]
+    return lat, len(fresh), (ready - clients.t_start) if ready else None
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--season", type=Path, default=REPO / "seasons" / "demo.toml")
+    ap.add_argument("--runs", type=int, default=2, help="season runs without and with spectators (default 2)")
     ap.add_argument("--skip-baseline", action="store_true")
     ap.add_argument("--skip-season", action="store_true")
     ap.add_argument("--skip-feeder", action="store_true")
+    ap.add_argument("--cpus", default=None, help="aoe serve --cpus (default: its default)")
+    ap.add_argument("--priority", default="idle", help="aoe serve --priority (default idle)")
+    ap.add_argument("--clients", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS)
+    ap.add_argument("--key", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--open-heat", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global PLACEMENT
+    from aoe_tui.serve.placement import Placement, default_cpus, parse_cpus
+
+    PLACEMENT = Placement(default_cpus() if args.cpus is None else parse_cpus(args.cpus), args.priority)
+    if args.clients is not None:
+        asyncio.run(clients_main(args.clients, args.key, args.sessions, args.open_heat))
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="aoe-ssh-bench-"))
     key, auth = make_keys(tmp)
-    print(f"ssh spectators benchmark: {args.sessions} sessions, {os.cpu_count()} cores, work dir {tmp}")
+    print(f"ssh spectators benchmark: {args.sessions} sessions, {os.cpu_count()} cores, "
+          f"spectators on {PLACEMENT.describe()}, work dir {tmp}", flush=True)
     base: list[float] = []
-    if not args.skip_baseline:
-        t = time.monotonic()
-        r = run_season(args.season, tmp / "baseline")
-        rc = r.wait()
-        base = tick_lateness(tmp / "baseline")
-        print(f"[1] season without spectators ({time.monotonic() - t:.0f} s, exit {rc})")
-        print("    " + summary("tick lateness", base))
-    if not args.skip_season:
-        t = time.monotonic()
-        with_spec, lat, missed = asyncio.run(spectate_season(args, tmp, key, auth))
-        print(f"[2] season with {args.sessions} spectators ({time.monotonic() - t:.0f} s)")
-        print("    " + summary("tick lateness", with_spec))
+    with_spec: list[float] = []
+    lat: list[float] = []
+    missed = 0
+    for run in range(1, args.runs + 1):  # alternate, so drift of the machine hits both alike
+        if not args.skip_baseline:
+            t = time.monotonic()
+            r = run_season(args.season, tmp / f"baseline-{run}")
+            rc = r.wait()
+            got = tick_lateness(tmp / f"baseline-{run}")
+            base += got
+            print(f"[1.{run}] season without spectators ({time.monotonic() - t:.0f} s, exit {rc})")
+            print("    " + summary("tick lateness", got), flush=True)
+        if not args.skip_season:
+            t = time.monotonic()
+            print(f"[2.{run}] season with {args.sessions} spectators")
+            got, lat_run, missed_run, ready_s = spectate_season(args, tmp, key, auth, run)
+            with_spec += got
+            lat += lat_run
+            missed += missed_run
+            print(f"    {time.monotonic() - t:.0f} s; "
+                  + (f"{ready_s:.1f} s until all {args.sessions} showed the season" if ready_s is not None
+                     else "the spectators never all showed the season"))
+            print("    " + summary("tick lateness", got), flush=True)
+    if args.runs > 1 or (base and with_spec):
+        print(f"[1+2] all {args.runs} run(s)")
+        if base:
+            print("    " + summary("tick lateness without spectators", base))
+        if with_spec:
+            print("    " + summary(f"tick lateness with {args.sessions} spectators", with_spec))
         if base and with_spec:
             d = pct(with_spec, 99) - pct(base, 99)
             print(f"    p99 tick lateness change: {d:+.0f} ms (target <= +10 ms): {'OK' if d <= 10 else 'MISSED'}")
-        print("    " + summary("update latency, season events (season.jsonl -> client screen)", lat))
+    if not args.skip_season:
+        print("    " + summary("update latency, season events after all were on screen "
+                               "(season.jsonl -> client screen)", lat))
         print(f"    season-event sightings missed (not on screen before the season ended): {missed}")
         if lat:
-            print(f"    p95 target <= 1000 ms: {'OK' if pct(lat, 95) <= 1000 else 'MISSED'}")
+            print(f"    p95 target <= 1000 ms: {'OK' if pct(lat, 95) <= 1000 else 'MISSED'}", flush=True)
     if not args.skip_feeder:
-        lat, n, ready_s = asyncio.run(spectate_feeder(args, tmp, key, auth))
-        print(f"[3] recorded heat replayed at half pace to {args.sessions} heat screens; {n} events written "
-              f"after all were on it ({ready_s:.0f} s to start {args.sessions} spectators)")
+        print(f"[3] recorded heat replayed at half pace to {args.sessions} heat screens")
+        lat, n, ready_s = spectate_feeder(args, tmp, key, auth)
+        print(f"    {n} events written after all were on it "
+              + (f"({ready_s:.1f} s until all {args.sessions} showed the heat)" if ready_s is not None
+                 else "(the spectators never all showed the heat)"))
         print("    " + summary("update latency, heat events (events.jsonl -> client screen)", lat))
         if lat:
             print(f"    p95 target <= 1000 ms: {'OK' if pct(lat, 95) <= 1000 else 'MISSED'}")

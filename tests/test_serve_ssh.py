@@ -111,6 +111,7 @@ class Spectator:
         self.proc: asyncssh.SSHClientProcess | None = None
         self.task: asyncio.Task | None = None
         self.size = (cols, rows)
+        self.raw = bytearray()
 
     async def open(self) -> Spectator:
         self.proc = await self.conn.create_process(term_type="xterm-256color", term_size=self.size, encoding=None)
@@ -123,6 +124,7 @@ class Spectator:
             data = await self.proc.stdout.read(65536)
             if not data:
                 return
+            self.raw.extend(data)
             self.stream.feed(data)
 
     def text(self) -> str:
@@ -225,6 +227,50 @@ async def test_closing_the_client_ends_its_spectator_process_group(live, keys):
         await asyncio.sleep(0.1)
 
 
+async def test_server_shutdown_gives_spectators_their_terminal_back(tmp_path, keys):
+    """When the server ends a session (shutdown, season over), the client's terminal
+    leaves the alternate screen, shows its cursor, stops mouse reporting, and reads why."""
+    from aoe_tui.serve.session import TERMINAL_RESET
+
+    feeder = SeasonFeeder(SEED, tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    t = start_server(feeder.out, keys)
+    async with await connect(t.server.port, keys["spectator"]) as conn:
+        spec = await Spectator(conn).open()
+        await spec.wait_for(lambda s: "season" in s, 30, "the season screen")
+        assert b"\x1b[?1049h" in spec.raw  # the TUI took the alternate screen
+        await asyncio.get_running_loop().run_in_executor(None, t.stop)
+        await asyncio.wait_for(spec.task, 10)
+        tail = bytes(spec.raw[-400:])
+        assert TERMINAL_RESET in tail and b"aoe serve: the server is shutting down" in tail
+        assert spec.proc.exit_status == 0
+
+
+def test_input_budget_lets_keys_through_and_drops_floods():
+    from aoe_tui.serve.session import InputBudget
+
+    budget = InputBudget(rate=256.0, burst=128.0)
+    assert budget.take(3) == 3  # a key
+    assert budget.take(260_000) == 125  # a paste: the rest of the burst, no more
+    assert budget.take(10) == 0
+    budget.at -= 1.0  # a second later
+    assert budget.take(10) == 10
+
+
+def test_scratch_folders_of_gone_servers_are_swept(tmp_path):
+    from aoe_tui.serve.session import sweep_scratch
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    (tmp_path / f"aoe-serve-{dead}-abc").mkdir()
+    (tmp_path / f"aoe-serve-{dead}-abc" / "screenshot.svg").write_text("x")
+    (tmp_path / f"aoe-serve-{os.getpid()}-def").mkdir()
+    (tmp_path / "aoe-serve-old").mkdir()
+    assert sweep_scratch(str(tmp_path)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"aoe-serve-{os.getpid()}-def", "aoe-serve-old"]
+
+
 async def test_unknown_key_password_and_keyboard_interactive_are_refused(live, keys, server_log):
     server, _ = live
     with pytest.raises(asyncssh.PermissionDenied):
@@ -238,9 +284,12 @@ async def test_unknown_key_password_and_keyboard_interactive_are_refused(live, k
 async def test_only_fixed_commands_no_sftp_no_forwarding(live, keys, server_log):
     server, feeder = live
     async with await connect(server.port, keys["spectator"]) as conn:
-        for cmd in ("sh", "sh -c id", "scp -t /tmp", "standings; sh", "watch --evil"):
-            with pytest.raises(asyncssh.ChannelOpenError):
-                await conn.run(cmd)
+        marker = feeder.out.parent / "was-run"
+        for cmd in ("sh", f"sh -c 'touch {marker}'", "scp -t /tmp", "standings; sh", "watch --evil"):
+            r = await conn.run(cmd)  # never run: one line naming the command, and what is offered
+            assert r.exit_status == 1 and f"{cmd[:80]!r} is not a command here" in r.stderr, (cmd, r.stderr)
+            assert "standings [--format" in r.stderr
+        assert not marker.exists()
         with pytest.raises(asyncssh.ChannelOpenError):
             await conn.start_sftp_client()
         with pytest.raises(asyncssh.ChannelOpenError):
@@ -382,6 +431,67 @@ def test_cli_serves_and_a_killed_server_leaves_no_orphans(tmp_path, keys):
         proc.wait(10)
 
 
+RUNNER = """\
+import argparse, sys, time
+from pathlib import Path
+from aoe_tui.commands.serve import ServerProcess
+from aoe_tui.errors import AoeError
+args = argparse.Namespace(host="127.0.0.1", host_key=Path(sys.argv[2]), authorized_keys=Path(sys.argv[3]),
+                          max_sessions=4, max_per_address=4, cpus=None, priority="idle")
+try:
+    server = ServerProcess.for_args(Path(sys.argv[1]), 0, args).start()
+except AoeError as err:
+    print("failed", err, flush=True)
+    sys.exit(1)
+print(server.port, server.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def sched_of(pid: int) -> tuple[int, set[int]]:
+    return os.sched_getscheduler(pid), os.sched_getaffinity(pid)
+
+
+def test_runner_server_process_is_placed_apart_and_dies_with_its_runner(tmp_path, keys):
+    """``aoe run --serve-ssh``'s server is its own process; it and its spectators run on
+    the spectator CPUs at idle priority; a bad input is one line, and SIGKILL of the
+    runner still ends the server and every spectator."""
+    from aoe_tui.serve.placement import default_cpus
+
+    feeder = SeasonFeeder(SEED, tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    bad = subprocess.run([sys.executable, "-c", RUNNER, str(feeder.out), str(tmp_path / "hk"), str(tmp_path / "nope")],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert bad.returncode == 1 and bad.stdout.strip() == f"failed {tmp_path / 'nope'}: authorized_keys file not found"
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(feeder.out), str(tmp_path / "hk"),
+                               str(keys["authorized_keys"])], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        port, server_pid = (int(x) for x in runner.stdout.readline().split())
+        assert server_pid != runner.pid and sched_of(server_pid) == (os.SCHED_IDLE, set(default_cpus()))
+
+        async def spectate() -> int:
+            async with await connect(port, keys["spectator"]) as conn:
+                spec = await Spectator(conn).open()
+                await spec.wait_for(lambda s: "season" in s, 60, "the season screen")
+                children = [int(p) for p in subprocess.run(["pgrep", "-P", str(server_pid)], capture_output=True,
+                                                           text=True).stdout.split()]
+                assert len(children) == 1
+                assert sched_of(children[0]) == (os.SCHED_IDLE, set(default_cpus()))
+                runner.kill()
+                return children[0]
+
+        child = asyncio.run(spectate())
+        end = time.monotonic() + 15
+        while pgroup_members(child) or pgroup_members(server_pid):
+            assert time.monotonic() < end, "the server or its spectator outlived the killed runner"
+            time.sleep(0.1)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        runner.wait(10)
+
+
 MINI = """\
 id = "mini"
 label = "serve-test"
@@ -453,3 +563,64 @@ async def test_run_serve_ssh_on_a_real_season(tmp_path, keys, guest_image):
         if proc.poll() is None:
             proc.terminate()
             proc.wait(120)
+
+
+def test_runner_restarts_a_dead_server_and_keeps_the_final_view(tmp_path, keys):
+    """``aoe run --serve-ssh``: a server that dies mid-season is reported and restarted on
+    the same port; when the season finished, spectators keep the final view for a while
+    (3 s here), then are told why the session ends."""
+    import argparse
+
+    from aoe_tui.commands.serve import ServerProcess
+
+    feeder = SeasonFeeder(SEED, tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    args = argparse.Namespace(host="127.0.0.1", host_key=tmp_path / "hk", authorized_keys=keys["authorized_keys"],
+                              max_sessions=4, max_per_address=4, cpus=None, priority="idle")
+    said: list[str] = []
+    server = ServerProcess.for_args(feeder.out, 0, args, say=said.append)
+    server.argv += ["--final-view-s", "3"]
+    server.start()
+    try:
+        port, first = server.port, server.proc.pid
+        os.kill(first, signal.SIGKILL)
+        end = time.monotonic() + 60
+        import socket
+
+        def listening() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.5).close()
+                return True
+            except OSError:
+                return False
+
+        while server.proc.pid == first or server.proc.poll() is not None or not said or not listening():
+            assert time.monotonic() < end, "the dead server was not restarted"
+            time.sleep(0.1)
+        assert server.port == port and said == ["the spectator SSH server stopped (exit -9); restarting it (1/3)"]
+
+        async def spectate() -> Spectator:
+            async with await connect(port, keys["spectator"]) as conn:
+                spec = await Spectator(conn).open()
+                await spec.wait_for(lambda s: "season" in s, 60, "the season screen")
+                assert server.stop(finished=True) is None  # returns at once
+                await asyncio.sleep(1.5)
+                assert not spec.task.done() and server.proc.poll() is None  # the final view stays up
+                await asyncio.wait_for(spec.task, 15)
+                return spec
+
+        spec = asyncio.run(spectate())
+        assert b"aoe serve: the season finished; thanks for watching" in bytes(spec.raw[-300:])
+        assert server.proc.wait(15) == 0
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+
+
+def test_run_refuses_serve_options_without_serve_ssh(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "run", str(REPO / "seasons" / "demo.toml"),
+                        "--headless", "--output", str(tmp_path / "out"), "--cpus", "1",
+                        "--authorized-keys", str(tmp_path / "k")], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip() == "aoe: error: --authorized-keys, --cpus only apply with --serve-ssh PORT"
+    assert not (tmp_path / "out").exists()

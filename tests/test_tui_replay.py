@@ -322,6 +322,15 @@ def _header(app) -> str:
     return app.screen.query_one("#heat-header", HeatHeader).text.plain
 
 
+def live_app_with_clock() -> tuple[LiveFeed, AoeApp, list[float]]:
+    """A live app whose monotonic clock is ``now[0]`` (seconds; tests move it by hand)."""
+    feed = LiveFeed()
+    app = AoeApp.live(feed)
+    now = [5000.0]
+    app.monotonic = lambda: now[0]
+    return feed, app, now
+
+
 async def test_live_clock_ticks_between_events_and_stops_when_finished(seed):
     """A running live heat's clock = last event's elapsed_ms + monotonic time since it arrived
     (capped); the evaluating milestone shows how long it has been evaluating; the next event
@@ -332,10 +341,7 @@ async def test_live_clock_ticks_between_events_and_stops_when_finished(seed):
     head, rest = seed.records[: i + 1], seed.records[i + 1:]
     terr = head[-1].event.territory
     assert reduce_match(head).match_state.value == "running"
-    feed = LiveFeed()
-    app = AoeApp.live(feed)
-    now = [5000.0]
-    app.monotonic = lambda: now[0]
+    feed, app, now = live_app_with_clock()
     async with app.run_test(size=(160, 48)) as pilot:
         feed.open_heat("h", arena=seed.arena, title="live heat")
         for rec in head:
@@ -363,6 +369,30 @@ async def test_live_clock_ticks_between_events_and_stops_when_finished(seed):
         now[0] += 120.0
         await pilot.pause(0.4)
         assert _header(app).startswith(fmt_clock(final) + "/"), _header(app)  # finished: no tick
+
+
+async def test_clock_tick_redraws_once_a_second(seed):
+    """The 4 Hz clock timer redraws only when the shown second (or the model) changed."""
+    i = next(n for n, r in enumerate(seed.records) if r.event.kind == "milestone_evaluation_started")
+    feed, app, now = live_app_with_clock()
+    async with app.run_test(size=(160, 48)) as pilot:
+        feed.open_heat("h", arena=seed.arena, title="live heat")
+        for rec in seed.records[: i + 1]:
+            feed.post_record(rec, "h")
+        await pilot.pause(0.05)
+        screen = app.screen
+        screen._clock_timer.pause()
+        header = screen.query_one("#heat-header")
+        drawn: list[int] = []
+        show = header.show_header
+        header.show_header = lambda model, clock=None: (drawn.append(clock), show(model, clock))
+        screen._tick_clock()
+        now[0] += 0.3
+        screen._tick_clock()  # same second: nothing to draw
+        now[0] += 0.8
+        screen._tick_clock()  # the next second
+        screen._tick_clock()
+        assert len(drawn) == 2 and drawn[1] // 1000 == drawn[0] // 1000 + 1, drawn
 
 
 async def test_replay_clock_does_not_tick(seed):
@@ -406,3 +436,89 @@ async def test_activity_lines_render_safely(seed):
         assert not any(ch in text for ch in "\x1b\x00\x07\r")
         rendered = "".join(seg.text for seg in panel.render().render(app.console))
         assert "[bold red]not markup[/]" in rendered
+
+
+async def test_text_view_relayouts_only_when_its_wrapped_height_changes():
+    """Width-only changes of a fixed-width TextView repaint it; a change of its wrapped
+    height lays it out again (and the widget really grows and shrinks)."""
+    from textual.app import App
+
+    from aoe_tui.tui.widgets import TextView
+
+    class One(App):
+        CSS = "TextView { height: auto; width: 22; border: solid red; }"
+
+        def compose(self):
+            yield TextView("a\nb", id="t")
+
+    app = One()
+    async with app.run_test(size=(60, 30)) as pilot:
+        view = app.query_one("#t", TextView)
+        await pilot.pause()
+        assert view.size.height == 2
+        asked: list[bool] = []  # the layout flag of each set_text's own refresh
+        refresh, set_text, inside = view.refresh, view.set_text, []
+
+        def spy(*regions, layout: bool = False, **kw):
+            if inside:
+                asked.append(layout)
+            return refresh(*regions, layout=layout, **kw)
+
+        def spy_set_text(text):
+            inside.append(1)
+            try:
+                set_text(text)
+            finally:
+                inside.clear()
+
+        view.refresh, view.set_text = spy, spy_set_text
+        view.set_text("abc\nb")  # wider, still fits 20 cells: repaint only
+        view.set_text("x" * 30 + "\nb")  # wraps into 2 rows: 3 rows in all
+        await pilot.pause()
+        assert view.size.height == 3
+        view.set_text("y" * 31 + "\nb")  # other widths, same wrapped height: repaint only
+        view.set_text("1\n2\n3\n4\n5")
+        await pilot.pause()
+        assert view.size.height == 5
+        view.set_text("1\n2")
+        await pilot.pause()
+        assert view.size.height == 2
+        assert asked == [False, True, False, True, True]
+
+
+async def test_territory_panel_height_does_not_shrink_during_a_heat(seed):
+    """Lines that go away (activity, an evaluating milestone's detail) leave the panel as
+    tall as it was: no jump, no re-layout of every spectator's screen. A new panel (the
+    next heat) starts from its own height."""
+    import dataclasses
+
+    from textual.app import App
+
+    model = HeatModel(ArenaInfo.from_arena(seed.arena))
+    model.extend(seed.records)
+    tid = model.territory_ids()[0]
+    pv = panel_view(model, tid)
+    busy = dataclasses.replace(pv, activity=tuple(f"step {i}" for i in range(6)))
+    quiet = dataclasses.replace(pv, activity=())
+
+    class Panels(App):
+        CSS = ".territory-panel { height: auto; width: 40; border: round white; }"
+
+        def compose(self):
+            yield TerritoryPanel(tid)
+
+    app = Panels()
+    async with app.run_test(size=(60, 60)) as pilot:
+        panel = app.query_one(TerritoryPanel)
+        panel.show_panel(busy)
+        await pilot.pause()
+        tall = panel.size.height
+        panel.show_panel(quiet)
+        await pilot.pause()
+        assert panel.size.height == tall
+        assert "no activity" in panel.text.plain and panel.text.plain.endswith("\n" * 5)
+        fresh = TerritoryPanel("next-heat")
+        await app.mount(fresh)
+        fresh.show_panel(quiet)
+        await pilot.pause()
+        assert fresh.size.height == tall - 5

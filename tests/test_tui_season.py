@@ -4,12 +4,14 @@ host check — on a deterministic season folder built from real fixture logs
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from rich.text import Text
 from textual.widgets import DataTable
 
 from aoe_tui.replay.season_log import read_season_log
@@ -317,3 +319,41 @@ def test_status_line_fits_narrow_widths(season_dir):
     assert model.status_line(now, {}, width=40) == "12:27 · r2 · 2/4 heats · 1 prov"
     assert model.status_line(now, {}, width=25) == "12:27 · r2 · 2/4 heats"
     assert model.status_line(now, {}, width=15) == "12:27 · 2/4 heats"
+
+
+async def test_a_ticking_time_cell_repaints_one_row_not_the_table(season_dir):
+    """The running heat's Time cell changes every second in every spectator's bracket:
+    the change repaints that row only, and a heat event that changes no row repaints
+    nothing in the table."""
+    from textual.geometry import Region
+
+    from aoe_tui.tui.season import BracketTable
+
+    app = frozen(watch_app(season_dir, follow=False))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#bracket", BracketTable)
+        asked: list = []
+        refresh = table.refresh
+
+        def spy(*regions, **kw):
+            asked.append(regions)
+            return refresh(*regions, **kw)
+
+        table.refresh = spy
+        table.set_cell("r2h1", "Time", Text("09:59"))
+        assert str(table.get_cell("r2h1", "Time")) == "09:59"
+        assert len(asked) == 1 and len(asked[0]) == 1
+        region = asked[0][0]
+        assert isinstance(region, Region) and region.height == 1
+        assert region.y == table.get_row_index("r2h1") + 1 - table.scroll_offset.y  # under the header row
+        await pilot.pause()
+        assert "09:59" in "\n".join(line.text for line in table.render_lines(Region(0, 0, 120, 20)))
+        asked.clear()
+        screen = app.screen
+        screen._fill_table(app)  # a heat event that changes no row
+        assert asked == []
+        shown = screen._rows["r2h1"]
+        screen._rows["r2h1"] = dataclasses.replace(shown, time="09:59")
+        screen._fill_table(app)  # the shown Time differs from the model's: that row only
+        assert len(asked) == 1 and asked[0][0].height == 1 and screen._rows["r2h1"] == shown

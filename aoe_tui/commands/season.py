@@ -54,8 +54,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     loaded = load_season(args.season_file)
     out = Path(args.output) if args.output else Path(f"season-{loaded.season.id}-{safe_label(loaded.season.label)}")
     headless = args.headless or not sys.stdout.isatty()
-    with serving(args, out, headless=headless):
-        return run_season(loaded, out, headless=headless, light=getattr(args, "light", False))
+    with serving(args, out, headless=headless) as server:
+        rc = run_season(loaded, out, headless=headless, light=getattr(args, "light", False))
+        if server is not None:
+            server.finished = rc == 0  # spectators keep the final view a while
+        return rc
 
 
 def _say(msg: str) -> None:

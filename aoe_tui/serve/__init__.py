@@ -2,20 +2,34 @@
 
 An asyncssh server (:class:`~aoe_tui.serve.server.SpectatorServer`) that gives every
 PTY session its own read-only spectator TUI process on a real PTY and every other
-session the standings as text. See :mod:`aoe_tui.serve.server` for the policy and
-:mod:`aoe_tui.serve.session` for the PTY relay.
+session the standings as text. See :mod:`aoe_tui.serve.server` for the policy,
+:mod:`aoe_tui.serve.session` for the PTY relay and :mod:`aoe_tui.serve.placement`
+for where spectators run on the CPUs. Names are imported lazily, so the CLI does not
+load asyncssh unless a server starts.
 """
 
-from aoe_tui.serve.keys import ServeError, ensure_host_key, load_authorized_keys
-from aoe_tui.serve.server import ServeConfig, ServerThread, SpectatorServer, configure_logging, watch_argv
+from __future__ import annotations
 
-__all__ = [
-    "ServeConfig",
-    "ServeError",
-    "ServerThread",
-    "SpectatorServer",
-    "configure_logging",
-    "ensure_host_key",
-    "load_authorized_keys",
-    "watch_argv",
-]
+import importlib
+from typing import Any
+
+_HOMES = {
+    "ServeConfig": "server",
+    "ServerThread": "server",
+    "SpectatorServer": "server",
+    "configure_logging": "server",
+    "watch_argv": "server",
+    "ServeError": "keys",
+    "ensure_host_key": "keys",
+    "load_authorized_keys": "keys",
+    "Placement": "placement",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'aoe_tui.serve' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"aoe_tui.serve.{home}"), name)

@@ -20,6 +20,10 @@ Policy (issue 7):
   the terminal size and the duration; never a credential (passwords are never even
   accepted by the protocol layer).
 
+* CPU placement: spectators (and, under ``aoe serve``, the server itself) run confined
+  to a CPU set at idle priority so they never delay a referee tick
+  (:mod:`aoe_tui.serve.placement`).
+
 Binds to 127.0.0.1 unless told otherwise.
 """
 
@@ -38,7 +42,8 @@ from typing import Any
 import asyncssh
 
 from aoe_tui.serve.keys import ServeError, ensure_host_key, fingerprint, load_authorized_keys
-from aoe_tui.serve.session import SpectatorSession
+from aoe_tui.serve.placement import Placement
+from aoe_tui.serve.session import SpectatorSession, sweep_scratch
 
 __all__ = ["ServeConfig", "SpectatorServer", "ServerThread", "watch_argv"]
 
@@ -63,7 +68,10 @@ class ServeConfig:
     command each PTY session runs (default :func:`watch_argv`); ``fps``: the
     ``TEXTUAL_FPS`` cap given to spectator apps; ``allow_missing_season``: start even if
     ``season_dir`` does not exist yet (``aoe run --serve-ssh`` on a new season: clients
-    are told the season has not started until ``season.jsonl`` appears).
+    are told the season has not started until ``season.jsonl`` appears);
+    ``placement``: CPU set and priority of the spectator processes
+    (:class:`~aoe_tui.serve.placement.Placement`; default: the upper half of the CPUs,
+    idle priority).
     """
 
     season_dir: Path
@@ -78,6 +86,7 @@ class ServeConfig:
     fps: int = 15
     allow_missing_season: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+    placement: Placement = field(default_factory=Placement.default)
 
 
 @dataclass
@@ -268,6 +277,9 @@ class SpectatorServer:
         if not cfg.allow_missing_season and not Path(cfg.season_dir).is_dir():
             raise ServeError(f"{cfg.season_dir}: no such season folder")
         load_authorized_keys(cfg.authorized_keys)  # fail early on a bad file
+        swept = sweep_scratch()
+        if swept:
+            log.info("removed %d scratch folder(s) of spectator servers that are gone", swept)
         key, self.host_key_created = ensure_host_key(Path(cfg.host_key))
         self.host_key_fingerprint = fingerprint(key)
         try:
@@ -288,28 +300,39 @@ class SpectatorServer:
                 reuse_address=True,
             )
         except OSError as err:
-            raise ServeError(f"cannot listen on {cfg.host}:{cfg.port}: {err.strerror or err}") from None
+            why = err.strerror or str(err)
+            if "address already in use" in str(err).lower():
+                why = "address already in use"
+            raise ServeError(f"cannot listen on {cfg.host}:{cfg.port}: {why}") from None
         sockets = self._acceptor.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
-        log.info("listening host=%s port=%d host_key=%s%s season=%s", cfg.host, self.port,
-                 self.host_key_fingerprint, " (new)" if self.host_key_created else "", cfg.season_dir)
+        log.info("listening host=%s port=%d host_key=%s%s season=%s spectator_cpus=%s priority=%s", cfg.host,
+                 self.port, self.host_key_fingerprint, " (new)" if self.host_key_created else "", cfg.season_dir,
+                 cfg.placement.cpu_text, cfg.placement.priority)
 
-    async def close(self) -> None:
-        """Stop listening, end all spectator processes, close all connections."""
+    async def close(self, reason: str = "the server is shutting down") -> None:
+        """Stop listening; tell every spectator ``reason`` with its terminal put back
+        (:meth:`SpectatorSession.farewell`), end every spectator process, then close
+        every connection."""
         if self._acceptor is not None:
             self._acceptor.close()
             await self._acceptor.wait_closed()
             self._acceptor = None
+        for session in list(self._seats.values()):
+            session.farewell(f"aoe serve: {reason}")
+        for _ in range(60):  # each session ends its own spectator process (bounded)
+            if not self._seats:
+                break
+            await asyncio.sleep(0.05)
         children = [s.child for s in list(self._seats.values()) if s.child is not None]
+        await asyncio.gather(*(c.terminate() for c in children), return_exceptions=True)
         for info in list(self._conn_objs.values()):
             try:
-                info.conn.disconnect(asyncssh.DISC_BY_APPLICATION, "aoe serve is shutting down")
+                info.conn.disconnect(asyncssh.DISC_BY_APPLICATION, f"aoe serve: {reason}")
             except Exception:  # already gone
                 pass
-        await asyncio.gather(*(c.terminate() for c in children), return_exceptions=True)
-        # give sessions a moment to log their end
-        for _ in range(20):
+        for _ in range(20):  # give sessions a moment to log their end
             if not self._seats:
                 break
             await asyncio.sleep(0.05)
@@ -326,9 +349,12 @@ class SpectatorServer:
 class ServerThread:
     """A :class:`SpectatorServer` on its own event loop in a daemon thread.
 
-    For hosts that are not asyncio programs (``aoe run --serve-ssh``): ``start()``
+    For embedding in a program that is not an asyncio program (tests): ``start()``
     returns once the server listens (or raises its :class:`ServeError`); ``stop()``
     ends every spectator and joins the thread (``timeout_s`` seconds at most).
+    ``aoe run --serve-ssh`` does not use it: there the server is a child process
+    (:class:`aoe_tui.commands.serve.ServerProcess`), so relaying sessions never
+    competes with the referee for the runner's interpreter lock.
     """
 
     def __init__(self, config: ServeConfig) -> None:

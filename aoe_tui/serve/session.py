@@ -5,8 +5,9 @@ A PTY session (``ssh -t host`` / ``ssh -t host watch``) gets its own child proce
 
 * the PTY is sized to the client (``TIOCSWINSZ`` before the child starts) and resized
   on every ``window-change`` request (the kernel then sends SIGWINCH to the child);
-* the child runs in its own session with the PTY as controlling terminal
-  (``_ctty.py``), ``TERM`` from the client, a private scratch ``cwd`` (so nothing it
+* the child runs confined to the spectator CPU set at idle priority
+  (:mod:`aoe_tui.serve.placement`), in its own session with the PTY as controlling
+  terminal (``_ctty.py``), ``TERM`` from the client, a private scratch ``cwd`` (so nothing it
   might write lands in the season folder) and a minimal environment (no secrets of
   the server's environment);
 * client input is dropped until the app has switched its terminal to full-screen
@@ -26,7 +27,6 @@ standings as plain text and ends. Any other exec request, subsystems (SFTP) and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import fcntl
 import logging
@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import asyncssh
+
+from aoe_tui.serve.placement import Placement
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.serve.server import SpectatorServer, _ConnInfo
@@ -139,8 +141,29 @@ def _winsize(cols: int, rows: int, pw: int = 0, ph: int = 0) -> bytes:
     return struct.pack("HHHH", rows, cols, max(0, int(pw)) & 0xFFFF, max(0, int(ph)) & 0xFFFF)
 
 
-#: CPU niceness of spectator processes (0 = the runner's priority, 19 = lowest).
-SPECTATOR_NICE = 10
+#: spectator scratch folders: ``<tmp>/aoe-serve-<server pid>-XXXXXXXX``
+SCRATCH_PREFIX = "aoe-serve-"
+
+
+def sweep_scratch(tmp: str | None = None) -> int:
+    """Remove the scratch folders of spectator servers that are gone (a SIGKILLed
+    server cannot remove its own); returns how many were removed."""
+    removed = 0
+    root = Path(tmp or tempfile.gettempdir())
+    for d in root.glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = d.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or not d.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its server still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 @dataclass
@@ -148,7 +171,9 @@ class PtyChild:
     """A child process on its own PTY (see the module docstring).
 
     ``argv``: the command (``argv[0]`` an absolute path); ``cols``/``rows``: initial size
-    in cells; ``term``: the ``TERM`` value; ``env``: extra environment variables.
+    in cells; ``term``: the ``TERM`` value; ``env``: extra environment variables;
+    ``placement``: CPU set and priority applied in the child before it execs
+    (:mod:`aoe_tui.serve.placement`; default: unchanged).
     Start with :meth:`start`; :meth:`terminate` ends the whole process group.
     """
 
@@ -157,6 +182,7 @@ class PtyChild:
     rows: int = 24
     term: str = DEFAULT_TERM
     env: dict[str, str] = field(default_factory=dict)
+    placement: Placement = field(default_factory=lambda: Placement(None, "normal"))
     master: int = -1
     proc: asyncio.subprocess.Process | None = None
     scratch: str | None = None
@@ -172,7 +198,7 @@ class PtyChild:
         try:
             fcntl.ioctl(slave, termios.TIOCSWINSZ, _winsize(self.cols, self.rows))
             os.set_blocking(master, False)
-            self.scratch = tempfile.mkdtemp(prefix="aoe-serve-")
+            self.scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
             env = {
                 "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                 "HOME": self.scratch,
@@ -187,14 +213,10 @@ class PtyChild:
                 env["PYTHONPATH"] = os.environ["PYTHONPATH"]
             env.update(self.env)
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", CTTY_HELPER, *self.argv,
+                sys.executable, "-I", "-S", CTTY_HELPER, *self.placement.ctty_args(), *self.argv,
                 stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
                 env=env, cwd=self.scratch, close_fds=True,
             )
-            # Spectators must never slow the referee: run them (and what they spawn) at a
-            # lower CPU priority than the runner.
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, self.proc.pid, SPECTATOR_NICE)
         except BaseException:
             os.close(master)
             if self.scratch:
@@ -267,6 +289,32 @@ class PtyChild:
         return rc
 
 
+class InputBudget:
+    """Token bucket for a spectator's keystrokes: ``burst`` bytes at once, refilled at
+    ``rate`` bytes per second. A spectator types keys, not files: a 260 KB paste fed
+    key by key kept a TUI busy for minutes. :meth:`take` returns how many of ``n``
+    bytes may pass now; the rest is dropped."""
+
+    def __init__(self, rate: float = 256.0, burst: float = 128.0) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens = burst
+        self.at = time.monotonic()
+
+    def take(self, n: int) -> int:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        k = min(n, int(self.tokens))
+        self.tokens -= k
+        return k
+
+
+#: written to a client before the server ends its session: leave the alternate screen,
+#: show the cursor, stop mouse reporting and bracketed paste, reset colours
+TERMINAL_RESET = (b"\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1015l\x1b[?2004l"
+                  b"\x1b[?1049l\x1b[?25h\x1b[0m")
+
+
 class SpectatorSession(asyncssh.SSHServerSession):
     """The asyncssh session object for one channel (see the module docstring)."""
 
@@ -282,6 +330,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
         self.filter = OutputFilter()
         self.started = 0.0
         self.dropped_input = 0
+        self.input_budget = InputBudget()
         self._closed = False
         self._reading = False
         self._task: asyncio.Task | None = None
@@ -304,9 +353,9 @@ class SpectatorSession(asyncssh.SSHServerSession):
 
     def exec_requested(self, command: str) -> bool:
         parsed = parse_command(command)
-        if parsed is None:
+        if parsed is None:  # never run: answered with one line and exit status 1
             log.warning("exec refused addr=%s key=%s command=%r", self.conn.addr, self.conn.key_fp, command[:80])
-            return False
+            parsed = ("refused", {"command": command[:80]})
         self.command = parsed
         return True
 
@@ -331,10 +380,12 @@ class SpectatorSession(asyncssh.SSHServerSession):
     async def _run(self) -> None:
         name, opts = self.command or ("watch", {})
         try:
-            if name != "help" and not self.server.season_started():
+            if name not in ("help", "refused") and not self.server.season_started():
                 self._finish_text("aoe serve: the season has not started yet (no season.jsonl); try again soon\n", 1)
             elif name == "help":
                 self._finish_text(HELP_TEXT, 0)
+            elif name == "refused":
+                self._finish_text(f"aoe serve: {opts['command']!r} is not a command here; it offers:\n{HELP_TEXT}", 1)
             elif name == "standings" or not self.pty:
                 fmt = opts.get("format", "md")
                 try:
@@ -359,6 +410,21 @@ class SpectatorSession(asyncssh.SSHServerSession):
         (self.chan.write_stderr if rc else self.chan.write)(data)
         self._exit(rc)
 
+    def farewell(self, message: str) -> None:
+        """End a spectator session from the server side: stop relaying the TUI, put the
+        client's terminal back (:data:`TERMINAL_RESET`), say ``message`` on its own line
+        and exit 0. The spectator process is ended by the session's own cleanup."""
+        if self.chan is None or self._closed:
+            return
+        self._stop_reading()
+        try:
+            self.chan.write(TERMINAL_RESET + b"\r\n" + message.encode("utf-8") + b"\r\n")
+        except (OSError, asyncssh.Error):
+            pass
+        self._exit(0)
+        if self._eof is not None and not self._eof.done():
+            self._eof.set_result(None)
+
     def _exit(self, rc: int) -> None:
         if self.chan is not None and not self._closed:
             self._closed = True
@@ -375,7 +441,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
             return
         cols, rows = self.size
         self.child = PtyChild(list(self.server.spectator_argv()), cols=cols, rows=rows, term=self.term,
-                              env=self.server.child_env())
+                              env=self.server.child_env(), placement=self.server.config.placement)
         try:
             await self.child.start()
         except OSError as err:
@@ -439,7 +505,8 @@ class SpectatorSession(asyncssh.SSHServerSession):
         if self.child is None or not self.filter.ready:
             self.dropped_input += len(data)
             return
-        n = self.child.write(data)
+        allowed = self.input_budget.take(len(data))
+        n = self.child.write(data[:allowed]) if allowed else 0
         self.dropped_input += len(data) - n
 
     def terminal_size_changed(self, width: int, height: int, pixwidth: int, pixheight: int) -> None:

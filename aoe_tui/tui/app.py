@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from textual import on, work
+from textual import on
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -31,6 +31,7 @@ from aoe_tui.replay.matchdir import LoadedMatch
 from aoe_tui.tui.live import LiveFeed, RecordsPending
 from aoe_tui.tui.screens import HeatScreen, HelpScreen, ReplayScreen
 from aoe_tui.tui.viewmodel import ActivitySource, ArenaInfo, HeatModel, ReplayCursor, folder_activity
+from aoe_tui.tui.watch import TAIL_POLL_S
 
 DARK_THEME = "textual-dark"
 LIGHT_THEME = "textual-light"
@@ -124,7 +125,7 @@ class AoeApp(App):
 
         ``host``: the ``aoe run`` engine (enables the stop/detach quit dialog; the app
         exits with ``"stop"`` or ``"detach"``, or ``"error"`` when the engine failed).
-        ``tailer``: polled on a thread every 0.25 s (``aoe watch``). ``read_only`` hides
+        ``tailer``: polled on the app loop every :data:`~aoe_tui.tui.watch.TAIL_POLL_S` s (``aoe watch``). ``read_only`` hides
         keys that write into the season folder.
         """
         from aoe_tui.tui.season import SeasonScreen
@@ -152,23 +153,25 @@ class AoeApp(App):
         if self.host is not None:
             self.set_interval(0.5, self._check_host)
 
-    @work(thread=True, exclusive=True, group="season-tailer", exit_on_error=False)
     def _tail(self) -> None:
-        """``aoe watch``: poll the season folder until the app closes."""
-        from textual.worker import get_current_worker
+        """``aoe watch``: poll the season folder every :data:`TAIL_POLL_S` seconds until the
+        app closes. Polls run on the app's own loop, not a thread: a poll of unchanged files
+        is a ``stat`` each, and twenty spectators sharing one CPU must not pay a thread
+        hand-off per poll."""
+        self._tail_reported = 0
+        self._tail_timer = self.set_interval(TAIL_POLL_S, self._tail_once)
+        self._tail_once()
 
-        worker = get_current_worker()
-        reported = 0
-        while not worker.is_cancelled:
-            try:
-                self.tailer.poll()
-            except Exception as err:  # a bad season log: say it once, keep the view
-                self.call_from_thread(self.notify, str(err), severity="error", timeout=30)
-                return
-            for msg in self.tailer.errors[reported:]:
-                self.call_from_thread(self.notify, msg, severity="warning", timeout=15)
-            reported = len(self.tailer.errors)
-            time.sleep(0.25)
+    def _tail_once(self) -> None:
+        try:
+            self.tailer.poll()
+        except Exception as err:  # a bad season log: say it once, keep the view
+            self._tail_timer.stop()
+            self.notify(str(err), severity="error", timeout=30)
+            return
+        for msg in self.tailer.errors[self._tail_reported:]:
+            self.notify(msg, severity="warning", timeout=15)
+        self._tail_reported = len(self.tailer.errors)
 
     def _check_host(self) -> None:
         host = self.host

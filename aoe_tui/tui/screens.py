@@ -37,7 +37,8 @@ class HeatScreen(Screen):
     ``heat`` names a model in ``app.heats``; None follows the most recently opened
     heat (the live default). While the heat is live and running, a timer (every
     :data:`CLOCK_TICK_S`, paused while the screen is hidden) redraws the ticking clock
-    (:meth:`HeatModel.clock_ms`) and the "evaluating Ns" times; it never touches the model.
+    (:meth:`HeatModel.clock_ms`) and the "evaluating Ns" times when the clock's second
+    changed (they move together, once a second); it never touches the model.
     """
 
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
@@ -52,6 +53,8 @@ class HeatScreen(Screen):
         self._drawn_version = -1
         self._drawn_heat: str | None = None
         self._clock_timer = None
+        #: (model version, clock second) the clock timer last drew
+        self._ticked: tuple[int, int] | None = None
 
     @property
     def model(self) -> HeatModel | None:
@@ -98,6 +101,10 @@ class HeatScreen(Screen):
         if model is None or not model.ticking() or self._drawn_version < 0:
             return
         clock = self.clock_ms(model)
+        shown = (model.version, clock // 1000)
+        if shown == self._ticked:
+            return  # the clock shows whole seconds: nothing to redraw before the next one
+        self._ticked = shown
         with self.app.batch_update():
             self.query_one("#heat-header", HeatHeader).show_header(model, clock)
             self._show_panels(model, clock)

@@ -26,6 +26,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, ProgressBar, Static
+from textual.widgets.data_table import ColumnKey, RowKey
 
 from aoe_tui.tui.seasonmodel import (
     NARROW_WIDTH,
@@ -63,6 +64,21 @@ def _now_ms(app: AoeApp) -> int:
     return int(app.now_ms())
 
 
+class BracketTable(DataTable):
+    """The bracket table: a :class:`DataTable` with :meth:`set_cell`, a cell update that
+    repaints one row. (``DataTable.update_cell`` repaints every visible row; a running
+    heat's clock ticks every second in every spectator's table.)"""
+
+    def set_cell(self, row_key: str, column_key: str, value: Text) -> None:
+        """Set one cell (its column keeps its width) and repaint only its row.
+        Raises ``RowDoesNotExist`` / ``ColumnDoesNotExist`` for unknown keys."""
+        row = self.get_row_index(row_key)
+        self.get_column_index(column_key)
+        self._data[RowKey(row_key)][ColumnKey(column_key)] = value
+        self._update_count += 1  # the render caches are keyed on it
+        self.refresh_row(row)
+
+
 class SeasonScreen(Screen):
     """Rounds → heats → attempts, with state, winners and times; running rows marked ▶.
 
@@ -97,7 +113,7 @@ class SeasonScreen(Screen):
         with Horizontal(id="season-status-row"):
             yield TextView(id="season-status")
             yield ProgressBar(id="season-progress", show_eta=False, show_percentage=False)
-        yield DataTable(id="bracket", cursor_type="row")
+        yield BracketTable(id="bracket", cursor_type="row")
         yield TextView(id="season-log")
         yield Footer()
 
@@ -165,17 +181,47 @@ class SeasonScreen(Screen):
     def _update_times(self, app: AoeApp) -> None:
         """Tick the Time cells of running rows (no table rebuild)."""
         shown = getattr(self, "_rows", {})
-        if not any(r.running for r in shown.values()):
-            return
-        table = self.query_one("#bracket", DataTable)
-        for r in self._rows_now(app):
-            old = shown.get(r.key)
-            if old is not None and r.running and old.time != r.time:
-                table.update_cell(r.key, "Time", Text(r.time))
-                shown[r.key] = r
+        if any(r.running for r in shown.values()):
+            self._sync_cells(self.query_one("#bracket", BracketTable), self._rows_now(app))
+
+    def _sync_cells(self, table: BracketTable, rows: list) -> bool:
+        """Redraw only the cells that changed when ``rows`` are the shown rows in the same
+        order (True); False when the table needs a rebuild."""
+        shown = getattr(self, "_rows", None)
+        if shown is None or table.row_count != len(shown) or [r.key for r in rows] != list(shown):
+            return False
+        for r in rows:
+            old = shown[r.key]
+            if old == r:
+                continue
+            for col, new, was in zip(BRACKET_COLUMNS, self._cells(r), self._cells(old)):
+                if new != was:
+                    table.set_cell(r.key, col, new)
+        self._rows = {r.key: r for r in rows}
+        return True
+
+    @staticmethod
+    def _cells(r) -> tuple[Text, ...]:
+        """The cells of bracket row ``r`` in :data:`BRACKET_COLUMNS` order."""
+        base = "bold" if r.kind == "round" else ""
+        label = r.label
+        if r.running:
+            indent = len(label) - len(label.lstrip())
+            label = " " * max(0, indent - 2) + "▶ " + label.lstrip()
+        return (
+            Text(label, style="bold" if r.running else base),
+            Text(r.state, style=STATE_STYLE.get(r.state, "")),
+            Text(r.entrants, style="bold" if r.running else ""),
+            Text(r.winner, style="bold green" if r.kind == "heat" and r.state == "finished" else ""),
+            Text(r.time),
+        )
 
     def _fill_table(self, app: AoeApp) -> None:
-        table = self.query_one("#bracket", DataTable)
+        """Show the bracket rows. When the rows are the same ones in the same order (a heat
+        event in a running heat, a state change), only the cells that changed are redrawn:
+        twenty spectators rebuilding a whole table on every heat event is what kept a
+        shared CPU busy."""
+        table = self.query_one("#bracket", BracketTable)
         rows = self._rows_now(app)
         keep = None
         if table.row_count:
@@ -183,23 +229,11 @@ class SeasonScreen(Screen):
                 keep = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
             except Exception:
                 keep = None
-        self._rows = {r.key: r for r in rows}
-        table.clear()
-        for r in rows:
-            base = "bold" if r.kind == "round" else ""
-            label = r.label
-            if r.running:
-                indent = len(label) - len(label.lstrip())
-                label = " " * max(0, indent - 2) + "▶ " + label.lstrip()
-            style = STATE_STYLE.get(r.state, "")
-            table.add_row(
-                Text(label, style="bold" if r.running else base),
-                Text(r.state, style=style),
-                Text(r.entrants, style="bold" if r.running else ""),
-                Text(r.winner, style="bold green" if r.kind == "heat" and r.state == "finished" else ""),
-                Text(r.time),
-                key=r.key,
-            )
+        if not self._sync_cells(table, rows):
+            self._rows = {r.key: r for r in rows}
+            table.clear()
+            for r in rows:
+                table.add_row(*self._cells(r), key=r.key)
         active = {(r.key, r.state) for r in rows if r.kind == "heat" and r.running}
         started = [r.key for r in rows if r.kind == "heat" and r.running
                    and (r.key, r.state) not in (self._active or set())]

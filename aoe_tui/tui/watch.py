@@ -1,7 +1,8 @@
 """``aoe watch``: follow a season folder another process is writing, read-only.
 
 :class:`SeasonTailer` polls ``season.jsonl`` and the ``events.jsonl`` of every attempt
-the season log shows as running, from the byte offset it reached last time, and posts
+the season log shows as running (every :data:`TAIL_POLL_S` seconds; a file whose size
+did not change is not opened), from the byte offset it reached last time, and posts
 what is new to a :class:`~aoe_tui.tui.live.LiveFeed` — the same inbox ``aoe run``'s
 engine posts to, so the screens cannot tell the two apart. Only complete lines
 (ending in ``\\n``) are consumed; a half-written last line is read on the next poll.
@@ -16,6 +17,7 @@ Nothing here writes into the season folder.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,19 @@ from aoe_tui.replay.season_reducer import SeasonState, apply_season_record
 from aoe_tui.tui.live import LiveFeed
 from aoe_tui.tui.seasonmodel import attempt_title
 
-__all__ = ["SeasonTailer"]
+__all__ = ["SeasonTailer", "TAIL_POLL_S"]
+
+#: seconds between two polls of ``aoe watch`` (a poll of unchanged files is one
+#: ``stat`` per file, so twenty spectators polling cost next to nothing)
+TAIL_POLL_S = 0.1
+
+
+def _grown(path: Path, offset: int) -> bool:
+    """Whether ``path`` holds bytes past ``offset`` (False when it does not exist)."""
+    try:
+        return os.stat(path).st_size > offset
+    except OSError:
+        return False
 
 
 @dataclass
@@ -59,6 +73,8 @@ class SeasonTailer:
         self.errors: list[str] = []
 
     def _read_season(self) -> list[Any]:
+        if not _grown(self.log, self.offset):
+            return []
         try:
             with open(self.log, "rb") as fh:
                 fh.seek(self.offset)
@@ -118,6 +134,8 @@ class SeasonTailer:
                     return 0  # the runner has not written the headers yet
             self.feed.open_heat(t.folder, arena=arena if isinstance(arena, dict) else None, title=attempt_title(self.state.info, t.folder))
             t.opened = True
+        if not _grown(folder / "events.jsonl", t.offset):
+            return 0
         try:
             records, t.offset = iter_events_from(folder / "events.jsonl", t.offset, next_sequence=t.next_sequence,
                                                  first_line=t.next_sequence + 1)

@@ -7,7 +7,9 @@ change, so a refresh of an unchanged heat costs a few comparisons.
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.text import Text
+from textual.visual import visualize
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -116,6 +118,17 @@ def render_panel(pv: PanelView, width: int = 40) -> Text:
     return t
 
 
+def _same(a: Text, b: Text) -> bool:
+    """Whether ``a`` and ``b`` draw the same (text, spans, base style, wrapping)."""
+    return (a.plain == b.plain and a.spans == b.spans and a.style == b.style and a.no_wrap == b.no_wrap
+            and a.overflow == b.overflow and a.justify == b.justify)
+
+
+def _shape_of(text: Text) -> tuple[int, ...]:
+    """Cell width of each line of ``text``."""
+    return tuple(cell_len(line) for line in text.plain.split("\n"))
+
+
 class TextView(Widget):
     """A widget showing one Rich ``Text``; re-layouts only when its line shape changes.
 
@@ -126,7 +139,7 @@ class TextView(Widget):
     def __init__(self, text: str | Text = "", **kwargs) -> None:
         super().__init__(**kwargs)
         self._text = Text(text) if isinstance(text, str) else text
-        self._shape: tuple[int, ...] = ()
+        self._shape: tuple[int, ...] = _shape_of(self._text)
 
     def render(self) -> Text:
         return self._text
@@ -137,16 +150,44 @@ class TextView(Widget):
         return self._text
 
     def set_text(self, text: str | Text) -> None:
-        """Show ``text``; layout is recomputed only if line count/lengths changed."""
+        """Show ``text`` (a no-op when it is what is shown). Layout is recomputed only when
+        its shape can change the widget's size: another line count, or other line widths
+        on an auto-width widget or where a line is (or was) wider than the widget and so
+        may wrap differently."""
         text = Text(text) if isinstance(text, str) else text
-        shape = tuple(len(line) for line in text.plain.split("\n"))
-        relayout = shape != self._shape
+        if _same(text, self._text):
+            return  # nothing to redraw
+        shape = _shape_of(text)
+        relayout = shape != self._shape and self._resizes(text, shape)
         self._text, self._shape = text, shape
         self.refresh(layout=relayout)
 
+    def _resizes(self, text: Text, shape: tuple[int, ...]) -> bool:
+        if len(shape) != len(self._shape):
+            return True
+        width = self.styles.width
+        if width is not None and width.is_auto:
+            return True
+        room = self.content_size.width
+        if room <= 0:
+            return True
+        if max(shape + self._shape, default=0) <= room:
+            return False  # nothing wraps, before or after
+        # a line wraps: only a different wrapped height changes the layout
+        return self._wrapped_height(text, room) != self._wrapped_height(self._text, room)
+
+    def _wrapped_height(self, text: Text, room: int) -> int:
+        return visualize(self, text, markup=False).get_height(self.styles, room)
+
 
 class TerritoryPanel(TextView):
-    """One territory of a heat: entrant, adapter, model, state, ladder, usage, activity."""
+    """One territory of a heat: entrant, adapter, model, state, ladder, usage, activity.
+
+    Its height never shrinks while it shows a heat (a line that goes away, such as an
+    evaluating milestone's detail, leaves a blank line): the panels do not jump, and
+    a running heat re-lays out the screen only when a panel grows — a layout costs
+    every spectator a full-screen redraw.
+    """
 
     can_focus = True
 
@@ -154,6 +195,7 @@ class TerritoryPanel(TextView):
         super().__init__("", id=f"panel-{territory}", classes="territory-panel", **kwargs)
         self.territory = territory
         self._shown: PanelView | None = None
+        self._rows = 0
         self.border_title = territory
 
     def show_panel(self, pv: PanelView) -> None:
@@ -165,7 +207,12 @@ class TerritoryPanel(TextView):
         self.border_subtitle = f"{pv.points} pts"
         self.set_class(pv.winner, "-winner")
         self.set_class(pv.competitor_state == "durable", "-durable")
-        self.set_text(render_panel(pv))
+        text = render_panel(pv)
+        rows = text.plain.count("\n") + 1
+        if rows < self._rows:
+            text.append("\n" * (self._rows - rows))
+        self._rows = max(self._rows, rows)
+        self.set_text(text)
 
 
 class EventFeed(TextView):
