@@ -1,12 +1,13 @@
 """Where spectators run on the CPUs: never in the race's way (issue 7).
 
 A season's referee samples verifiers on a fixed tick; its lateness must not grow
-when twenty spectator TUIs redraw at once. Measured on 2 cores with 8 bursty
-processes beside a demo season (``benchmarks/ssh_spectators.py`` has the real
-figures), referee tick lateness p99 grew by:
+when twenty spectator TUIs redraw at once. Measured on 2 cores (demo season; the
+benchmark is ``benchmarks/ssh_spectators.py``), referee tick lateness p99 grew by:
 
-* +18 ms with the processes at nice 10, +24 ms at ``SCHED_IDLE`` (both on all CPUs);
-* +6 ms at nice 10 and +1 ms at ``SCHED_IDLE`` when confined to the second CPU.
+* with 8 bursty stand-in processes: +18 ms at nice 10 and +24 ms at ``SCHED_IDLE`` on
+  all CPUs, but +6 ms at nice 10 and +1 ms at ``SCHED_IDLE`` on the second CPU only;
+* with 20 real spectators at ``SCHED_IDLE``: +80 ms on all CPUs (one run), +19 ms on
+  the second CPU only (two runs). ``SCHED_IDLE`` alone does not protect the runner.
 
 So the spectator server and every spectator process run **confined to a CPU set**
 (default: the upper half of the CPUs this process may use, at least one; all of them
@@ -16,9 +17,10 @@ nothing of the race wants that CPU; a verifier or the runner preempts them at on
 busy (TCG territories), at the price of some referee lateness.
 
 The server itself runs with the same placement: twenty SSH handshakes and process
-starts at once must not delay a tick either (measured: at nice 10 they did, by up to
-70 ms). It needs about 1 % of a CPU, and a task that sleeps that much is picked
-first among idle tasks, so it does not queue behind twenty redraws.
+starts at once must not delay a tick either (with the server at nice 10, two ticks
+at the moment twenty spectators connected were 70 ms late in one run). It needs
+about 1 % of a CPU, and a task that sleeps that much is picked first among idle
+tasks, so it does not queue behind twenty redraws.
 
 The placement is applied to the calling thread (``apply_to_self``, before the server
 starts any thread, so later threads inherit it) and, in each spectator child, by the
