@@ -251,11 +251,11 @@ def test_input_budget_lets_keys_through_and_drops_floods():
     from aoe_tui.serve.session import InputBudget
 
     budget = InputBudget(rate=256.0, burst=128.0)
-    assert budget.take(3) == 3  # a key
-    assert budget.take(260_000) == 125  # a paste: the rest of the burst, no more
-    assert budget.take(10) == 0
+    assert budget.admit(3)  # a key
+    assert not budget.admit(260_000)  # a paste: dropped whole, never cut inside a sequence
+    assert budget.admit(120) and not budget.admit(9)  # the burst is spent
     budget.at -= 1.0  # a second later
-    assert budget.take(10) == 10
+    assert budget.admit(9)
 
 
 def test_scratch_folders_of_gone_servers_are_swept(tmp_path):

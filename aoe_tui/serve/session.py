@@ -20,8 +20,9 @@ A PTY session (``ssh -t host`` / ``ssh -t host watch``) gets its own child proce
   then SIGTERM, then SIGKILL after a grace period) and reaped.
 
 A session without a PTY (or an exec of ``standings``) gets the season's current
-standings as plain text and ends. Any other exec request, subsystems (SFTP) and
-``scp`` are refused at the protocol level.
+standings as plain text and ends. Any other exec request (``sh``, ``scp``…) is
+never run: it gets one line naming what is offered and exit status 1. Subsystems
+(SFTP) are refused at the protocol level.
 """
 
 from __future__ import annotations
@@ -292,21 +293,24 @@ class PtyChild:
 class InputBudget:
     """Token bucket for a spectator's keystrokes: ``burst`` bytes at once, refilled at
     ``rate`` bytes per second. A spectator types keys, not files: a 260 KB paste fed
-    key by key kept a TUI busy for minutes. :meth:`take` returns how many of ``n``
-    bytes may pass now; the rest is dropped."""
+    key by key kept a TUI busy for minutes. :meth:`admit` lets a chunk of input
+    through whole or drops it whole — never half a key or mouse sequence, whose tail
+    would arrive as stray keys."""
 
     def __init__(self, rate: float = 256.0, burst: float = 128.0) -> None:
         self.rate, self.burst = rate, burst
         self.tokens = burst
         self.at = time.monotonic()
 
-    def take(self, n: int) -> int:
+    def admit(self, n: int) -> bool:
+        """Whether a chunk of ``n`` bytes may pass now (its cost is then taken)."""
         now = time.monotonic()
         self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
         self.at = now
-        k = min(n, int(self.tokens))
-        self.tokens -= k
-        return k
+        if n > self.tokens:
+            return False
+        self.tokens -= n
+        return True
 
 
 #: written to a client before the server ends its session: leave the alternate screen,
@@ -505,8 +509,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
         if self.child is None or not self.filter.ready:
             self.dropped_input += len(data)
             return
-        allowed = self.input_budget.take(len(data))
-        n = self.child.write(data[:allowed]) if allowed else 0
+        n = self.child.write(data) if self.input_budget.admit(len(data)) else 0
         self.dropped_input += len(data) - n
 
     def terminal_size_changed(self, width: int, height: int, pixwidth: int, pixheight: int) -> None:
