@@ -168,15 +168,23 @@ async def test_reboot_that_never_returns_is_infrastructure_failure(tmp_path, gue
     assert (out / "agents" / "builder-one-agent" / "referee-reboot").read_text() == "host-reboot"
 
 
-def test_sigint_mid_match(tmp_path, guest_image):
+def spawn_match(tmp_path: Path, agent: str, *extra: str, stdout=subprocess.PIPE,
+                env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
+    """``aoe match run`` of a fresh first-build copy on containers as a child process
+    (text pipes); returns it and its match folder."""
     need_container_host()
     manifest = make_arena(tmp_path / "first-build")
     out = tmp_path / "match"
     proc = subprocess.Popen(
         [sys.executable, "-m", "aoe_tui.cli", "match", "run", str(manifest), "--provider", "container",
-         "--agent", "scripted:memory", "--output", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+         "--agent", agent, *extra, "--output", str(out)],
+        stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
     )
+    return proc, out
+
+
+def test_sigint_mid_match(tmp_path, guest_image):
+    proc, out = spawn_match(tmp_path, "scripted:memory")
     # wait until the match clock runs and verifiers have started
     deadline = time.monotonic() + 60
     log = out / "events.jsonl"
@@ -203,14 +211,7 @@ def test_sigint_mid_match(tmp_path, guest_image):
 
 def test_reader_of_stdout_going_away_does_not_break_the_heat(tmp_path, guest_image):
     """`aoe match run ... | head -1`: the heat still finishes normally and tears down."""
-    need_container_host()
-    manifest = make_arena(tmp_path / "first-build")
-    out = tmp_path / "match"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aoe_tui.cli", "match", "run", str(manifest), "--provider", "container",
-         "--agent", "oracle", "--drain-seconds", "2", "--output", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-    )
+    proc, out = spawn_match(tmp_path, "oracle", "--drain-seconds", "2")
     assert proc.stdout.readline()  # the reader takes one line and leaves
     proc.stdout.close()
     stderr = proc.stderr.read()
@@ -225,15 +226,8 @@ def test_reader_of_stdout_going_away_does_not_break_the_heat(tmp_path, guest_ima
 
 def test_cleanup_removes_what_a_killed_runner_left_and_spares_a_live_one(tmp_path, guest_image):
     """`aoe cleanup` on a live heat touches nothing; after SIGKILL it removes every territory."""
-    need_container_host()
-    manifest = make_arena(tmp_path / "first-build")
-    out = tmp_path / "match"
-    env = {**os.environ, "AOE_SCRIPTED_SLOW_DELAY_S": "300"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aoe_tui.cli", "match", "run", str(manifest), "--agent", "scripted:slow",
-         "--output", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
-    )
+    proc, out = spawn_match(tmp_path, "scripted:slow", stdout=subprocess.DEVNULL,
+                            env={**os.environ, "AOE_SCRIPTED_SLOW_DELAY_S": "300"})
     try:
         deadline = time.monotonic() + 60
         while not (out / "events.jsonl").exists() and time.monotonic() < deadline:
