@@ -15,7 +15,7 @@ from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, AoeApp
 from aoe_tui.tui.live import LiveFeed, RecordsPending
 from aoe_tui.tui.screens import SPEEDS, GotoScreen, HeatScreen, HelpScreen, ReplayScreen
 from aoe_tui.tui.viewmodel import ArenaInfo, HeatModel, ReplayCursor, fmt_cost, panel_view
-from aoe_tui.tui.widgets import EventFeed, TerritoryPanel, WinnerBanner
+from aoe_tui.tui.widgets import EventFeed, TerritoryPanel, WinnerBanner, render_scoreboard
 
 from tui_fixtures import SEED, TIMER_REASON, all_fixture_paths, timer_finish_match
 
@@ -352,11 +352,11 @@ async def test_live_clock_ticks_between_events_and_stops_when_finished(seed):
         panel = app.screen.query_one(f"#panel-{terr}", TerritoryPanel)
         assert "evaluating 0s" in panel.text.plain
         now[0] += 30.0  # 30 s pass, no event arrives
-        await pilot.pause(0.4)  # > one clock tick (0.25 s)
+        await pilot.pause(1.1)  # the next tick is at most a second away
         assert _header(app).startswith(fmt_clock(base + 30_000) + "/"), _header(app)
         assert "evaluating 30s" in panel.text.plain
         now[0] += 3600.0  # a stalled feed: the clock stops at the cap
-        await pilot.pause(0.4)
+        await pilot.pause(1.1)
         assert _header(app).startswith(fmt_clock(base + LIVE_CLOCK_CAP_MS) + "/"), _header(app)
         feed.post_record(rest[0], "h")  # the next event: back to the log's clock
         await pilot.pause(0.1)
@@ -367,22 +367,50 @@ async def test_live_clock_ticks_between_events_and_stops_when_finished(seed):
         final = app.heats["h"].world.elapsed_ms
         assert app.heats["h"].world.match_state.value == "finished"
         now[0] += 120.0
-        await pilot.pause(0.4)
+        await pilot.pause(1.1)
         assert _header(app).startswith(fmt_clock(final) + "/"), _header(app)  # finished: no tick
+        assert app.screen._clock_timer is None  # and no timer wakes the app
+
+
+async def _evaluating_heat(pilot, feed: LiveFeed, seed) -> HeatScreen:
+    """Open live heat ``h`` from ``seed`` up to its first milestone evaluation; returns
+    the heat screen showing it."""
+    i = next(n for n, r in enumerate(seed.records) if r.event.kind == "milestone_evaluation_started")
+    feed.open_heat("h", arena=seed.arena, title="live heat")
+    for rec in seed.records[: i + 1]:
+        feed.post_record(rec, "h")
+    await pilot.pause(0.05)
+    return pilot.app.screen
+
+
+async def test_clock_timer_wakes_when_the_shown_second_changes(seed):
+    """One wake-up a second, at the moment the shown clock reaches its next second; none
+    while the heat screen is hidden."""
+    from aoe_tui.tui.screens import CLOCK_SLACK_S
+
+    feed, app, now = live_app_with_clock()
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = await _evaluating_heat(pilot, feed, seed)
+        clock = screen.clock_ms(app.heats["h"])
+        assert screen._clock_timer._interval == pytest.approx((1000 - clock % 1000) / 1000 + CLOCK_SLACK_S)
+        now[0] += 0.25
+        screen._tick_clock()
+        assert screen._clock_timer._interval == pytest.approx((1000 - (clock + 250) % 1000) / 1000 + CLOCK_SLACK_S)
+        app.push_screen(HelpScreen())
+        await pilot.pause(0.05)
+        assert screen._clock_timer is None
+        app.pop_screen()
+        await pilot.pause(0.05)
+        assert screen._clock_timer is not None
 
 
 async def test_clock_tick_redraws_once_a_second(seed):
-    """The 4 Hz clock timer redraws only when the shown second (or the model) changed."""
-    i = next(n for n, r in enumerate(seed.records) if r.event.kind == "milestone_evaluation_started")
+    """A clock tick redraws only when the shown second (or the model) changed."""
     feed, app, now = live_app_with_clock()
     async with app.run_test(size=(160, 48)) as pilot:
-        feed.open_heat("h", arena=seed.arena, title="live heat")
-        for rec in seed.records[: i + 1]:
-            feed.post_record(rec, "h")
-        await pilot.pause(0.05)
-        screen = app.screen
-        screen._clock_timer.pause()
-        screen._ticked = None  # a slow machine may have let the timer tick already
+        screen = await _evaluating_heat(pilot, feed, seed)
+        screen._stop_clock()  # the test ticks by hand
+        screen._ticked = None
         header = screen.query_one("#heat-header")
         drawn: list[int] = []
         show = header.show_header
@@ -487,6 +515,151 @@ async def test_text_view_relayouts_only_when_its_wrapped_height_changes():
         assert asked == [False, True, False, True, True]
 
 
+def _styled(*lines: str):
+    """A multi-line Rich Text with spans: the first word of each line bold, digits red."""
+    from rich.text import Text
+
+    t = Text()
+    for i, line in enumerate(lines):
+        if i:
+            t.append("\n")
+        head, _, rest = line.partition(" ")
+        t.append(head, style="bold")
+        if rest:
+            t.append(" ")
+            t.append(rest, style="red" if any(c.isdigit() for c in rest) else "")
+    return t
+
+
+def _count_rows(widget) -> list[int]:
+    """Content rows ``widget`` renders from now on (Textual asks ``render_line`` for each)."""
+    drawn: list[int] = []
+    render_line = widget.render_line
+    widget.render_line = lambda y: (drawn.append(y), render_line(y))[1]
+    return drawn
+
+
+async def test_text_view_draws_what_textual_draws_after_any_sequence_of_texts():
+    """A TextView draws its rows line by line from a cache and repaints only rows that
+    changed; after every text of a sequence (rows changed, a wrap, grown, shrunk, empty,
+    wide characters) it draws exactly what a Static with the same styles draws."""
+    from rich.text import Text
+    from textual.app import App
+    from textual.geometry import Region
+    from textual.widgets import Static
+
+    from aoe_tui.tui.widgets import TextView
+
+    class Two(App):
+        CSS = "TextView, Static { height: auto; width: 24; border: round red; padding: 0 1; }"
+
+        def compose(self):
+            yield TextView(id="t")
+            yield Static(id="s")
+
+    texts = [_styled("alpha 1", "beta 2", "gamma 3"), _styled("alpha 1", "beta 22", "gamma 3"),
+             _styled("alpha 1", "x" * 50, "gamma 3"), _styled("alpha 1", "y" * 45, "gamma 3"),
+             _styled("alpha", "", "", ""), Text(""), _styled("é中文 wide 12", "tab\there 3", "end"),
+             _styled("é中文 wide 13", "tab\there 3", "end"),
+             _styled("new 1", "z" * 50, "", "end 2"), _styled("new 1", "z" * 50, "", "end 3"),
+             _styled("new 1", "z" * 50, "", "end 3", "more 4")]
+    async with Two().run_test(size=(60, 30)) as pilot:
+        view, static = pilot.app.query_one(TextView), pilot.app.query_one(Static)
+        for text in texts:
+            view.set_text(text)
+            static.update(text)
+            await pilot.pause()
+            assert view.outer_size == static.outer_size, text.plain
+            whole = Region(0, 0, *view.outer_size)
+            assert view.render_lines(whole) == static.render_lines(whole), text.plain
+        for widget in (view, static):  # resized: every row again
+            widget.styles.width = 31
+        await pilot.pause()
+        whole = Region(0, 0, *view.outer_size)
+        assert view.outer_size.width == 31 and view.render_lines(whole) == static.render_lines(whole)
+
+
+async def test_text_view_repaints_only_the_rows_that_changed():
+    from textual.app import App
+
+    from aoe_tui.tui.widgets import TextView
+
+    class One(App):
+        CSS = "TextView { height: auto; width: 30; border: round red; }"
+
+        def compose(self):
+            yield TextView(_styled("a 1", "b 2", "c 3", "d 4"))
+
+    async with One().run_test(size=(60, 30)) as pilot:
+        view = pilot.app.query_one(TextView)
+        await pilot.pause()
+        drawn = _count_rows(view)
+        view.set_text(_styled("a 1", "b 2", "c 33", "d 4"))
+        await pilot.pause()
+        assert drawn == [2]
+        drawn.clear()
+        view.set_text(_styled("a 1", "b 2", "c 33", "d 4"))  # the same text: nothing
+        view.set_text(_styled("a 9", "b 2", "c 33", "d 9"))
+        await pilot.pause()
+        assert sorted(drawn) == [0, 3]
+
+
+async def test_territory_panel_repaints_only_the_rows_that_changed(seed):
+    """A new token count repaints the panel's tokens row, not the panel (its border title
+    and points are set again only when they change)."""
+    import dataclasses
+
+    from textual.app import App
+
+    model = HeatModel(ArenaInfo.from_arena(seed.arena))
+    model.extend(seed.records)
+    tid = model.territory_ids()[0]
+    pv = panel_view(model, tid)
+
+    class Panels(App):
+        CSS = ".territory-panel { height: auto; width: 60; border: round white; }"
+
+        def compose(self):
+            yield TerritoryPanel(tid)
+
+    async with Panels().run_test(size=(80, 60)) as pilot:
+        panel = pilot.app.query_one(TerritoryPanel)
+        panel.show_panel(pv)
+        await pilot.pause()
+        drawn = _count_rows(panel)
+        panel.show_panel(dataclasses.replace(pv, tokens_in=(pv.tokens_in or 0) + 123_456))
+        await pilot.pause()
+        row = next(i for i, line in enumerate(panel.text.plain.split("\n")) if line.startswith("tokens "))
+        assert drawn == [row]
+
+
+async def test_scoreboard_is_drawn_when_the_terminal_becomes_narrow(seed):
+    """On wide terminals the (hidden) scoreboard costs nothing; narrowed, it shows the
+    heat as it is now."""
+    from aoe_tui.tui.widgets import Scoreboard
+
+    feed = LiveFeed()
+    app = AoeApp.live(feed)
+    async with app.run_test(size=(160, 48)) as pilot:
+        feed.open_heat("h", arena=seed.arena, title="narrow")
+        for rec in seed.records[:40]:
+            feed.post_record(rec, "h")
+        await pilot.pause(0.1)
+        board = app.screen.query_one("#scoreboard", Scoreboard)
+        assert not board.display and board.text.plain == ""
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.1)
+        assert board.display
+        assert all(tid in board.text.plain for tid in ("builder-one", "builder-two", "builder-three"))
+        want = render_scoreboard([panel_view(app.heats["h"], t) for t in app.heats["h"].territory_ids()])
+        assert board.text.plain == want.plain
+        for rec in seed.records[40:]:
+            feed.post_record(rec, "h")
+        await pilot.pause(0.1)
+        final = render_scoreboard([panel_view(app.heats["h"], t) for t in app.heats["h"].territory_ids()])
+        assert board.text.plain == final.plain != want.plain
+
+
 async def test_territory_panel_height_does_not_shrink_during_a_heat(seed):
     """Lines that go away (activity, an evaluating milestone's detail) leave the panel as
     tall as it was: no jump, no re-layout of every spectator's screen. A new panel (the
@@ -523,3 +696,22 @@ async def test_territory_panel_height_does_not_shrink_during_a_heat(seed):
         fresh.show_panel(quiet)
         await pilot.pause()
         assert fresh.size.height == tall - 5
+
+
+async def test_app_moves_its_start_up_objects_out_of_the_collectors_sight(seed, monkeypatch):
+    """After start-up the app freezes what is alive (``gc.freeze``): a full collection
+    then walks only newer objects (about 40 ms less, at the same event, for every
+    spectator of a heat)."""
+    import gc
+
+    import aoe_tui.tui.app as app_module
+
+    monkeypatch.setattr(app_module, "GC_FREEZE_AFTER_S", 0.05)
+    gc.unfreeze()
+    try:
+        app = AoeApp.replay(seed, at_end=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.3)
+            assert gc.get_freeze_count() > 1000  # 0 unless this app froze them
+    finally:
+        gc.unfreeze()

@@ -154,8 +154,18 @@ def test_sort_standings_unknown_last(season_dir):
     assert [r.entrant for r in sort_standings(rows, "rank")] == [r.entrant for r in rows]
 
 
-async def test_watch_follows_appended_records(season_dir, tmp_path):
-    """Tailing: records appended after the catch-up (complete lines only) show up."""
+@pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "polling"])
+async def test_watch_follows_appended_records(season_dir, tmp_path, monkeypatch, inotify):
+    """Tailing: records appended after the catch-up (complete lines only) show up. With
+    inotify they arrive without any timed poll (the safety poll is pushed out of the
+    test); without it (another OS, no inotify instance left) the app polls."""
+    import aoe_tui.tui.app as app_module
+    from aoe_tui.tui.watch import FolderWatch
+
+    if inotify:
+        monkeypatch.setattr(app_module, "TAIL_SAFETY_POLL_S", 3600.0)
+    else:
+        monkeypatch.setattr(FolderWatch, "open", classmethod(lambda cls: None))
     folder = tmp_path / "season"
     shutil.copytree(season_dir, folder)
     log = folder / "round-2/heat-1/attempt-1/events.jsonl"
@@ -357,3 +367,26 @@ async def test_a_ticking_time_cell_repaints_one_row_not_the_table(season_dir):
         screen._rows["r2h1"] = dataclasses.replace(shown, time="09:59")
         screen._fill_table(app)  # the shown Time differs from the model's: that row only
         assert len(asked) == 1 and asked[0][0].height == 1 and screen._rows["r2h1"] == shown
+
+
+async def test_season_screen_wakes_once_a_second_and_not_when_hidden(season_dir):
+    """The season screen's clock timer is set for the next second of the season clock;
+    its progress bar runs no timer of its own; a hidden season screen has no timer."""
+    from aoe_tui.tui.season import SEASON_TICK_SLACK_S, SeasonProgress, SeasonScreen
+
+    app = watch_app(season_dir)
+    now = [1_700_000_000_250]
+    app.now_ms = lambda: now[0]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        screen = app.screen
+        assert isinstance(screen, SeasonScreen)
+        clock = app.season.clock_ms(now[0])
+        assert screen._timer._interval == pytest.approx((1000 - clock % 1000) / 1000 + SEASON_TICK_SLACK_S)
+        assert not app.screen.query_one(SeasonProgress)._timers
+        app.action_help()
+        await pilot.pause(0.1)
+        assert screen._timer is None
+        app.pop_screen()
+        await pilot.pause(0.1)
+        assert screen._timer is not None

@@ -17,6 +17,8 @@ once inside ``batch_update``. Nothing the engine does waits for the UI.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -31,12 +33,17 @@ from aoe_tui.replay.matchdir import LoadedMatch
 from aoe_tui.tui.live import LiveFeed, RecordsPending
 from aoe_tui.tui.screens import HeatScreen, HelpScreen, ReplayScreen
 from aoe_tui.tui.viewmodel import ActivitySource, ArenaInfo, HeatModel, ReplayCursor, folder_activity
-from aoe_tui.tui.watch import TAIL_POLL_S
+from aoe_tui.tui.watch import TAIL_COALESCE_S, TAIL_POLL_S, TAIL_SAFETY_POLL_S, FolderWatch
 
 DARK_THEME = "textual-dark"
 LIGHT_THEME = "textual-light"
 #: how often live heat screens re-read agent activity (s)
 ACTIVITY_POLL_S = 0.5
+#: seconds after start-up when the objects alive then (Textual, styles, screens, the
+#: heats read so far) are moved out of the garbage collector's sight (``gc.freeze``):
+#: a full collection otherwise walks all of them, about 40 ms that every spectator
+#: of a heat spends at the same event (issue 7)
+GC_FREEZE_AFTER_S = 2.0
 #: how long the "Season finished" notification stays (s)
 SEASON_FINISHED_NOTIFY_S = 8
 
@@ -125,7 +132,7 @@ class AoeApp(App):
 
         ``host``: the ``aoe run`` engine (enables the stop/detach quit dialog; the app
         exits with ``"stop"`` or ``"detach"``, or ``"error"`` when the engine failed).
-        ``tailer``: polled on the app loop every :data:`~aoe_tui.tui.watch.TAIL_POLL_S` s (``aoe watch``). ``read_only`` hides
+        ``tailer``: polled on the app loop (``aoe watch``; see :meth:`_tail`). ``read_only`` hides
         keys that write into the season folder.
         """
         from aoe_tui.tui.season import SeasonScreen
@@ -144,31 +151,54 @@ class AoeApp(App):
 
     def on_mount(self) -> None:
         self.push_screen(self._first_screen or HeatScreen(None))
+        self.set_timer(GC_FREEZE_AFTER_S, gc.freeze)
         if self.feed is not None:
             self.feed.attach(lambda: self.post_message(RecordsPending()))
             self.post_message(RecordsPending())
-            self.set_interval(ACTIVITY_POLL_S, self._poll_activity)
+            if self.tailer is None:  # a watcher has no live activity to poll
+                self.set_interval(ACTIVITY_POLL_S, self._poll_activity)
         if self.tailer is not None:
             self._tail()
         if self.host is not None:
             self.set_interval(0.5, self._check_host)
 
     def _tail(self) -> None:
-        """``aoe watch``: poll the season folder every :data:`TAIL_POLL_S` seconds until the
-        app closes. Polls run on the app's own loop, not a thread: a poll of unchanged files
-        is a ``stat`` each, and twenty spectators sharing one CPU must not pay a thread
-        hand-off per poll."""
+        """``aoe watch``: poll the season folder until the app closes, when inotify says a
+        file changed (:data:`TAIL_COALESCE_S` later) and every :data:`TAIL_SAFETY_POLL_S`
+        seconds, or every :data:`TAIL_POLL_S` seconds without inotify
+        (:mod:`aoe_tui.tui.watch`). Polls run on the app's own loop, not a thread: twenty
+        spectators sharing one CPU must not pay a thread hand-off per poll."""
         self._tail_reported = 0
-        self._tail_timer = self.set_interval(TAIL_POLL_S, self._tail_once)
+        self._tail_soon = None
+        self._watch = FolderWatch.open()
+        if self._watch is not None:
+            asyncio.get_running_loop().add_reader(self._watch.fd, self._tail_woken)
+        self._tail_timer = self.set_interval(TAIL_POLL_S if self._watch is None else TAIL_SAFETY_POLL_S,
+                                             self._tail_once)
         self._tail_once()
 
+    def _tail_woken(self) -> None:
+        """inotify: a watched file changed; poll shortly (once for a burst of writes)."""
+        if self._watch is not None and self._watch.drain() and self._tail_soon is None:
+            self._tail_soon = self.set_timer(TAIL_COALESCE_S, self._tail_once)
+
+    def _stop_tailing(self) -> None:
+        self._tail_timer.stop()
+        if self._watch is not None:
+            asyncio.get_running_loop().remove_reader(self._watch.fd)
+            self._watch.close()
+            self._watch = None
+
     def _tail_once(self) -> None:
+        self._tail_soon = None
         try:
             self.tailer.poll()
         except Exception as err:  # a bad season log: say it once, keep the view
-            self._tail_timer.stop()
+            self._stop_tailing()
             self.notify(str(err), severity="error", timeout=30)
             return
+        if self._watch is not None:
+            self._watch.watch_only(self.tailer.folders())
         for msg in self.tailer.errors[self._tail_reported:]:
             self.notify(msg, severity="warning", timeout=15)
         self._tail_reported = len(self.tailer.errors)
@@ -189,6 +219,8 @@ class AoeApp(App):
     def on_unmount(self) -> None:
         if self.feed is not None:
             self.feed.attach(None)
+        if getattr(self, "_watch", None) is not None:
+            self._stop_tailing()
 
     @on(RecordsPending)
     def _records_pending(self, _msg: RecordsPending) -> None:

@@ -27,18 +27,21 @@ if TYPE_CHECKING:  # pragma: no cover
 SPEEDS: tuple[int, ...] = (1, 2, 5, 10, 25, 50, 100)
 #: replay frame interval (s)
 FRAME_S = 1 / 30
-#: how often a live heat screen redraws its ticking clock (s; ≤ 4 Hz, only while visible)
-CLOCK_TICK_S = 0.25
+#: the clock timer fires this long (s) after the shown second changed (so that it never
+#: wakes a moment early and finds the same second)
+CLOCK_SLACK_S = 0.005
 
 
 class HeatScreen(Screen):
     """Three (or N) territory panels, the explained event feed and a winner banner.
 
     ``heat`` names a model in ``app.heats``; None follows the most recently opened
-    heat (the live default). While the heat is live and running, a timer (every
-    :data:`CLOCK_TICK_S`, paused while the screen is hidden) redraws the ticking clock
-    (:meth:`HeatModel.clock_ms`) and the "evaluating Ns" times when the clock's second
-    changed (they move together, once a second); it never touches the model.
+    heat (the live default). While the heat is live and running, a one-shot timer set
+    for the moment the shown clock (:meth:`HeatModel.clock_ms`, whole seconds) reaches
+    its next second redraws the clock and the "evaluating Ns" times, and sets the next
+    one; a new event sets it again (the clock snaps to the log). So a spectator wakes
+    once a second for the clock, and never while the screen is hidden; the timer never
+    touches the model.
     """
 
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
@@ -74,33 +77,43 @@ class HeatScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#winner", WinnerBanner).display = False
-        if not isinstance(self, ReplayScreen):
-            self._clock_timer = self.set_interval(CLOCK_TICK_S, self._tick_clock)
         self.refresh_view(force=True)
 
     def on_screen_suspend(self) -> None:
         """Hidden screens do no work: stop the clock timer."""
-        if self._clock_timer is not None:
-            self._clock_timer.pause()
+        self._stop_clock()
 
     def on_screen_resume(self) -> None:
-        """Redraw once when this screen becomes current again."""
-        if self._clock_timer is not None:
-            self._clock_timer.resume()
+        """Redraw once when this screen becomes current again (and set the clock timer)."""
         self.refresh_view(force=True)
+
+    def _stop_clock(self) -> None:
+        if self._clock_timer is not None:
+            self._clock_timer.stop()
+            self._clock_timer = None
+
+    def _set_clock(self, model: HeatModel | None, clock: int) -> None:
+        """Wake when the shown clock ``clock`` (ms) reaches its next second, while ``model``
+        ticks (a live running heat; never for a replay)."""
+        self._stop_clock()
+        if model is not None and model.ticking() and not isinstance(self, ReplayScreen):
+            self._clock_timer = self.set_timer((1000 - clock % 1000) / 1000 + CLOCK_SLACK_S, self._tick_clock)
 
     def clock_ms(self, model: HeatModel) -> int:
         """The clock to show for ``model`` (ms): ticking for a live running heat."""
         return self.app.heat_clock_ms(self.heat or self.app.latest_heat, model)  # type: ignore[attr-defined]
 
     def _tick_clock(self) -> None:
-        """Redraw the header clock and evaluating times of a ticking heat (cheap: no model work)."""
+        """Redraw the header clock and evaluating times of a ticking heat (cheap: no model
+        work), then set the timer for the next second."""
+        self._clock_timer = None
         if not self.is_current or not self.is_mounted:
             return
         model = self.model
         if model is None or not model.ticking() or self._drawn_version < 0:
             return
         clock = self.clock_ms(model)
+        self._set_clock(model, clock)
         shown = (model.version, clock // 1000)
         if shown == self._ticked:
             return  # the clock shows whole seconds: nothing to redraw before the next one
@@ -126,6 +139,8 @@ class HeatScreen(Screen):
                 self._drawn_heat = key
                 self.query_one("#panels").remove_children()
             clock = self.clock_ms(model)
+            self._set_clock(model, clock)
+            self._ticked = (model.version, clock // 1000)
             self.query_one("#heat-header", HeatHeader).show_header(model, clock)
             self.query_one("#winner", WinnerBanner).show_winner(model.winner_line())
             panels = self.query_one("#panels", Container)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -56,12 +56,22 @@ STATE_STYLE = {
 }
 
 BRACKET_COLUMNS = ("Heat", "State", "Entrants / detail", "Winner", "Time")
-#: how often the season screen redraws its clocks (s; only while visible)
-SEASON_TICK_S = 0.5
+#: the season screen's clock timer fires this long (s) after the season clock's second
+#: changed; heat times in the bracket move on the same tick (so up to a second late)
+SEASON_TICK_SLACK_S = 0.005
 
 
 def _now_ms(app: AoeApp) -> int:
     return int(app.now_ms())
+
+
+class SeasonProgress(ProgressBar):
+    """Heats finished / scheduled: Textual's progress bar without the once-a-second timer
+    it runs for an ETA this screen does not show (every spectator would wake for it)."""
+
+    def on_mount(self, event: events.Mount) -> None:
+        event.prevent_default()  # ProgressBar.on_mount only adds that timer
+        self.update()
 
 
 class BracketTable(DataTable):
@@ -112,7 +122,7 @@ class SeasonScreen(Screen):
         yield TextView(id="season-header")
         with Horizontal(id="season-status-row"):
             yield TextView(id="season-status")
-            yield ProgressBar(id="season-progress", show_eta=False, show_percentage=False)
+            yield SeasonProgress(id="season-progress", show_eta=False, show_percentage=False)
         yield BracketTable(id="bracket", cursor_type="row")
         yield TextView(id="season-log")
         yield Footer()
@@ -135,21 +145,32 @@ class SeasonScreen(Screen):
 
     def on_mount(self) -> None:
         self._columns()
-        self._timer = self.set_interval(SEASON_TICK_S, self._tick)
         self.refresh_view(force=True)
+        self._set_tick()
 
     def on_screen_suspend(self) -> None:
         """Hidden screens do no work."""
         if self._timer is not None:
-            self._timer.pause()
+            self._timer.stop()
+            self._timer = None
 
     def on_screen_resume(self) -> None:
-        if self._timer is not None:
-            self._timer.resume()
         self.refresh_view(force=True)
+        self._set_tick()
+
+    def _set_tick(self) -> None:
+        """Redraw the clocks when the season clock (whole seconds) reaches its next second:
+        a spectator wakes once a second for them, never while the screen is hidden."""
+        if self._timer is not None:
+            self._timer.stop()
+        clock = self.model.clock_ms(_now_ms(self.app))  # type: ignore[arg-type]
+        self._timer = self.set_timer((1000 - clock % 1000) / 1000 + SEASON_TICK_SLACK_S, self._tick)
 
     def _tick(self) -> None:
-        self.refresh_view()
+        self._timer = None
+        if self.is_current:
+            self.refresh_view()
+            self._set_tick()
 
     def _signature(self) -> tuple:
         app: AoeApp = self.app  # type: ignore[assignment]

@@ -8,8 +8,12 @@ change, so a refresh of an unchanged heat costs a few comparisons.
 from __future__ import annotations
 
 from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style as RichStyle
 from rich.text import Text
-from textual.visual import visualize
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.visual import Visual, visualize
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -118,63 +122,219 @@ def render_panel(pv: PanelView, width: int = 40) -> Text:
     return t
 
 
-def _same(a: Text, b: Text) -> bool:
-    """Whether ``a`` and ``b`` draw the same (text, spans, base style, wrapping)."""
-    return (a.plain == b.plain and a.spans == b.spans and a.style == b.style and a.no_wrap == b.no_wrap
-            and a.overflow == b.overflow and a.justify == b.justify)
+def _line_key(line: Text) -> tuple:
+    """What a logical line draws: text, spans, base style (the cache key of its rows)."""
+    return (line.plain, tuple(line.spans), line.style, line.justify, line.overflow)
 
 
-def _shape_of(text: Text) -> tuple[int, ...]:
-    """Cell width of each line of ``text``."""
-    return tuple(cell_len(line) for line in text.plain.split("\n"))
+def _at_line(strip: Strip, y: int) -> Strip:
+    """``strip``, rendered as a text's line 0, as its line ``y``: Textual marks each cell
+    with its ``offset`` (x, line) in the text, which mouse selection reads."""
+    segments = []
+    for text, style, control in strip:
+        if style is not None and style._meta:
+            offset = style.meta.get("offset")
+            if offset is not None:
+                style = style + RichStyle.from_meta({"offset": (offset[0], y)})
+        segments.append(Segment(text, style, control))
+    return Strip(segments, strip.cell_length)
+
+
+def _line_of(strip: Strip) -> int | None:
+    """The text line a rendered row belongs to (Textual's selection ``offset``), or None
+    for a row without text (an empty line)."""
+    for _text, style, _control in strip:
+        if style is not None and style._meta:
+            offset = style.meta.get("offset")
+            if offset is not None:
+                return offset[1]
+    return None
+
+
+def _rows_by_line(rows: list[Strip], count: int) -> list[list[Strip]] | None:
+    """``rows`` of a whole text of ``count`` lines, grouped by line (a line that wraps has
+    several rows, an empty one a row without text); None when they do not add up."""
+    groups: list[list[Strip]] = [[] for _ in range(count)]
+    line = -1
+    for row in rows:
+        at = _line_of(row)
+        if at is None:  # an empty line: the one after the last row's
+            at = line + 1
+        if not line <= at < count:
+            return None
+        groups[at].append(row)
+        line = at
+    return groups if all(groups) else None
+
+
+def _join(lines: list[Text]) -> Text:
+    """``lines`` as one text (newlines between)."""
+    return Text("\n").join(lines) if len(lines) != 1 else lines[0]
 
 
 class TextView(Widget):
-    """A widget showing one Rich ``Text``; re-layouts only when its line shape changes.
+    """A widget showing Rich text, drawn line by line: a new text repaints only the rows
+    that changed and re-lays out only when its size can change.
 
-    ``Static.update`` always asks for a full layout pass; live panels change many
-    times a second but rarely change height, so this repaints just the widget.
+    Why (issue 7, twenty spectators redrawing each event on one CPU): ``Static.update``
+    re-renders every line and asks for a full layout pass, yet a live panel changes a few
+    rows a tick and rarely its height. Here each logical line's rendered rows are cached
+    by its number and its text, spans and style (``LINE_CACHE`` lines at most), a new
+    text is compared row by row with what is on screen, and only changed rows are
+    refreshed (Textual then re-renders and re-sends just those). Rendering is Textual's
+    own (:meth:`textual.visual.Visual.to_strips`, of the whole text or of single lines
+    with their selection offsets moved to their line), so a TextView draws exactly what a
+    ``Static`` with the same text and styles draws; while a text selection is active it
+    falls back to Textual's whole-text render.
     """
+
+    #: most cached rendered lines per widget (cleared when exceeded)
+    LINE_CACHE = 512
 
     def __init__(self, text: str | Text = "", **kwargs) -> None:
         super().__init__(**kwargs)
-        self._text = Text(text) if isinstance(text, str) else text
-        self._shape: tuple[int, ...] = _shape_of(self._text)
+        text = Text(text) if isinstance(text, str) else text
+        self._lines: list[Text] = text.split("\n", allow_blank=True)
+        self._keys: list[tuple] = [_line_key(line) for line in self._lines]
+        self._joined: Text | None = text
+        #: rendered content rows of ``_lines`` and the (width, style) they were rendered for
+        self._strips: list[Strip] | None = None
+        self._strips_for: tuple | None = None
+        self._row_cache: dict[tuple, list[Strip]] = {}
+        self._row_cache_for: tuple | None = None
 
     def render(self) -> Text:
-        return self._text
+        return self.text
 
     @property
     def text(self) -> Text:
-        """The text currently shown."""
-        return self._text
+        """The text currently shown (its lines joined)."""
+        if self._joined is None:
+            self._joined = _join(self._lines)
+        return self._joined
 
     def set_text(self, text: str | Text) -> None:
-        """Show ``text`` (a no-op when it is what is shown). Layout is recomputed only when
-        its shape can change the widget's size: another line count, or other line widths
-        on an auto-width widget or where a line is (or was) wider than the widget and so
-        may wrap differently."""
+        """Show ``text`` (see :meth:`set_lines`)."""
         text = Text(text) if isinstance(text, str) else text
-        if _same(text, self._text):
-            return  # nothing to redraw
-        shape = _shape_of(text)
-        relayout = shape != self._shape and self._resizes(text, shape)
-        self._text, self._shape = text, shape
-        self.refresh(layout=relayout)
+        self.set_lines(text.split("\n", allow_blank=True), joined=text)
 
-    def _resizes(self, text: Text, shape: tuple[int, ...]) -> bool:
-        if len(shape) != len(self._shape):
-            return True
+    def set_lines(self, lines: list[Text], *, joined: Text | None = None) -> None:
+        """Show ``lines`` (logical lines, without newlines; a no-op when they are what is
+        shown). Repaints the rows that changed; a layout pass only when the widget's size
+        follows its content (auto height or width) and the content's size changed
+        (wrapped height; or line widths on an auto-width widget)."""
+        keys = [_line_key(line) for line in lines]
+        if keys == self._keys:
+            return  # nothing to redraw
+        old_keys = self._keys
+        self._lines, self._keys, self._joined = lines, keys, joined
+        follows = self._size_follows_content()
+        key = self._render_key()
+        old = self._strips if self._strips_for == key else None
+        if old is not None and key[0] > 0 and self.text_selection is None and not self._auto_width():
+            new = self._strips = self._render_rows(key)
+            if follows and len(new) != len(old) and self.display:
+                self.refresh(layout=True)
+                return
+            changed = self._changed_rows(old, new)
+            if changed:
+                self.refresh(*changed)
+            return
+        self._strips = None  # not drawn yet (or selection, or auto width): Textual's own way
+        self.refresh(layout=follows and self.display and self._resizes(old_keys))
+
+    def render_line(self, y: int) -> Strip:
+        """Content row ``y`` (Textual's line API), from the row cache."""
+        if self.text_selection is not None:
+            return super().render_line(y)  # selection styles: Textual's whole-text render
+        key = self._render_key()
+        if self._strips is None or self._strips_for != key:
+            self._strips = self._render_rows(key)
+            self._strips_for = key
+        try:
+            return self._strips[y]
+        except IndexError:
+            return Strip.blank(self.size.width, self.visual_style.rich_style)
+
+    def notify_style_update(self) -> None:
+        """Styles changed (class, theme, CSS): cached rows may be stale."""
+        super().notify_style_update()
+        self._strips = None
+        self._row_cache.clear()
+
+    def _render_key(self) -> tuple:
+        return (self.size.width, self.visual_style)
+
+    def _render_rows(self, key: tuple) -> list[Strip]:
+        """The content rows of the lines for ``key`` = (width in cells, visual style), as
+        Textual renders them (wrapping, overflow, link styles, selection offsets), from
+        the row cache. A few new lines are rendered one by one; when most are new (first
+        draw, a resize, a style change) the whole text is rendered at once, which costs
+        about as much as one line."""
+        width, style = key
+        if width <= 0:
+            return []
+        if self._row_cache_for != key or len(self._row_cache) > self.LINE_CACHE:
+            self._row_cache.clear()
+            self._row_cache_for = key
+        cache = self._row_cache
+        missing = sum((y, k) not in cache for y, k in enumerate(self._keys))
+        if missing > max(2, len(self._keys) // 4):
+            whole = Visual.to_strips(self, visualize(self, self.text, markup=False), width, None, style)
+            groups = _rows_by_line(whole, len(self._keys))
+            if groups is not None:
+                for y, k in enumerate(self._keys):
+                    cache[(y, k)] = groups[y]
+                return whole
+        rows: list[Strip] = []
+        for y, (line, k) in enumerate(zip(self._lines, self._keys)):
+            strips = cache.get((y, k))  # Textual marks each cell with its (x, line) for selection
+            if strips is None:
+                strips = Visual.to_strips(self, visualize(self, line, markup=False), width, None, style)
+                if y:
+                    strips = [_at_line(strip, y) for strip in strips]
+                cache[(y, k)] = strips
+            rows.extend(strips)
+        return rows
+
+    def _changed_rows(self, old: list[Strip], new: list[Strip]) -> list[Region]:
+        """Content regions (runs of whole rows, within the widget's height) where ``new``
+        differs from ``old``."""
+        width, height = self.size
+        regions: list[Region] = []
+        start = None
+        for y in range(min(max(len(old), len(new)), height) + 1):
+            same = y >= height or (y >= len(old) and y >= len(new)) \
+                or (y < len(old) and y < len(new) and old[y] == new[y])
+            if not same and start is None:
+                start = y
+            elif same and start is not None:
+                regions.append(Region(0, start, width, y - start))
+                start = None
+        return regions
+
+    def _size_follows_content(self) -> bool:
+        height = self.styles.height
+        return height is None or height.is_auto or self._auto_width()
+
+    def _auto_width(self) -> bool:
         width = self.styles.width
-        if width is not None and width.is_auto:
+        return width is not None and width.is_auto
+
+    def _resizes(self, old_keys: list[tuple]) -> bool:
+        """Whether the lines' size can differ from ``old_keys``' (line count; line widths
+        on an auto-width widget; wrapped height where a line is wider than the widget)."""
+        if len(old_keys) != len(self._keys) or self._auto_width():
             return True
         room = self.content_size.width
         if room <= 0:
             return True
-        if max(shape + self._shape, default=0) <= room:
+        widths = [cell_len(k[0]) for k in old_keys + self._keys]
+        if max(widths, default=0) <= room:
             return False  # nothing wraps, before or after
         # a line wraps: only a different wrapped height changes the layout
-        return self._wrapped_height(text, room) != self._wrapped_height(self._text, room)
+        old = _join([Text(k[0], spans=list(k[1]), style=k[2]) for k in old_keys])
+        return self._wrapped_height(self.text, room) != self._wrapped_height(old, room)
 
     def _wrapped_height(self, text: Text, room: int) -> int:
         return visualize(self, text, markup=False).get_height(self.styles, room)
@@ -203,8 +363,9 @@ class TerritoryPanel(TextView):
         if pv == self._shown:
             return
         self._shown = pv
-        self.border_title = f"{pv.marker} {pv.territory}".strip()
-        self.border_subtitle = f"{pv.points} pts"
+        title, subtitle = f"{pv.marker} {pv.territory}".strip(), f"{pv.points} pts"
+        if (title, subtitle) != (self.border_title, self.border_subtitle):  # setting one repaints all rows
+            self.border_title, self.border_subtitle = title, subtitle
         self.set_class(pv.winner, "-winner")
         self.set_class(pv.competitor_state == "durable", "-durable")
         text = render_panel(pv)
@@ -233,17 +394,17 @@ class EventFeed(TextView):
             return
         self._shown = key
         entries: list[FeedEntry] = list(model.feed)[-lines:]
-        t = Text(no_wrap=True, overflow="ellipsis")
         if not entries:
-            t.append("(no events)", style="dim")
-        for i, e in enumerate(entries):
-            if i:
-                t.append("\n")
+            self.set_lines([Text("(no events)", style="dim")])
+            return
+        rows = []
+        for e in entries:
+            t = Text(no_wrap=True, overflow="ellipsis")
             t.append(f"{fmt_clock(e.elapsed_ms)} ", style="dim")
             t.append(f"#{e.sequence:<4} ", style="dim")
             t.append(e.text, style=_FEED_STYLE.get(e.style, ""))
-        self._text = t
-        self.refresh()  # fixed height: never needs a layout pass
+            rows.append(t)
+        self.set_lines(rows)  # fixed height: never a layout pass
 
     def on_resize(self) -> None:
         """Re-fit the number of lines to the new height."""
@@ -282,10 +443,7 @@ class HeatHeader(TextView):
             t.append(lead or "tied")
         t.append("  ")
         t.append(model.title or model.arena.name or "heat", style="bold")
-        if t.plain == self._text.plain and t.spans == self._text.spans:
-            return
-        self._text = t
-        self.refresh()
+        self.set_text(t)
 
 
 class ReplayBar(TextView):
@@ -302,8 +460,7 @@ class ReplayBar(TextView):
         t.append(f"  {fmt_clock(clock_ms)}", style="dim")
         if total and position >= total:
             t.append("  end", style="dim")
-        self._text = t
-        self.refresh()
+        self.set_text(t)
 
 
 _LADDER_GLYPH = {"passed": "✓", "failed": "✗", "evaluating": "…", "pending": "·"}
@@ -334,10 +491,22 @@ def render_scoreboard(views: list[PanelView]) -> Text:
 class Scoreboard(TextView):
     """All territories of the heat, one line each (shown on narrow terminals)."""
 
+    _shown: tuple | None = None
+    _pending: list[PanelView] | None = None
+
     def show_views(self, views: list[PanelView]) -> None:
-        """Redraw from the panel views (skips when unchanged)."""
+        """Redraw from the panel views (skips when unchanged; while hidden, on wide
+        terminals, only remembers them until shown)."""
         key = tuple(views)
-        if getattr(self, "_shown", None) == key:
+        if self._shown == key:
             return
-        self._shown = key
+        if not self.display:
+            self._pending = views
+            return
+        self._shown, self._pending = key, None
         self.set_text(render_scoreboard(views))
+
+    def on_show(self) -> None:
+        """Shown (the terminal became narrow): draw what arrived while hidden."""
+        if self._pending is not None:
+            self.show_views(self._pending)
