@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from aoe_tui.agents.registry import resolve_adapter
 from aoe_tui.domain.arena import load_manifest
 from aoe_tui.domain.world import world_json
 from aoe_tui.referee.match import run_match
+from aoe_tui.referee.verifier import STARTER_THREADS
 from aoe_tui.replay.log import read_events
 from aoe_tui.replay.reducer import reduce_match
 from aoe_tui.runtime.container import ContainerProvider
@@ -183,6 +185,26 @@ def spawn_match(tmp_path: Path, agent: str, *extra: str, stdout=subprocess.PIPE,
     return proc, out
 
 
+def _policies(pid: int) -> dict[int, int]:
+    """Scheduling policy (``stat`` field 41) of each thread of ``pid``, by thread id."""
+    out: dict[int, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out[int(task.name)] = int((task / "stat").read_text().rsplit(")", 1)[1].split()[38])
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                kids = [int(c) for c in task.read_text().split()]
+                found += kids
+                todo += kids
+    return found
+
+
 def test_sigint_mid_match(tmp_path, guest_image):
     proc, out = spawn_match(tmp_path, "scripted:memory")
     # wait until the match clock runs and verifiers have started
@@ -196,6 +218,15 @@ def test_sigint_mid_match(tmp_path, guest_image):
         proc.kill()
         pytest.fail("match never started: " + proc.stderr.read())
     time.sleep(1.0)
+    # the referee's loop (this runner's main thread) and its verifier starter threads are
+    # real-time; no other thread, and no process it started (territories, agents, verifiers)
+    policies = {pid: _policies(pid) for pid in [proc.pid, *_descendants(proc.pid)]}
+    runner = policies.pop(proc.pid)
+    assert runner[proc.pid] == os.SCHED_RR, runner
+    assert sum(p == os.SCHED_RR for p in runner.values()) == 1 + STARTER_THREADS, runner
+    others = {(pid, tid): p for pid, tids in policies.items() for tid, p in tids.items()}
+    assert len(policies) > 3 and not {os.SCHED_FIFO, os.SCHED_RR} & set(others.values()), others
+    assert "referee thread: real-time" in proc.stdout.readline()
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 130, stderr

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,6 +46,11 @@ async def wait_for(pilot, cond, timeout: float, what: str) -> None:
         await pilot.pause(0.25)
 
 
+def _policy(tid: int) -> int:
+    """Scheduling policy (``stat`` field 41) of one thread of this process."""
+    return int(Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[38])
+
+
 async def test_demo_season_live_until_first_heat(tmp_path):
     from aoe_tui.domain.season import load_season
     from aoe_tui.season.runner import SeasonRunner, cleanup_stale_territories
@@ -63,6 +69,10 @@ async def test_demo_season_live_until_first_heat(tmp_path):
         async with app.run_test(size=(160, 48)) as pilot:
             assert isinstance(app.screen, SeasonScreen)
             await wait_for(pilot, lambda: "r1h1" in {r.key for r in app.season.rows(app.heats)}, 60, "round 1")
+            if os.geteuid() == 0:  # the engine thread runs the referee at real-time priority, the UI does not
+                assert any("referee thread: real-time" in line for line in host.lines), list(host.lines)
+                assert _policy(host._thread.native_id) == os.SCHED_RR
+                assert _policy(threading.get_native_id()) == os.SCHED_OTHER
             table = app.screen.query_one("#bracket", DataTable)
             await pilot.pause(0.3)
             table.move_cursor(row=table.get_row_index("r1h1"))

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aoe_tui.commands.season import add_priority_arg
 from aoe_tui.errors import AoeError, UsageError
 
 __all__ = ["register", "ProgressPrinter", "build_adapters", "make_provider", "matrix_lines"]
@@ -60,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--verifier-concurrency", type=int, default=4, metavar="N",
                    help="verifier processes at once across all territories (default 4)")
     r.add_argument("--quiet", "-q", action="store_true", help="print only the final result")
+    add_priority_arg(r)
     r.set_defaults(func=_cmd_run)
 
 
@@ -263,6 +265,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 async def _run(loaded, provider, adapters, output, args, registered, credentials, printer, phase):
     from aoe_tui.referee.match import run_match
+    from aoe_tui.runtime.realtime import engine_priority
 
     loop = asyncio.get_running_loop()
     abort = asyncio.Event()
@@ -280,19 +283,21 @@ async def _run(loaded, provider, adapters, output, args, registered, credentials
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
     try:
-        return await run_match(
-            loaded,
-            provider,
-            adapters,
-            output,
-            drain_seconds=args.drain_seconds,
-            on_event=printer,
-            registered_adapters=registered,
-            credentials=credentials,
-            verifier_concurrency=args.verifier_concurrency,
-            abort_event=abort,
-            on_phase=phase,
-        )
+        with engine_priority(args.engine_priority) as note:
+            phase(note)
+            return await run_match(
+                loaded,
+                provider,
+                adapters,
+                output,
+                drain_seconds=args.drain_seconds,
+                on_event=printer,
+                registered_adapters=registered,
+                credentials=credentials,
+                verifier_concurrency=args.verifier_concurrency,
+                abort_event=abort,
+                on_phase=phase,
+            )
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="season folder (default: ./season-<id>-<label>); an existing one is resumed")
     r.add_argument("--headless", action="store_true", help="no TUI: print one line per state change")
     r.add_argument("--light", action="store_true", help="light theme")
+    add_priority_arg(r)
     add_run_args(r)  # --serve-ssh PORT: spectators over SSH while the season runs
     r.set_defaults(func=_cmd_run)
     s = sub.add_parser("standings", help="export a season's standings (csv, json, md, html)")
@@ -55,7 +56,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(f"season-{loaded.season.id}-{safe_label(loaded.season.label)}")
     headless = args.headless or not sys.stdout.isatty()
     with serving(args, out, headless=headless) as server:
-        rc = run_season(loaded, out, headless=headless, light=getattr(args, "light", False))
+        rc = run_season(loaded, out, headless=headless, light=getattr(args, "light", False),
+                        priority=args.engine_priority)
         if server is not None:
             server.finished = rc == 0  # spectators keep the final view a while
         return rc
@@ -65,19 +67,33 @@ def _say(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
 
 
-def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner_kwargs: dict | None = None) -> int:
+def add_priority_arg(p: argparse.ArgumentParser) -> None:
+    """Add ``--engine-priority realtime|normal`` (see :mod:`aoe_tui.runtime.realtime`)."""
+    from aoe_tui.runtime.realtime import ENGINE_PRIORITIES
+
+    p.add_argument("--engine-priority", default="realtime", choices=ENGINE_PRIORITIES,
+                   help="realtime (default): the referee thread runs at the lowest real-time priority "
+                   "when permitted (root or CAP_SYS_NICE), so busy territories or spectators do not "
+                   "delay its ticks; what it starts runs at normal priority")
+
+
+def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner_kwargs: dict | None = None,
+               priority: str = "realtime") -> int:
     """Run or resume ``loaded`` (a :class:`aoe_tui.domain.season.LoadedSeason`) into ``out``,
-    headless (plain lines) or in the TUI. Returns the exit code (0 finished, 130 stopped).
-    Raises :class:`AoeError` for bad input (also when the engine fails before/while running)."""
+    headless (plain lines) or in the TUI; the engine thread runs at ``priority`` (one of
+    :data:`aoe_tui.runtime.realtime.ENGINE_PRIORITIES`). Returns the exit code (0
+    finished, 130 stopped). Raises :class:`AoeError` for bad input (also when the engine
+    fails before/while running)."""
     from aoe_tui.season.runner import hold_season_folder
 
     with hold_season_folder(out):
         if headless:
-            return _run_headless(loaded, out, runner_kwargs or {})
-        return _run_tui(loaded, out, light, runner_kwargs or {})
+            return _run_headless(loaded, out, runner_kwargs or {}, priority)
+        return _run_tui(loaded, out, light, runner_kwargs or {}, priority)
 
 
-def _run_headless(loaded, out: Path, runner_kwargs: dict) -> int:
+def _run_headless(loaded, out: Path, runner_kwargs: dict, priority: str) -> int:
+    from aoe_tui.runtime.realtime import engine_priority
     from aoe_tui.season.runner import SeasonRunner
 
     say = _say
@@ -98,7 +114,9 @@ def _run_headless(loaded, out: Path, runner_kwargs: dict) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop, sig.name)
         try:
-            state = await runner.run()
+            with engine_priority(priority) as note:
+                say(note)
+                state = await runner.run()
         except asyncio.CancelledError:
             if stopping:
                 return 130
@@ -110,7 +128,7 @@ def _run_headless(loaded, out: Path, runner_kwargs: dict) -> int:
     return asyncio.run(main())
 
 
-def _run_tui(loaded, out: Path, light: bool, runner_kwargs: dict) -> int:
+def _run_tui(loaded, out: Path, light: bool, runner_kwargs: dict, priority: str) -> int:
     from aoe_tui.season.runner import SeasonRunner
     from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, AoeApp
     from aoe_tui.tui.host import SeasonHost
@@ -118,7 +136,8 @@ def _run_tui(loaded, out: Path, light: bool, runner_kwargs: dict) -> int:
 
     feed = LiveFeed()
     observer = FeedObserver(feed)
-    host = SeasonHost(lambda say: SeasonRunner(loaded, out, say=say, observer=observer, **runner_kwargs))
+    host = SeasonHost(lambda say: SeasonRunner(loaded, out, say=say, observer=observer, **runner_kwargs),
+                      priority=priority)
     host.start()
     app = AoeApp.season_view(feed, out, host=host, read_only=False, theme=LIGHT_THEME if light else DARK_THEME)
     try:

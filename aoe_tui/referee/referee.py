@@ -75,8 +75,9 @@ from aoe_tui.domain import events as ev
 from aoe_tui.domain.events import CompetitorState, EventRecord, MatchState
 from aoe_tui.domain.world import WorldState
 from aoe_tui.referee.usage import UsageTracker
-from aoe_tui.referee.verifier import VerifierOutcome, run_verifier
+from aoe_tui.referee.verifier import VerifierOutcome, run_verifier, verifier_starter
 from aoe_tui.replay.reducer import apply_event
+from aoe_tui.runtime.procs import use_pidfd_child_watcher
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.agents.base import Adapter, AgentOutcome, AgentRun
@@ -257,6 +258,9 @@ class BuildReferee:
         Returns the world after a normal finish or an :meth:`abort`. On cancellation the
         abort events are written, agents stopped, then ``CancelledError`` is re-raised.
         """
+        # before the clock starts: no tick ever waits for a thread to start
+        use_pidfd_child_watcher()
+        verifier_starter()
         try:
             self._emit_start()
             self._t0 = time.monotonic()

@@ -22,6 +22,11 @@ Failure details follow §3.9 exactly: ``"verifier timed out"``,
 ``"verifier produced no evidence: <io error>"``, ``"invalid evidence: <json error>"``,
 otherwise the verifier's stderr, trimmed (stdout is discarded).
 
+The blocking part of a start (``previous.json``, stale evidence, fork/exec) runs on
+a starter thread and the exit is awaited through a pidfd, so the referee's loop never
+waits for the disk or for the kernel to schedule a new child
+(:mod:`aoe_tui.runtime.procs`).
+
 Unlike upstream (which abandons the wait), a verifier that exceeds its
 ``timeout_seconds`` is killed together with its whole process group (it is
 started in a new session), so no process is left behind. Processes a verifier
@@ -33,17 +38,22 @@ so a background child holding it open cannot stall the runner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
 import signal
+import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VerifierOutcome", "run_verifier", "write_previous_evidence", "verifier_env"]
+from aoe_tui.runtime.procs import Starter, wait_exited
+
+__all__ = ["VerifierOutcome", "previous_evidence_json", "run_verifier", "verifier_env"]
 
 #: Upper bound on the stderr kept as a failure detail (characters).
 MAX_DETAIL_CHARS = 4000
@@ -79,12 +89,11 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_previous_evidence(path: Path, milestones: dict[str, Any]) -> Path:
-    """Atomically write ``previous.json`` (§4): ``{milestone id: MilestoneView dict}``.
+def previous_evidence_json(milestones: dict[str, Any]) -> str:
+    """The text of ``previous.json`` (§4): ``{milestone id: MilestoneView dict}``.
 
     ``milestones`` is the territory's ``milestones`` map from the world (pydantic
     views or plain dicts); keys are written sorted, as upstream's world map is.
-    Returns ``path``.
     """
     from aoe_tui.domain.world import pretty_json, sort_json
 
@@ -94,8 +103,7 @@ def write_previous_evidence(path: Path, milestones: dict[str, Any]) -> Path:
         if hasattr(view, "model_dump"):
             view = view.model_dump(mode="json", by_alias=True)
         data[mid] = {**view, "evidence": sort_json(view.get("evidence"))}
-    _atomic_write(path, pretty_json(data))
-    return path
+    return pretty_json(data)
 
 
 def verifier_env(
@@ -122,6 +130,52 @@ def verifier_env(
         AOE_EVIDENCE_FILE=str(evidence_file.absolute()),
     )
     return env
+
+
+def _start(verifier: Path, env: dict[str, str], previous_file: Path, previous_text: str,
+           evidence_file: Path) -> tuple[subprocess.Popen, Any]:
+    """The blocking part of a verifier run (on a starter thread): write ``previous.json``
+    (text made on the loop, from the world as it was), remove stale evidence, start the
+    process. Returns it and its stderr file."""
+    evidence_file.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(previous_file, previous_text)
+    with contextlib.suppress(FileNotFoundError):
+        evidence_file.unlink()
+    err_fh = tempfile.TemporaryFile()
+    try:
+        proc = subprocess.Popen(
+            [str(verifier)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fh,
+            env=env, start_new_session=True,
+        )
+    except BaseException:
+        err_fh.close()
+        raise
+    return proc, err_fh
+
+
+def _abandon(started: tuple[subprocess.Popen, Any]) -> None:
+    """A verifier started for a task that was cancelled meanwhile: kill and reap it."""
+    proc, err_fh = started
+    err_fh.close()
+    _kill_group(proc.pid)
+    proc.wait()
+
+
+_starter: Starter | None = None
+_starter_lock = threading.Lock()
+#: verifier starter threads: starts are short (milliseconds), so a few serve every heat
+STARTER_THREADS = 4
+
+
+def verifier_starter() -> Starter:
+    """The process's verifier :class:`~aoe_tui.runtime.procs.Starter` (created on the first
+    call, at the calling thread's scheduling policy: :class:`BuildReferee` calls it when
+    a match starts, before the first tick)."""
+    global _starter
+    with _starter_lock:
+        if _starter is None:
+            _starter = Starter(STARTER_THREADS, name="aoe-verifier-start")
+        return _starter
 
 
 def _kill_group(pgid: int) -> None:
@@ -167,14 +221,8 @@ async def run_verifier(
     missing or non-executable file is a failed outcome with a clear detail). If the
     awaiting task is cancelled, the process group is killed before re-raising.
     """
-    evidence_dir.mkdir(parents=True, exist_ok=True)
     previous_file = evidence_dir / "previous.json"
     evidence_file = evidence_dir / f"{milestone_id}.json"
-    write_previous_evidence(previous_file, previous)
-    try:
-        evidence_file.unlink()
-    except FileNotFoundError:
-        pass
     env = verifier_env(
         territory_id=territory_id,
         host=host,
@@ -189,41 +237,36 @@ async def run_verifier(
     def elapsed() -> int:
         return int((time.monotonic() - started) * 1000)
 
-    with tempfile.TemporaryFile() as err_fh:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                str(verifier),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=err_fh,
-                env=env,
-                start_new_session=True,
-            )
-        except OSError as err:
-            if err.errno == errno.ENOENT:
-                what = "verifier not found"
-            elif err.errno in (errno.EACCES, errno.EPERM):
-                what = "verifier is not executable"
-            elif err.errno == errno.ENOEXEC:
-                what = "verifier has no interpreter line (exec format error)"
-            else:
-                what = f"verifier could not start: {_io_error_text(err)}"
-            return VerifierOutcome(passed=False, detail=f"{what}: {verifier}", duration_ms=elapsed())
+    try:
+        proc, err_fh = await verifier_starter().run(
+            _start, verifier, env, previous_file, previous_evidence_json(previous), evidence_file, abandon=_abandon
+        )
+    except OSError as err:
+        if err.filename is not None and Path(err.filename) != Path(verifier):
+            raise  # evidence folder or previous.json: the runner's failure, not the verifier's
+        if err.errno == errno.ENOENT:
+            what = "verifier not found"
+        elif err.errno in (errno.EACCES, errno.EPERM):
+            what = "verifier is not executable"
+        elif err.errno == errno.ENOEXEC:
+            what = "verifier has no interpreter line (exec format error)"
+        else:
+            what = f"verifier could not start: {_io_error_text(err)}"
+        return VerifierOutcome(passed=False, detail=f"{what}: {verifier}", duration_ms=elapsed())
+    try:
         pgid = proc.pid  # start_new_session: the child leads its own group
         try:
-            await asyncio.wait_for(proc.wait(), timeout=max(0.001, timeout_s))
+            code = await asyncio.wait_for(wait_exited(proc), timeout=max(0.001, timeout_s))
         except asyncio.TimeoutError:
             _kill_group(pgid)
-            await proc.wait()
+            await wait_exited(proc)
             return VerifierOutcome(passed=False, detail="verifier timed out", duration_ms=elapsed(), timed_out=True)
         except BaseException:
             _kill_group(pgid)
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            except ProcessLookupError:
-                pass
+            verifier_starter().submit(proc.wait)  # reaped off the loop
             raise
-        code = proc.returncode
         if code != 0:
             err_fh.seek(0)
             text = err_fh.read().decode("utf-8", errors="replace").strip()
@@ -232,6 +275,8 @@ async def run_verifier(
             if not text:
                 text = f"verifier exited with status {code}" if code > 0 else f"verifier killed by signal {-code}"
             return VerifierOutcome(passed=False, detail=text, duration_ms=elapsed(), exit_code=code)
+    finally:
+        verifier_starter().submit(err_fh.close)  # freeing its blocks may wait for the disk
     try:
         raw = evidence_file.read_bytes()
     except OSError as err:

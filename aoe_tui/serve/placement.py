@@ -22,6 +22,12 @@ at the moment twenty spectators connected were 70 ms late in one run). It needs
 about 1 % of a CPU, and a task that sleeps that much is picked first among idle
 tasks, so it does not queue behind twenty redraws.
 
+Placement alone was not enough: the kernel spreads waking tasks by CPU utilisation,
+idle-priority work included, so the race's processes crowded onto the other CPU and the
+referee queued behind them. The referee's side of the fix is in
+:mod:`aoe_tui.runtime.realtime` and :mod:`aoe_tui.runtime.procs` (with both, p99 was 3 ms
+with and without 20 spectators).
+
 The placement is applied to the calling thread (``apply_to_self``, before the server
 starts any thread, so later threads inherit it) and, in each spectator child, by the
 ``_ctty.py`` helper before it execs the app (:func:`ctty_args`).

@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from aoe_tui.runtime.realtime import engine_priority
+
 __all__ = ["SeasonHost"]
 
 
@@ -33,13 +35,15 @@ class SeasonHost:
     Args:
         make_runner: ``make_runner(say) -> SeasonRunner`` (called on the engine thread's
             side before the loop starts; ``say`` is :meth:`say`).
+        priority: the engine thread's priority while it runs the season
+            (:func:`aoe_tui.runtime.realtime.engine_priority`; the outcome is one line).
 
     Attributes: ``lines`` (recent progress lines, newest last), ``state`` (final
     ``SeasonState`` once done), ``error`` (the exception that ended the run, if any),
     ``cancelled`` (True after a stop).
     """
 
-    def __init__(self, make_runner: Callable[[Callable[[str], None]], Any]) -> None:
+    def __init__(self, make_runner: Callable[[Callable[[str], None]], Any], *, priority: str = "realtime") -> None:
         self.lines: deque[str] = deque(maxlen=500)
         self._sink: Callable[[str], None] | None = None
         self._lock = threading.Lock()
@@ -50,6 +54,7 @@ class SeasonHost:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._started = threading.Event()
+        self._priority = priority
         self._thread = threading.Thread(target=self._main, name="aoe-season-engine")
 
     # ------------------------------------------------------------------ output
@@ -84,7 +89,9 @@ class SeasonHost:
             self._task = loop.create_task(self.runner.run())
             self._started.set()
             try:
-                self.state = loop.run_until_complete(self._task)
+                with engine_priority(self._priority) as note:
+                    self.say(note)
+                    self.state = loop.run_until_complete(self._task)
             except asyncio.CancelledError:
                 self.cancelled = True
             except BaseException as err:  # reported by the command as one line
