@@ -28,7 +28,13 @@ CPUs on a one-CPU machine; :mod:`aoe_tui.serve.placement`): like remote clients 
 do not queue behind the spectators, and idle priority keeps them out of the runner's
 way. Write times are stamped by this process.
 Also printed: the CPU time each part used (runner and its verifiers, server,
-spectators, clients).
+spectators, clients), read from ``/proc/PID/stat`` of those processes only. While a
+season runs, this process does the same in runs with and without spectators (polls
+``season.jsonl`` every 10 ms, samples CPU every 0.5 s), so its own CPU use weighs on
+both alike. (It used to scan all of ``/proc`` in the spectator runs only: about 50 ms
+of CPU at normal priority every 0.5 s, which ``perf`` showed delaying the runner.)
+The runner is started as a user would start it: its referee thread is real-time when
+this runs as root (:mod:`aoe_tui.runtime.realtime`).
 
 Usage: ``.venv/bin/python benchmarks/ssh_spectators.py [--sessions 20] [--season FILE]
 [--runs 2] [--cpus LIST] [--priority idle|low|normal] [--skip-baseline] [--skip-season]
@@ -205,30 +211,55 @@ class Clients:
         return json.loads(out) if out.strip() else []
 
 
-def cpu_seconds() -> dict[str, float]:
-    """CPU seconds (user + system, including reaped children) by part, from /proc."""
+def _cpu(pid: int) -> tuple[float, float]:
+    """(own, reaped children's) CPU seconds, user + system, of ``pid``; (0, 0) once it is gone."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
     hz = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+    return (int(f[11]) + int(f[12])) / hz, (int(f[13]) + int(f[14])) / hz
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
         try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            out += [int(c) for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
         except OSError:
-            continue
-        if "aoe_tui.cli watch" in cmd:
-            part = "spectators"
-        elif "aoe_tui.cli serve" in cmd:
-            part = "server"
-        elif "--clients" in cmd:
-            part = "clients"
-        elif "aoe_tui.cli run" in cmd:
-            part = "runner"
-        else:
-            continue
-        out[part] = out.get(part, 0.0) + sum(int(x) for x in fields[11:15]) / hz
+            pass
     return out
+
+
+class Parts:
+    """The processes whose CPU time is reported, by PID. Reading a few ``/proc/PID/stat``
+    files costs well under a millisecond; scanning all of ``/proc`` (as this benchmark did
+    before) cost about 50 ms of CPU at normal priority every sample, enough to delay the
+    runner it measures (seen with ``perf sched``)."""
+
+    def __init__(self) -> None:
+        self.runner: int | None = None
+        self.serve: int | None = None
+        self.clients: int | None = None
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds by part: runner (and its reaped children: verifiers, agents),
+        server (``aoe serve`` itself), spectators (the server's children, live and reaped),
+        clients (the SSH client process)."""
+        out: dict[str, float] = {}
+        if self.runner:
+            out["runner"] = sum(_cpu(self.runner))
+        if self.serve:
+            own, reaped = _cpu(self.serve)
+            out["server"] = own
+            out["spectators"] = reaped + sum(sum(_cpu(c)) for c in _children(self.serve))
+        if self.clients:
+            out["clients"] = sum(_cpu(self.clients))
+        return out
 
 
 def cpu_line(before: dict[str, float], after: dict[str, float], seconds: float) -> str:
@@ -272,19 +303,14 @@ def season_markers(rec: dict) -> str | None:
     return None
 
 
-def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int) -> tuple[list[float], list[float], int, float | None]:
-    out = tmp / f"with-spectators-{run}"
-    runner = run_season(args.season, out)
-    while not (out / "season.jsonl").is_file():
-        if runner.poll() is not None:
-            raise SystemExit("aoe run exited before writing season.jsonl")
-        time.sleep(0.1)
-    port = free_port()
-    serve = start_serve(out, port, auth, tmp, args.sessions)
+def observe(runner: subprocess.Popen, out: Path, parts: Parts) -> tuple[dict[str, float], str]:
+    """What this process does while a season runs, the same with and without spectators
+    (so its own CPU use weighs on both runs alike): every 10 ms, stamp (monotonic s) new
+    ``season.jsonl`` markers; every 0.5 s, sample CPU (the last sample before the runner
+    exits still holds its reaped verifiers). Returns the stamps and the CPU line."""
     written: dict[str, float] = {}
-    clients = Clients(port, key, args.sessions, open_heat=False)
     offset = 0
-    cpu0, t0 = cpu_seconds(), time.monotonic()
+    cpu0, t0 = parts.cpu_seconds(), time.monotonic()
     cpu1, sampled = cpu0, t0
     while runner.poll() is None:
         with open(out / "season.jsonl", "rb") as fh:
@@ -297,15 +323,36 @@ def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int) -> tuple[l
             if m:
                 written.setdefault(m, now)
         offset += cut
-        if now - sampled >= 0.5:  # last sample before the runner exits (its verifiers included)
-            cpu1, sampled = cpu_seconds(), now
+        if now - sampled >= 0.5:
+            cpu1, sampled = parts.cpu_seconds(), now
         time.sleep(0.01)
-    t1 = sampled
+    return written, cpu_line(cpu0, cpu1, sampled - t0)
+
+
+def start_season(season: Path, out: Path) -> subprocess.Popen:
+    """``aoe run SEASON --headless``, returned once its ``season.jsonl`` exists."""
+    runner = run_season(season, out)
+    while not (out / "season.jsonl").is_file():
+        if runner.poll() is not None:
+            raise SystemExit("aoe run exited before writing season.jsonl")
+        time.sleep(0.1)
+    return runner
+
+
+def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int) -> tuple[list[float], list[float], int, float | None]:
+    out = tmp / f"with-spectators-{run}"
+    runner = start_season(args.season, out)
+    port = free_port()
+    serve = start_serve(out, port, auth, tmp, args.sessions)
+    clients = Clients(port, key, args.sessions, open_heat=False)
+    parts = Parts()
+    parts.runner, parts.serve, parts.clients = runner.pid, serve.pid, clients.proc.pid
+    written, cpu = observe(runner, out, parts)
     time.sleep(2)
     seen = clients.finish()
     serve.send_signal(signal.SIGTERM)
     serve.wait(30)
-    print("    " + cpu_line(cpu0, cpu1, t1 - t0))
+    print("    " + cpu)
     ready = clients.t_ready
     fresh = {m: t for m, t in written.items() if ready is not None and t >= ready}
     lat = [(c[m] - t) * 1000 for c in seen for m, t in fresh.items() if m in c]
@@ -320,12 +367,14 @@ def spectate_feeder(args, tmp: Path, key: Path, auth: Path) -> tuple[list[float]
     serve = start_serve(feeder.out, port, auth, tmp, args.sessions)
     feeder.start()  # the heat must be running before a spectator can open it
     clients = Clients(port, key, args.sessions, open_heat=True)
+    parts = Parts()
+    parts.serve, parts.clients = serve.pid, clients.proc.pid
     while clients.t_ready is None and not feeder.done.is_set():
         time.sleep(0.1)
-    cpu0, t0 = cpu_seconds(), time.monotonic()  # from the moment every client is on the heat
+    cpu0, t0 = parts.cpu_seconds(), time.monotonic()  # from the moment every client is on the heat
     cpu1, t1 = cpu0, t0
     while not feeder.done.is_set():
-        cpu1, t1 = cpu_seconds(), time.monotonic()
+        cpu1, t1 = parts.cpu_seconds(), time.monotonic()
         time.sleep(0.5)
     time.sleep(2)
     seen = clients.finish()
@@ -370,11 +419,14 @@ def main() -> int:
     for run in range(1, args.runs + 1):  # alternate, so drift of the machine hits both alike
         if not args.skip_baseline:
             t = time.monotonic()
-            r = run_season(args.season, tmp / f"baseline-{run}")
-            rc = r.wait()
+            r = start_season(args.season, tmp / f"baseline-{run}")
+            parts = Parts()
+            parts.runner = r.pid
+            _, cpu = observe(r, tmp / f"baseline-{run}", parts)
             got = tick_lateness(tmp / f"baseline-{run}")
             base += got
-            print(f"[1.{run}] season without spectators ({time.monotonic() - t:.0f} s, exit {rc})")
+            print(f"[1.{run}] season without spectators ({time.monotonic() - t:.0f} s, exit {r.wait()})")
+            print("    " + cpu)
             print("    " + summary("tick lateness", got), flush=True)
         if not args.skip_season:
             t = time.monotonic()
