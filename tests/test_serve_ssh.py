@@ -219,6 +219,8 @@ async def test_closing_the_client_ends_its_spectator_process_group(live, keys):
     await spec.wait_for(lambda s: "season" in s, 30, "the season screen")
     pids = server.spectator_pids()
     assert len(pids) == 1 and pgroup_members(pids[0]), pids
+    # the spectator knows it is one (its palette offers no screenshot saved on the server)
+    assert b"AOE_SPECTATOR=1" in Path(f"/proc/{pids[0]}/environ").read_bytes().split(b"\0")
     conn.close()
     await conn.wait_closed()
     end = time.monotonic() + 10
@@ -379,10 +381,16 @@ def test_host_key_is_created_0600_and_kept(tmp_path):
     again, created2 = ensure_host_key(path)
     assert not created2 and again.get_fingerprint() == key.get_fingerprint()
     path.chmod(0o644)
-    from aoe_tui.serve.keys import ServeError
+    from aoe_tui.serve.keys import ServeError, load_authorized_keys
 
     with pytest.raises(ServeError, match="chmod 600"):
         ensure_host_key(path)
+    # a folder where a file is wanted: said as such (not as a mode problem), nothing written
+    with pytest.raises(ServeError, match=r"cfg: is a folder; --host-key wants a key file .*cfg/host_key"):
+        ensure_host_key(tmp_path / "cfg")
+    with pytest.raises(ServeError, match="is a folder; --authorized-keys wants an OpenSSH authorized_keys file"):
+        load_authorized_keys(tmp_path / "cfg")
+    assert sorted(p.name for p in (tmp_path / "cfg").iterdir()) == ["host_key"]
 
 
 def test_cli_serves_and_a_killed_server_leaves_no_orphans(tmp_path, keys):

@@ -390,3 +390,37 @@ async def test_season_screen_wakes_once_a_second_and_not_when_hidden(season_dir)
         app.pop_screen()
         await pilot.pause(0.1)
         assert screen._timer is not None
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["watch", "runner"])
+async def test_help_lists_what_q_and_e_do_in_this_view(season_dir, read_only):
+    """A spectator (read-only view) is not told that q stops the season or that e exports;
+    the runner's own TUI is."""
+    from aoe_tui.tui.screens import HelpScreen
+
+    feed = LiveFeed()
+    SeasonTailer(season_dir, feed).poll()
+    app = frozen(AoeApp.season_view(feed, season_dir, read_only=read_only))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one("#help-text").render())
+    assert ("quit: stop or detach" in text) is not read_only
+    assert ("export to the season folder" in text) is not read_only
+    assert ("export (aoe run only)" in text) is read_only
+
+
+@pytest.mark.parametrize("spectator", [True, False], ids=["spectator", "local"])
+async def test_palette_offers_no_screenshot_to_a_spectator(season_dir, monkeypatch, spectator):
+    """An SSH spectator's screenshot would be written on the server, in a scratch folder
+    it cannot reach: the palette does not offer it there; a local watcher keeps it."""
+    if spectator:
+        monkeypatch.setenv("AOE_SPECTATOR", "1")
+    else:
+        monkeypatch.delenv("AOE_SPECTATOR", raising=False)
+    app = frozen(watch_app(season_dir))
+    async with app.run_test(size=(120, 40)):
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+    assert "Help" in titles and "Quit" in titles
+    assert ("Screenshot" in titles) is not spectator

@@ -42,6 +42,8 @@ def ensure_host_key(path: Path) -> tuple[asyncssh.SSHKey, bool]:
     on an unreadable/invalid key or an unwritable folder.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ServeError(f"{path}: is a folder; --host-key wants a key file (created if missing), e.g. {path / 'host_key'}")
     if path.exists():
         try:
             mode = stat.S_IMODE(path.stat().st_mode)
@@ -87,6 +89,8 @@ def load_authorized_keys(path: Path) -> asyncssh.SSHAuthorizedKeys:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ServeError(f"{path}: authorized_keys file not found") from None
+    except IsADirectoryError:
+        raise ServeError(f"{path}: is a folder; --authorized-keys wants an OpenSSH authorized_keys file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ServeError(f"{path}: cannot read authorized_keys: {err}") from None
     if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):

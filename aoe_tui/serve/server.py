@@ -257,7 +257,7 @@ class SpectatorServer:
 
     def child_env(self) -> dict[str, str]:
         """Extra environment for spectator processes."""
-        return {"TEXTUAL_FPS": str(self.config.fps), **self.config.extra_env}
+        return {"TEXTUAL_FPS": str(self.config.fps), "AOE_SPECTATOR": "1", **self.config.extra_env}
 
     def season_started(self) -> bool:
         """Whether ``season.jsonl`` exists yet."""

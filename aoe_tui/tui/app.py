@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -70,6 +71,8 @@ class AoeApp(App):
         self.season: Any = None
         self.season_dir: Path | None = None
         self.read_only = True
+        #: an SSH spectator's session (``aoe serve`` sets ``AOE_SPECTATOR=1``)
+        self.spectator = os.environ.get("AOE_SPECTATOR") == "1"
         #: ``aoe run``'s engine thread (:class:`~aoe_tui.tui.host.SeasonHost`) or None
         self.host: Any = None
         #: ``aoe watch``'s tailer (:class:`~aoe_tui.tui.watch.SeasonTailer`) or None
@@ -384,4 +387,6 @@ class AoeApp(App):
         for cmd in super().get_system_commands(screen):
             if cmd.title.lower() in ("theme", "change theme"):
                 continue
+            if cmd.title == "Screenshot" and self.spectator:
+                continue  # it would be saved on the server, out of the spectator's reach
             yield cmd

@@ -323,7 +323,7 @@ class GotoScreen(ModalScreen[int | None]):
         self.dismiss(None)
 
 
-HELP_TEXT = """\
+_HELP = """\
 [b]aoe — keys[/b]
 
 [b]Everywhere[/b]
@@ -338,10 +338,10 @@ HELP_TEXT = """\
 
 [b]Season[/b] (aoe run / aoe watch / aoe demo)
   enter        open heat / attempt  s        standings
-  escape       back                 q        quit: stop or detach
+  escape       back                 q        {quit}
 [b]Standings[/b]
   p w d r      points wins durable rating   m k c    median tokens cost
-  o            official order       e        export (not in watch)
+  o            official order       e        {export}
 
 Markers: \\[+] durable  \\[~] verifying  \\[>] building  \\[x] incomplete  \\[?] unavailable
 Ladder:  ✓ passed (points, time)  … evaluating  ✗ failed (last detail)  · pending
@@ -349,8 +349,16 @@ Tokens and cost show n/a when the adapter reported no usage values.
 """
 
 
+def help_text(read_only: bool) -> str:
+    """The key reference; a read-only view (replay, ``aoe watch``, SSH spectators) lists
+    ``q`` as plain quit and ``e`` as not available there."""
+    if read_only:
+        return _HELP.format(quit="quit", export="export (aoe run only)")
+    return _HELP.format(quit="quit: stop or detach", export="export to the season folder")
+
+
 class HelpScreen(ModalScreen[None]):
-    """Key reference; any of escape, q, ? or f1 closes it."""
+    """Key reference (:func:`help_text`); any of escape, q, ? or f1 closes it."""
 
     BINDINGS = [
         Binding("escape,q,question_mark,f1", "close", "Close"),
@@ -358,7 +366,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(HELP_TEXT, id="help-text")
+            yield Static(help_text(getattr(self.app, "read_only", True)), id="help-text")
 
     def action_close(self) -> None:
         """Close the help screen."""
