@@ -14,27 +14,18 @@ from pathlib import Path
 import pytest
 
 from aoe_tui.runtime.realtime import engine_priority
+from procfs import this_thread_policy
 
 REPO = Path(__file__).resolve().parent.parent
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="real-time priority needs root (CAP_SYS_NICE)")
 
 
-def policy_of(pid: int, tid: int | None = None) -> int:
-    """Scheduling policy (field 41 of ``stat``) of a process or one of its threads."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    return int(Path(path).read_text().rsplit(")", 1)[1].split()[38])
-
-
-def thread_policy() -> int:
-    return policy_of(os.getpid(), threading.get_native_id())
-
-
 @needs_root
 def test_realtime_for_the_block_only_and_never_for_what_it_starts():
-    assert thread_policy() == os.SCHED_OTHER
+    assert this_thread_policy() == os.SCHED_OTHER
     with engine_priority("realtime") as note:
         assert note.startswith("referee thread: real-time (SCHED_RR 1")
-        assert thread_policy() == os.SCHED_RR
+        assert this_thread_policy() == os.SCHED_RR
         assert os.sched_getparam(0).sched_priority == 1
         # a process it starts (verifier, agent, territory) runs at normal priority
         child = subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
@@ -42,27 +33,27 @@ def test_realtime_for_the_block_only_and_never_for_what_it_starts():
         assert int(child.stdout) == os.SCHED_OTHER
         # so does a thread it starts (asyncio.to_thread workers, child watchers)
         seen: list[int] = []
-        t = threading.Thread(target=lambda: seen.append(thread_policy()))
+        t = threading.Thread(target=lambda: seen.append(this_thread_policy()))
         t.start()
         t.join()
         assert seen == [os.SCHED_OTHER]
-    assert thread_policy() == os.SCHED_OTHER  # restored: the caller is not left real-time
+    assert this_thread_policy() == os.SCHED_OTHER  # restored: the caller is not left real-time
     assert os.sched_getparam(0).sched_priority == 0
 
 
 @needs_root
 def test_restored_when_the_block_raises():
     with pytest.raises(RuntimeError), engine_priority("realtime"):
-        assert thread_policy() == os.SCHED_RR
+        assert this_thread_policy() == os.SCHED_RR
         raise RuntimeError("engine failed")
-    assert thread_policy() == os.SCHED_OTHER
+    assert this_thread_policy() == os.SCHED_OTHER
 
 
 def test_normal_leaves_the_thread_alone():
-    before = thread_policy()
+    before = this_thread_policy()
     with engine_priority("normal") as note:
         assert note == "referee thread: normal priority"
-        assert thread_policy() == before
+        assert this_thread_policy() == before
 
 
 def test_unknown_mode_is_refused():

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -32,6 +31,7 @@ from aoe_tui.replay.log import read_events
 from aoe_tui.replay.reducer import reduce_match
 from aoe_tui.runtime.container import ContainerProvider
 from aoe_tui.runtime.provider import RebootError, Territory
+from procfs import descendants, thread_policies
 
 pytestmark = [pytest.mark.container]
 
@@ -185,26 +185,6 @@ def spawn_match(tmp_path: Path, agent: str, *extra: str, stdout=subprocess.PIPE,
     return proc, out
 
 
-def _policies(pid: int) -> dict[int, int]:
-    """Scheduling policy (``stat`` field 41) of each thread of ``pid``, by thread id."""
-    out: dict[int, int] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            out[int(task.name)] = int((task / "stat").read_text().rsplit(")", 1)[1].split()[38])
-    return out
-
-
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
-            with contextlib.suppress(OSError):
-                kids = [int(c) for c in task.read_text().split()]
-                found += kids
-                todo += kids
-    return found
-
-
 def test_sigint_mid_match(tmp_path, guest_image):
     proc, out = spawn_match(tmp_path, "scripted:memory")
     # wait until the match clock runs and verifiers have started
@@ -220,7 +200,7 @@ def test_sigint_mid_match(tmp_path, guest_image):
     time.sleep(1.0)
     # the referee's loop (this runner's main thread) and its verifier starter threads are
     # real-time; no other thread, and no process it started (territories, agents, verifiers)
-    policies = {pid: _policies(pid) for pid in [proc.pid, *_descendants(proc.pid)]}
+    policies = {pid: thread_policies(pid) for pid in [proc.pid, *descendants(proc.pid)]}
     runner = policies.pop(proc.pid)
     assert runner[proc.pid] == os.SCHED_RR, runner
     assert sum(p == os.SCHED_RR for p in runner.values()) == 1 + STARTER_THREADS, runner

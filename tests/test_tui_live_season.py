@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from aoe_tui.replay.season_log import read_season_log
 from aoe_tui.tui.screens import HeatScreen
 from aoe_tui.tui.season import SeasonScreen, StandingsScreen, watch_app
 from aoe_tui.tui.seasonmodel import SeasonModel
+from procfs import policy, this_thread_policy
 
 pytestmark = [pytest.mark.container]
 
@@ -44,11 +44,6 @@ async def wait_for(pilot, cond, timeout: float, what: str) -> None:
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         await pilot.pause(0.25)
-
-
-def _policy(tid: int) -> int:
-    """Scheduling policy (``stat`` field 41) of one thread of this process."""
-    return int(Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[38])
 
 
 async def test_demo_season_live_until_first_heat(tmp_path):
@@ -71,8 +66,8 @@ async def test_demo_season_live_until_first_heat(tmp_path):
             await wait_for(pilot, lambda: "r1h1" in {r.key for r in app.season.rows(app.heats)}, 60, "round 1")
             if os.geteuid() == 0:  # the engine thread runs the referee at real-time priority, the UI does not
                 assert any("referee thread: real-time" in line for line in host.lines), list(host.lines)
-                assert _policy(host._thread.native_id) == os.SCHED_RR
-                assert _policy(threading.get_native_id()) == os.SCHED_OTHER
+                assert policy(os.getpid(), host._thread.native_id) == os.SCHED_RR
+                assert this_thread_policy() == os.SCHED_OTHER
             table = app.screen.query_one("#bracket", DataTable)
             await pilot.pause(0.3)
             table.move_cursor(row=table.get_row_index("r1h1"))

@@ -64,9 +64,8 @@ class Starter:
             self._policy = (os.sched_getscheduler(0), os.sched_getparam(0))
         except (AttributeError, OSError):  # pragma: no cover - non-Linux
             self._policy = None
-        self.threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(threads)]
-        for t in self.threads:
-            t.start()
+        for i in range(threads):
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True).start()
 
     def _work(self) -> None:
         if self._policy is not None:
