@@ -20,9 +20,14 @@ def this_thread_policy() -> int:
 
 
 def thread_policies(pid: int) -> dict[int, int]:
-    """Scheduling policy of each thread of ``pid``, by thread id (threads gone meanwhile skipped)."""
+    """Scheduling policy of each thread of ``pid``, by thread id; threads (or the whole
+    process) gone meanwhile are skipped."""
     out: dict[int, int] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:  # the process exited between being listed and being read
+        return out
+    for task in tasks:
         with contextlib.suppress(OSError):
             out[int(task.name)] = policy(pid, int(task.name))
     return out
