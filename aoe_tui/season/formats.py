@@ -39,7 +39,11 @@ Formats:
   draw. Opponents rotate: heats are filled greedily from a seeded order, each slot taking
   (from a window of the next 16 candidates) the one who has met the heat's members least
   often; then members are swapped between heats while that lowers repeat meetings
-  (the greedy fill can be left with forced repeats in its last heats). If fewer than
+  (the greedy fill can be left with forced repeats in its last heats), until the round is
+  **swap-stable**: no exchange of two entrants between two of its heats lowers its number
+  of repeat meetings (pairs in one heat who met in an earlier round). That is the whole
+  rotation guarantee; it is not a global optimum, and some repeats are forced (6 entrants
+  in heats of 3: any round-2 heat holds two who met in round 1). If fewer than
   ``min_heat_size`` entrants still need a heat, the fewest-raced
   others fill it (they race one heat more than the quota). A **void** heat (every attempt
   spoiled by the infrastructure) counts as raced, so a league always ends.
@@ -399,14 +403,18 @@ class League(Format):
         return self._build(rnd, groups, [e for e in entrants if e in bye_list], results)
 
 
-def _improve(groups: list[list[str]], met: Mapping[str, Counter], passes: int = 3) -> None:
+def _improve(groups: list[list[str]], met: Mapping[str, Counter]) -> None:
     """Swap members between heats while that lowers repeat meetings (the greedy fill can be
-    left with forced repeats in its last heats). Only heats holding a repeat are touched."""
+    left with forced repeats in its last heats), until no single swap of two entrants between
+    two heats lowers the round's total: the round is then **swap-stable**. Each accepted swap
+    lowers a non-negative integer total, so this ends. Only heats holding a repeat are
+    touched (a swap between two repeat-free heats cannot lower the total)."""
 
     def cost(g: list[str]) -> int:
         return sum(met[a][b] for a, b in itertools.combinations(g, 2))
 
-    for _ in range(passes):
+    improved = True
+    while improved:
         improved = False
         for gi, g in enumerate(groups):
             if cost(g) == 0:
@@ -428,8 +436,6 @@ def _improve(groups: list[list[str]], met: Mapping[str, Counter], passes: int = 
                         g[i], h[j] = h[j], g[i]
                     if done:
                         break
-        if not improved:
-            return
 
 
 def make_format(config: object, heat_size: int, min_heat_size: int) -> Format:
