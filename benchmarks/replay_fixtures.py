@@ -1,6 +1,8 @@
 """Time to load and reduce every fixture event log (target: all together < 0.5 s).
 
-Usage: .venv/bin/python benchmarks/replay_fixtures.py [SHARED_DIR]
+Usage: .venv/bin/python benchmarks/replay_fixtures.py [FIXTURES_DIR]
+FIXTURES_DIR (default: the repository's ``tests/fixtures``) holds ``upstream/matches/*/events.jsonl``
+and ``seed/*.match.json``.
 Prints per-phase figures: parse (read_events), reduce (reduce_match), world.json
 serialisation, and the total, best of 5 runs.
 """
@@ -18,11 +20,11 @@ from aoe_tui.replay.reducer import reduce_match
 
 
 def main() -> int:
-    shared = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "shared"
-    logs = sorted((shared / "fixtures/upstream/matches").glob("*/events.jsonl"))
-    seeds = sorted((shared / "fixtures/seed").glob("*.match.json"))
+    fixtures = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+    logs = sorted((fixtures / "upstream/matches").glob("*/events.jsonl"))
+    seeds = sorted((fixtures / "seed").glob("*.match.json"))
     if not logs:
-        print(f"no fixture logs under {shared}", file=sys.stderr)
+        print(f"no fixture logs under {fixtures}", file=sys.stderr)
         return 1
     best = {"parse": 1e9, "reduce": 1e9, "world_json": 1e9, "total": 1e9}
     n_events = 0

@@ -12,7 +12,7 @@ Prints, honestly, what it measured on this machine:
 2. **Update latency, season events**: during run 2, a poller (10 ms) stamps each new
    ``season.jsonl`` line; each client stamps when its text (``rRhHaA started`` /
    ``... finished``) first shows in its session's output. Target p95 <= 1 s.
-3. **Update latency, heat events**: a recorded heat (``../shared`` seed log) is
+3. **Update latency, heat events**: a recorded heat (``tests/fixtures`` seed log) is
    appended to a fresh season folder at half its real pace by
    :class:`~aoe_tui.serve.feeder.SeasonFeeder` (write time known exactly); N clients
    open the heat screen and stamp when ``#<sequence>`` first shows. Events merged into
@@ -68,7 +68,7 @@ sys.path.insert(0, str(REPO))
 
 from aoe_tui.serve.feeder import SeasonFeeder  # noqa: E402
 
-SEED = REPO.parent / "shared" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
+SEED = REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
 #: where ``aoe serve`` puts its spectators (``--cpus`` / ``--priority``; default: its own default)
 PLACEMENT = None
 

@@ -17,7 +17,7 @@ includes it is printed too).
    heat screen of one of them is shown. Reports tick lateness p50/p99/max
    (target: p99 < 50 ms).
 
-Run: ``.venv/bin/python benchmarks/tui_replay.py`` (needs ``../shared/fixtures``).
+Run: ``.venv/bin/python benchmarks/tui_replay.py`` (reads the fixture logs in ``tests/fixtures``).
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from aoe_tui.tui.live import LiveFeed
 from aoe_tui.tui.screens import FRAME_S
 
 ROOT = Path(__file__).resolve().parent.parent
-MATCHES = ROOT.parent / "shared" / "fixtures" / "upstream" / "matches"
-SEED = ROOT.parent / "shared" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
+FIXTURES = ROOT / "tests" / "fixtures"
+MATCHES = FIXTURES / "upstream" / "matches"
+SEED = FIXTURES / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
 
 
 def pct(values: list[float], p: float) -> float:

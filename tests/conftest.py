@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: repository paths, the shared fixtures folder, the guest image."""
+"""Shared pytest fixtures: repository paths, the reference fixtures folder, the guest image."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 from hypothesis import settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DIR = REPO_ROOT.parent / "shared"
 
 
 def _on_ci() -> bool:
@@ -32,11 +31,9 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    """``../shared`` beside the repository (spec, notes, fixtures); skips if absent."""
-    if not (SHARED_DIR / "fixtures").is_dir():
-        pytest.skip(f"shared reference folder not found at {SHARED_DIR}")
-    return SHARED_DIR
+def fixtures_dir() -> Path:
+    """``tests/fixtures``: published upstream match artifacts and the seed bundle (read-only)."""
+    return REPO_ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="session")

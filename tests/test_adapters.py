@@ -64,8 +64,8 @@ def test_result_file_rejects_unknown_keys_and_bad_status():
         ResultFile.model_validate({**good, "usage": {"tokens": 3}})
 
 
-def test_write_result_file_matches_upstream_oracle_shape(tmp_path, shared_dir):
-    fixture = shared_dir / "fixtures/upstream/matches/first-build-oracle-20260813-154733/builder-one-agent-result.json"
+def test_write_result_file_matches_upstream_oracle_shape(tmp_path, fixtures_dir):
+    fixture = fixtures_dir / "upstream/matches/first-build-oracle-20260813-154733/builder-one-agent-result.json"
     path = tmp_path / "result.json"
     write_result_file(
         path, agent="builder-one-agent", territory="builder-one", status="completed",
@@ -148,10 +148,10 @@ def test_build_race_instruction_has_seat_paragraph_and_contract():
     assert "oracle" not in text  # model identity is never in the prompt
 
 
-def test_fog_instruction_uses_player_brief_only(tmp_path, shared_dir):
+def test_fog_instruction_uses_player_brief_only(tmp_path, fixtures_dir):
     pkg = tmp_path / "fog"
     pkg.mkdir()
-    shutil.copy(shared_dir / "fixtures/upstream/arenas/durable-job-queue/arena.toml", pkg / "arena.toml")
+    shutil.copy(fixtures_dir / "upstream/arenas/durable-job-queue/arena.toml", pkg / "arena.toml")
     (pkg / "brief.md").write_text("Find the queue and make it durable.\n")
     loaded = load_manifest(pkg / "arena.toml")
     text = build_instruction(loaded, loaded.manifest.territories[0].id)
@@ -160,10 +160,10 @@ def test_fog_instruction_uses_player_brief_only(tmp_path, shared_dir):
     assert "# Service contract" not in text
 
 
-def test_conquest_instruction_is_seat_file_only(tmp_path, shared_dir):
+def test_conquest_instruction_is_seat_file_only(tmp_path, fixtures_dir):
     pkg = tmp_path / "conq"
     (pkg / "instructions").mkdir(parents=True)
-    shutil.copy(shared_dir / "fixtures/upstream/arenas/first-contact/arena.toml", pkg / "arena.toml")
+    shutil.copy(fixtures_dir / "upstream/arenas/first-contact/arena.toml", pkg / "arena.toml")
     loaded = load_manifest(pkg / "arena.toml")
     tid = loaded.manifest.territories[0].id
     (pkg / "instructions" / f"{tid}.md").write_text("Hold the hill.\n")

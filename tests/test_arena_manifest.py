@@ -30,8 +30,8 @@ from aoe_tui.domain.suite import load_suite
 
 
 @pytest.fixture(scope="module")
-def upstream(shared_dir: Path) -> Path:
-    return shared_dir / "fixtures" / "upstream"
+def upstream(fixtures_dir: Path) -> Path:
+    return fixtures_dir / "upstream"
 
 
 @pytest.fixture(scope="module")

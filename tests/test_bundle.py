@@ -12,13 +12,13 @@ from aoe_tui.replay.bundle import BundleError, read_bundle, write_bundle
 from aoe_tui.replay.log import dump_record
 from aoe_tui.replay.matchdir import MatchLoadError, load_match
 
-SEED = "fixtures/seed/opencode-cup-2026-W37-r1-h2-a1.match.json"
+SEED = "seed/opencode-cup-2026-W37-r1-h2-a1.match.json"
 
 
 @pytest.fixture(scope="module")
-def seed_match_dir(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def seed_match_dir(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A match folder rebuilt from the seed bundle (events.jsonl, arena.json, match.json, analyses)."""
-    b = read_bundle(shared_dir / SEED)
+    b = read_bundle(fixtures_dir / SEED)
     d = tmp_path_factory.mktemp("seed-match")
     (d / "events.jsonl").write_text("".join(dump_record(r) + "\n" for r in b.records), encoding="utf-8")
     (d / "arena.json").write_text(json.dumps(b.arena, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -31,16 +31,16 @@ def seed_match_dir(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     return d
 
 
-def test_bundle_reproduces_seed_byte_for_byte(shared_dir: Path, seed_match_dir: Path, tmp_path: Path) -> None:
-    seed = read_bundle(shared_dir / SEED)
+def test_bundle_reproduces_seed_byte_for_byte(fixtures_dir: Path, seed_match_dir: Path, tmp_path: Path) -> None:
+    seed = read_bundle(fixtures_dir / SEED)
     out = write_bundle(
         seed_match_dir, tmp_path / "out.match.json", name=seed.match["name"], slug=seed.match["slug"], listed=False
     )
-    assert out.read_bytes() == (shared_dir / SEED).read_bytes()
+    assert out.read_bytes() == (fixtures_dir / SEED).read_bytes()
 
 
-def test_bundle_of_upstream_match_folder(shared_dir: Path, tmp_path: Path) -> None:
-    d = shared_dir / "fixtures/upstream/matches/durable-job-queue-20260814-194238-round-002"
+def test_bundle_of_upstream_match_folder(fixtures_dir: Path, tmp_path: Path) -> None:
+    d = fixtures_dir / "upstream/matches/durable-job-queue-20260814-194238-round-002"
     out = write_bundle(d, tmp_path / "b.match.json")
     b = read_bundle(out)
     assert b.raw["artifact_type"] == "agents-of-empires.match"
@@ -53,10 +53,10 @@ def test_bundle_of_upstream_match_folder(shared_dir: Path, tmp_path: Path) -> No
     assert "\n" not in text and text.startswith('{ "analyses": {')
 
 
-def test_load_match_all_forms(shared_dir: Path, seed_match_dir: Path) -> None:
+def test_load_match_all_forms(fixtures_dir: Path, seed_match_dir: Path) -> None:
     folder = load_match(seed_match_dir)
     log = load_match(seed_match_dir / "events.jsonl")
-    bundle = load_match(shared_dir / SEED)
+    bundle = load_match(fixtures_dir / SEED)
     for m in (folder, log, bundle):
         assert m.world.winner == "builder-two"
         assert len(m.records) == 126

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SEED = "fixtures/seed/opencode-cup-2026-W37-r1-h2-a1.match.json"
+SEED = "seed/opencode-cup-2026-W37-r1-h2-a1.match.json"
 
 
 def aoe(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -18,8 +18,8 @@ def aoe(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
-def test_validate_fixture_manifests_and_suite(shared_dir: Path) -> None:
-    up = shared_dir / "fixtures/upstream"
+def test_validate_fixture_manifests_and_suite(fixtures_dir: Path) -> None:
+    up = fixtures_dir / "upstream"
     for path in [*sorted((up / "arenas").glob("*/*.toml")), up / "arenas/first-build"]:
         r = aoe("arena", "validate", "--schema-only", str(path))
         assert r.returncode == 0, r.stderr
@@ -38,8 +38,8 @@ def test_validate_fixture_manifests_and_suite(shared_dir: Path) -> None:
         ('display_name = "Service Up"', 'display_name = "Service Up', ":25: invalid TOML"),
     ],
 )
-def test_validate_broken_manifest_through_cli(shared_dir: Path, tmp_path: Path, old: str, new: str, expect: str) -> None:
-    text = (shared_dir / "fixtures/upstream/arenas/first-build/arena.toml").read_text().replace(old, new, 1)
+def test_validate_broken_manifest_through_cli(fixtures_dir: Path, tmp_path: Path, old: str, new: str, expect: str) -> None:
+    text = (fixtures_dir / "upstream/arenas/first-build/arena.toml").read_text().replace(old, new, 1)
     p = tmp_path / "arena.toml"
     p.write_text(text)
     r = aoe("arena", "validate", "--schema-only", str(p))
@@ -50,8 +50,8 @@ def test_validate_broken_manifest_through_cli(shared_dir: Path, tmp_path: Path, 
     assert all(line.startswith(str(p)) or line.startswith("aoe: ") for line in r.stderr.splitlines())
 
 
-def test_validate_package_and_json(shared_dir: Path, tmp_path: Path) -> None:
-    up = shared_dir / "fixtures/upstream/arenas/first-build"
+def test_validate_package_and_json(fixtures_dir: Path, tmp_path: Path) -> None:
+    up = fixtures_dir / "upstream/arenas/first-build"
     r = aoe("arena", "validate", str(up), cwd=tmp_path)
     assert r.returncode == 1 and "verifier verify/service-up.sh is missing" in r.stderr
     assert ":26: build.milestones[0].verifier" in r.stderr
@@ -62,29 +62,29 @@ def test_validate_package_and_json(shared_dir: Path, tmp_path: Path) -> None:
     assert r.returncode == 1 and "manifest not found" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_inspect_seed_bundle(shared_dir: Path) -> None:
-    r = aoe("inspect", str(shared_dir / SEED))
+def test_inspect_seed_bundle(fixtures_dir: Path) -> None:
+    r = aoe("inspect", str(fixtures_dir / SEED))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     row = next(line for line in lines if line.strip().startswith("1 "))
     assert "builder-two" in row and "deepseek" in row and "100" in row
     assert any("host-reboot" in line for line in lines)
-    r = aoe("inspect", "--standings-json", str(shared_dir / SEED))
+    r = aoe("inspect", "--standings-json", str(fixtures_dir / SEED))
     rows = json.loads(r.stdout)
     assert rows[0] == {"territory": "builder-two", "agent": "deepseek", "durable_at_ms": 43224,
                        "points": 100, "passed": 4, "rank": 1}
 
 
-def test_inspect_world_equals_world_json(shared_dir: Path) -> None:
-    d = shared_dir / "fixtures/upstream/matches/primary-failover-real-20260813-174631"
+def test_inspect_world_equals_world_json(fixtures_dir: Path) -> None:
+    d = fixtures_dir / "upstream/matches/primary-failover-real-20260813-174631"
     for target in (d, d / "events.jsonl"):
         r = aoe("inspect", "--world", str(target))
         assert r.returncode == 0, r.stderr
         assert r.stdout == (d / "world.json").read_text() + "\n"
 
 
-def test_bundle_command(shared_dir: Path, tmp_path: Path) -> None:
-    d = shared_dir / "fixtures/upstream/matches/traffic-surge-oracle-smoke"
+def test_bundle_command(fixtures_dir: Path, tmp_path: Path) -> None:
+    d = fixtures_dir / "upstream/matches/traffic-surge-oracle-smoke"
     out = tmp_path / "ts.match.json"
     r = aoe("bundle", str(d), "-o", str(out), "--name", "smoke", "--listed")
     assert r.returncode == 0, r.stderr
@@ -96,8 +96,8 @@ def test_bundle_command(shared_dir: Path, tmp_path: Path) -> None:
     assert r.returncode == 1 and r.stderr.startswith("aoe: error: ") and "Traceback" not in r.stderr
 
 
-def test_inspect_bad_log_names_line(shared_dir: Path, tmp_path: Path) -> None:
-    src = (shared_dir / "fixtures/upstream/matches/first-build-20260813-085352/events.jsonl").read_text()
+def test_inspect_bad_log_names_line(fixtures_dir: Path, tmp_path: Path) -> None:
+    src = (fixtures_dir / "upstream/matches/first-build-20260813-085352/events.jsonl").read_text()
     lines = src.splitlines(keepends=True)
     lines[3] = "garbage\n"
     (tmp_path / "events.jsonl").write_text("".join(lines))

@@ -22,14 +22,14 @@ from aoe_tui.domain.events import (
 from aoe_tui.replay.log import EventLogError, EventLogWriter, dump_record, iter_events_from, read_events
 
 
-def _logs(shared_dir: Path) -> list[Path]:
-    logs = sorted((shared_dir / "fixtures/upstream/matches").glob("*/events.jsonl"))
+def _logs(fixtures_dir: Path) -> list[Path]:
+    logs = sorted((fixtures_dir / "upstream/matches").glob("*/events.jsonl"))
     assert len(logs) >= 19
     return logs
 
 
-def test_fixture_logs_round_trip_line_by_line(shared_dir: Path) -> None:
-    for log in _logs(shared_dir):
+def test_fixture_logs_round_trip_line_by_line(fixtures_dir: Path) -> None:
+    for log in _logs(fixtures_dir):
         lines = log.read_text(encoding="utf-8").splitlines()
         records = read_events(log)
         assert len(records) == len(lines)
@@ -37,8 +37,8 @@ def test_fixture_logs_round_trip_line_by_line(shared_dir: Path) -> None:
             assert dump_record(rec) == line, f"{log}:{rec.sequence + 1}"
 
 
-def test_writer_reproduces_fixture_bytes(shared_dir: Path, tmp_path: Path) -> None:
-    for log in _logs(shared_dir)[:6]:
+def test_writer_reproduces_fixture_bytes(fixtures_dir: Path, tmp_path: Path) -> None:
+    for log in _logs(fixtures_dir)[:6]:
         records = read_events(log)
         out = tmp_path / log.parent.name / "events.jsonl"
         with EventLogWriter(out) as w:
@@ -60,9 +60,9 @@ def test_durable_duplicate_key_both_values_kept(tmp_path: Path) -> None:
     assert dump_record(rec) == line
 
 
-def test_torn_tail_at_random_byte_is_ignored(shared_dir: Path, tmp_path: Path) -> None:
+def test_torn_tail_at_random_byte_is_ignored(fixtures_dir: Path, tmp_path: Path) -> None:
     rng = random.Random(1234)
-    for log in _logs(shared_dir):
+    for log in _logs(fixtures_dir):
         raw = log.read_bytes()
         last_start = raw.rstrip(b"\n").rfind(b"\n") + 1
         for _ in range(3):
@@ -73,8 +73,8 @@ def test_torn_tail_at_random_byte_is_ignored(shared_dir: Path, tmp_path: Path) -
             assert len(records) == raw.count(b"\n") - 1, (log, cut)
 
 
-def test_corrupt_middle_line_names_its_line(shared_dir: Path, tmp_path: Path) -> None:
-    log = _logs(shared_dir)[0]
+def test_corrupt_middle_line_names_its_line(fixtures_dir: Path, tmp_path: Path) -> None:
+    log = _logs(fixtures_dir)[0]
     lines = log.read_text().splitlines(keepends=True)
     lines[6] = lines[6][: len(lines[6]) // 2] + "\n"
     p = tmp_path / "events.jsonl"

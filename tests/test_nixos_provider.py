@@ -120,8 +120,8 @@ def test_find_vm_runner(tmp_path: Path) -> None:
         find_vm_runner(out)
 
 
-def test_reads_configs_from_upstream_manifest(shared_dir: Path) -> None:
-    arena = shared_dir / "fixtures" / "upstream" / "arenas" / "first-build"
+def test_reads_configs_from_upstream_manifest(fixtures_dir: Path) -> None:
+    arena = fixtures_dir / "upstream" / "arenas" / "first-build"
     cfg = read_nixos_configs(arena)
     assert cfg["builder-two"] == "./arenas/first-build#nixosConfigurations.builder-two.config.system.build.vm"
     prov = NixosProvider(arena, Path("/tmp/unused"), accel="native")

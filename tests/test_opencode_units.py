@@ -16,12 +16,10 @@ from aoe_tui.agents.proxy import CredentialProxy, ProxyError
 from aoe_tui.testing.model_server import ScriptedModelServer, ScriptStep, ToolCall, script_totals
 
 REPO = Path(__file__).resolve().parent.parent
-SEED = REPO.parent / "shared" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
+SEED = REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
 
 
 def test_analysis_reproduces_seed_metrics_and_architecture():
-    if not SEED.is_file():
-        pytest.skip(f"seed bundle missing: {SEED}")
     analyses = json.loads(SEED.read_text())["analyses"]
     for agent, expected in analyses.items():
         trace = []

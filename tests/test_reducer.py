@@ -26,7 +26,7 @@ from aoe_tui.replay.log import read_events
 from aoe_tui.replay.reducer import apply_event, reduce_match
 from aoe_tui.replay.standings import compute_standings, winner_of
 
-SEED = "fixtures/seed/opencode-cup-2026-W37-r1-h2-a1.match.json"
+SEED = "seed/opencode-cup-2026-W37-r1-h2-a1.match.json"
 
 
 def _subset(expected, got, path: str = "") -> list[str]:
@@ -42,9 +42,9 @@ def _subset(expected, got, path: str = "") -> list[str]:
     return [] if expected == got else [f"{path}: {expected!r} != {got!r}"]
 
 
-def test_every_fixture_match_reproduces_world_json(shared_dir: Path) -> None:
+def test_every_fixture_match_reproduces_world_json(fixtures_dir: Path) -> None:
     exact = 0
-    dirs = sorted((shared_dir / "fixtures/upstream/matches").iterdir())
+    dirs = sorted((fixtures_dir / "upstream/matches").iterdir())
     assert len(dirs) >= 19
     for d in dirs:
         world = reduce_match(read_events(d / "events.jsonl"))
@@ -60,22 +60,22 @@ def test_every_fixture_match_reproduces_world_json(shared_dir: Path) -> None:
     assert exact >= 14
 
 
-def test_current_schema_world_json_reads_back(shared_dir: Path) -> None:
-    d = shared_dir / "fixtures/upstream/matches/traffic-surge-oracle-smoke"
+def test_current_schema_world_json_reads_back(fixtures_dir: Path) -> None:
+    d = fixtures_dir / "upstream/matches/traffic-surge-oracle-smoke"
     text = (d / "world.json").read_text()
     assert world_json(WorldState.model_validate_json(text)) == text
 
 
-def test_seed_bundle_events_reduce_to_its_world(shared_dir: Path) -> None:
-    b = read_bundle(shared_dir / SEED)
+def test_seed_bundle_events_reduce_to_its_world(fixtures_dir: Path) -> None:
+    b = read_bundle(fixtures_dir / SEED)
     world = reduce_match(b.records)
     assert world_dict(world) == b.raw["world"]
     assert world.agents["glm"].terminal_state == "incomplete"
     assert world.agents["deepseek"].terminal_state == "interrupted"
 
 
-def test_seed_standings(shared_dir: Path) -> None:
-    world = reduce_match(read_bundle(shared_dir / SEED).records)
+def test_seed_standings(fixtures_dir: Path) -> None:
+    world = reduce_match(read_bundle(fixtures_dir / SEED).records)
     rows = compute_standings(world)
     assert (rows[0].territory, rows[0].agent, rows[0].points, rows[0].passed, rows[0].rank) == (
         "builder-two", "deepseek", 100, 4, 1,

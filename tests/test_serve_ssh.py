@@ -2,7 +2,7 @@
 
 The season is live without territories: :class:`~aoe_tui.serve.feeder.SeasonFeeder`
 builds a one-heat season folder with the real season log writer and appends the seed
-heat's recorded events (``../shared/fixtures/seed``) paced by their clock, while each
+heat's recorded events (``tests/fixtures/seed``) paced by their clock, while each
 PTY session runs the real ``aoe watch`` in its own process. Screens are rebuilt with
 ``pyte``.
 """
@@ -32,7 +32,7 @@ from aoe_tui.serve.keys import ensure_host_key
 from aoe_tui.serve.server import ServeConfig, ServerThread
 
 REPO = Path(__file__).resolve().parent.parent
-SEED = REPO.parent / "shared" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
+SEED = REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
 TERRITORIES = ("builder-one", "builder-two", "builder-three")
 CLOCK = re.compile(r"(?m)^\s*(\d+):(\d\d)/\d+:\d\d\b")  # the heat header starts with "MM:SS/MM:SS"
 
@@ -40,8 +40,6 @@ CLOCK = re.compile(r"(?m)^\s*(\d+):(\d\d)/\d+:\d\d\b")  # the heat header starts
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory) -> dict[str, Path]:
     """A spectator key in authorized_keys, a stranger's key, and a host key path."""
-    if not SEED.is_file():
-        pytest.skip(f"{SEED} missing (../shared fixtures absent)")
     d = tmp_path_factory.mktemp("keys")
     out = {}
     for name in ("spectator", "stranger"):

@@ -19,8 +19,6 @@ from aoe_tui.tui.widgets import EventFeed, TerritoryPanel, WinnerBanner, render_
 
 from tui_fixtures import SEED, TIMER_REASON, all_fixture_paths, timer_finish_match
 
-pytestmark = pytest.mark.usefixtures("shared_dir")
-
 
 @pytest.fixture(scope="module")
 def seed():

@@ -25,8 +25,6 @@ from aoe_tui.tui.watch import SeasonTailer
 
 from tui_fixtures import SEASON_NOW_OFFSET_MS, SEASON_T0, build_season_folder
 
-pytestmark = pytest.mark.usefixtures("shared_dir")
-
 
 @pytest.fixture(scope="module")
 def season_dir(tmp_path_factory) -> Path:

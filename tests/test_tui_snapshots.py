@@ -17,8 +17,6 @@ from aoe_tui.tui.live import LiveFeed
 
 from tui_fixtures import SEED, TIMER_CONQUEST, timer_finish_match
 
-pytestmark = pytest.mark.usefixtures("shared_dir")
-
 SIZES = [(80, 24), (160, 48)]
 size_ids = [f"{w}x{h}" for w, h in SIZES]
 

@@ -1,4 +1,4 @@
-"""Fixture logs for the TUI tests and snapshots (real upstream artifacts from ``../shared``).
+"""Fixture logs for the TUI tests and snapshots (real upstream artifacts in ``tests/fixtures``).
 
 Not a test module; imported by ``tests/test_tui_*.py`` and the snapshot apps.
 """
@@ -13,8 +13,7 @@ from aoe_tui.replay.matchdir import LoadedMatch, load_match
 from aoe_tui.replay.reducer import reduce_match
 from aoe_tui.replay.standings import winner_of
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
-FIXTURES = SHARED / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SEED = FIXTURES / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
 MATCHES = FIXTURES / "upstream" / "matches"
 #: build race with an arena.json, three seats, partial progress mid-way
