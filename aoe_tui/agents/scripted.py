@@ -13,18 +13,24 @@ name                  where the records live                       milestones pa
 ``scripted:volatile`` sqlite under ``/run/builder/`` (tmpfs)       … service-restart
 ``scripted:slow``     sqlite under ``/var/lib/builder/`` (durable) all, but starts late
 ===================== ============================================ =====================
+
+Arena packages with their own builders (``adapters/builders/NAME.sh``, see
+``docs/arena-packages.md``) get :class:`PackageBuilderAdapter` instead: the same agent-like
+run (activity lines, usage checkpoints), with the package's guest script doing the work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 from aoe_tui.agents.base import AdapterStatus, Usage
 from aoe_tui.agents.oracle import DURABLE_STORAGE, BuilderAdapter, BuilderRun, deploy_script, render_app
 from aoe_tui.errors import AoeError
 
-__all__ = ["SCRIPTED_BUILDERS", "ScriptedAdapter", "ScriptedRun", "scripted_usage"]
+__all__ = ["SCRIPTED_BUILDERS", "PackageBuilderAdapter", "PackageBuilderRun", "ScriptedAdapter", "ScriptedRun",
+           "scripted_usage"]
 
 #: name -> (storage spec, default start delay in seconds)
 SCRIPTED_BUILDERS: dict[str, tuple[str, float]] = {
@@ -35,6 +41,21 @@ SCRIPTED_BUILDERS: dict[str, tuple[str, float]] = {
 
 #: Environment override of ``scripted:slow``'s start delay (seconds), for demos.
 SLOW_DELAY_ENV = "AOE_SCRIPTED_SLOW_DELAY_S"
+
+
+def slow_delay_s() -> float:
+    """Start delay of the ``slow`` builders (s): ``AOE_SCRIPTED_SLOW_DELAY_S`` or 20.
+
+    Raises:
+        AoeError: the variable is set but is not a number.
+    """
+    text = os.environ.get(SLOW_DELAY_ENV)
+    if not text:
+        return SCRIPTED_BUILDERS["slow"][1]
+    try:
+        return float(text)
+    except ValueError:
+        raise AoeError(f"{SLOW_DELAY_ENV} must be a number of seconds, got {text!r}") from None
 
 
 def scripted_usage(step: int) -> Usage:
@@ -128,11 +149,116 @@ class ScriptedAdapter(BuilderAdapter):
         self.builtin_model = self.name
         self.storage, default_delay = SCRIPTED_BUILDERS[variant]
         if start_delay_s is None:
-            start_delay_s = default_delay
-            if variant == "slow" and os.environ.get(SLOW_DELAY_ENV):
-                try:
-                    start_delay_s = float(os.environ[SLOW_DELAY_ENV])
-                except ValueError:
-                    raise AoeError(f"{SLOW_DELAY_ENV} must be a number of seconds, got {os.environ[SLOW_DELAY_ENV]!r}") from None
+            start_delay_s = slow_delay_s() if variant == "slow" else default_delay
         self.start_delay_s = float(start_delay_s)
         self.step_delay_s = float(step_delay_s)
+
+
+#: Prefix of a builder script's progress lines (``aoe-step: TEXT``); each is one agent step.
+STEP_PREFIX = "aoe-step:"
+#: Prefix of a builder script's final summary line (optional; becomes the result summary).
+SUMMARY_PREFIX = "aoe-summary:"
+
+
+class PackageBuilderRun(BuilderRun):
+    """Runs the package's builder script in the territory (``bash -s`` over one SSH session).
+
+    Each ``aoe-step: TEXT`` line the script prints becomes an activity line and one usage
+    step (:func:`scripted_usage`); other output lines become activity too. Exit 0 →
+    ``completed``; otherwise ``failed`` with the last stderr line.
+    """
+
+    adapter: PackageBuilderAdapter
+
+    async def body(self) -> tuple[AdapterStatus, str]:
+        a = self.adapter
+        if a.start_delay_s > 0:
+            self.activity.append(f"thinking about the task ({a.start_delay_s:.0f} s)")
+            await asyncio.sleep(a.start_delay_s)
+        try:
+            script = a.script.read_text(encoding="utf-8")
+        except OSError as exc:
+            return AdapterStatus.HARNESS_ERROR, f"{a.name}: cannot read {a.script}: {exc.strerror or exc}"
+        step = 0
+        summary = ""
+        errors: list[str] = []
+        conn = await self.connect()
+        try:
+            self.activity.append(f"$ bash -s < {a.script.parent.name}/{a.script.name}")
+            try:
+                proc = await conn.create_process("bash -s", encoding="utf-8", errors="replace")
+            except Exception as exc:  # noqa: BLE001 - asyncssh channel errors
+                from aoe_tui.agents.oracle import _Unreachable
+
+                raise _Unreachable(f"SSH session to {self.ctx.territory.id} failed: {exc}") from None
+            proc.stdin.write(script)
+            proc.stdin.write_eof()
+
+            async def read_out() -> None:
+                nonlocal step, summary
+                async for raw in proc.stdout:
+                    line = raw.rstrip("\n").strip()
+                    if line.startswith(STEP_PREFIX):
+                        step += 1
+                        self.checkpoint(scripted_usage(step))
+                        self.activity.append("▸ " + line[len(STEP_PREFIX):].strip()[:160])
+                    elif line.startswith(SUMMARY_PREFIX):
+                        summary = line[len(SUMMARY_PREFIX):].strip()[:300]
+                    elif line:
+                        self.activity.append("  " + line[:160])
+
+            async def read_err() -> None:
+                async for raw in proc.stderr:
+                    line = raw.strip()
+                    if line:
+                        errors.append(line[:300])
+                        del errors[:-20]
+
+            await asyncio.gather(read_out(), read_err())
+            res = await proc.wait()
+        finally:
+            conn.close()
+        if step == 0:
+            self.checkpoint(scripted_usage(1))
+        if res.exit_status != 0:
+            why = errors[-1] if errors else f"exit {res.exit_status}"
+            self.activity.append(f"failed: {why}")
+            return AdapterStatus.FAILED, f"{a.name}: deployment failed: {why}"
+        return AdapterStatus.COMPLETED, summary or f"{a.name}: deployed and checked the service"
+
+
+class PackageBuilderAdapter(BuilderAdapter):
+    """``scripted:NAME`` of an arena package: runs ``adapters/builders/NAME.sh`` in the guest.
+
+    Args:
+        variant: the builder's name (``hasty``, ``memory``, ``volatile``, ``slow``...).
+        script: the guest script (``slow`` runs the package's ``oracle.sh``).
+        slow: wait before starting: ``start_delay_s`` or the ``AOE_SCRIPTED_SLOW_DELAY_S``
+            environment variable or 20 s.
+        start_delay_s: seconds to wait before the first command.
+
+    Raises:
+        AoeError: ``AOE_SCRIPTED_SLOW_DELAY_S`` is not a number.
+    """
+
+    run_class = PackageBuilderRun
+
+    def __init__(self, variant: str, script: Path, *, slow: bool = False, start_delay_s: float | None = None) -> None:
+        self.variant = variant
+        self.script = Path(script)
+        self.name = f"scripted:{variant}"
+        self.builtin_model = self.name
+        if start_delay_s is None:
+            start_delay_s = slow_delay_s() if slow else 0.0
+        self.start_delay_s = float(start_delay_s)
+
+    def sha256(self) -> str | None:
+        """sha256 over this module and the builder script (provenance ``adapter_sha256``)."""
+        import hashlib
+
+        h = hashlib.sha256(Path(__file__).read_bytes())
+        try:
+            h.update(self.script.read_bytes())
+        except OSError:
+            return None
+        return h.hexdigest()

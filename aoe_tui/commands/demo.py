@@ -66,11 +66,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not DEMO_SEASON.is_file():
         raise AoeError(f"{DEMO_SEASON}: demo season file not found (run aoe demo from a source checkout)")
     loaded = load_season(DEMO_SEASON)
-    arena = loaded.arena_path.parent.name
-    if find_image(arena) is None:
-        print(f"building the territory guest image for {arena} (first run only, about 2 minutes)…",
+    if find_image() is None:
+        print("building the territory guest image (first run only, about 2 minutes)…",
               file=sys.stderr, flush=True)
-        build_image_with_progress(arena)
+        build_image_with_progress()
     out = Path(args.output) if args.output else Path("seasons-out") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     headless = args.headless or not sys.stdout.isatty()
     print(f"demo season → {out}", file=sys.stderr, flush=True)

@@ -87,7 +87,7 @@ def build_adapters(loaded: Any, agent_specs: list[str], registered: dict[str, Pa
     m = loaded.manifest
     seats = [m.agent_for(t.id) for t in m.territories]
     if not agent_specs:
-        adapters = {a.id: resolve_adapter(a.adapter, registered) for a in m.agents}
+        adapters = {a.id: resolve_adapter(a.adapter, registered, arena_dir=loaded.arena_dir) for a in m.agents}
     else:
         if len(agent_specs) == 1:
             specs = agent_specs * len(seats)
@@ -95,23 +95,28 @@ def build_adapters(loaded: Any, agent_specs: list[str], registered: dict[str, Pa
             specs = agent_specs
         else:
             raise UsageError(f"--agent given {len(agent_specs)} times; give it once or once per seat ({len(seats)})")
-        adapters = {agent.id: resolve_adapter(spec, registered) for agent, spec in zip(seats, specs)}
+        adapters = {agent.id: resolve_adapter(spec, registered, arena_dir=loaded.arena_dir)
+                    for agent, spec in zip(seats, specs)}
     for adapter in adapters.values():
         adapter.preflight()
     return adapters
 
 
-def make_provider(kind: str, loaded: Any, output_dir: Path, inventory: str | None) -> Any:
-    """The territory provider for ``--provider`` with its workdir ``output_dir/territories``."""
+def make_provider(kind: str, loaded: Any, output_dir: Path, inventory: str | None, image: Any = None) -> Any:
+    """The territory provider for ``--provider`` with its workdir ``output_dir/territories``.
+
+    ``image``: the arena's guest image for ``container``/``qemu``
+    (:func:`aoe_tui.runtime.layers.image_for_arena`); None = the plain guest.
+    """
     workdir = output_dir / "territories"
     if kind == "container":
         from aoe_tui.runtime.container import ContainerProvider
 
-        return ContainerProvider(workdir, cidr=loaded.manifest.network.cidr)
+        return ContainerProvider(workdir, image=image, cidr=loaded.manifest.network.cidr)
     if kind == "qemu":
         from aoe_tui.runtime.qemu import QemuProvider
 
-        return QemuProvider(workdir)
+        return QemuProvider(workdir, image=image)
     if kind == "ssh":
         if not inventory:
             raise UsageError("--provider ssh needs --inventory FILE")
@@ -233,7 +238,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.drain_seconds < 0:
         raise UsageError("--drain-seconds must be >= 0")
     adapters = build_adapters(loaded, args.agent, registered)
-    provider = make_provider(args.provider, loaded, output, args.inventory)
+    image = None
+    if args.provider in ("container", "qemu"):
+        from aoe_tui.commands.image import prepare_arena_images
+        from aoe_tui.runtime.layers import image_for_arena
+
+        prepare_arena_images([loaded.arena_dir], qemu=args.provider == "qemu")
+        image = image_for_arena(loaded.arena_dir, qemu=args.provider == "qemu", build=False)
+    provider = make_provider(args.provider, loaded, output, args.inventory, image)
     quiet = args.quiet
     printer = None if quiet else ProgressPrinter(loaded)
 

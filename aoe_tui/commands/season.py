@@ -84,9 +84,14 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     :data:`aoe_tui.runtime.realtime.ENGINE_PRIORITIES`). Returns the exit code (0
     finished, 130 stopped). Raises :class:`AoeError` for bad input (also when the engine
     fails before/while running)."""
-    from aoe_tui.season.runner import hold_season_folder
+    from aoe_tui.commands.image import prepare_arena_images
+    from aoe_tui.season.runner import hold_season_folder, load_season_arenas
 
+    arenas, _ = load_season_arenas(loaded)
     with hold_season_folder(out):
+        # the guest image and every arena's image layer, with a progress bar, before the
+        # engine (and the TUI) start; cached after the first run
+        prepare_arena_images([a.arena_dir for a in arenas], qemu=loaded.season.provider.kind == "qemu")
         if headless:
             return _run_headless(loaded, out, runner_kwargs or {}, priority)
         return _run_tui(loaded, out, light, runner_kwargs or {}, priority)

@@ -711,6 +711,10 @@ def validate_package(path: Path | str) -> PackageReport:
     (``./x#...`` other than the package root) is still checked. Warnings also
     cover README.md, adapters/oracle.sh, tests/smoke.sh and flake.lock.
 
+    Ours, beyond upstream: a ``territory/`` recipe (``docs/arena-packages.md``) is checked
+    (:func:`aoe_tui.domain.recipe.load_recipe`), and in a fog arena no file it puts under a
+    scan path may contain a forbidden string.
+
     Every error is also a :class:`Problem` (with the manifest line where one
     applies) in ``report.problems``. Never raises for bad input.
     """
@@ -779,8 +783,10 @@ def validate_package(path: Path | str) -> PackageReport:
         if "#" not in t.nixos_config or not (flake_ref.startswith(".") or flake_ref.startswith("/")):
             continue
         fp = f"territories[{i}].nixos_config"
-        if flake_ref in (".", "./"):
-            continue  # the package's own flake (warned above when missing)
+        if flake_ref in (".", "./") or Path(flake_ref).name == root.resolve().name:
+            # the package's own flake, also in upstream's cwd-relative spelling
+            # ./arenas/<package> (warned above when flake.nix is missing)
+            continue
         if _escapes(flake_ref):
             # upstream resolves cwd-relative refs like ./arenas/first-contact; only a ref that
             # climbs out (..) or is absolute escapes
@@ -801,8 +807,31 @@ def validate_package(path: Path | str) -> PackageReport:
         elif not os.stat(vp).st_mode & 0o111:
             err(Problem(file, line, fp, f"verifier {ms.verifier} is not executable"))
 
+    _check_recipe(root, m, err)
     report.valid = not report.errors
     return report
+
+
+def _check_recipe(root: Path, m: ArenaManifest, err: Any) -> None:
+    """Recipe checks of :func:`validate_package` (ours, ``docs/arena-packages.md``): the
+    recipe itself, and (fog) no forbidden string in a file it puts under a scan path."""
+    from aoe_tui.domain.recipe import RecipeError, find_recipe, leak_problems, load_recipe
+
+    rdir = find_recipe(root)
+    if rdir is None:
+        if (root / "territory").is_dir():
+            err(Problem(str(root / "territory"), None, "", "territory/ has no recipe.toml"))
+        return
+    try:
+        recipe = load_recipe(rdir)
+    except RecipeError as e:
+        for p in e.problems:
+            err(p)
+        return
+    audit = m.fog_of_war.guest_leak_audit if m.fog_of_war else None
+    if audit is not None:
+        for p in leak_problems(recipe, audit.scan_paths, audit.forbidden_strings):
+            err(p)
 
 
 def sha256_hex(data: bytes) -> str:

@@ -5,6 +5,11 @@ Seasons are ours (upstream has no tournaments, spec §10.2). A season file::
     id = "demo"                     # valid id (a-z, 0-9, '-')
     label = "2026-W37"              # free text without '/' (ISO week, date, ...)
     arena = "../arenas/first-build/arena.toml"   # relative to the season file
+    # or, a cup across arenas (exactly one of arena / arenas / suite):
+    # arenas = ["../arenas/first-build", "../arenas/durable-job-queue"]   # round r races
+    #                                 # arenas[(r - 1) % len(arenas)]
+    # suite = "../suites/infra-core.toml"   # an upstream suite file (§1.13) as it is: each
+    #                                 # arena for its `rounds` rounds in a row, in order
     seed = 7                        # draws are reproducible for the same seed
     max_attempts = 2                # attempts per heat (infrastructure retries), >= 1
     concurrent_heats = 2            # heats run at once, >= 1
@@ -137,7 +142,9 @@ class SeasonFile(_Model):
 
     id: str
     label: str
-    arena: str
+    arena: str | None = None
+    arenas: list[str] | None = None
+    suite: str | None = None
     seed: int = 0
     max_attempts: PosInt = 2
     concurrent_heats: PosInt = 1
@@ -158,8 +165,29 @@ def semantic_problems(s: SeasonFile) -> list[tuple[str, str]]:
         out.append(("label", "must not be blank"))
     elif "/" in s.label or "\\" in s.label or "\n" in s.label:
         out.append(("label", "must not contain '/', '\\' or a newline"))
-    if not s.arena.strip():
+    given = [k for k in ("arena", "arenas", "suite") if getattr(s, k) is not None]
+    if not given:
+        out.append(("arena", "missing: name the arena (arena = PATH), a cup across arenas "
+                             "(arenas = [PATH, ...]) or an upstream suite (suite = PATH)"))
+    elif len(given) > 1:
+        out.append((given[1], f"give only one of arena, arenas and suite (also got {given[0]})"))
+    if s.arena is not None and not s.arena.strip():
         out.append(("arena", "must not be blank"))
+    if s.suite is not None and not s.suite.strip():
+        out.append(("suite", "must not be blank"))
+    if s.arenas is not None:
+        if not s.arenas:
+            out.append(("arenas", "must name at least one arena"))
+        seen_arenas: dict[str, int] = {}
+        for i, a in enumerate(s.arenas):
+            key = a.strip().rstrip("/").removesuffix("/arena.toml")
+            if not key:
+                out.append((f"arenas[{i}]", "must not be blank"))
+            elif key in seen_arenas:
+                out.append((f"arenas[{i}]", f"{a!r} is listed twice (also arenas[{seen_arenas[key]}]); "
+                                            "rounds already cycle through the list"))
+            else:
+                seen_arenas[key] = i
     if len(s.entrants) < 2:
         out.append(("entrants", f"a season needs at least 2 entrants, got {len(s.entrants)}"))
     seen: dict[str, int] = {}
@@ -195,14 +223,22 @@ class SeasonFileError(AoeError):
 @dataclass(frozen=True)
 class LoadedSeason:
     """A validated season file: ``season`` (model), ``path`` (as given), ``raw`` (bytes),
-    ``sha256`` (hex of ``raw``) and ``arena_path`` (the arena manifest, resolved against
-    the season file's folder; a package folder means ``DIR/arena.toml``)."""
+    ``sha256`` (hex of ``raw``), ``arena_paths`` (the arena manifests of ``arena`` or
+    ``arenas``, resolved against the season file's folder; a package folder means
+    ``DIR/arena.toml``) and ``suite_path`` (the suite file of ``suite``, resolved the same
+    way). ``arena_path`` is the first arena manifest (None for a suite)."""
 
     season: SeasonFile
     path: Path
     raw: bytes
     sha256: str
-    arena_path: Path
+    arena_paths: tuple[Path, ...] = ()
+    suite_path: Path | None = None
+
+    @property
+    def arena_path(self) -> Path | None:
+        """The (first) arena manifest of ``arena`` / ``arenas``; None for a suite."""
+        return self.arena_paths[0] if self.arena_paths else None
 
 
 def parse_season_text(text: str, file: str) -> SeasonFile:
@@ -242,9 +278,14 @@ def load_season(path: Path | str) -> LoadedSeason:
     path = Path(path)
     raw, text = read_toml_source(path, file, SeasonFileError, "season file")
     season = parse_season_text(text, file)
-    arena = Path(season.arena)
-    if not arena.is_absolute():
-        arena = path.parent / arena
-    if arena.is_dir():
-        arena = arena / "arena.toml"
-    return LoadedSeason(season=season, path=path, raw=raw, sha256=hashlib.sha256(raw).hexdigest(), arena_path=arena)
+
+    def resolve(text: str, manifest: bool) -> Path:
+        p = Path(text)
+        if not p.is_absolute():
+            p = path.parent / p
+        return p / "arena.toml" if manifest and p.is_dir() else p
+
+    names = [season.arena] if season.arena is not None else list(season.arenas or [])
+    return LoadedSeason(season=season, path=path, raw=raw, sha256=hashlib.sha256(raw).hexdigest(),
+                        arena_paths=tuple(resolve(a, True) for a in names),
+                        suite_path=resolve(season.suite, False) if season.suite is not None else None)

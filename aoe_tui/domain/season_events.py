@@ -24,6 +24,7 @@ __all__ = [
     "SeasonEvent",
     "SeasonRecord",
     "EntrantHeatStats",
+    "SeasonArena",
 ]
 
 
@@ -55,9 +56,23 @@ class EntrantHeatStats(_Ev):
     failure_source: str | None = None
 
 
+class SeasonArena(_Ev):
+    """One arena a season races: its manifest ``id`` and ``display_name``, its milestone
+    ids in manifest order, the ``category`` (§1.3, may be null) and the manifest ``path``
+    as the season file names it."""
+
+    id: str
+    display_name: str = ""
+    milestones: list[str] = Field(default_factory=list)
+    category: str | None = None
+    path: str = ""
+
+
 class SeasonStarted(_Ev):
     """First event: what the season is. ``format`` is the ``[format]`` table;
-    ``season_sha256`` the hex digest of the season file bytes."""
+    ``season_sha256`` the hex digest of the season file bytes. ``arena_id`` and
+    ``milestones`` are the first arena's; ``arenas`` lists every arena the rounds cycle
+    through, in order (logs written before cups across arenas have none: one arena)."""
 
     kind: Literal["season_started"] = "season_started"
     season: str
@@ -72,6 +87,7 @@ class SeasonStarted(_Ev):
     season_sha256: str
     milestones: list[str] = Field(default_factory=list)
     models: dict[str, str] = Field(default_factory=dict)
+    arenas: list[SeasonArena] = Field(default_factory=list)
 
 
 class SeasonResumed(_Ev):
@@ -98,13 +114,15 @@ class HeatSeats(_Ev):
 
 
 class RoundScheduled(_Ev):
-    """All heats (and byes) of one round; ``final`` marks a knockout final."""
+    """All heats (and byes) of one round; ``final`` marks a knockout final; ``arena`` the
+    id of the arena every heat of the round races (null in older logs: the only arena)."""
 
     kind: Literal["round_scheduled"] = "round_scheduled"
     round: int
     heats: list[HeatSeats]
     byes: list[str] = Field(default_factory=list)
     final: bool = False
+    arena: str | None = None
 
 
 class AttemptStarted(_Ev):

@@ -23,6 +23,9 @@ A territory that cannot be provisioned is recorded as an ``infrastructure_failur
 (source ``arena``) followed by ``match_state_changed`` preparing→aborted and
 ``match_finished`` (winner null, "territory provisioning failed"); the returned
 world then has ``match_state == "aborted"`` and ``infrastructure_failures == 1``.
+A fog arena's guest leak audit (spec §6.4, :mod:`aoe_tui.referee.audit`) runs on the
+ready territories before any agent starts; a hit ends the heat the same way, with
+component ``guest-leak-audit`` and a detail naming the territory, the file and the string.
 """
 
 from __future__ import annotations
@@ -171,9 +174,11 @@ def _write_headers(
 
 
 def _provision_failed(log: EventLogWriter, world: WorldState, component: str, detail: str, reason: str,
-                      on_event: OnEvent | None) -> None:
+                      on_event: OnEvent | None, *, source: str = "arena") -> None:
+    """Record a heat that ends before the race: ``infrastructure_failure`` (``component``,
+    ``source``, ``detail``), then preparing→aborted and ``match_finished`` (``reason``)."""
     for event in (
-        ev.InfrastructureFailure(component=component, source="arena", detail=detail),
+        ev.InfrastructureFailure(component=component, source=source, detail=detail),
         ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.aborted),
         ev.MatchFinished(winner=None, reason=reason),
     ):
@@ -293,6 +298,29 @@ async def run_match(
                 for t in territories
             ]
         say(f"territories ready in {timings['provision_s']:.1f} s: " + ", ".join(f"{t.id}@{t.host}:{t.ssh_port}" for t in territories))
+        fog = loaded.manifest.fog_of_war
+        audit = fog.guest_leak_audit if fog is not None else None
+        if audit is not None:
+            # spec §6.4: before any agent starts, no territory may hold a forbidden string
+            from aoe_tui.referee.audit import LEAK_COMPONENT, LEAK_REASON, AuditError, guest_leak_audit
+
+            t_audit = time.monotonic()
+            try:
+                hit = await guest_leak_audit(territories, audit.scan_paths, audit.forbidden_strings)
+            except AuditError as err:
+                say(f"guest leak audit could not run: {err}")
+                log = EventLogWriter(output_dir / "events.jsonl")
+                _provision_failed(log, world, f"provider:{provider.name}", str(err), LEAK_REASON, on_event,
+                                  source="provider")
+                return world
+            timings["leak_audit_s"] = round(time.monotonic() - t_audit, 3)
+            if hit is not None:
+                say(f"guest leak audit failed: {hit.detail()}")
+                log = EventLogWriter(output_dir / "events.jsonl")
+                _provision_failed(log, world, LEAK_COMPONENT, hit.detail(), LEAK_REASON, on_event)
+                return world
+            say(f"guest leak audit passed ({len(audit.forbidden_strings)} strings, "
+                f"{len(territories)} territories, {timings['leak_audit_s']:.1f} s)")
         log = EventLogWriter(output_dir / "events.jsonl")
         referee = BuildReferee(
             loaded,
@@ -322,6 +350,11 @@ async def run_match(
         if log is not None:
             log.close()
             _write_atomic(output_dir / "world.json", world_json(world), fsync=True)
+        from aoe_tui.referee.verifier import end_leftover_verifiers
+
+        left = end_leftover_verifiers(output_dir / "evidence")
+        if left:
+            say(f"ended {left} leftover verifier process(es)")
         t_down = time.monotonic()
         say("tearing down territories")
         try:

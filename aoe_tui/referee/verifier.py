@@ -53,7 +53,7 @@ from typing import Any
 
 from aoe_tui.runtime.procs import Starter, wait_exited
 
-__all__ = ["VerifierOutcome", "previous_evidence_json", "run_verifier", "verifier_env"]
+__all__ = ["VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "run_verifier", "verifier_env"]
 
 #: Upper bound on the stderr kept as a failure detail (characters).
 MAX_DETAIL_CHARS = 4000
@@ -291,3 +291,35 @@ async def run_verifier(
     except (UnicodeDecodeError, ValueError) as err:
         return VerifierOutcome(passed=False, detail=f"invalid evidence: {err}", duration_ms=elapsed(), exit_code=0)
     return VerifierOutcome(passed=True, evidence=evidence, duration_ms=elapsed(), exit_code=0)
+
+
+def end_leftover_verifiers(evidence_root: Path) -> int:
+    """SIGKILL every process still running for a heat's verifiers; returns how many.
+
+    A verifier may leave a monitor running after it exits (§4: zero-downtime-rollout's
+    continuity monitor), which the runner neither waits for nor kills at the verifier's
+    exit. When the heat ends, whatever is left is found by its environment: processes
+    (and their children, which inherit it) whose ``AOE_EVIDENCE_FILE`` lies under
+    ``evidence_root`` (the heat's ``evidence/`` folder). Nothing else is touched.
+    """
+    root = str(Path(evidence_root).absolute()).encode() + b"/"
+    needle = b"AOE_EVIDENCE_FILE=" + root
+    me = os.getpid()
+    killed = 0
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return 0
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if any(item.startswith(needle) for item in env.split(b"\0")):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed

@@ -43,14 +43,15 @@ class AttemptState:
 
 @dataclass
 class HeatState:
-    """One heat: ``seats`` (entrant or None per territory index), its attempts, and once
-    finished the counted ``result`` (``heat_finished``)."""
+    """One heat: ``seats`` (entrant or None per territory index), its attempts, once
+    finished the counted ``result`` (``heat_finished``), and the ``arena`` id it races."""
 
     round: int
     heat: int
     seats: tuple[str | None, ...]
     attempts: list[AttemptState] = field(default_factory=list)
     result: se.HeatFinished | None = None
+    arena: str = ""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -84,13 +85,15 @@ class HeatState:
 
 @dataclass
 class RoundState:
-    """One round: its heats by number, byes, final flag and ``round_finished`` once there."""
+    """One round: its heats by number, byes, final flag, ``round_finished`` once there, and
+    the ``arena`` id its heats race."""
 
     round: int
     heats: dict[int, HeatState]
     byes: tuple[str, ...] = ()
     final: bool = False
     finished: se.RoundFinished | None = None
+    arena: str = ""
 
     @property
     def done(self) -> bool:
@@ -112,6 +115,30 @@ class SeasonState:
     @property
     def entrants(self) -> list[str]:
         return list(self.info.entrants) if self.info else []
+
+    @property
+    def arenas(self) -> list[se.SeasonArena]:
+        """Every arena of the season, in order (one built from ``arena_id`` and
+        ``milestones`` for logs that predate cups across arenas)."""
+        if self.info is None:
+            return []
+        if self.info.arenas:
+            return list(self.info.arenas)
+        return [se.SeasonArena(id=self.info.arena_id, milestones=list(self.info.milestones))]
+
+    @property
+    def multi_arena(self) -> bool:
+        """True when the rounds race more than one arena."""
+        return len(self.arenas) > 1
+
+    def arena(self, arena_id: str) -> se.SeasonArena | None:
+        """The season arena with this id, or None."""
+        return next((a for a in self.arenas if a.id == arena_id), None)
+
+    def milestones_of(self, arena_id: str) -> list[str]:
+        """Milestone ids of an arena of the season, in manifest order (``[]`` if unknown)."""
+        a = self.arena(arena_id)
+        return list(a.milestones) if a else []
 
     def heats(self) -> list[HeatState]:
         """Every scheduled heat, in (round, heat) order."""
@@ -172,8 +199,11 @@ def apply_season_record(state: SeasonState, rec: se.SeasonRecord) -> None:
         unknown = set(placed) - set(state.entrants)
         if unknown:
             raise _err(rec, f"unknown entrant {sorted(unknown)[0]!r}")
-        heats = {h.heat: HeatState(e.round, h.heat, tuple(h.seats)) for h in e.heats}
-        state.rounds[e.round] = RoundState(e.round, heats, tuple(e.byes), e.final)
+        arena = e.arena or state.info.arena_id
+        if e.arena is not None and state.arena(e.arena) is None:
+            raise _err(rec, f"round {e.round} races arena {e.arena!r}, which is not one of the season's arenas")
+        heats = {h.heat: HeatState(e.round, h.heat, tuple(h.seats), arena=arena) for h in e.heats}
+        state.rounds[e.round] = RoundState(e.round, heats, tuple(e.byes), e.final, arena=arena)
         return
     if e.kind == "season_finished":
         state.finished = e

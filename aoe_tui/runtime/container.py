@@ -83,6 +83,9 @@ FAST_STOP_DROPINS: dict[str, str] = {
     "etc/systemd/system/session-.scope.d/aoe-fast-stop.conf":
         f"[Scope]\nTimeoutStopSec={FAST_STOP_TIMEOUT}\n",
 }
+#: added to nspawn's environment: no tmpfs on the guest's /tmp, so /tmp survives a reboot
+#: as on upstream's NixOS territories and on our QEMU guests
+NSPAWN_ENV = {"SYSTEMD_NSPAWN_TMPFS_TMP": "0"}
 GUEST_IFACE = "arena0"
 SSH_PORT = 22
 #: priority of the per-veth ``ip rule ... prohibit`` (after the local table at 0, before main)
@@ -558,15 +561,22 @@ class ContainerProvider(TerritoryProvider):
         b.work.mkdir()
         b.root.mkdir()
         self._save_state(b)  # before anything is created, so a crash leaves a record
-        lower = str(image.rootfs)
-        opts = f"lowerdir={lower},upperdir={b.upper},workdir={b.work}"
-        usable = not any(c in p for p in (lower, str(b.upper), str(b.work)) for c in ",:")
+        # the arena's image layer (if any) sits between the base root filesystem and the
+        # territory's own writable layer
+        lowers = [str(p) for p in (*image.layers, image.rootfs)]
+        opts = f"lowerdir={':'.join(lowers)},upperdir={b.upper},workdir={b.work}"
+        usable = not any(c in p for p in (*lowers, str(b.upper), str(b.work)) for c in ",:")
         res = _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(b.root)], check=False) if usable else None
         if res is None or res.returncode != 0:
             b.mode = "copy"
             log.warning("overlayfs unusable for %s (%s); copying the root filesystem",
                         b.spec.id, res.stderr.strip() if res else "path has ',' or ':'")
-            _run(["cp", "-a", "--reflink=auto", lower + "/.", str(b.root)])
+            _run(["cp", "-a", "--reflink=auto", str(image.rootfs) + "/.", str(b.root)])
+            if image.layers:
+                from aoe_tui.runtime.layers import apply_upper
+
+                for layer in reversed(image.layers):  # bottom layer first
+                    apply_upper(Path(layer), b.root)
         self._save_state(b)
         _apply_identity(b.root, b.spec.id, b.spec.password)
         _apply_fast_stop(b.root)
@@ -612,7 +622,7 @@ class ContainerProvider(TerritoryProvider):
                 con.flush()
                 b.proc = await asyncio.create_subprocess_exec(
                     *self._nspawn_argv(b, nspawn), stdin=subprocess.DEVNULL, stdout=con, stderr=con,
-                    start_new_session=True,
+                    start_new_session=True, env={**os.environ, **NSPAWN_ENV},
                 )
             b.launches += 1
             b.leader_pid = None

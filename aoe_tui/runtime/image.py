@@ -83,6 +83,10 @@ class GuestImage:
             give each VM its own ``qemu-img create -b`` overlay).
         kernel: ``boot/vmlinuz`` for QEMU ``-kernel``.
         initrd: ``boot/initrd.img`` for QEMU ``-initrd``.
+        layers: arena image layers above ``rootfs``, topmost first (overlay upper trees of
+            :mod:`aoe_tui.runtime.layers`); empty for the plain guest. With a layer, ``key``
+            is the layer's key and ``qcow2`` may be the layer's qcow2 (backed by the base).
+        arena: the arena (package folder name) the image is for.
     """
 
     key: str
@@ -91,6 +95,8 @@ class GuestImage:
     qcow2: Path
     kernel: Path
     initrd: Path
+    layers: tuple[Path, ...] = ()
+    arena: str = "first-build"
 
 
 def cache_root() -> Path:
@@ -224,15 +230,17 @@ def safe_rmtree(path: Path) -> None:
 
 
 def image_users(img: GuestImage) -> list[str]:
-    """Mount points of overlays that use ``img.rootfs`` as their lower layer (running territories)."""
-    needle = f"lowerdir={img.rootfs}"
+    """Mount points of overlays that use ``img.rootfs`` (or one of ``img.layers``) as a lower
+    layer: running territories, also those of arena layers stacked on this image."""
+    wanted = {str(img.rootfs), *(str(p) for p in img.layers)}
     users: list[str] = []
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            if needle in line:
-                opts = line.split(" - ", 1)[-1]
-                if any(o == needle or o.startswith(needle + ":") for o in opts.split(",")):
+            opts = line.split(" - ", 1)[-1]
+            for o in opts.split(","):
+                if o.startswith("lowerdir=") and wanted & set(o[len("lowerdir="):].split(":")):
                     users.append(line.split()[4])
+                    break
     return users
 
 

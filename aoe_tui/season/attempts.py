@@ -11,6 +11,9 @@ attempt N+1 on fresh territories (up to ``max_attempts``) when
 * an agent ended with failure source ``provider`` or ``harness`` (adapter unavailable or
   harness error, §3.9) → that source.
 
+A guest leak (the fog audit found a forbidden string, :mod:`aoe_tui.referee.audit`) spoils
+the attempt but is **not retried**: the heat goes void at once.
+
 An agent interrupted with source ``arena`` alone is **not** a retry: that is the
 referee's own host reboot cutting the agent off by design (§3.4, Appendix B). A player's
 failure (source ``player``) never retries.
@@ -34,11 +37,14 @@ OPERATOR_INTERRUPT = "operator interrupt"
 
 @dataclass(frozen=True)
 class AttemptVerdict:
-    """``spoiled``: the infrastructure spoiled the attempt; ``source`` and one-line ``detail``."""
+    """``spoiled``: the infrastructure spoiled the attempt; ``source`` and one-line ``detail``;
+    ``retryable`` False when a new attempt would fail the same way (a guest leak: the arena
+    package itself leaks), so the heat goes void at once."""
 
     spoiled: bool
     source: str | None = None
     detail: str = ""
+    retryable: bool = True
 
 
 def judge_attempt(world: WorldState | None, records: Sequence[EventRecord], error: BaseException | None = None) -> AttemptVerdict:
@@ -50,9 +56,12 @@ def judge_attempt(world: WorldState | None, records: Sequence[EventRecord], erro
         return AttemptVerdict(True, source, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".strip())
     for rec in records:
         if rec.event.kind == "infrastructure_failure":
+            from aoe_tui.referee.audit import LEAK_COMPONENT
+
             src = str(rec.event.source)
             return AttemptVerdict(True, src if src in INFRA_SOURCES else "arena",
-                                  f"{rec.event.component}: {rec.event.detail}".splitlines()[0])
+                                  f"{rec.event.component}: {rec.event.detail}".splitlines()[0],
+                                  retryable=rec.event.component != LEAK_COMPONENT)
     if world is None:
         return AttemptVerdict(True, "harness", "no world state")
     if world.match_state == MatchState.aborted and world.finish_reason != OPERATOR_INTERRUPT:

@@ -137,20 +137,83 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _default_provider_factory(kind: str, cfg: Any, cidr: str) -> Callable[[Path, str], Any]:
-    def make(workdir: Path, heat_id: str) -> Any:
+def _default_provider_factory(kind: str, cfg: Any) -> Callable[[Path, str, LoadedManifest], Any]:
+    def make(workdir: Path, heat_id: str, arena: LoadedManifest) -> Any:
+        from aoe_tui.runtime.layers import image_for_arena
+
         kw = {k: getattr(cfg, k) for k in ("ready_timeout_s", "reboot_timeout_s") if getattr(cfg, k) is not None}
+        image = image_for_arena(arena.arena_dir, qemu=kind == "qemu")  # cached: built before the season
         if kind == "container":
             from aoe_tui.runtime.container import ContainerProvider
 
-            return ContainerProvider(workdir, cidr=cidr, heat_id=heat_id, **kw)
+            return ContainerProvider(workdir, image=image, cidr=arena.manifest.network.cidr, heat_id=heat_id, **kw)
         from aoe_tui.runtime.qemu import QemuProvider
 
         if cfg.memory_mib is not None:
             kw["memory_mib"] = cfg.memory_mib
-        return QemuProvider(workdir, **kw)
+        return QemuProvider(workdir, image=image, **kw)
 
     return make
+
+
+def _takes_arena(factory: Callable[..., Any]) -> bool:
+    """True when a provider factory accepts a third argument (the heat's arena)."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
+
+
+def load_season_arenas(loaded: LoadedSeason) -> tuple[list[LoadedManifest], list[int]]:
+    """The arenas of a season and the round cycle: ``(arenas, cycle)`` where round ``r``
+    races ``arenas[cycle[(r - 1) % len(cycle)]]``.
+
+    ``arena`` / ``arenas``: each listed manifest once, in order. ``suite``: the suite's
+    arenas (§1.13, checked as upstream does), each repeated for its ``rounds``.
+
+    Raises:
+        AoeError: a manifest or suite that is missing or invalid (names the season file's
+            field), an arena that is not a build race, two arenas with one id.
+    """
+    season = loaded.season
+    arenas: list[LoadedManifest] = []
+    cycle: list[int] = []
+    if loaded.suite_path is not None:
+        from aoe_tui.domain.suite import load_suite
+
+        if not loaded.suite_path.is_file():
+            raise AoeError(f"{loaded.path}: suite: suite file not found at {loaded.suite_path} "
+                           "(a relative path is resolved from the season file's folder)")
+        try:
+            suite = load_suite(loaded.suite_path)
+        except AoeError as err:
+            raise AoeError(f"{loaded.path}: suite: {err}") from None
+        for i, lm in enumerate(suite.arenas):
+            arenas.append(lm)
+            cycle += [i] * suite.rounds_for(i)
+        return arenas, cycle
+    for i, path in enumerate(loaded.arena_paths):
+        field = "arena" if season.arena is not None else f"arenas[{i}]"
+        if not path.is_file():
+            raise AoeError(f"{loaded.path}: {field}: manifest not found at {path} "
+                           "(a relative path is resolved from the season file's folder)")
+        try:
+            lm = load_manifest(path)
+        except AoeError as err:
+            raise AoeError(f"{loaded.path}: {field}: {err}") from None
+        if not lm.manifest.is_build_race:
+            raise AoeError(f"{loaded.path}: {field}: {path} is not a build race")
+        other = next((j for j, a in enumerate(arenas) if a.manifest.arena.id == lm.manifest.arena.id), None)
+        if other is not None:
+            raise AoeError(f"{loaded.path}: {field}: arena id {lm.manifest.arena.id!r} is also arenas[{other}]")
+        arenas.append(lm)
+        cycle.append(i)
+    return arenas, cycle
 
 
 class SeasonBusyError(AoeError):
@@ -239,18 +302,13 @@ class SeasonRunner:
         self.season = loaded.season
         self.dir = Path(output_dir)
         self.say = say or (lambda _m: None)
-        if not loaded.arena_path.is_file():
-            raise AoeError(
-                f"{loaded.path}: arena: manifest not found at {loaded.arena_path} "
-                "(a relative path is resolved from the season file's folder)"
-            )
-        self.arena = load_manifest(loaded.arena_path)
-        m = self.arena.manifest
-        if not m.is_build_race:
-            raise AoeError(f"{loaded.path}: arena: {loaded.arena_path} is not a build race")
-        self.heat_size = len(m.territories)
+        #: every arena of the season, in order, and the round cycle (see load_season_arenas)
+        self.arenas, self.arena_cycle = load_season_arenas(loaded)
+        self.arena = self.arenas[0]
+        self.arena_by_id = {a.manifest.arena.id: a for a in self.arenas}
+        self.heat_size = min(len(a.manifest.territories) for a in self.arenas)
         ov = self.season.arena_overrides
-        self.min_heat = ov.minimum_territories or max(2, m.rules.minimum_territories)
+        self.min_heat = ov.minimum_territories or max(max(2, a.manifest.rules.minimum_territories) for a in self.arenas)
         self.min_heat = min(self.min_heat, self.heat_size)
         if len(self.season.entrants) < self.min_heat:
             raise AoeError(f"{loaded.path}: entrants: {len(self.season.entrants)} entrants but a heat needs "
@@ -264,19 +322,22 @@ class SeasonRunner:
         if adapter_factory is None:
             from aoe_tui.agents.registry import resolve_adapter
 
-            def adapter_factory(spec: str, options: Any = None) -> Any:
-                return resolve_adapter(spec, self.registered, options)
+            def adapter_factory(spec: str, options: Any = None, arena_dir: Path | None = None) -> Any:
+                return resolve_adapter(spec, self.registered, options, arena_dir=arena_dir)
         self.adapter_factory = adapter_factory
-        for i, e in enumerate(self.season.entrants):  # fail early, one clear line
-            try:
-                adapter = self._make_adapter(e)
-                preflight = getattr(adapter, "preflight", None)
-                if preflight is not None:
-                    preflight()
-            except AoeError as err:
-                raise AoeError(f"{loaded.path}: entrants[{i}].adapter: {err}") from None
+        for i, e in enumerate(self.season.entrants):  # fail early, one clear line, on every arena
+            for arena in self.arenas:
+                try:
+                    adapter = self._make_adapter(e, arena)
+                    preflight = getattr(adapter, "preflight", None)
+                    if preflight is not None:
+                        preflight()
+                except AoeError as err:
+                    where = f" (arena {arena.manifest.arena.id})" if len(self.arenas) > 1 else ""
+                    raise AoeError(f"{loaded.path}: entrants[{i}].adapter{where}: {err}") from None
         self.provider_factory = provider_factory or _default_provider_factory(
-            self.season.provider.kind, self.season.provider, m.network.cidr)
+            self.season.provider.kind, self.season.provider)
+        self._factory_takes_arena = _takes_arena(self.provider_factory)
         if run_match is None:
             from aoe_tui.referee.match import run_match
         self.run_match = run_match
@@ -285,11 +346,25 @@ class SeasonRunner:
         self.abort_event = asyncio.Event()
         self.observer = observer
 
-    def _make_adapter(self, entrant: Any) -> Any:
-        """A fresh adapter for ``entrant`` (its ``[[entrants]].options`` go to the default factory)."""
+    def _make_adapter(self, entrant: Any, arena: LoadedManifest | None = None) -> Any:
+        """A fresh adapter for ``entrant`` in a heat of ``arena`` (default: the first arena);
+        its ``[[entrants]].options`` and the arena package go to the default factory."""
+        arena = arena or self.arenas[0]
         if self._factory_takes_options:
-            return self.adapter_factory(entrant.adapter, dict(entrant.options or {}))
+            return self.adapter_factory(entrant.adapter, dict(entrant.options or {}), arena.arena_dir)
         return self.adapter_factory(entrant.adapter)
+
+    def arena_of_round(self, rnd: int) -> LoadedManifest:
+        """The arena round ``rnd`` (1-based) races: the season's arenas in cycle order."""
+        return self.arenas[self.arena_cycle[(rnd - 1) % len(self.arena_cycle)]]
+
+    def arena_of(self, heat: HeatState) -> LoadedManifest:
+        """The arena a scheduled heat races (by the arena id its round recorded)."""
+        return self.arena_by_id.get(heat.arena) or self.arena_of_round(heat.round)
+
+    def arena_packages(self) -> list[Path]:
+        """Package folders of every arena of the season (for building their images first)."""
+        return [a.arena_dir for a in self.arenas]
 
     def _observe(self, method: str, *args: Any) -> None:
         if self.observer is None:
@@ -324,13 +399,18 @@ class SeasonRunner:
             self._observe("season_record", rec)
         if self.state.info is None:
             m = self.arena.manifest
+            arenas = [se.SeasonArena(id=a.manifest.arena.id, display_name=a.manifest.arena.display_name,
+                                     milestones=[x.id for x in (a.manifest.build.milestones if a.manifest.build else [])],
+                                     category=a.manifest.arena.category, path=a.path_text)
+                      for a in self.arenas]
             self._append(se.SeasonStarted(
                 season=self.season.id, label=self.season.label, arena_id=m.arena.id,
                 format=self.season.format.model_dump(mode="json"), entrants=list(self.entrants),
                 seed=self.season.seed, heat_size=self.heat_size, min_heat_size=self.min_heat,
                 max_attempts=self.season.max_attempts, season_sha256=self.loaded.sha256,
-                milestones=[x.id for x in (m.build.milestones if m.build else [])],
+                milestones=list(arenas[0].milestones),
                 models={e.id: e.model for e in self.season.entrants},
+                arenas=arenas,
             ))
         return resuming
 
@@ -385,10 +465,15 @@ class SeasonRunner:
             self.say(f"{tag}: started: " + " vs ".join(heat.entrants))
             name, slug = self._name(heat.round, heat.heat, a)
             world, error = None, None
+            arena = self.arena_of(heat)
             try:
-                loaded = heat_manifest(self.arena, heat.seats, self.entrants, self.season.arena_overrides)
-                adapters = {e: self._make_adapter(self.entrants[e]) for e in heat.entrants}
-                provider = self.provider_factory(folder / "territories", f"{self.season.id}-{tag}-{os.getpid()}")
+                loaded = heat_manifest(arena, heat.seats, self.entrants, self.season.arena_overrides)
+                adapters = {e: self._make_adapter(self.entrants[e], arena) for e in heat.entrants}
+                heat_id = f"{self.season.id}-{tag}-{os.getpid()}"
+                if self._factory_takes_arena:
+                    provider = self.provider_factory(folder / "territories", heat_id, arena)
+                else:
+                    provider = self.provider_factory(folder / "territories", heat_id)
                 extra: dict[str, Any] = {}
                 if self.observer is not None:
                     from aoe_tui.domain.arena import arena_json
@@ -414,7 +499,7 @@ class SeasonRunner:
             except AoeError as err:
                 records, error = [], error or err
             verdict = judge_attempt(world, records, error)
-            seat_of = {self.arena.manifest.territories[i].id: e for i, e in enumerate(heat.seats) if e is not None}
+            seat_of = {arena.manifest.territories[i].id: e for i, e in enumerate(heat.seats) if e is not None}
             bundle = f"{rel}/{slug}.match.json"
             bundle = bundle if (self.dir / bundle).exists() else None
             if not verdict.spoiled and world is not None:
@@ -428,7 +513,7 @@ class SeasonRunner:
                          + ", ".join(f"{e} #{r}" for e, r in sorted(ranks.items(), key=lambda x: x[1])))
                 self._finish_heat(heat, fin)
             else:
-                outcome = "retry" if a < self.season.max_attempts else "void"
+                outcome = "retry" if a < self.season.max_attempts and verdict.retryable else "void"
                 fin = se.AttemptFinished(
                     round=heat.round, heat=heat.heat, attempt=a, outcome=outcome,
                     match_state=str(world.match_state.value) if world else None,
@@ -437,7 +522,9 @@ class SeasonRunner:
                     elapsed_ms=world.elapsed_ms if world else 0)
                 self._append(fin)
                 self.say(f"{tag}: spoiled by {verdict.source}: {verdict.detail} → "
-                         + ("attempt " + str(a + 1) if outcome == "retry" else "heat void (no attempts left)"))
+                         + ("attempt " + str(a + 1) if outcome == "retry"
+                            else "heat void (no attempts left)" if verdict.retryable
+                            else "heat void (not retried: a new attempt would fail the same way)"))
                 if outcome == "void":
                     self._finish_heat(heat, fin)
             self._export()
@@ -447,7 +534,7 @@ class SeasonRunner:
             self._observe("heat_event", rel, rec)
         e = rec.event
         secs = f"{rec.elapsed_ms / 1000:.1f}s"
-        seat_of = {self.arena.manifest.territories[i].id: x for i, x in enumerate(heat.seats) if x is not None}
+        seat_of = {self.arena_of(heat).manifest.territories[i].id: x for i, x in enumerate(heat.seats) if x is not None}
         if e.kind == "milestone_passed":
             self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} passed {e.milestone}")
         elif e.kind == "durable_deployment_completed":
@@ -522,10 +609,12 @@ class SeasonRunner:
                     self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds)))
                     self.say(f"season finished: champion {', '.join(champs) or 'none'}")
                     break
+                arena_id = self.arena_of_round(plan.round).manifest.arena.id
                 self._append(se.RoundScheduled(
                     round=plan.round, heats=[se.HeatSeats(heat=h.heat, seats=list(h.seats)) for h in plan.heats],
-                    byes=list(plan.byes), final=plan.final))
-                self.say(f"round {plan.round} scheduled{' (final)' if plan.final else ''}: "
+                    byes=list(plan.byes), final=plan.final, arena=arena_id))
+                on = f" on {arena_id}" if len(self.arenas) > 1 else ""
+                self.say(f"round {plan.round} scheduled{' (final)' if plan.final else ''}{on}: "
                          + "; ".join(f"heat {h.heat}: " + " vs ".join(h.entrants) for h in plan.heats)
                          + (f"; byes: {', '.join(plan.byes)}" if plan.byes else ""))
             self._export()

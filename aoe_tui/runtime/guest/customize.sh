@@ -58,6 +58,23 @@ RestartSec=1
 WantedBy=multi-user.target
 C
 
+# NixOS paths that upstream's arena scripts and oracles rely on (upstream NixOS behaviour, see docs/arena-packages.md):
+# /run/current-system/sw/bin/python3 (and the rest of sw/bin) exists at every boot, before
+# any arena unit starts (systemd-tmpfiles-setup runs in sysinit.target). /run is tmpfs,
+# so the link is made anew at each boot.
+mkdir -p "$ROOT/usr/lib/tmpfiles.d"
+cat > "$ROOT/usr/lib/tmpfiles.d/aoe-nixos-paths.conf" <<'C'
+d /run/current-system 0755 root root -
+L /run/current-system/sw - - - - /usr
+C
+# /tmp survives a reboot on NixOS (no clean-on-boot); Debian's tmp.conf empties it at
+# every boot ("D /tmp"): keep the folder, never clean it.
+mkdir -p "$ROOT/etc/tmpfiles.d"
+echo 'd /tmp 1777 root root -' > "$ROOT/etc/tmpfiles.d/tmp.conf"
+# /bin/sh is bash on NixOS (dash on Debian); arena slots run `/bin/sh FILE` on files the
+# player writes, so a player's bash-isms behave as they would upstream.
+ln -sf bash "$ROOT/usr/bin/sh"
+
 # first-boot identity (QEMU guests): from fw_cfg files opt/aoe/hostname and
 # opt/aoe/root_password (kept out of the host's process list), else from the kernel
 # command line aoe.hostname= aoe.root_password=.
