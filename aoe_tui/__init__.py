@@ -1,7 +1,7 @@
 """aoe-tui: a tournament runner for AI-agent build races.
 
 Compatible with the arena packages, adapters and match artifacts of the public
-agents-of-empires project (see ``../shared/spec/upstream-format.md``).
+agents-of-empires project (map of the code: ``docs/architecture.md``).
 """
 
 __version__ = "0.1.0"

@@ -1,1 +1,1 @@
-"""aoe_tui.agents layer (see DEVELOPERS.md architecture)."""
+"""aoe_tui.agents layer (see docs/architecture.md)."""

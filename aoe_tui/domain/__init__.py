@@ -1,1 +1,1 @@
-"""aoe_tui.domain layer (see DEVELOPERS.md architecture)."""
+"""aoe_tui.domain layer (see docs/architecture.md)."""

@@ -1,4 +1,4 @@
-"""aoe_tui.export layer (see DEVELOPERS.md architecture).
+"""aoe_tui.export layer (see docs/architecture.md).
 
 :mod:`aoe_tui.export.season` renders season standings (csv, json, md, html).
 """

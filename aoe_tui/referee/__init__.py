@@ -1,1 +1,1 @@
-"""aoe_tui.referee layer (see DEVELOPERS.md architecture)."""
+"""aoe_tui.referee layer (see docs/architecture.md)."""

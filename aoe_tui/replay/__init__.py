@@ -1,1 +1,1 @@
-"""aoe_tui.replay layer (see DEVELOPERS.md architecture)."""
+"""aoe_tui.replay layer (see docs/architecture.md)."""

@@ -1,1 +1,1 @@
-"""aoe_tui.runtime layer (see DEVELOPERS.md architecture)."""
+"""aoe_tui.runtime layer (see docs/architecture.md)."""

@@ -1,7 +1,7 @@
 """The territory guest image: a Debian root filesystem built from Debian packages.
 
 One build produces everything both local providers need (spec §6, guest contract of
-issue 3; recipe in ``../shared/notes/territories.md``):
+issue 3; the build steps are below and in ``guest/customize.sh``):
 
 * ``rootfs/``: the root filesystem tree (container territories mount it read-only as the
   lower layer of a per-territory overlay),

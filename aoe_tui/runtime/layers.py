@@ -319,7 +319,32 @@ def _remove(recipe: LoadedRecipe, merged: Path) -> None:
             shutil.rmtree(p)
 
 
+def _sweep_stale_builds() -> list[str]:
+    """Remove the temporary folders of layer builds whose process is gone (a killed build
+    can leave its overlay and the chroot's /proc, /sys and /dev mounted there:
+    :func:`safe_rmtree` unmounts before it deletes). Call with the build lock held.
+    Returns the folders removed."""
+    removed: list[str] = []
+    for d in [*layer_root().glob(".build-*"), *layer_root().glob("*/.qcow2-build-*")]:
+        m = re.search(r"-(\d+)$", d.name)
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            pass  # its builder is gone
+        except OSError:
+            continue  # alive (another user's) or unknowable: leave it
+        else:
+            continue  # its builder is alive
+        with contextlib.suppress(ProviderError):
+            safe_rmtree(d)
+            removed.append(str(d))
+    return removed
+
+
 def _build_layer(layer: ArenaLayer, progress: ProgressFn) -> None:
+    _sweep_stale_builds()
     if os.geteuid() != 0:
         raise ImageBuildError(f"building the image layer of {layer.name} needs root (overlayfs, chroot); "
                               f"run `sudo aoe image build --arena PATH`")
@@ -546,6 +571,7 @@ def ensure_layer_qcow2(layer: ArenaLayer, progress: ProgressFn | None = None) ->
     with _build_lock():
         if layer.qcow2.is_file():
             return layer.qcow2
+        _sweep_stale_builds()
         qemu_img = _need("qemu-img", "qemu-utils")
         qemu_io = _need("qemu-io", "qemu-utils")
         debugfs = _need("debugfs", "e2fsprogs")

@@ -1,1 +1,1 @@
-"""aoe_tui.season layer (see DEVELOPERS.md architecture)."""
+"""aoe_tui.season layer (see docs/architecture.md)."""

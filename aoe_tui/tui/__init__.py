@@ -1,1 +1,1 @@
-"""aoe_tui.tui layer (see DEVELOPERS.md architecture)."""
+"""aoe_tui.tui layer (see docs/architecture.md)."""
