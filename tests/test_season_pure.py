@@ -169,10 +169,45 @@ def _chromium() -> str:
     pytest.skip("chromium not installed (apt-get install -y chromium)")
 
 
-def read_table_in_chromium(html_file: Path, tmp_path: Path) -> list[list[str]]:
-    """Load ``html_file`` in headless chromium and parse ``#standings`` rows from the DOM it renders."""
+def html_tables(page: str) -> dict[str, list[list[str]]]:
+    """Every ``<table id=...>`` of ``page``: id → rows of cell texts (header row first)."""
     from html.parser import HTMLParser
 
+    class P(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tables: dict[str, list[list[str]]] = {}
+            self.cur: str | None = None
+            self.in_cell = False
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                self.cur = dict(attrs).get("id")
+                self.tables[self.cur] = []
+            elif self.cur and tag == "tr":
+                self.tables[self.cur].append([])
+            elif self.cur and tag in ("td", "th"):
+                self.in_cell = True
+                self.tables[self.cur][-1].append("")
+
+        def handle_endtag(self, tag):
+            if tag == "table":
+                self.cur = None
+            elif tag in ("td", "th"):
+                self.in_cell = False
+
+        def handle_data(self, data):
+            if self.cur and self.in_cell:
+                self.tables[self.cur][-1][-1] += data
+
+    p = P()
+    p.feed(page)
+    return p.tables
+
+
+def read_table_in_chromium(html_file: Path, tmp_path: Path, table: str = "standings") -> list[list[str]]:
+    """Load ``html_file`` in headless chromium and parse the rows of ``<table id=table>``
+    from the DOM it renders."""
     res = subprocess.run(
         [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -180,36 +215,8 @@ def read_table_in_chromium(html_file: Path, tmp_path: Path) -> list[list[str]]:
         capture_output=True, text=True, timeout=120,
     )
     assert res.returncode == 0, res.stderr[-2000:]
-
-    class P(HTMLParser):
-        def __init__(self):
-            super().__init__()
-            self.rows: list[list[str]] = []
-            self.in_table = self.in_td = False
-
-        def handle_starttag(self, tag, attrs):
-            if tag == "table" and ("id", "standings") in attrs:
-                self.in_table = True
-            elif self.in_table and tag == "tr":
-                self.rows.append([])
-            elif self.in_table and tag in ("td", "th"):
-                self.in_td = True
-                self.rows[-1].append("")
-
-        def handle_endtag(self, tag):
-            if tag == "table":
-                self.in_table = False
-            elif tag in ("td", "th"):
-                self.in_td = False
-
-        def handle_data(self, data):
-            if self.in_table and self.in_td:
-                self.rows[-1][-1] += data
-
-    p = P()
-    p.feed(res.stdout)
     assert "<svg" in res.stdout or "No milestone" in res.stdout
-    return p.rows
+    return html_tables(res.stdout)[table]
 
 
 def test_html_is_self_contained_and_reads_back_in_chromium(tmp_path):
@@ -258,3 +265,272 @@ def test_season_folder_is_held_by_one_runner_and_freed_by_sigkill(tmp_path):
         except SeasonBusyError:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- cups across arenas
+
+FB, DJQ, TS = "first-build", "durable-job-queue", "traffic-surge"
+#: three arenas with 4, 5 and 6 milestones; service-up and host-reboot are ids of several
+MULTI = {
+    FB: ["service-up", "write-read", "service-restart", "host-reboot"],
+    DJQ: ["service-up", "recover-accepted", "process-new", "worker-restart", "host-reboot"],
+    TS: ["baseline-ready", "priority-first-surge", "bounded-optional", "recover-peak", "restart-under-load",
+         "host-reboot"],
+}
+
+
+def _st(terr, rank, points, durable=None, ms=None, usage=None):
+    """Stats of one entrant in one heat; ``usage`` = (input tokens, output tokens, micro-USD) or None."""
+    tin, tout, cost = usage or (0, 0, 0)
+    return se.EntrantHeatStats(territory=terr, rank=rank, points=points, passed=len(ms or {}), durable_at_ms=durable,
+                               milestones=ms or {}, input_tokens=tin, output_tokens=tout, cost_microusd=cost,
+                               usage_recorded=usage is not None)
+
+
+def _counted(w, r, h, ranks, winner, stats):
+    w.append(se.AttemptStarted(round=r, heat=h, attempt=1, folder=f"round-{r}/heat-{h}/attempt-1"))
+    w.append(se.AttemptFinished(round=r, heat=h, attempt=1, outcome="counted", winner=winner, ranks=ranks,
+                                stats=stats))
+    w.append(se.HeatFinished(round=r, heat=h, attempt=1, ranks=ranks, winner=winner))
+
+
+def _multi_season_log(path: Path, arenas: bool = True) -> None:
+    """Four rounds cycling first-build → durable-job-queue → traffic-surge → first-build,
+    entrants alpha, bravo, charlie, delta. ``arenas=False`` writes the same heats as a
+    one-arena log of before cups across arenas (no arena list, rounds name no arena).
+
+    * r1 first-build: alpha wins (durable 5 s), bravo durable 9 s, charlie 1 milestone; usage all;
+    * r2 durable-job-queue: h1 alpha and delta **tie** (rank 1 both, no winner), 2 milestones each,
+      delta records **no usage**; h2 bravo vs charlie **void** (retry, then void);
+    * r3 traffic-surge: charlie wins (durable 40 s), bravo durable 60 s, delta nothing; **no usage at all**;
+    * r4 first-build: bravo wins (durable 7 s), alpha durable 11 s, delta 2 milestones; usage all.
+    """
+    fb_all = lambda t: dict(zip(MULTI[FB], t))  # noqa: E731
+    ts_all = lambda t: dict(zip(MULTI[TS], t))  # noqa: E731
+    started = _started(("alpha", "bravo", "charlie", "delta")).model_copy(update={
+        "milestones": MULTI[FB],
+        "arenas": [se.SeasonArena(id=a, display_name=a.replace("-", " ").title(), milestones=ms)
+                   for a, ms in MULTI.items()] if arenas else []})
+    on = (lambda a: a) if arenas else (lambda a: None)
+    with SeasonLogWriter(path, clock=lambda: 1000) as w:
+        w.append(started)
+        w.append(se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=["alpha", "bravo", "charlie"])],
+                                   byes=["delta"], arena=on(FB)))
+        _counted(w, 1, 1, {"alpha": 1, "bravo": 2, "charlie": 3}, "alpha", {
+            "alpha": _st("builder-one", 1, 100, 5000, fb_all((1000, 2000, 3000, 5000)), (100, 10, 1000)),
+            "bravo": _st("builder-two", 2, 100, 9000, fb_all((2000, 4000, 6000, 9000)), (200, 20, 2000)),
+            "charlie": _st("builder-three", 3, 10, None, {"service-up": 3000}, (50, 5, 500))})
+        w.append(se.RoundFinished(round=1))
+        w.append(se.RoundScheduled(round=2, heats=[se.HeatSeats(heat=1, seats=["alpha", None, "delta"]),
+                                                    se.HeatSeats(heat=2, seats=["bravo", "charlie", None])],
+                                   arena=on(DJQ)))
+        _counted(w, 2, 1, {"alpha": 1, "delta": 1}, None, {
+            "alpha": _st("queue-one", 1, 30, None, {"service-up": 4000, "recover-accepted": 8000}, (300, 30, 3000)),
+            "delta": _st("queue-three", 1, 30, None, {"service-up": 5000, "recover-accepted": 7000})})
+        w.append(se.AttemptStarted(round=2, heat=2, attempt=1, folder="round-2/heat-2/attempt-1"))
+        w.append(se.AttemptFinished(round=2, heat=2, attempt=1, outcome="retry", failure_source="provider"))
+        w.append(se.AttemptStarted(round=2, heat=2, attempt=2, folder="round-2/heat-2/attempt-2"))
+        w.append(se.AttemptFinished(round=2, heat=2, attempt=2, outcome="void", failure_source="provider",
+                                    stats={"bravo": _st("queue-one", 1, 100, 1000, {"service-up": 1}, (9, 9, 9))}))
+        w.append(se.HeatFinished(round=2, heat=2, attempt=None, void=True))
+        w.append(se.RoundFinished(round=2))
+        w.append(se.RoundScheduled(round=3, heats=[se.HeatSeats(heat=1, seats=["charlie", "bravo", "delta"])],
+                                   byes=["alpha"], arena=on(TS)))
+        _counted(w, 3, 1, {"charlie": 1, "bravo": 2, "delta": 3}, "charlie", {
+            "charlie": _st("surge-one", 1, 100, 40000, ts_all((1000, 10000, 20000, 30000, 35000, 40000))),
+            "bravo": _st("surge-two", 2, 100, 60000, ts_all((2000, 12000, 25000, 40000, 50000, 60000))),
+            "delta": _st("surge-three", 3, 0)})
+        w.append(se.RoundFinished(round=3))
+        w.append(se.RoundScheduled(round=4, heats=[se.HeatSeats(heat=1, seats=["bravo", "alpha", "delta"])],
+                                   byes=["charlie"], arena=on(FB)))
+        _counted(w, 4, 1, {"bravo": 1, "alpha": 2, "delta": 3}, "bravo", {
+            "bravo": _st("builder-one", 1, 100, 7000, fb_all((1500, 3000, 5000, 7000)), (400, 40, 4000)),
+            "alpha": _st("builder-two", 2, 100, 11000, fb_all((3000, 5000, 8000, 11000)), (500, 50, 5000)),
+            "delta": _st("builder-three", 3, 20, None, {"service-up": 6000, "write-read": 9000}, (10, 1, 100))})
+        w.append(se.RoundFinished(round=4))
+        w.append(se.SeasonFinished(champions=["bravo"], rounds=4))
+
+
+@pytest.fixture
+def multi_state(tmp_path):
+    _multi_season_log(tmp_path / "season.jsonl")
+    return reduce_season(read_season_log(tmp_path / "season.jsonl"))
+
+
+def _bd(arena, heats=0, wins=0, times=(), points=0, passes=0, available=0, usage=0, tokens=None, ms=None):
+    """The expected :class:`ArenaBreakdown` (tokens = (in, out, cost) or None = unknown)."""
+    from aoe_tui.season.standings import ArenaBreakdown, upper_median
+
+    tin, tout, cost = tokens or (None, None, None)
+    return ArenaBreakdown(
+        arena=arena, heats=heats, wins=wins, durable=len(times), points=points, durable_times_ms=list(times),
+        median_durable_ms=upper_median(list(times)), milestone_passes=passes, milestones_available=available,
+        coverage=round(passes / available, 4) if available else 0.0, usage_recorded=usage, input_tokens=tin,
+        output_tokens=tout, cost_microusd=cost,
+        cost_per_durable_microusd=cost // len(times) if cost is not None and times else None, milestone_ms=ms or {})
+
+
+def test_standings_per_arena_breakdown_exact(multi_state):
+    """Every figure of every entrant on every arena, by hand; the overall coverage weighs
+    each heat by its own arena's milestones; a void heat charges nobody; a tie has no winner."""
+    rows = {r.entrant: r for r in season_standings(multi_state)}
+    assert [r.entrant for r in season_standings(multi_state)] == ["bravo", "alpha", "charlie", "delta"]
+    assert [r.rank for r in season_standings(multi_state)] == [1, 2, 3, 4]
+    for r in rows.values():
+        assert list(r.arenas) == [FB, DJQ, TS]  # season arena order, also arenas never raced
+        assert r.milestone_ms == {}  # arenas share milestone ids: no season-wide time-to-milestone
+    a, b, c, d = (rows[e] for e in ("alpha", "bravo", "charlie", "delta"))
+    assert a.arenas == {
+        FB: _bd(FB, 2, 1, (5000, 11000), 200, 8, 8, 2, (600, 60, 6000),
+                {"host-reboot": 11000, "service-restart": 8000, "service-up": 3000, "write-read": 5000}),
+        DJQ: _bd(DJQ, 1, 0, (), 30, 2, 5, 1, (300, 30, 3000), {"recover-accepted": 8000, "service-up": 4000}),
+        TS: _bd(TS),
+    }
+    assert a.arenas[FB].cost_per_durable_microusd == 3000 and a.arenas[FB].median_durable_ms == 11000
+    assert b.arenas == {
+        FB: _bd(FB, 2, 1, (9000, 7000), 200, 8, 8, 2, (600, 60, 6000),
+                {"host-reboot": 9000, "service-restart": 6000, "service-up": 2000, "write-read": 4000}),
+        DJQ: _bd(DJQ),  # the void heat is not counted: nothing on this arena
+        TS: _bd(TS, 1, 0, (60000,), 100, 6, 6, 0, None,
+                dict(zip(MULTI[TS], (2000, 12000, 25000, 40000, 50000, 60000)))),
+    }
+    assert c.arenas == {
+        FB: _bd(FB, 1, 0, (), 10, 1, 4, 1, (50, 5, 500), {"service-up": 3000}),
+        DJQ: _bd(DJQ),
+        TS: _bd(TS, 1, 1, (40000,), 100, 6, 6, 0, None,
+                dict(zip(MULTI[TS], (1000, 10000, 20000, 30000, 35000, 40000)))),
+    }
+    assert d.arenas == {
+        FB: _bd(FB, 1, 0, (), 20, 2, 4, 1, (10, 1, 100), {"service-up": 6000, "write-read": 9000}),
+        DJQ: _bd(DJQ, 1, 0, (), 30, 2, 5, 0, None, {"recover-accepted": 7000, "service-up": 5000}),
+        TS: _bd(TS, 1, 0, (), 0, 0, 6, 0, None),
+    }
+    # overall: coverage = passes ÷ Σ each heat's arena milestones (alpha 10/13, not 10/12)
+    overall = {e: (r.heats, r.wins, r.durable, r.points, r.coverage, r.median_durable_ms, r.usage_recorded,
+                   r.input_tokens, r.output_tokens, r.cost_microusd, r.cost_per_durable_microusd, r.mean_rank)
+               for e, r in rows.items()}
+    assert overall == {
+        "alpha": (3, 1, 2, 230, 0.7692, 11000, 3, 900, 90, 9000, 4500, 1.333),
+        "bravo": (3, 1, 3, 300, 1.0, 9000, 2, None, None, None, None, 1.667),
+        "charlie": (2, 1, 1, 110, 0.7, 40000, 1, None, None, None, None, 2.0),
+        "delta": (3, 0, 0, 50, 0.2667, None, 1, None, None, None, None, 2.333),
+    }
+
+
+def test_multi_arena_ratings_are_one_per_entrant_and_one_arena_figures_unchanged(multi_state, tmp_path):
+    """One OpenSkill rating per entrant over every heat of every arena (the same as the same
+    heats in a one-arena log); a one-arena log keeps its season-wide ``milestone_ms`` and
+    its coverage over the one arena's milestones, as before cups across arenas."""
+    rows = {r.entrant: r for r in season_standings(multi_state)}
+    heats = [{"alpha": 1, "bravo": 2, "charlie": 3}, {"alpha": 1, "delta": 1}, {"charlie": 1, "bravo": 2, "delta": 3},
+             {"bravo": 1, "alpha": 2, "delta": 3}]
+    ratings = rate_heats(["alpha", "bravo", "charlie", "delta"], heats)
+    for e, r in rows.items():
+        assert (r.mu, r.sigma, r.ordinal) == (round(ratings[e].mu, 4), round(ratings[e].sigma, 4),
+                                              round(ratings[e].ordinal, 4))
+    _multi_season_log(tmp_path / "single.jsonl", arenas=False)
+    single = reduce_season(read_season_log(tmp_path / "single.jsonl"))
+    assert not single.multi_arena
+    one = {r.entrant: r for r in season_standings(single)}
+    for e in rows:
+        assert (one[e].mu, one[e].sigma, one[e].wins, one[e].durable, one[e].points, one[e].heats) == \
+            (rows[e].mu, rows[e].sigma, rows[e].wins, rows[e].durable, rows[e].points, rows[e].heats)
+        assert list(one[e].arenas) == [FB]
+    # every heat counted on the one arena's 4 milestones: alpha 10 / (3 × 4)
+    assert one["alpha"].coverage == 0.8333 and one["alpha"].arenas[FB].coverage == 0.8333
+    # season-wide medians, mixing what the one-arena log calls service-up (1000, 4000, 3000)
+    assert one["alpha"].milestone_ms == {"host-reboot": 11000, "recover-accepted": 8000, "service-restart": 8000,
+                                         "service-up": 3000, "write-read": 5000}
+
+
+def test_multi_arena_exports_json_csv_md(multi_state):
+    from aoe_tui.export.season import COLUMNS
+
+    data = json.loads(render(multi_state, "json"))
+    assert data["arena"] == FB
+    assert [(a["id"], a["milestones"]) for a in data["arenas"]] == list(MULTI.items())
+    assert [(h["round"], h["heat"], h["arena"]) for h in data["heats"]] == [
+        (1, 1, FB), (2, 1, DJQ), (2, 2, DJQ), (3, 1, TS), (4, 1, FB)]
+    alpha = next(s for s in data["standings"] if s["entrant"] == "alpha")
+    assert list(alpha["arenas"]) == [FB, DJQ, TS] and alpha["coverage"] == 0.7692
+    assert alpha["arenas"][DJQ] == {
+        "arena": DJQ, "heats": 1, "wins": 0, "durable": 0, "points": 30, "durable_times_ms": [],
+        "median_durable_ms": None, "milestone_passes": 2, "milestones_available": 5, "coverage": 0.4,
+        "usage_recorded": 1, "input_tokens": 300, "output_tokens": 30, "cost_microusd": 3000,
+        "cost_per_durable_microusd": None, "milestone_ms": {"recover-accepted": 8000, "service-up": 4000}}
+    # CSV: exactly the documented columns, one row per entrant
+    text = render(multi_state, "csv")
+    assert text.splitlines()[0] == ",".join(COLUMNS)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [(r["entrant"], r["coverage"], r["input_tokens"]) for r in rows] == [
+        ("bravo", "1.0", ""), ("alpha", "0.7692", "900"), ("charlie", "0.7", ""), ("delta", "0.2667", "")]
+    md = render(multi_state, "md")
+    main, per_arena = md.split("\n## Per arena\n")
+    assert "| 2 | alpha |  | 3 | 1 | 2 | 230 | 77% | 0:11.0 |" in main and "Tie-break order" in main
+    lines = per_arena.strip().splitlines()
+    assert lines[0] == ("Arenas: first-build (4 milestones), durable-job-queue (5 milestones), "
+                        "traffic-surge (6 milestones).")
+    assert lines[2] == ("| entrant | arena | heats | wins | durable | points | milestones | coverage | "
+                        "median durable | tokens in/out | cost | cost/durable |")
+    body = lines[4:]
+    assert len(body) == 12  # 4 entrants × 3 arenas, entrants in standings order
+    assert body[0] == "| bravo | first-build | 2 | 1 | 2 | 200 | 8/8 | 100% | 0:09.0 | 600/60 | $0.0060 | $0.0030 |"
+    assert body[2] == "| bravo | traffic-surge | 1 | 0 | 1 | 100 | 6/6 | 100% | 1:00.0 | — | — | — |"
+    assert body[4] == "| alpha | durable-job-queue | 1 | 0 | 0 | 30 | 2/5 | 40% | — | 300/30 | $0.0030 | — |"
+    assert body[10] == "| delta | durable-job-queue | 1 | 0 | 0 | 30 | 2/5 | 40% | — | — | — | — |"
+    # never raced there: no coverage
+    assert body[5] == "| alpha | traffic-surge | 0 | 0 | 0 | 0 | 0/0 | — | — | — | — | — |"
+
+
+def test_one_arena_exports_have_no_breakdown_sections(tmp_path):
+    """A one-arena season: Markdown ends with the tie-break line, the HTML names its one arena
+    with one chart and no breakdown or arena marks, the CSV header is :data:`COLUMNS`."""
+    from aoe_tui.export.season import COLUMNS
+
+    log = tmp_path / "season.jsonl"
+    _season_log(log)
+    state = reduce_season(read_season_log(log))
+    md = render(state, "md")
+    assert md.endswith("rating ordinal, cost, id.\n") and "Per arena" not in md
+    page = render(state, "html")
+    assert "<p>Arena <b>first-build</b> · format" in page and 'id="milestone-chart"' in page
+    assert "arena-breakdown" not in page and "data-arena" not in page and "milestone-chart-" not in page
+    assert "<h3>Round 1</h3>" in page
+    assert render(state, "csv").splitlines()[0] == ",".join(COLUMNS)
+    data = json.loads(render(state, "json"))
+    assert [a["id"] for a in data["arenas"]] == ["first-build"] and data["heats"][0]["arena"] == "first-build"
+    assert list(data["standings"][0]["arenas"]) == ["first-build"]
+
+
+def test_multi_arena_html_page(multi_state, tmp_path):
+    """The page names the arenas, marks each round's and heat's arena in the bracket, has the
+    per-arena table (read back in chromium too) and one time-to-milestone chart per arena."""
+    import re
+
+    from aoe_tui.export.season import BREAKDOWN_HEADS
+
+    page = render(multi_state, "html")
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
+    assert re.search(r"<p>3 arenas <b [^>]*>first-build</b>, <b [^>]*>durable-job-queue</b>, "
+                     r"<b [^>]*>traffic-surge</b> · format", page)
+    for r, arena in ((1, FB), (2, DJQ), (3, TS), (4, FB)):
+        assert f"<h3>Round {r} · {arena}</h3>" in page
+    assert re.findall(r'<div class="heat" data-arena="([^"]+)">', page) == [FB, DJQ, DJQ, TS, FB]
+    tables = html_tables(page)
+    assert set(tables) == {"standings", "arena-breakdown"}
+    brk = tables["arena-breakdown"]
+    assert tuple(brk[0]) == BREAKDOWN_HEADS and len(brk) == 13
+    assert brk[7] == ["charlie", "first-build", "1", "0", "0", "10", "1/4", "25%", "—", "50/5", "$0.0005", "—"]
+    assert brk[9] == ["charlie", "traffic-surge", "1", "1", "1", "100", "6/6", "100%", "0:40.0", "—", "—", "—"]
+    charts = {m.group(1): m.group(0) for m in re.finditer(r'<svg id="milestone-chart-([a-z-]+)".*?</svg>', page)}
+    assert list(charts) == [FB, DJQ, TS] and 'id="milestone-chart"' not in page
+    # each chart: its own arena's milestones on the x axis, only entrants that passed one there
+    assert ">recover-accepted</text>" in charts[DJQ] and ">recover-accepted</text>" not in charts[FB]
+    assert all(f">{m}</text>" in charts[TS] for m in MULTI[TS])
+    legend = lambda svg: re.findall(r'fill="#[0-9a-f]{6}">([a-z]+)</text>', svg)  # noqa: E731
+    assert legend(charts[TS]) == ["bravo", "charlie"]
+    assert legend(charts[DJQ]) == ["alpha", "delta"]
+    assert legend(charts[FB]) == ["bravo", "alpha", "charlie", "delta"]
+    assert [r[1] for r in tables["standings"][1:]] == ["bravo", "alpha", "charlie", "delta"]  # league: no 🏆
+    (tmp_path / "standings.html").write_text(page)
+    assert read_table_in_chromium(tmp_path / "standings.html", tmp_path, "arena-breakdown") == brk

@@ -422,3 +422,223 @@ async def test_palette_offers_no_screenshot_to_a_spectator(season_dir, monkeypat
         titles = [c.title for c in app.get_system_commands(app.screen)]
     assert "Help" in titles and "Quit" in titles
     assert ("Screenshot" in titles) is not spectator
+
+
+# --------------------------------------------------------------------------- cups across arenas
+
+
+@pytest.fixture(scope="module")
+def multi_dir(tmp_path_factory) -> Path:
+    from tui_fixtures import build_multi_arena_season_folder
+
+    return build_multi_arena_season_folder(tmp_path_factory.mktemp("tui-multi"))
+
+
+def applied(folder: Path) -> SeasonModel:
+    model = SeasonModel()
+    for rec in read_season_log(folder / "season.jsonl"):
+        model.apply(rec)
+    return model
+
+
+ARENA_IDS = ["first-build", "durable-job-queue", "traffic-surge"]
+
+
+async def test_multi_arena_bracket_and_header_name_the_arenas(multi_dir):
+    """Each round row names the arena its heats race (short form when narrow); the header
+    names the arenas and fits 80 columns; the season log says where a round races."""
+    app = frozen(watch_app(multi_dir, follow=False))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        rows = rows_by_key(app)
+        assert [rows[f"r{r}"].entrants for r in (1, 2, 3, 4)] == [
+            "arena first-build", "arena durable-job-queue", "arena traffic-surge", "arena first-build"]
+        assert rows["r2h1"].entrants == "glm vs deepseek vs oracle" and rows["r2h1"].winner == "oracle"
+        narrow = {r.key: r for r in app.season.rows(app.heats, narrow=True)}
+        assert narrow["r3"].entrants == "traffic-surge"
+        header = app.screen.query_one("#season-header")
+        assert str(header.text) == ("season cross-cup · 2026-W38 · league · 3 arenas: first-build, "
+                                    "durable-job-queue, traffic-surge · 4 entrants")
+        table = app.screen.query_one("#bracket", DataTable)
+        assert str(table.get_cell("r2", "Entrants / detail")) == "arena durable-job-queue"
+        assert "round 4 scheduled on first-build: h1: kimi vs deepseek vs glm" in str(
+            app.screen.query_one("#season-log").text)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert str(header.text) == "cross-cup · 2026-W38 · league · 3 arenas: first-build, +2 · 4 entrants"
+        assert header.content_size.width == 78
+        assert str(table.get_cell("r2", "Entrants / detail")) == "durable-job-queue"
+
+
+def test_multi_arena_header_shortens_to_fit_and_one_arena_stays():
+    from aoe_tui.domain import season_events as se
+
+    from tui_fixtures import MULTI_ARENAS
+
+    model = SeasonModel()
+    arenas = [se.SeasonArena(id=i, milestones=ms) for i, _n, _c, ms in MULTI_ARENAS]
+    arenas += [se.SeasonArena(id="zero-downtime-rollout"), se.SeasonArena(id="primary-failover")]
+    model.apply(se.SeasonRecord(sequence=0, time_unix_ms=0, event=se.SeasonStarted(
+        season="cup", label="W1", arena_id="first-build", format={"kind": "knockout"}, entrants=["a", "b"], seed=1,
+        heat_size=3, min_heat_size=2, max_attempts=1, season_sha256="0" * 64, arenas=arenas)))
+    full = ("season cup · W1 · knockout · 5 arenas: first-build, durable-job-queue, traffic-surge, "
+            "zero-downtime-rollout, primary-failover · 2 entrants")
+    assert model.title == model.header() == model.header(len(full)) == full
+    assert model.header(len(full) - 1) == full[len("season "):]
+    two = "cup · W1 · knockout · 5 arenas: first-build, durable-job-queue, +3 · 2 entrants"
+    assert model.header(len(two)) == two and len(two) == 79
+    assert model.header(78) == "cup · W1 · knockout · 5 arenas: first-build, +4 · 2 entrants"
+    assert model.header(50) == "cup · W1 · knockout · 5 arenas · 2 entrants"
+    assert model.header(30) == "cup · W1 · 5 arenas"
+    assert model.header(5) == "cup · W1 · 5 arenas"  # the shortest; the screen cuts the rest
+    one = SeasonModel()
+    one.apply(se.SeasonRecord(sequence=0, time_unix_ms=0, event=se.SeasonStarted(
+        season="cup", label="W1", arena_id="first-build", format={"kind": "league"}, entrants=["a", "b"], seed=1,
+        heat_size=3, min_heat_size=2, max_attempts=1, season_sha256="0" * 64)))
+    assert one.header(10) == one.title == "season cup · W1 · league · arena first-build · 2 entrants"
+
+
+def test_one_arena_bracket_and_log_name_no_arena(season_dir):
+    """Neither an old log (rounds name no arena) nor a new one-arena log (its one arena
+    listed, every round naming it) shows arenas in the bracket, the log or the header."""
+    from aoe_tui.domain import season_events as se
+
+    model = applied(season_dir)
+    rows = {r.key: r for r in model.rows({})}
+    assert rows["r1"].entrants == "" and rows["r2"].entrants == ""
+    assert model.heat_arena("round-2/heat-1/attempt-1") is None
+    assert any(line.endswith("round 2 scheduled: h1: kimi vs deepseek vs glm; "
+                             "h2: glm-queue-builder vs deepseek-queue-builder vs luna-queue-builder; byes oracle")
+               for line in model.log)
+    new = SeasonModel()
+    for i, event in enumerate([
+        se.SeasonStarted(season="cup", label="W1", arena_id="first-build", format={"kind": "league"},
+                         entrants=["a", "b"], seed=1, heat_size=3, min_heat_size=2, max_attempts=1,
+                         season_sha256="0" * 64, arenas=[se.SeasonArena(id="first-build", milestones=["service-up"])]),
+        se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=["a", "b"])], arena="first-build"),
+    ]):
+        new.apply(se.SeasonRecord(sequence=i, time_unix_ms=i, event=event))
+    assert not new.state.multi_arena and new.state.rounds[1].arena == "first-build"
+    assert [r.entrants for r in new.rows({}, narrow=True)] == ["", "a vs b"]
+    assert new.heat_arena("round-1/heat-1/attempt-1") is None
+    assert list(new.log)[-1].endswith("round 1 scheduled: h1: a vs b")
+    assert new.header(20) == "season cup · W1 · league · arena first-build · 2 entrants"
+
+
+async def test_multi_arena_heat_screens_name_their_arena(multi_dir):
+    """The live heat screen and a replay opened from the bracket name the heat's arena in
+    the header (also after stepping back, which resets the replayed model)."""
+    app = frozen(watch_app(multi_dir, follow=False))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.screen.selected_row().key == "r4h1"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, HeatScreen) and not isinstance(app.screen, ReplayScreen)
+        text = str(app.screen.query_one("#heat-header").text)
+        assert "running  leader builder-two  arena first-build  cross-cup · 2026-W38 · round 4" in text
+        await pilot.press("escape")
+        table = app.screen.query_one("#bracket", DataTable)
+        table.move_cursor(row=table.get_row_index("r2h1"))
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ReplayScreen) and app.screen.heat == "replay:round-2/heat-1/attempt-2"
+        assert "finished  arena durable-job-queue  cross-cup" in str(app.screen.query_one("#heat-header").text)
+        await pilot.press("left")
+        await pilot.pause()
+        assert app.screen.model.season_arena == "durable-job-queue"
+        assert "arena durable-job-queue" in str(app.screen.query_one("#heat-header").text)
+
+
+async def test_one_arena_heat_screen_names_no_arena(season_dir):
+    app = frozen(watch_app(season_dir, follow=False))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, HeatScreen) and app.screen.model.season_arena is None
+        text = str(app.screen.query_one("#heat-header").text)
+        assert "leader builder-two  fixture-cup · 2026-W37 · round 2 heat 1" in text and "arena" not in text
+
+
+async def test_multi_arena_standings_breakdown_toggle(multi_dir):
+    """``a`` shows one row per entrant and arena (entrants in the current sort order), ``a``
+    again the standings; fewer columns on an 80-column terminal."""
+    from aoe_tui.tui.seasonmodel import ARENA_COLUMNS, ARENA_COLUMNS_NARROW, STANDINGS_COLUMNS
+
+    app = frozen(watch_app(multi_dir, follow=False))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("s")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, StandingsScreen) and screen.check_action("toggle_arenas", ())
+        table = screen.query_one("#standings", DataTable)
+
+        def keys() -> list[str]:
+            return [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+
+        def cells(key: str) -> list[str]:
+            return [str(c) for c in table.get_row(key)]
+
+        def columns() -> tuple[str, ...]:
+            return tuple(str(c.label) for c in table.columns.values())
+
+        assert keys() == ["oracle", "deepseek", "kimi", "glm"] and columns() == STANDINGS_COLUMNS
+        await pilot.press("a")
+        assert columns() == ARENA_COLUMNS
+        assert keys() == [f"{e}/{a}" for e in ("oracle", "deepseek", "kimi", "glm") for a in ARENA_IDS]
+        assert cells("oracle/first-build") == ["1", "oracle", "first-build", "0", "0", "0",
+                                               "—", "—", "—", "—", "—"]  # never raced there
+        assert cells("oracle/durable-job-queue") == ["", "", "durable-job-queue", "1", "1", "1", "100%", "03:47",
+                                                     "171k/6.7k", "$0.0077", "$0.0077"]
+        assert cells("oracle/traffic-surge") == ["", "", "traffic-surge", "1", "1", "1", "100%", "00:20", "n/a", "n/a",
+                                                 "n/a"]  # the oracle smoke log recorded no usage
+        assert cells("glm/durable-job-queue") == ["", "", "durable-job-queue", "1", "0", "0", "20%", "—", "118k/6.4k",
+                                                  "$0.0907", "—"]
+        header = str(screen.query_one("#standings-header").text)
+        assert header.startswith("Standings per arena · season cross-cup") and header.endswith("sorted by #")
+        await pilot.press("p")  # sorted by points: kimi (80) before glm (75) either way; deepseek 110
+        assert [k.split("/")[0] for k in keys()][::3] == ["oracle", "deepseek", "kimi", "glm"]
+        await pilot.press("p")  # reversed
+        assert [k.split("/")[0] for k in keys()][::3] == ["glm", "kimi", "deepseek", "oracle"]
+        assert cells("glm/first-build")[:3] == ["4", "glm", "first-build"]
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert columns() == ARENA_COLUMNS_NARROW
+        assert cells("oracle/durable-job-queue") == ["", "durable-job-queue", "1", "1", "1", "100%", "03:47", "$0.0077"]
+        assert str(screen.query_one("#standings-header").text) == \
+            "Per arena · cross-cup · 2026-W38 · 3 arenas · 3/4 heats · sorted by Points (reversed)"
+        await pilot.press("a")
+        assert columns() == STANDINGS_COLUMNS and keys() == ["glm", "kimi", "deepseek", "oracle"]
+
+
+async def test_one_arena_standings_have_no_breakdown_key(season_dir):
+    from aoe_tui.tui.seasonmodel import STANDINGS_COLUMNS
+
+    app = frozen(watch_app(season_dir, follow=False))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("s")
+        await pilot.pause()
+        screen = app.screen
+        assert not screen.check_action("toggle_arenas", ())
+        assert "a" not in app.active_bindings or not app.active_bindings["a"].enabled
+        await pilot.press("a")
+        table = screen.query_one("#standings", DataTable)
+        assert tuple(str(c.label) for c in table.columns.values()) == STANDINGS_COLUMNS and table.row_count == 7
+        assert not screen.per_arena
+
+
+@pytest.mark.parametrize("multi", [True, False], ids=["multi-arena", "one-arena"])
+async def test_help_lists_the_breakdown_key_in_a_cup_across_arenas(season_dir, multi_dir, multi):
+    from aoe_tui.tui.screens import HelpScreen, help_text
+
+    app = frozen(watch_app(multi_dir if multi else season_dir, follow=False))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one("#help-text").render())
+    assert ("per-arena breakdown" in text) is multi
+    assert help_text(True) == help_text(True, multi_arena=False)
+    assert help_text(True, multi_arena=True).replace("  a            per-arena breakdown (a cup across arenas)\n",
+                                                     "") == help_text(True)

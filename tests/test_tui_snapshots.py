@@ -124,3 +124,37 @@ def test_standings_screen(snap_compare, size, season_dir):
 @pytest.mark.parametrize("size", SIZES, ids=size_ids)
 def test_standings_sorted_by_rating(snap_compare, size, season_dir):
     assert snap_compare(season_app(season_dir), press=["s", "r"], terminal_size=size)
+
+
+# --------------------------------------------------------------------------- a cup across arenas
+
+
+@pytest.fixture(scope="module")
+def multi_dir(tmp_path_factory):
+    from tui_fixtures import build_multi_arena_season_folder
+
+    return build_multi_arena_season_folder(tmp_path_factory.mktemp("snap-multi"))
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_multi_arena_season_screen(snap_compare, size, multi_dir):
+    """Three arenas: the header names them (shortened at 80 columns), each round row its arena."""
+    assert snap_compare(season_app(multi_dir), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_multi_arena_standings_screen(snap_compare, size, multi_dir):
+    """Standings over all arenas; the footer offers ``a`` (per arena)."""
+    assert snap_compare(season_app(multi_dir), press=["s"], terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_multi_arena_standings_per_arena(snap_compare, size, multi_dir):
+    """The per-arena breakdown: one row per entrant and arena (fewer columns at 80)."""
+    assert snap_compare(season_app(multi_dir), press=["s", "a"], terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_multi_arena_heat_screen(snap_compare, size, multi_dir):
+    """The racing heat of round 4: its header names the arena (first-build)."""
+    assert snap_compare(season_app(multi_dir), press=["enter"], terminal_size=size)

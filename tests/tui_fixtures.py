@@ -81,6 +81,62 @@ def _write_match_folder(folder: Path, loaded: LoadedMatch, records: list[EventRe
     (folder / "events.jsonl").write_text("".join(dump_record(r) + "\n" for r in recs), encoding="utf-8")
 
 
+class _SeasonBuilder:
+    """Writes a fixture ``season.jsonl`` with the real :class:`SeasonLogWriter` (each record
+    7 s after the previous one, from :data:`SEASON_T0`) and the attempt folders it names,
+    each holding a real event log."""
+
+    def __init__(self, out: Path) -> None:
+        from aoe_tui.replay.season_log import SeasonLogWriter
+
+        self.out = out
+        out.mkdir(parents=True)
+        self.clock_ms = SEASON_T0
+        self.log = SeasonLogWriter(out / "season.jsonl", clock=lambda: self.clock_ms)
+
+    def append(self, event) -> None:
+        self.log.append(event)
+        self.clock_ms += 7_000
+
+    def finish(self, r: int, h: int, a: int, loaded: LoadedMatch, seats: list[str]) -> None:
+        """Attempt ``a`` of heat ``r``/``h`` counted, with ``loaded``'s log; ``seats`` = entrant per territory."""
+        from aoe_tui.domain import season_events as se
+        from aoe_tui.season.attempts import attempt_stats
+
+        rel = f"round-{r}/heat-{h}/attempt-{a}"
+        _write_match_folder(self.out / rel, loaded)
+        world = reduce_match(loaded.records)
+        seat_of = {t["id"]: seats[i] for i, t in enumerate(loaded.arena["territories"])}
+        ranks, winner, stats = attempt_stats(world, loaded.records, seat_of)
+        fin = se.AttemptFinished(round=r, heat=h, attempt=a, outcome="counted", match_state=world.match_state.value,
+                                 finish_reason=world.finish_reason, winner=winner, ranks=ranks, stats=stats,
+                                 elapsed_ms=world.elapsed_ms)
+        self.append(fin)
+        self.append(se.HeatFinished(round=r, heat=h, attempt=a, void=False, ranks=dict(ranks), winner=winner))
+
+    def retry(self, r: int, h: int, detail: str) -> None:
+        """Attempt 1 of heat ``r``/``h`` spoiled by the provider (an empty folder), retried."""
+        from aoe_tui.domain import season_events as se
+
+        (self.out / f"round-{r}/heat-{h}/attempt-1").mkdir(parents=True)
+        self.append(se.AttemptFinished(round=r, heat=h, attempt=1, outcome="retry", failure_source="provider",
+                                       detail=detail))
+
+    def racing(self, r: int, h: int, loaded: LoadedMatch, up_to_sequence: int) -> None:
+        """Attempt 1 of heat ``r``/``h`` started; its log holds ``loaded``'s records up to ``up_to_sequence``."""
+        from aoe_tui.domain import season_events as se
+
+        self.append(se.AttemptStarted(round=r, heat=h, attempt=1, folder=f"round-{r}/heat-{h}/attempt-1"))
+        _write_match_folder(self.out / f"round-{r}/heat-{h}/attempt-1", loaded,
+                            [rec for rec in loaded.records if rec.sequence <= up_to_sequence])
+
+
+def seats_of(loaded: LoadedMatch) -> list[str]:
+    """The agent ids of a fixture log in territory order."""
+    by_terr = {a["territory"]: a["id"] for a in loaded.arena["agents"]}
+    return [by_terr[t["id"]] for t in loaded.arena["territories"]]
+
+
 def build_season_folder(root: Path) -> Path:
     """A deterministic season folder built from real fixture logs (no territories).
 
@@ -98,70 +154,100 @@ def build_season_folder(root: Path) -> Path:
     Returns the season folder (``root/season``).
     """
     from aoe_tui.domain import season_events as se
-    from aoe_tui.replay.reducer import reduce_match
-    from aoe_tui.replay.season_log import SeasonLogWriter
-    from aoe_tui.season.attempts import attempt_stats
 
     out = root / "season"
-    out.mkdir(parents=True)
-    clock_ms = [SEASON_T0]
-
-    def clock() -> int:
-        clock_ms[0] += 7_000
-        return clock_ms[0]
-
+    b = _SeasonBuilder(out)
     seed = load_match(SEED)
     timer = timer_finish_match()
-
-    def seats_of(loaded: LoadedMatch) -> list[str]:
-        by_terr = {a["territory"]: a["id"] for a in loaded.arena["agents"]}
-        return [by_terr[t["id"]] for t in loaded.arena["territories"]]
-
     s1, s2 = seats_of(seed), seats_of(timer)
     entrants = s1 + s2 + ["oracle"]
-    log = SeasonLogWriter(out / "season.jsonl", clock=lambda: clock_ms[0])
-    clock_ms[0] = SEASON_T0
-
-    def append(event) -> None:
-        log.append(event)
-        clock()
-
-    append(se.SeasonStarted(season="fixture-cup", label="2026-W37", arena_id="first-build",
-                            format={"kind": "league", "heats_per_entrant": 2}, entrants=entrants, seed=7,
-                            heat_size=3, min_heat_size=2, max_attempts=2, season_sha256="0" * 64,
-                            milestones=["service-up", "write-read", "service-restart", "host-reboot"],
-                            models={e: e for e in entrants}))
-    append(se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=s1), se.HeatSeats(heat=2, seats=s2)],
-                             byes=["oracle"]))
-
-    def finish(r: int, h: int, a: int, loaded: LoadedMatch, seats: list[str]) -> None:
-        rel = f"round-{r}/heat-{h}/attempt-{a}"
-        _write_match_folder(out / rel, loaded)
-        world = reduce_match(loaded.records)
-        seat_of = {t["id"]: seats[i] for i, t in enumerate(loaded.arena["territories"])}
-        ranks, winner, stats = attempt_stats(world, loaded.records, seat_of)
-        fin = se.AttemptFinished(round=r, heat=h, attempt=a, outcome="counted", match_state=world.match_state.value,
-                                 finish_reason=world.finish_reason, winner=winner, ranks=ranks, stats=stats,
-                                 elapsed_ms=world.elapsed_ms)
-        append(fin)
-        append(se.HeatFinished(round=r, heat=h, attempt=a, void=False, ranks=dict(ranks), winner=winner))
-
-    append(se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"))
-    append(se.AttemptStarted(round=1, heat=2, attempt=1, folder="round-1/heat-2/attempt-1"))
-    (out / "round-1/heat-2/attempt-1").mkdir(parents=True)
-    append(se.AttemptFinished(round=1, heat=2, attempt=1, outcome="retry", failure_source="provider",
-                              detail="provider:container: builder-two did not answer SSH within 90 s"))
-    finish(1, 1, 1, seed, s1)
-    append(se.AttemptStarted(round=1, heat=2, attempt=2, folder="round-1/heat-2/attempt-2"))
-    finish(1, 2, 2, timer, s2)
-    append(se.RoundFinished(round=1))
-    append(se.RoundScheduled(round=2, heats=[se.HeatSeats(heat=1, seats=s1), se.HeatSeats(heat=2, seats=s2)],
-                             byes=["oracle"]))
-    append(se.AttemptStarted(round=2, heat=1, attempt=1, folder="round-2/heat-1/attempt-1"))
+    b.append(se.SeasonStarted(season="fixture-cup", label="2026-W37", arena_id="first-build",
+                              format={"kind": "league", "heats_per_entrant": 2}, entrants=entrants, seed=7,
+                              heat_size=3, min_heat_size=2, max_attempts=2, season_sha256="0" * 64,
+                              milestones=["service-up", "write-read", "service-restart", "host-reboot"],
+                              models={e: e for e in entrants}))
+    b.append(se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=s1), se.HeatSeats(heat=2, seats=s2)],
+                               byes=["oracle"]))
+    b.append(se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"))
+    b.append(se.AttemptStarted(round=1, heat=2, attempt=1, folder="round-1/heat-2/attempt-1"))
+    b.retry(1, 2, "provider:container: builder-two did not answer SSH within 90 s")
+    b.finish(1, 1, 1, seed, s1)
+    b.append(se.AttemptStarted(round=1, heat=2, attempt=2, folder="round-1/heat-2/attempt-2"))
+    b.finish(1, 2, 2, timer, s2)
+    b.append(se.RoundFinished(round=1))
+    b.append(se.RoundScheduled(round=2, heats=[se.HeatSeats(heat=1, seats=s1), se.HeatSeats(heat=2, seats=s2)],
+                               byes=["oracle"]))
+    b.append(se.AttemptStarted(round=2, heat=1, attempt=1, folder="round-2/heat-1/attempt-1"))
     _write_match_folder(out / "round-2/heat-1/attempt-1.interrupted-1", seed, seed.records[:40])
-    append(se.SeasonResumed(pid=4242, detail="1 attempt(s) interrupted"))
-    append(se.AttemptInterrupted(round=2, heat=1, attempt=1, renamed_to="round-2/heat-1/attempt-1.interrupted-1"))
-    append(se.AttemptStarted(round=2, heat=1, attempt=1, folder="round-2/heat-1/attempt-1"))
-    _write_match_folder(out / "round-2/heat-1/attempt-1", seed, [r for r in seed.records if r.sequence <= 104])
-    log.close()
+    b.append(se.SeasonResumed(pid=4242, detail="1 attempt(s) interrupted"))
+    b.append(se.AttemptInterrupted(round=2, heat=1, attempt=1, renamed_to="round-2/heat-1/attempt-1.interrupted-1"))
+    b.racing(2, 1, seed, 104)
+    b.log.close()
+    return out
+
+
+#: the arenas of :func:`build_multi_arena_season_folder`, in season order (4, 5 and 6 milestones)
+MULTI_ARENAS = (
+    ("first-build", "First Build", "service-delivery",
+     ["service-up", "write-read", "service-restart", "host-reboot"]),
+    ("durable-job-queue", "Durable Job Queue", "stateful-recovery",
+     ["service-up", "recover-accepted", "process-new", "worker-restart", "host-reboot"]),
+    ("traffic-surge", "Traffic Surge", "traffic-and-saturation",
+     ["baseline-ready", "priority-first-surge", "bounded-optional", "recover-peak", "restart-under-load",
+      "host-reboot"]),
+)
+#: where :func:`build_multi_arena_season_folder`'s racing heat is
+MULTI_RACING = "round-4/heat-1/attempt-1"
+
+
+def build_multi_arena_season_folder(root: Path) -> Path:
+    """A deterministic cup across three arenas (:data:`MULTI_ARENAS`; rounds cycle through
+    them), four entrants (kimi, deepseek, glm, oracle), from real fixture logs:
+
+    * round 1 · first-build — the seed heat (kimi, deepseek, glm): deepseek wins (durable
+      at 43.2 s, usage recorded); bye oracle;
+    * round 2 · durable-job-queue — attempt 1 spoiled by the provider (retried), attempt 2:
+      the full durable-job-queue log with glm, deepseek, oracle on queue-one/two/three:
+      oracle wins (durable at 227.9 s), everyone's usage recorded; bye kimi;
+    * round 3 · traffic-surge — the oracle smoke log with oracle, kimi, glm on
+      surge-one/two/three: oracle wins (durable at 20.7 s), **no usage** recorded; bye deepseek;
+    * round 4 · first-build — heat 1 (kimi, deepseek, glm) **racing**: the seed log up to
+      sequence 104; bye oracle.
+
+    Returns the season folder (``root/season``).
+    """
+    from aoe_tui.domain import season_events as se
+
+    out = root / "season"
+    b = _SeasonBuilder(out)
+    seed = load_match(SEED)
+    queue = load_match(PARTIAL_SOURCE)
+    surge = load_match(MATCHES / "traffic-surge-oracle-smoke")
+    entrants = ["kimi", "deepseek", "glm", "oracle"]
+    arenas = [se.SeasonArena(id=i, display_name=n, milestones=ms, category=c, path=f"../arenas/{i}/arena.toml")
+              for i, n, c, ms in MULTI_ARENAS]
+    b.append(se.SeasonStarted(season="cross-cup", label="2026-W38", arena_id=arenas[0].id,
+                              format={"kind": "league", "heats_per_entrant": 3}, entrants=entrants, seed=11,
+                              heat_size=3, min_heat_size=2, max_attempts=2, season_sha256="1" * 64,
+                              milestones=list(arenas[0].milestones), models={e: e for e in entrants},
+                              arenas=arenas))
+    fb, djq, ts = (a.id for a in arenas)
+    s1, s2, s3 = ["kimi", "deepseek", "glm"], ["glm", "deepseek", "oracle"], ["oracle", "kimi", "glm"]
+    b.append(se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=s1)], byes=["oracle"], arena=fb))
+    b.append(se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"))
+    b.finish(1, 1, 1, seed, s1)
+    b.append(se.RoundFinished(round=1))
+    b.append(se.RoundScheduled(round=2, heats=[se.HeatSeats(heat=1, seats=s2)], byes=["kimi"], arena=djq))
+    b.append(se.AttemptStarted(round=2, heat=1, attempt=1, folder="round-2/heat-1/attempt-1"))
+    b.retry(2, 1, "provider:container: queue-two did not answer SSH within 90 s")
+    b.append(se.AttemptStarted(round=2, heat=1, attempt=2, folder="round-2/heat-1/attempt-2"))
+    b.finish(2, 1, 2, queue, s2)
+    b.append(se.RoundFinished(round=2))
+    b.append(se.RoundScheduled(round=3, heats=[se.HeatSeats(heat=1, seats=s3)], byes=["deepseek"], arena=ts))
+    b.append(se.AttemptStarted(round=3, heat=1, attempt=1, folder="round-3/heat-1/attempt-1"))
+    b.finish(3, 1, 1, surge, s3)
+    b.append(se.RoundFinished(round=3))
+    b.append(se.RoundScheduled(round=4, heats=[se.HeatSeats(heat=1, seats=s1)], byes=["oracle"], arena=fb))
+    b.racing(4, 1, seed, 104)
+    b.log.close()
     return out

@@ -6,6 +6,17 @@ live runner. Times are shown as ``m:ss.s`` (from ms); costs as ``$x.xxxx`` (from
 micro-USD). The HTML page has no external resources: inline CSS and inline SVG only
 (bracket, standings table ``<table id="standings">``, a time-to-milestone chart, links
 to each heat's bundle relative to the season folder).
+
+Cups across arenas (a season of more than one arena): the per-arena breakdown
+(:class:`~aoe_tui.season.standings.ArenaBreakdown`, §7.2) is in the JSON (every
+standing's ``arenas``; also the season's ``arenas`` list and each heat's ``arena``, for
+one-arena seasons too), in a Markdown table after the main one, and in the HTML page
+(``<table id="arena-breakdown">``, the arenas in the header, each round's arena in the
+bracket with ``data-arena`` on every heat, and one time-to-milestone chart per arena,
+``<svg id="milestone-chart-ARENA">``, since arenas share milestone ids). The CSV keeps
+exactly :data:`COLUMNS`, one row per entrant: its header is a fixed schema, and
+per-arena columns would make it depend on the season's arenas. A one-arena season's
+CSV, Markdown and HTML are what they were before cups across arenas.
 """
 
 from __future__ import annotations
@@ -19,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from aoe_tui.replay.season_reducer import SeasonState
-from aoe_tui.season.standings import SeasonStanding, season_standings
+from aoe_tui.season.standings import ArenaBreakdown, SeasonStanding, season_standings
 
 __all__ = ["COLUMNS", "FORMATS", "render", "write_all"]
 
 FORMATS = ("csv", "json", "md", "html")
 
-#: Exported columns, in order (CSV header = these names).
+#: Exported columns, in order (CSV header = these names; the same in a cup across arenas).
 COLUMNS = (
     "rank", "entrant", "model", "heats", "wins", "durable", "points", "coverage", "median_durable_ms",
     "mean_rank", "usage_recorded", "input_tokens", "output_tokens", "cost_microusd",
@@ -50,12 +61,17 @@ def _cell(v: Any) -> str:
 
 def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
     """``{"schema": "aoe-tui.season-standings", "version": 1, "season", "label", "arena",
-    "format", "finished", "champions", "standings": [...], "heats": [...]}``."""
+    "arenas", "format", "finished", "champions", "standings": [...], "heats": [...]}``.
+
+    ``arena`` is the first arena's id; ``arenas`` every season arena (``id``,
+    ``display_name``, ``milestones``, ``category``, ``path``) in order; each standing is
+    :meth:`SeasonStanding.to_dict` (with its per-arena ``arenas``); each heat names the
+    ``arena`` id it races."""
     info = state.info
     heats = []
     for h in state.heats():
         heats.append({
-            "round": h.round, "heat": h.heat, "seats": list(h.seats), "status": h.status,
+            "round": h.round, "heat": h.heat, "arena": h.arena, "seats": list(h.seats), "status": h.status,
             "attempts": [{"attempt": a.attempt, "folder": a.folder, "status": a.status,
                           "outcome": a.finished.outcome if a.finished else None,
                           "failure_source": a.finished.failure_source if a.finished else None,
@@ -71,6 +87,7 @@ def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
         "season": info.season if info else None,
         "label": info.label if info else None,
         "arena": info.arena_id if info else None,
+        "arenas": [a.model_dump() for a in state.arenas],
         "format": info.format if info else None,
         "finished": state.finished is not None,
         "champions": state.finished.champions if state.finished else [],
@@ -91,8 +108,37 @@ def to_csv(rows: list[SeasonStanding]) -> str:
     return buf.getvalue()
 
 
+#: Per-arena breakdown columns (Markdown and HTML).
+BREAKDOWN_HEADS = ("entrant", "arena", "heats", "wins", "durable", "points", "milestones", "coverage",
+                   "median durable", "tokens in/out", "cost", "cost/durable")
+
+
+def _breakdown_rows(state: SeasonState, rows: list[SeasonStanding]) -> list[tuple[str, ...]]:
+    """Cells of the per-arena breakdown, in :data:`BREAKDOWN_HEADS` order: entrants in
+    standings order, each with one row per season arena (season order; coverage ``—`` on
+    an arena the entrant raced no heat of)."""
+    out = []
+    for r in rows:
+        for a in state.arenas:
+            b: ArenaBreakdown | None = r.arenas.get(a.id)
+            if b is None:
+                continue
+            tokens = "—" if b.input_tokens is None else f"{b.input_tokens}/{b.output_tokens}"
+            out.append((r.entrant, a.id, str(b.heats), str(b.wins), str(b.durable), str(b.points),
+                        f"{b.milestone_passes}/{b.milestones_available}", f"{b.coverage:.0%}" if b.heats else "—",
+                        _clock(b.median_durable_ms), tokens, _usd(b.cost_microusd),
+                        _usd(b.cost_per_durable_microusd)))
+    return out
+
+
+def _arena_list(state: SeasonState) -> str:
+    """``first-build (4 milestones), durable-job-queue (5 milestones)``."""
+    return ", ".join(f"{a.id} ({len(a.milestones)} milestones)" for a in state.arenas)
+
+
 def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
-    """A Markdown table of the standings with a title line."""
+    """A Markdown table of the standings with a title line; a cup across arenas adds a
+    ``## Per arena`` breakdown table after it."""
     info = state.info
     title = f"# {info.season} · {info.label} — standings\n\n" if info else "# standings\n\n"
     head = "| # | entrant | model | heats | wins | durable | points | coverage | median durable | rating μ | σ | ordinal | tokens in/out | cost | cost/durable |\n"
@@ -106,24 +152,32 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
             f"{r.ordinal:.2f} | {tokens} | {_usd(r.cost_microusd)} | {_usd(r.cost_per_durable_microusd)} |\n"
         )
     tail = "\nTie-break order: wins, durable deployments, points, median time to durable, rating ordinal, cost, id.\n"
-    return title + head + sep + "".join(lines) + tail
+    per_arena = ""
+    if state.multi_arena:
+        per_arena = (f"\n## Per arena\n\nArenas: {_arena_list(state)}.\n\n"
+                     + "| " + " | ".join(BREAKDOWN_HEADS) + " |\n" + "|" + "---|" * len(BREAKDOWN_HEADS) + "\n"
+                     + "".join("| " + " | ".join(cells) + " |\n" for cells in _breakdown_rows(state, rows)))
+    return title + head + sep + "".join(lines) + tail + per_arena
 
 
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 
 
-def _chart(state: SeasonState, rows: list[SeasonStanding]) -> str:
-    """Inline SVG: x = milestones in arena order, y = median time (s) to pass it, one line per entrant."""
-    ms_ids = list(state.info.milestones) if state.info else []
-    series = [(r.entrant, [r.milestone_ms.get(m) for m in ms_ids]) for r in rows if r.milestone_ms]
-    if not ms_ids or not series:
+def _chart(ms_ids: list[str], per_entrant: list[tuple[str, dict[str, int]]], svg_id: str = "milestone-chart",
+           what: str = "") -> str:
+    """Inline SVG ``<svg id=svg_id>``: x = milestones ``ms_ids`` (arena order), y = median
+    time (s) to pass it, one line per entrant of ``per_entrant`` (entrant, milestone id →
+    median ms) that passed any; ``what`` names the arena in the aria label."""
+    series = [(name, [ms.get(m) for m in ms_ids]) for name, ms in per_entrant if ms]
+    known = [v for _, vals in series for v in vals if v is not None]
+    if not ms_ids or not series or not known:
         return '<p class="muted">No milestone passed yet.</p>'
     w, h, left, top, bottom, right = 720, 320, 60, 20, 50, 170
-    top_ms = max(v for _, vals in series for v in vals if v is not None) or 1
+    top_ms = max(known) or 1
     x = lambda i: left + (w - left - right) * (i / max(1, len(ms_ids) - 1))  # noqa: E731
     y = lambda v: top + (h - top - bottom) * (1 - v / top_ms)  # noqa: E731
-    out = [f'<svg id="milestone-chart" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
-           f'aria-label="median time to each milestone per entrant">']
+    out = [f'<svg id="{html.escape(svg_id)}" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
+           f'aria-label="median time to each milestone{html.escape(what)} per entrant">']
     out.append(f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#999"/>')
     out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#999"/>')
     for i, m in enumerate(ms_ids):
@@ -145,13 +199,30 @@ def _chart(state: SeasonState, rows: list[SeasonStanding]) -> str:
     return "".join(out)
 
 
+def _charts(state: SeasonState, rows: list[SeasonStanding]) -> str:
+    """The time-to-milestone chart: one for a one-arena season, else one per arena
+    (``<h3>`` with the arena id, then its chart) from the per-arena breakdowns."""
+    if not state.multi_arena:
+        ms_ids = list(state.info.milestones) if state.info else []
+        return _chart(ms_ids, [(r.entrant, r.milestone_ms) for r in rows])
+    parts = []
+    for a in state.arenas:
+        per = [(r.entrant, r.arenas[a.id].milestone_ms) for r in rows if a.id in r.arenas]
+        parts.append(f"<h3>{html.escape(a.id)}</h3>\n"
+                     + _chart(list(a.milestones), per, f"milestone-chart-{a.id}", f" of {a.id}"))
+    return "\n".join(parts)
+
+
 def _bracket(state: SeasonState) -> str:
+    multi = state.multi_arena
     parts = ['<div class="bracket">']
     for r in state.rounds.values():
-        parts.append(f'<div class="round"><h3>Round {r.round}{" (final)" if r.final else ""}</h3>')
+        on = f" · {html.escape(r.arena)}" if multi else ""
+        parts.append(f'<div class="round"><h3>Round {r.round}{" (final)" if r.final else ""}{on}</h3>')
         for h in r.heats.values():
             res = h.result
-            parts.append(f'<div class="heat"><b>Heat {h.heat}</b> <span class="muted">{h.status}'
+            attr = f' data-arena="{html.escape(h.arena)}"' if multi else ""
+            parts.append(f'<div class="heat"{attr}><b>Heat {h.heat}</b> <span class="muted">{h.status}'
                          f'{" · void" if res and res.void else ""}</span><ol>')
             order = sorted(h.entrants, key=lambda e: (res.ranks.get(e, 99) if res else 99, e))
             for e in order:
@@ -175,21 +246,48 @@ def _bracket(state: SeasonState) -> str:
     return "".join(parts)
 
 
+def _table(table_id: str, heads: tuple[str, ...], rows: list) -> str:
+    """``<table id=table_id>`` with header cells ``heads`` and one ``<tr>`` per row of cells."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in heads)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>" for cells in rows)
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>'
+
+
+def _html_arenas(state: SeasonState) -> str:
+    """The header's arena part: ``Arena <b>id</b>``, or every arena of a cup across arenas."""
+    if not state.multi_arena:
+        return f"Arena <b>{html.escape(state.info.arena_id if state.info else '')}</b>"
+    return f"{len(state.arenas)} arenas " + ", ".join(
+        f'<b title="{html.escape(a.display_name or a.id)} · {len(a.milestones)} milestones">{html.escape(a.id)}</b>'
+        for a in state.arenas)
+
+
+def _html_breakdown(state: SeasonState, rows: list[SeasonStanding]) -> str:
+    """The per-arena section of a cup across arenas (empty for one arena)."""
+    if not state.multi_arena:
+        return ""
+    return ("<h2>Per arena</h2>\n"
+            "<style>#arena-breakdown td:nth-child(1){text-align:left} #arena-breakdown td:nth-child(3)"
+            "{text-align:right}</style>\n"
+            + _table("arena-breakdown", BREAKDOWN_HEADS, _breakdown_rows(state, rows))
+            + f'\n<p class="muted">Arenas: {html.escape(_arena_list(state))}. Coverage = milestones passed ÷ '
+            "milestones available (heats × the arena's milestones); cost is unknown (—) unless every heat on "
+            "that arena recorded usage.</p>\n")
+
+
 def to_html(state: SeasonState, rows: list[SeasonStanding]) -> str:
     """The self-contained standings page (see the module docstring)."""
     info = state.info
     title = f"{info.season} · {info.label}" if info else "season"
-    head = "".join(f"<th>{c}</th>" for c in ("#", "entrant", "model", "heats", "wins", "durable", "points",
-                                              "coverage", "median durable", "μ", "σ", "ordinal", "tokens in",
-                                              "tokens out", "cost", "cost/durable"))
+    heads = ("#", "entrant", "model", "heats", "wins", "durable", "points", "coverage", "median durable", "μ", "σ",
+             "ordinal", "tokens in", "tokens out", "cost", "cost/durable")
     body = []
     for r in rows:
-        cells = [r.rank, r.entrant + (" 🏆" if r.champion else ""), r.model or "", r.heats, r.wins, r.durable, r.points,
-                 f"{r.coverage:.0%}", _clock(r.median_durable_ms), f"{r.mu:.2f}", f"{r.sigma:.2f}",
-                 f"{r.ordinal:.2f}", "—" if r.input_tokens is None else r.input_tokens,
-                 "—" if r.output_tokens is None else r.output_tokens, _usd(r.cost_microusd),
-                 _usd(r.cost_per_durable_microusd)]
-        body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        body.append([r.rank, r.entrant + (" 🏆" if r.champion else ""), r.model or "", r.heats, r.wins, r.durable,
+                     r.points, f"{r.coverage:.0%}", _clock(r.median_durable_ms), f"{r.mu:.2f}", f"{r.sigma:.2f}",
+                     f"{r.ordinal:.2f}", "—" if r.input_tokens is None else r.input_tokens,
+                     "—" if r.output_tokens is None else r.output_tokens, _usd(r.cost_microusd),
+                     _usd(r.cost_per_durable_microusd)])
     status = "finished" if state.finished else "in progress"
     champs = ", ".join(state.finished.champions) if state.finished else ""
     return f"""<!DOCTYPE html>
@@ -201,14 +299,12 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:nth-child(2),
 .round{{min-width:14em}} .heat{{border:1px solid #ddd;border-radius:6px;padding:.5em;margin:.5em 0}}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
-<p>Arena <b>{html.escape(info.arena_id if info else "")}</b> · format <b>{html.escape(str(info.format.get("kind")) if info else "")}</b> · {status}{(" · champion " + html.escape(champs)) if champs else ""}</p>
+<p>{_html_arenas(state)} · format <b>{html.escape(str(info.format.get("kind")) if info else "")}</b> · {status}{(" · champion " + html.escape(champs)) if champs else ""}</p>
 <h2>Standings</h2>
-<table id="standings"><thead><tr>{head}</tr></thead><tbody>
-{"".join(body)}
-</tbody></table>
+{_table("standings", heads, body)}
 <p class="muted">Tie-break order: wins, durable deployments, points, median time to durable, rating ordinal (OpenSkill Plackett–Luce μ−3σ), cost, entrant id.</p>
-<h2>Time to each milestone (median)</h2>
-{_chart(state, rows)}
+{_html_breakdown(state, rows)}<h2>Time to each milestone (median)</h2>
+{_charts(state, rows)}
 <h2>Bracket</h2>
 {_bracket(state)}
 </body></html>

@@ -447,8 +447,11 @@ class SeasonRunner:
             ranks={e: 1 for e in heat.entrants} if void else dict(fin.ranks), winner=None if void else fin.winner))
 
     def _name(self, r: int, h: int, a: int) -> tuple[str, str]:
+        """The bundle's ``match.name`` and ``match.slug`` of an attempt (a cup across arenas
+        names the heat's arena in ``name``)."""
         s = self.season
-        return (f"{s.id} · {s.label} · round {r} heat {h} · attempt {a}", f"season-{s.id}-{s.label}-r{r}-h{h}-a{a}")
+        on = f" ({self.arena_of_round(r).manifest.arena.id})" if len(self.arenas) > 1 else ""
+        return (f"{s.id} · {s.label} · round {r} heat {h}{on} · attempt {a}", f"season-{s.id}-{s.label}-r{r}-h{h}-a{a}")
 
     async def _run_heat(self, heat: HeatState) -> None:
         while heat.result is None:

@@ -6,15 +6,31 @@ charged with it):
 * ``heats`` raced, ``wins`` (heats whose §3.6 winner is this entrant; a tied top has no
   winner), ``durable`` deployments (``durable_at_ms`` present, winner or not),
   ``points`` (sum of passed milestone points), ``coverage`` = passed milestones ÷
-  (heats × arena milestones), ``median_durable_ms`` (the upper median, element
-  ``len // 2`` of the sorted times, as upstream's series, §7.1), ``mean_rank``;
+  milestones available (each heat counts its own arena's milestones, so a cup across
+  arenas weighs a 6-milestone arena as 6), ``median_durable_ms`` (the upper median,
+  element ``len // 2`` of the sorted times, as upstream's series, §7.1), ``mean_rank``;
 * ``input_tokens``, ``output_tokens``, ``cost_microusd``: sums, **null unless usage was
   recorded in every heat** (usage is "unavailable", never zero — §7.1);
-  ``cost_per_durable_microusd`` = cost ÷ durable when both are known and durable > 0;
-* rating ``mu``, ``sigma``, ``ordinal`` (OpenSkill Plackett–Luce, :mod:`.ratings`);
+  ``cost_per_durable_microusd`` = cost ÷ durable (integer division) when both are known
+  and durable > 0;
+* rating ``mu``, ``sigma``, ``ordinal`` (OpenSkill Plackett–Luce, :mod:`.ratings`): one
+  rating per entrant over every heat of every arena;
 * ``milestone_ms``: milestone id → median ms (upper median) to pass it, over heats where
-  it passed (for the time-to-milestone chart);
-* knockout: ``round_reached`` (last round raced) and ``champion``.
+  it passed (for the time-to-milestone chart). Only for a season of one arena; ``{}`` in
+  a cup across arenas, whose arenas share milestone ids (``host-reboot``, …) that are not
+  the same milestone — each arena's breakdown has its own;
+* knockout: ``round_reached`` (last round raced) and ``champion``;
+* ``arenas``: arena id → :class:`ArenaBreakdown`, one per season arena in season order
+  (also arenas the entrant never raced: ``heats == 0``), the §7.2 per-arena summary:
+  ``heats`` (§7.2 ``appearances``), ``wins``, ``durable`` (``durable_deployments``),
+  ``points``, ``durable_times_ms`` (ms, match clock, in (round, heat) order),
+  ``median_durable_ms`` (upper median), ``milestone_passes``, ``milestones_available``
+  (heats × that arena's milestones), ``coverage`` (passes ÷ available, 4 decimals),
+  ``usage_recorded`` (heats with usage), ``input_tokens``/``output_tokens``/
+  ``cost_microusd`` (micro-USD; null unless usage was recorded in every heat of that
+  arena), ``cost_per_durable_microusd`` and ``milestone_ms`` (that arena's milestones).
+
+All times are in **ms**, all costs in **micro-USD** (10⁻⁶ USD).
 
 Tie-break order (documented; first difference decides):
 
@@ -35,10 +51,11 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from aoe_tui.domain.season_events import EntrantHeatStats
 from aoe_tui.replay.season_reducer import SeasonState
 from aoe_tui.season.ratings import rate_heats
 
-__all__ = ["SeasonStanding", "season_standings", "upper_median"]
+__all__ = ["ArenaBreakdown", "SeasonStanding", "season_standings", "upper_median"]
 
 
 def upper_median(values: list[int]) -> int | None:
@@ -49,8 +66,32 @@ def upper_median(values: list[int]) -> int | None:
 
 
 @dataclass
+class ArenaBreakdown:
+    """One entrant's figures on one arena of the season (see the module docstring;
+    times in ms, costs in micro-USD)."""
+
+    arena: str
+    heats: int
+    wins: int
+    durable: int
+    points: int
+    durable_times_ms: list[int]
+    median_durable_ms: int | None
+    milestone_passes: int
+    milestones_available: int
+    coverage: float
+    usage_recorded: int
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_microusd: int | None
+    cost_per_durable_microusd: int | None
+    milestone_ms: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class SeasonStanding:
-    """One standings row (see the module docstring for every field; times in ms)."""
+    """One standings row (see the module docstring for every field; times in ms, costs
+    in micro-USD)."""
 
     rank: int
     entrant: str
@@ -73,10 +114,77 @@ class SeasonStanding:
     round_reached: int
     champion: bool
     milestone_ms: dict[str, int] = field(default_factory=dict)
+    arenas: dict[str, ArenaBreakdown] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
+        """JSON-ready dict (``arenas`` as nested dicts)."""
         return asdict(self)
+
+
+@dataclass
+class _Tally:
+    """Running sums of one entrant's counted heats (overall, or on one arena)."""
+
+    heats: int = 0
+    wins: int = 0
+    points: int = 0
+    passed: int = 0
+    available: int = 0
+    durable_ms: list[int] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    usage: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: int = 0
+    ms: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, won: bool, rank: int | None, s: EntrantHeatStats | None, n_milestones: int) -> None:
+        """Count one heat: won or not, its rank, the entrant's stats (None: none
+        recorded) and how many milestones the heat's arena has."""
+        self.heats += 1
+        self.wins += won
+        self.available += n_milestones
+        if rank is not None:
+            self.ranks.append(rank)
+        if s is None:
+            return
+        self.points += s.points
+        self.passed += s.passed
+        if s.durable_at_ms is not None:
+            self.durable_ms.append(s.durable_at_ms)
+        self.usage += s.usage_recorded
+        self.tokens_in += s.input_tokens
+        self.tokens_out += s.output_tokens
+        self.cost += s.cost_microusd
+        for mid, ms in s.milestones.items():
+            self.ms.setdefault(mid, []).append(ms)
+
+    def figures(self) -> dict[str, Any]:
+        """The figures both a standings row and an arena breakdown report."""
+        complete = self.heats > 0 and self.usage == self.heats
+        cost = self.cost if complete else None
+        durable = len(self.durable_ms)
+        return {
+            "heats": self.heats,
+            "wins": self.wins,
+            "durable": durable,
+            "points": self.points,
+            "coverage": round(self.passed / self.available, 4) if self.heats and self.available else 0.0,
+            "median_durable_ms": upper_median(self.durable_ms),
+            "usage_recorded": self.usage,
+            "input_tokens": self.tokens_in if complete else None,
+            "output_tokens": self.tokens_out if complete else None,
+            "cost_microusd": cost,
+            "cost_per_durable_microusd": (cost // durable) if cost is not None and durable else None,
+        }
+
+    def milestone_medians(self) -> dict[str, int]:
+        return {k: upper_median(v) for k, v in sorted(self.ms.items())}  # type: ignore[misc]
+
+    def breakdown(self, arena: str) -> ArenaBreakdown:
+        return ArenaBreakdown(arena=arena, durable_times_ms=list(self.durable_ms), milestone_passes=self.passed,
+                              milestones_available=self.available, milestone_ms=self.milestone_medians(),
+                              **self.figures())
 
 
 def season_standings(state: SeasonState) -> list[SeasonStanding]:
@@ -85,12 +193,11 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
     if info is None:
         return []
     entrants = list(info.entrants)
-    n_ms = len(info.milestones)
-    acc: dict[str, dict[str, Any]] = {
-        e: {"heats": 0, "wins": 0, "durable": 0, "points": 0, "passed": 0, "durable_ms": [], "ranks": [],
-            "usage": 0, "in": 0, "out": 0, "cost": 0, "ms": {}, "round": 0}
-        for e in entrants
-    }
+    arena_ids = [a.id for a in state.arenas]
+    n_ms = {a.id: len(a.milestones) for a in state.arenas}
+    total = {e: _Tally() for e in entrants}
+    by_arena = {e: {a: _Tally() for a in arena_ids} for e in entrants}
+    reached = dict.fromkeys(entrants, 0)
     rated = []
     # Rate in bracket order, not in the order concurrent heats happened to finish: heats of
     # one round are independent, so (round, heat) is canonical and the same seed gives the
@@ -98,8 +205,8 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
     finished = sorted(state.heats_in_finish_order(), key=lambda h: h.key)
     for heat in state.heats():
         for e in heat.entrants:
-            if e in acc:
-                acc[e]["round"] = max(acc[e]["round"], heat.round)
+            if e in reached:
+                reached[e] = max(reached[e], heat.round)
     for heat in finished:
         res = heat.result
         if res is None or res.void:
@@ -108,59 +215,30 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
         stats = att.finished.stats if att and att.finished else {}
         rated.append(dict(res.ranks))
         for e in heat.entrants:
-            a = acc.get(e)
-            if a is None:
+            if e not in total:
                 continue
-            a["heats"] += 1
-            if res.winner == e:
-                a["wins"] += 1
-            if e in res.ranks:
-                a["ranks"].append(res.ranks[e])
-            s = stats.get(e)
-            if s is None:
-                continue
-            a["points"] += s.points
-            a["passed"] += s.passed
-            if s.durable_at_ms is not None:
-                a["durable"] += 1
-                a["durable_ms"].append(s.durable_at_ms)
-            if s.usage_recorded:
-                a["usage"] += 1
-            a["in"] += s.input_tokens
-            a["out"] += s.output_tokens
-            a["cost"] += s.cost_microusd
-            for mid, ms in s.milestones.items():
-                a["ms"].setdefault(mid, []).append(ms)
+            args = (res.winner == e, res.ranks.get(e), stats.get(e), n_ms.get(heat.arena, 0))
+            total[e].add(*args)
+            by_arena[e].setdefault(heat.arena, _Tally()).add(*args)
     ratings = rate_heats(entrants, rated)
     champions = set(state.finished.champions) if state.finished and info.format.get("kind") == "knockout" else set()
     rows = []
     for e in entrants:
-        a = acc[e]
-        complete = a["heats"] > 0 and a["usage"] == a["heats"]
-        cost = a["cost"] if complete else None
+        t = total[e]
         rating = ratings[e]
         rows.append(SeasonStanding(
             rank=0,
             entrant=e,
             model=info.models.get(e),
-            heats=a["heats"],
-            wins=a["wins"],
-            durable=a["durable"],
-            points=a["points"],
-            coverage=round(a["passed"] / (a["heats"] * n_ms), 4) if a["heats"] and n_ms else 0.0,
-            median_durable_ms=upper_median(a["durable_ms"]),
-            mean_rank=round(statistics.fmean(a["ranks"]), 3) if a["ranks"] else None,
-            usage_recorded=a["usage"],
-            input_tokens=a["in"] if complete else None,
-            output_tokens=a["out"] if complete else None,
-            cost_microusd=cost,
-            cost_per_durable_microusd=(cost // a["durable"]) if cost is not None and a["durable"] else None,
+            mean_rank=round(statistics.fmean(t.ranks), 3) if t.ranks else None,
             mu=round(rating.mu, 4),
             sigma=round(rating.sigma, 4),
             ordinal=round(rating.ordinal, 4),
-            round_reached=a["round"],
+            round_reached=reached[e],
             champion=e in champions,
-            milestone_ms={k: upper_median(v) for k, v in sorted(a["ms"].items())},  # type: ignore[misc]
+            milestone_ms={} if state.multi_arena else t.milestone_medians(),
+            arenas={a: tally.breakdown(a) for a, tally in by_arena[e].items()},
+            **t.figures(),
         ))
     knockout = info.format.get("kind") == "knockout"
 

@@ -244,16 +244,18 @@ class AoeApp(App):
         for h in opened:
             old = self.heats.get(h.key)
             if old is None or old.applied:  # a re-run of an interrupted attempt starts afresh
-                self.heats[h.key] = HeatModel(h.arena, title=h.title, activity=h.activity)
+                self.heats[h.key] = HeatModel(h.arena, title=h.title, activity=h.activity,
+                                              season_arena=self.season_arena(h.key))
             else:
                 old.arena, old.title, old.activity = h.arena, h.title, h.activity
+                old.season_arena = self.season_arena(h.key)
             self.heats[h.key].live = True
             self.latest_heat = h.key
         now = self.monotonic()
         for key, rec in pending:
             model = self.heats.get(key)
             if model is None:
-                model = self.heats[key] = HeatModel(title=key)
+                model = self.heats[key] = HeatModel(title=key, season_arena=self.season_arena(key))
                 model.live = True
                 self.latest_heat = key
             model.apply(rec)
@@ -282,6 +284,11 @@ class AoeApp(App):
                 refresh()
 
     # ------------------------------------------------------------------ season
+
+    def season_arena(self, folder: str) -> str | None:
+        """The arena id the season heat of attempt ``folder`` races, in a cup across arenas
+        (None otherwise: the heat header then names no arena)."""
+        return self.season.heat_arena(folder) if self.season is not None else None
 
     def season_log_lines(self) -> list[str]:
         """Recent progress lines: the engine's (``aoe run``) or the season log's summary."""
@@ -313,7 +320,7 @@ class AoeApp(App):
 
             info = self.season.state.info if self.season is not None else None
             model = HeatModel(ArenaInfo.from_arena(loaded.arena), title=attempt_title(info, folder),
-                              activity=folder_activity(path))
+                              activity=folder_activity(path), season_arena=self.season_arena(folder))
             cursor = ReplayCursor(loaded.records, model)
             cursor.seek_position(cursor.total)
             self.heats[key] = model

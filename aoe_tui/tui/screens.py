@@ -342,19 +342,24 @@ _HELP = """\
 [b]Standings[/b]
   p w d r      points wins durable rating   m k c    median tokens cost
   o            official order       e        {export}
-
+{arenas}
 Markers: \\[+] durable  \\[~] verifying  \\[>] building  \\[x] incomplete  \\[?] unavailable
 Ladder:  ✓ passed (points, time)  … evaluating  ✗ failed (last detail)  · pending
 Tokens and cost show n/a when the adapter reported no usage values.
 """
 
 
-def help_text(read_only: bool) -> str:
+_ARENAS_HELP = "  a            per-arena breakdown (a cup across arenas)\n"
+
+
+def help_text(read_only: bool, multi_arena: bool = False) -> str:
     """The key reference; a read-only view (replay, ``aoe watch``, SSH spectators) lists
-    ``q`` as plain quit and ``e`` as not available there."""
+    ``q`` as plain quit and ``e`` as not available there; ``multi_arena`` (a cup across
+    arenas) adds the standings' ``a`` key."""
+    arenas = _ARENAS_HELP if multi_arena else ""
     if read_only:
-        return _HELP.format(quit="quit", export="export (aoe run only)")
-    return _HELP.format(quit="quit: stop or detach", export="export to the season folder")
+        return _HELP.format(quit="quit", export="export (aoe run only)", arenas=arenas)
+    return _HELP.format(quit="quit: stop or detach", export="export to the season folder", arenas=arenas)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -366,7 +371,9 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(help_text(getattr(self.app, "read_only", True)), id="help-text")
+            season = getattr(self.app, "season", None)
+            multi = season is not None and season.state.multi_arena
+            yield Static(help_text(getattr(self.app, "read_only", True), multi), id="help-text")
 
     def action_close(self) -> None:
         """Close the help screen."""

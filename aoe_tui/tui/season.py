@@ -10,7 +10,9 @@ the app follows it, else a replay paused at its end, loaded from the attempt fol
 ``s`` standings. Standings: ``p w d m k c r`` sort by points, wins, durable, median
 time, tokens, cost, rating (again = reverse), ``o`` official order, ``e`` export
 ``standings.{csv,json,md,html}`` into the season folder (not in ``aoe watch``, which
-never writes). ``escape`` goes back.
+never writes), ``a`` (cups across arenas only) toggles the per-arena breakdown: one row
+per entrant and arena, entrants in the current sort order (fewer columns below
+:data:`~aoe_tui.tui.seasonmodel.ARENA_FULL_WIDTH`). ``escape`` goes back.
 """
 
 from __future__ import annotations
@@ -29,10 +31,14 @@ from textual.widgets import Button, DataTable, Footer, ProgressBar, Static
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from aoe_tui.tui.seasonmodel import (
+    ARENA_COLUMNS,
+    ARENA_COLUMNS_NARROW,
+    ARENA_FULL_WIDTH,
     NARROW_WIDTH,
     SORTS,
     STANDINGS_COLUMNS,
     SeasonModel,
+    arena_rows,
     sort_standings,
     standings_cells,
 )
@@ -192,7 +198,8 @@ class SeasonScreen(Screen):
                 self._update_times(app)
                 return
             self._drawn = sig
-            self.query_one("#season-header", TextView).set_text(Text(model.title, style="bold"))
+            # the header spans the screen with one column of padding each side
+            self.query_one("#season-header", TextView).set_text(Text(model.header(app.size.width - 2), style="bold"))
             done, total = model.progress()
             self.query_one("#season-progress", ProgressBar).update(total=max(total, 1), progress=done)
             self._fill_table(app)
@@ -306,6 +313,7 @@ class StandingsScreen(Screen):
         Binding("c", "sort('cost')", "Cost", show=False),
         Binding("r", "sort('rating')", "Rating"),
         Binding("o", "sort('rank')", "Official", show=False),
+        Binding("a", "toggle_arenas", "Per arena"),
         Binding("e", "export", "Export"),
         Binding("escape,s", "app.back", "Back"),
     ]
@@ -314,7 +322,10 @@ class StandingsScreen(Screen):
         super().__init__()
         self.sort_key = "rank"
         self.reverse = False
+        #: True while the table shows the per-arena breakdown (``a``; cups across arenas)
+        self.per_arena = False
         self._drawn: tuple | None = None
+        self._columns: tuple[str, ...] = ()
 
     @property
     def model(self) -> SeasonModel:
@@ -327,25 +338,42 @@ class StandingsScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#standings", DataTable)
-        for col in STANDINGS_COLUMNS:
-            table.add_column(col, key=col)
+        self._set_columns(STANDINGS_COLUMNS)
         self.refresh_view(force=True)
+
+    def _set_columns(self, columns: tuple[str, ...]) -> None:
+        """Give the table ``columns`` (a no-op when it has them)."""
+        if columns == self._columns:
+            return
+        table = self.query_one("#standings", DataTable)
+        table.clear(columns=True)
+        for col in columns:
+            table.add_column(col, key=col)
+        self._columns = columns
 
     def on_screen_resume(self) -> None:
         self.refresh_view(force=True)
 
+    def on_resize(self) -> None:
+        """A new width may change the header and the breakdown's columns."""
+        self.refresh_view()
+
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """``export`` exists only where the app may write (not in ``aoe watch``)."""
+        """``export`` exists only where the app may write (not in ``aoe watch``); ``a``
+        only in a cup across arenas."""
         if action == "export":
             return not self.app.read_only  # type: ignore[attr-defined]
+        if action == "toggle_arenas":  # only a cup across arenas has a breakdown to show
+            return self.model.state.multi_arena
         return True
 
     def refresh_view(self, force: bool = False) -> None:
         """Redraw when the season changed (or the sort did)."""
         if not self.is_mounted or not self.is_current:
             return
-        sig = (self.model.version, self.sort_key, self.reverse)
+        per_arena = self.per_arena and self.model.state.multi_arena
+        width = self.app.size.width
+        sig = (self.model.version, self.sort_key, self.reverse, per_arena, width)
         if not force and sig == self._drawn:
             return
         self._drawn = sig
@@ -353,17 +381,30 @@ class StandingsScreen(Screen):
         label = SORTS[self.sort_key][0]
         with self.app.batch_update():
             done, total = self.model.progress()
+            what = ("Per arena" if width < NARROW_WIDTH else "Standings per arena") if per_arena else "Standings"
+            rest = f" · {done}/{total} heats · sorted by {label}" + (" (reversed)" if self.reverse else "")
+            room = width - 2 - len(what) - len(rest) - 3  # the header: full width, padding 1
             self.query_one("#standings-header", TextView).set_text(Text(
-                f"Standings · {self.model.title} · {done}/{total} heats · sorted by {label}"
-                + (" (reversed)" if self.reverse else ""), style="bold"))
+                f"{what} · {self.model.header(room)}{rest}", style="bold"))
+            arena_columns = ARENA_COLUMNS if width >= ARENA_FULL_WIDTH else ARENA_COLUMNS_NARROW
+            self._set_columns(arena_columns if per_arena else STANDINGS_COLUMNS)
             table = self.query_one("#standings", DataTable)
             table.clear()
-            for r in rows:
-                cells = standings_cells(r)
-                table.add_row(*(Text(c, style="bold" if r.champion else "") for c in cells), key=r.entrant)
+            if per_arena:
+                shown = arena_rows(rows, [a.id for a in self.model.state.arenas], arena_columns)
+            else:
+                shown = [(r.entrant, r, standings_cells(r)) for r in rows]
+            for key, r, cells in shown:
+                table.add_row(*(Text(c, style="bold" if r.champion else "") for c in cells), key=key)
             note = ("ranking: wins, durable, points, median time, rating, cost · n/a = usage not reported · "
                     + ("read-only view" if self.app.read_only else "e exports to the season folder"))  # type: ignore[attr-defined]
             self.query_one("#standings-note", TextView).set_text(Text(note, style="dim"))
+
+    def action_toggle_arenas(self) -> None:
+        """Switch between the standings and the per-arena breakdown (cups across arenas)."""
+        if self.model.state.multi_arena:
+            self.per_arena = not self.per_arena
+            self.refresh_view(force=True)
 
     def action_sort(self, key: str) -> None:
         """Sort by ``key``; the same key again reverses the order."""

@@ -15,6 +15,12 @@ Attempt states shown in the bracket (derived, never stored):
 ``void``        spoiled with no attempts left; the heat counts for nobody
 ``interrupted`` a killed runner left it half-run (folder renamed ``*.interrupted-K``)
 ==============  ===================================================================
+
+Cups across arenas (``SeasonState.multi_arena``): the title names the arenas
+(:meth:`SeasonModel.header` shortens it to a width), each round row of the bracket names
+the arena its heats race, :meth:`SeasonModel.heat_arena` gives a heat's arena for the heat
+screen's header, and :func:`arena_rows` lays out the standings' per-arena breakdown. A
+season of one arena shows none of these (its screens are what they were).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass
 
 from aoe_tui.domain import season_events as se
 from aoe_tui.replay.season_reducer import AttemptState, HeatState, SeasonState, apply_season_record
-from aoe_tui.season.standings import SeasonStanding, season_standings
+from aoe_tui.season.standings import ArenaBreakdown, SeasonStanding, season_standings
 from aoe_tui.tui.viewmodel import HeatModel, fmt_clock, fmt_cost, fmt_tokens
 
 LOG_LIMIT = 200
@@ -111,7 +117,7 @@ class SeasonModel:
             self.closed_ms += max(0, (self.last_ms or t) - self.session_ms)
             self.session_ms = t
         self.last_ms = t
-        line = summarize_season(record)
+        line = summarize_season(record, multi_arena=self.state.multi_arena)
         if line:
             self.log.append(f"{fmt_clock(record.time_unix_ms - self.first_ms)}  {line}")
 
@@ -119,12 +125,35 @@ class SeasonModel:
 
     @property
     def title(self) -> str:
-        """``season · label · format · arena`` or a placeholder before ``season_started``."""
+        """``season · label · format · arena · entrants`` (a cup across arenas: ``N arenas:
+        id, id, …``) or a placeholder before ``season_started``."""
+        return self.header()
+
+    def header(self, width: int | None = None) -> str:
+        """:attr:`title` fitted to ``width`` characters (None = unlimited). A cup across
+        arenas drops the ``season`` word, then lists fewer arena ids (``first-build, +4``),
+        then only their count, then the format and entrants; a one-arena title is never
+        shortened (the screen cuts it)."""
         info = self.state.info
         if info is None:
             return "waiting for season.jsonl…"
         fmt = info.format.get("kind", "?") if isinstance(info.format, dict) else "?"
-        return f"season {info.season} · {info.label} · {fmt} · arena {info.arena_id} · {len(info.entrants)} entrants"
+        entrants = f"{len(info.entrants)} entrants"
+        if not self.state.multi_arena:
+            return f"season {info.season} · {info.label} · {fmt} · arena {info.arena_id} · {entrants}"
+        ids = [a.id for a in self.state.arenas]
+        lead = f"{info.season} · {info.label} · {fmt} · {len(ids)} arenas"
+        lines = [f"season {lead}: {', '.join(ids)} · {entrants}", f"{lead}: {', '.join(ids)} · {entrants}"]
+        lines += [f"{lead}: {', '.join(ids[:k])}, +{len(ids) - k} · {entrants}" for k in range(len(ids) - 1, 0, -1)]
+        lines += [f"{lead} · {entrants}", f"{info.season} · {info.label} · {len(ids)} arenas"]
+        return next((line for line in lines if width is None or len(line) <= width), lines[-1])
+
+    def heat_arena(self, folder: str) -> str | None:
+        """The arena id the heat of attempt ``folder`` races, in a cup across arenas (None
+        for a one-arena season or a folder of no scheduled round)."""
+        key = folder_key(folder)
+        rnd = self.state.rounds.get(key[0]) if key else None
+        return rnd.arena if rnd is not None and self.state.multi_arena else None
 
     def clock_ms(self, now_ms: int) -> int:
         """Season clock (ms): the running time of all run sessions (see the class docstring);
@@ -187,9 +216,11 @@ class SeasonModel:
         """The bracket: per round a header row, its heats, each heat's attempts, then byes.
 
         ``clock`` gives a running heat's time (default: its last ``elapsed_ms``);
-        ``narrow`` shows a leader as ``▲name`` instead of ``(name leads)``.
+        ``narrow`` shows a leader as ``▲name`` instead of ``(name leads)`` and, in a cup
+        across arenas, a round's arena as ``id`` instead of ``arena id``.
         """
         out: list[BracketRow] = []
+        multi = self.state.multi_arena
         for r in self.state.rounds.values():
             done = sum(1 for h in r.heats.values() if h.result is not None)
             label = f"Round {r.round}" + (" · final" if r.final else "")
@@ -197,6 +228,8 @@ class SeasonModel:
             extra = ""
             if r.finished is not None and (r.finished.advanced or r.finished.eliminated):
                 extra = "advanced: " + ", ".join(r.finished.advanced)
+            if multi:  # a cup across arenas: the round row names the arena of its heats
+                extra = " · ".join(x for x in (r.arena if narrow else f"arena {r.arena}", extra) if x)
             out.append(BracketRow(f"r{r.round}", "round", label, state, extra, "", f"{done}/{len(r.heats)}"))
             for h in r.heats.values():
                 out.extend(self._heat_rows(h, heats, clock, narrow))
@@ -257,8 +290,9 @@ class SeasonModel:
         return self._standings[1]
 
 
-def summarize_season(record: se.SeasonRecord) -> str | None:
-    """One log line for a season record (None for nothing worth a line)."""
+def summarize_season(record: se.SeasonRecord, multi_arena: bool = False) -> str | None:
+    """One log line for a season record (None for nothing worth a line); ``multi_arena``
+    names the arena a round races (as the runner's own progress line does)."""
     e = record.event
     k = e.kind
     if k == "season_started":
@@ -269,7 +303,8 @@ def summarize_season(record: se.SeasonRecord) -> str | None:
         return f"tore down {len(e.territories)} leftover territories"
     if k == "round_scheduled":
         heats = "; ".join(f"h{h.heat}: " + " vs ".join(x for x in h.seats if x) for h in e.heats)
-        return f"round {e.round} scheduled{' (final)' if e.final else ''}: {heats}" + (
+        on = f" on {e.arena}" if multi_arena and e.arena else ""
+        return f"round {e.round} scheduled{' (final)' if e.final else ''}{on}: {heats}" + (
             f"; byes {', '.join(e.byes)}" if e.byes else "")
     if k == "attempt_started":
         return f"r{e.round}h{e.heat}a{e.attempt} started"
@@ -329,13 +364,58 @@ def standings_cells(r: SeasonStanding) -> tuple[str, ...]:
             tokens, fmt_cost(r.cost_microusd), str(r.heats))
 
 
-def attempt_title(info: se.SeasonStarted | None, folder: str) -> str:
-    """``season · label · round R heat H · attempt A`` for an attempt folder (as the runner names heats)."""
+#: per-arena breakdown columns of the standings screen (``a``), one row per entrant and arena
+ARENA_COLUMNS = ("#", "Entrant", "Arena", "Heats", "Wins", "Durable", "Coverage", "Median", "Tokens in/out", "Cost",
+                 "Cost/durable")
+#: the same below :data:`ARENA_FULL_WIDTH` columns: rank, tokens and cost per durable left
+#: out, so that an 80-column terminal shows the cost
+ARENA_COLUMNS_NARROW = ("Entrant", "Arena", "Heats", "Wins", "Durable", "Coverage", "Median", "Cost")
+#: terminal width from which the breakdown shows all of :data:`ARENA_COLUMNS` (they need
+#: about 115 columns with the longest arena ids)
+ARENA_FULL_WIDTH = 120
+
+
+def arena_cells(r: SeasonStanding, b: ArenaBreakdown, first: bool) -> tuple[str, ...]:
+    """Display cells of entrant ``r`` on one arena (:data:`ARENA_COLUMNS` order): rank and
+    entrant only on the entrant's ``first`` row; ``—`` where the entrant raced no heat
+    there, ``n/a`` where usage was not reported in every heat there."""
+    who = (str(r.rank), r.entrant + (" ★" if r.champion else "")) if first else ("", "")
+    if b.heats == 0:
+        return who + (b.arena, "0", "0", "0", "—", "—", "—", "—", "—")
+    tokens = "n/a" if b.input_tokens is None else f"{fmt_tokens(b.input_tokens)}/{fmt_tokens(b.output_tokens)}"
+    return who + (b.arena, str(b.heats), str(b.wins), str(b.durable), f"{b.coverage:.0%}",
+                  fmt_clock(b.median_durable_ms) if b.median_durable_ms is not None else "—", tokens,
+                  fmt_cost(b.cost_microusd), fmt_cost(b.cost_per_durable_microusd) if b.durable else "—")
+
+
+def arena_rows(rows: list[SeasonStanding], arena_ids: list[str], columns: tuple[str, ...] = ARENA_COLUMNS,
+               ) -> list[tuple[str, SeasonStanding, tuple[str, ...]]]:
+    """The per-arena breakdown: for each standings row (in the given order) one
+    ``(key, row, cells)`` per arena of ``arena_ids`` (season order), cells of ``columns``
+    (:data:`ARENA_COLUMNS` or a subset); ``key`` is ``entrant/arena``."""
+    out = []
+    for r in rows:
+        shown = [a for a in arena_ids if a in r.arenas]
+        for i, a in enumerate(shown):
+            cells = dict(zip(ARENA_COLUMNS, arena_cells(r, r.arenas[a], first=i == 0)))
+            out.append((f"{r.entrant}/{a}", r, tuple(cells[c] for c in columns)))
+    return out
+
+
+def folder_key(folder: str) -> tuple[int, int, int] | None:
+    """``(round, heat, attempt)`` of an attempt folder ``round-R/heat-H/attempt-A[.interrupted-K]``
+    (None for another name)."""
     try:
         r, h, a = (int(p.split("-")[1].split(".")[0]) for p in folder.split("/")[:3])
-        where = f"round {r} heat {h} · attempt {a}"
     except (ValueError, IndexError):
-        where = folder
+        return None
+    return r, h, a
+
+
+def attempt_title(info: se.SeasonStarted | None, folder: str) -> str:
+    """``season · label · round R heat H · attempt A`` for an attempt folder (as the runner names heats)."""
+    key = folder_key(folder)
+    where = f"round {key[0]} heat {key[1]} · attempt {key[2]}" if key else folder
     if ".interrupted-" in folder:
         where += " (interrupted)"
     return f"{info.season} · {info.label} · {where}" if info else where

@@ -311,10 +311,13 @@ class HeatModel:
     """
 
     def __init__(self, arena: ArenaInfo | None = None, *, title: str | None = None,
-                 activity: ActivitySource | None = None) -> None:
+                 activity: ActivitySource | None = None, season_arena: str | None = None) -> None:
         self.arena = arena or ArenaInfo()
         self.title = title
         self.activity = activity
+        #: the season arena id this heat races, named in the header in a cup across
+        #: arenas (None: not in a season, or a season of one arena)
+        self.season_arena = season_arena
         self.world = WorldState()
         self.version = 0
         self.applied = 0
@@ -332,7 +335,8 @@ class HeatModel:
 
     def reset(self) -> None:
         """Back to the empty world (used when scrubbing backwards)."""
-        self.__init__(self.arena, title=self.title, activity=self.activity)  # type: ignore[misc]
+        self.__init__(self.arena, title=self.title, activity=self.activity,  # type: ignore[misc]
+                      season_arena=self.season_arena)
 
     def ticking(self) -> bool:
         """True when :meth:`clock_ms` runs on between events: a live heat whose match is running."""

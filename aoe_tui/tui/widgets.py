@@ -424,8 +424,9 @@ class WinnerBanner(Static):
 
 
 class HeatHeader(TextView):
-    """One line, most important first: clock/duration, match state, the §3.6 leader, then
-    the heat title (cut first on narrow terminals)."""
+    """One line, most important first: clock/duration, match state, the §3.6 leader, the
+    season arena in a cup across arenas (``arena ID``), then the heat title (cut first on
+    narrow terminals)."""
 
     def show_header(self, model: HeatModel, clock_ms: int | None = None) -> None:
         """Redraw from ``model`` (world state, title, arena name); ``clock_ms`` overrides the
@@ -441,6 +442,9 @@ class HeatHeader(TextView):
             lead = model.leader()
             t.append("  leader ", style="dim")
             t.append(lead or "tied")
+        if model.season_arena:
+            t.append("  arena ", style="dim")
+            t.append(model.season_arena, style="bold")
         t.append("  ")
         t.append(model.title or model.arena.name or "heat", style="bold")
         self.set_text(t)
