@@ -1,0 +1,164 @@
+# Shared helpers for the primary-failover verifiers (sourced, not executed).
+# Environment (spec §4): AOE_TERRITORY_ID AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT
+# AOE_CREDENTIAL_FILE AOE_PREVIOUS_EVIDENCE AOE_EVIDENCE_FILE.
+# Rules: a failure prints ONE line to stderr and exits non-zero; the password is
+# never echoed (it reaches sshpass through the environment, not argv).
+set -uo pipefail
+
+fail() { local msg="$*"; printf '%s\n' "${msg//$'\n'/ }" >&2; exit 1; }
+
+need_env() {
+  local v
+  for v in "$@"; do
+    [[ -n "${!v:-}" ]] || fail "verifier environment is missing $v"
+  done
+}
+
+# The seeded topology (CONTRACT.md): state folder, the failed primary's port, the
+# replica's port and the three records replicated before the failure.
+STATE_DIR=/var/lib/failover
+OLD_PORT=8081
+NEW_PORT=8082
+ORIGINAL_IDS=(customer-red-4a7 customer-blue-8d2 customer-green-f31)
+declare -A ORIGINAL_VALUE=(
+  [customer-red-4a7]=red-original
+  [customer-blue-8d2]=blue-original
+  [customer-green-f31]=green-original
+)
+
+base_url() { printf 'http://%s:%s' "$AOE_HOST" "$AOE_SERVICE_PORT"; }
+
+# random_hex N: N random bytes as lowercase hex (opaque ids, spec §4 pattern)
+random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+# http_get PATH OUTFILE -> prints the HTTP status code (000 if no answer); curl's
+# error line (if any) goes to $HTTP_ERR. Every request is bounded by HTTP_TIMEOUT (2 s).
+HTTP_ERR=""
+http_get() {
+  local errf code
+  errf=$(mktemp)
+  code=$(curl -sS --max-time "${HTTP_TIMEOUT:-2}" -o "$2" -w '%{http_code}' "$(base_url)$1" 2>"$errf") || true
+  HTTP_ERR=$(head -c 300 "$errf" | tr '\n' ' ' | sed 's/ *$//')
+  rm -f "$errf"
+  printf '%s' "${code:-000}"
+}
+
+# http_put PATH VALUE OUTFILE -> prints the HTTP status code; the answer body goes to OUTFILE
+http_put() {
+  local errf code
+  errf=$(mktemp)
+  code=$(printf '%s' "$2" | curl -sS --max-time "${HTTP_TIMEOUT:-2}" -o "$3" -w '%{http_code}' \
+    -X PUT -H 'Content-Type: application/octet-stream' --data-binary @- "$(base_url)$1" 2>"$errf") || true
+  HTTP_ERR=$(head -c 300 "$errf" | tr '\n' ' ' | sed 's/ *$//')
+  rm -f "$errf"
+  printf '%s' "${code:-000}"
+}
+
+# shown FILE: the first bytes of a body, printable, for a failure detail
+shown() { head -c 60 "$1" | tr -c '[:print:]' '?'; }
+
+# body_is FILE VALUE: exact byte comparison of a response body with VALUE
+body_is() { printf '%s' "$2" | cmp -s - "$1"; }
+
+# body_text_is FILE TEXT: the body equals TEXT once trailing newlines are dropped
+# (as "$(curl ...)" compares it)
+body_text_is() { [[ "$(cat "$1")" == "$2" ]]; }
+
+# what_answered CODE FILE: "HTTP 502 (empty body)", "HTTP 503 'read-only'", "no answer (...)"
+what_answered() {
+  if [[ "$1" == 000 ]]; then
+    printf 'no answer%s' "${HTTP_ERR:+ ($HTTP_ERR)}"
+  elif [[ -s "$2" ]]; then
+    printf "HTTP %s '%s'" "$1" "$(shown "$2")"
+  else
+    printf 'HTTP %s (empty body)' "$1"
+  fi
+}
+
+# previous_field MILESTONE FIELD: a string field of an earlier milestone's evidence
+# from the AOE_PREVIOUS_EVIDENCE file (map milestone -> MilestoneView), or empty.
+previous_field() {
+  [[ -f "${AOE_PREVIOUS_EVIDENCE:-}" ]] || return 0
+  jq -r --arg m "$1" --arg f "$2" '(.[$m].evidence // {})[$f] // empty | tostring' "$AOE_PREVIOUS_EVIDENCE" 2>/dev/null || true
+}
+
+# load_password: read AOE_SSH_PASSWORD from the credential file without exporting
+# anything else from it into this shell (the file may also set other AOE_* keys).
+load_password() {
+  need_env AOE_CREDENTIAL_FILE
+  [[ -r "$AOE_CREDENTIAL_FILE" ]] || fail "credential file $AOE_CREDENTIAL_FILE is not readable"
+  SSHPASS=$(set +u; . "$AOE_CREDENTIAL_FILE" >/dev/null 2>&1; printf '%s' "${AOE_SSH_PASSWORD:-}")
+  [[ -n "$SSHPASS" ]] || fail "credential file $AOE_CREDENTIAL_FILE has no AOE_SSH_PASSWORD"
+  export SSHPASS
+}
+
+# guest CMD...: run a command as root in the territory over password SSH
+guest() {
+  sshpass -e ssh -p "$AOE_SSH_PORT" \
+    -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
+    -o PreferredAuthentications=password -o PubkeyAuthentication=no -o NumberOfPasswordPrompts=1 \
+    -o ConnectTimeout="${SSH_CONNECT_TIMEOUT:-4}" -o ServerAliveInterval=2 -o ServerAliveCountMax=2 \
+    "root@$AOE_HOST" "$@"
+}
+
+# The guest-side probe of the failover state, one KEY=VALUE line each:
+#   failed / fenced: yes|no (primary.failed / primary.fenced exist)
+#   upstream_ok / role_ok: yes|no ("$(cat upstream)" is 8082 / "$(cat replica.role)" is primary)
+#   upstream / role: the files' first bytes, printable (for failure details)
+#   ss: ok|missing (ss is installed); old_listener: the first `ss -lnt` line with ":8081 "
+#   boot_id: the guest's boot id
+STATE_PROBE='d='"$STATE_DIR"'
+yn() { if "$@"; then echo yes; else echo no; fi; }
+shown() { local v; if [[ -e "$1" ]]; then v=$(head -c 40 "$1" 2>/dev/null); printf "%s" "$v" | tr -c "[:print:]" "?"; else printf "(missing)"; fi; }
+echo "failed=$(yn test -e "$d/primary.failed")"
+echo "fenced=$(yn test -e "$d/primary.fenced")"
+echo "upstream_ok=$(yn test "$(cat "$d/upstream" 2>/dev/null)" == '"$NEW_PORT"')"
+echo "role_ok=$(yn test "$(cat "$d/replica.role" 2>/dev/null)" == primary)"
+echo "upstream=$(shown "$d/upstream")"
+echo "role=$(shown "$d/replica.role")"
+if command -v ss >/dev/null 2>&1; then
+  echo "ss=ok"
+  l=$(ss -lnt 2>/dev/null | grep -F -m1 ":'"$OLD_PORT"' ")
+  echo "old_listener=$(printf "%s" "$l" | tr -s " " | tr -c "[:print:]" "?")"
+else
+  echo "ss=missing"
+fi
+echo "boot_id=$(cat /proc/sys/kernel/random/boot_id)"'
+
+# probe_state: run STATE_PROBE in the guest; sets S_failed S_fenced S_upstream_ok S_role_ok
+# S_upstream S_role S_ss S_old_listener S_boot_id; returns non-zero (and sets PROBE_ERR)
+# when SSH fails.
+PROBE_ERR=""
+probe_state() {
+  local out rc line key
+  S_failed="" S_fenced="" S_upstream_ok="" S_role_ok="" S_upstream="" S_role="" S_ss="" S_old_listener="" S_boot_id=""
+  out=$(guest "$STATE_PROBE" 2>&1); rc=$?
+  if (( rc != 0 )) || [[ "$out" != *boot_id=* ]]; then
+    PROBE_ERR="SSH to the territory failed (exit $rc): $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"
+    return 1
+  fi
+  while IFS= read -r line; do
+    key=${line%%=*}
+    case "$key" in
+      failed|fenced|upstream_ok|role_ok|upstream|role|ss|old_listener|boot_id) printf -v "S_$key" '%s' "${line#*=}" ;;
+    esac
+  done <<< "$out"
+  return 0
+}
+
+# check_old_port_closed PREFIX: after probe_state, fail if ss is missing or something listens
+# on 8081 (PREFIX starts the failure detail, e.g. "after the reboot, ")
+check_old_port_closed() {
+  [[ "$S_ss" == ok ]] || fail "cannot check port $OLD_PORT: ss is not installed in the territory"
+  [[ -z "$S_old_listener" ]] || fail "$1something listens on port $OLD_PORT again (ss -lnt: $S_old_listener); the failed primary's port must stay closed"
+}
+
+# write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE
+write_evidence() {
+  local tmp="$AOE_EVIDENCE_FILE.tmp.$$"
+  printf '%s\n' "$1" > "$tmp" && mv -f "$tmp" "$AOE_EVIDENCE_FILE" || fail "cannot write evidence file $AOE_EVIDENCE_FILE"
+}
+
+# now_s: wall-clock seconds (integer) for poll deadlines; now_ms: milliseconds
+now_s() { date +%s; }
+now_ms() { local t=${EPOCHREALTIME/[.,]/}; printf '%s' $((t / 1000)); }

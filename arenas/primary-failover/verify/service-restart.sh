@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Milestone service-restart: the verifier restarts failover-replica.service and
+# failover-proxy.service over SSH, then polls the public endpoint (20 rounds, 0.5 s
+# apart, no new round after 14 s of the 20 s budget) until GET /role is "primary" and
+# the writes-restored record reads back unchanged.
+# Evidence: {"record","restart":true,"value","boot_id"} (boot_id lets host-reboot prove
+# that a reboot really happened).
+. "$(dirname "$0")/lib.sh"
+need_env AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT AOE_EVIDENCE_FILE AOE_PREVIOUS_EVIDENCE
+
+started=$(now_ms)
+record=$(previous_field writes-restored record)
+value=$(previous_field writes-restored value)
+[[ -n "$record" && -n "$value" ]] || fail "no writes-restored evidence (record/value) in $AOE_PREVIOUS_EVIDENCE"
+
+load_password
+out=$(guest 'systemctl restart failover-replica.service failover-proxy.service 2>&1; rc=$?; cat /proc/sys/kernel/random/boot_id; exit $rc' 2>&1)
+rc=$?
+boot_id=$(printf '%s\n' "$out" | tail -n 1 | tr -d '[:space:]')
+[[ $rc == 0 ]] || fail "systemctl restart failover-replica.service failover-proxy.service failed (exit $rc): $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"
+
+body=$(mktemp); trap 'rm -f "$body"' EXIT
+deadline=$(( started + ${RESTART_DEADLINE_MS:-14000} ))
+last="no attempt"
+for (( round = 1; round <= 20; round++ )); do
+  code=$(http_get /role "$body")
+  if [[ "$code" == 200 ]] && body_text_is "$body" primary; then
+    code=$(http_get "/records/$record" "$body")
+    if [[ "$code" == 200 ]] && body_is "$body" "$value"; then
+      write_evidence "$(jq -cn --arg r "$record" --arg v "$value" --arg b "$boot_id" '{record:$r, restart:true, value:$v} + (if $b == "" then {} else {boot_id:$b} end)')"
+      exit 0
+    fi
+    if [[ "$code" == 200 ]]; then
+      last="GET /records/$record returned '$(shown "$body")', expected '$value'"
+    else
+      last="GET /records/$record: $(what_answered "$code" "$body"), expected 200 '$value'"
+    fi
+  elif [[ "$code" == 200 ]]; then
+    last="GET /role returned '$(shown "$body")', expected 'primary'"
+  else
+    last="GET /role: $(what_answered "$code" "$body"), expected 200 'primary'"
+  fi
+  (( $(now_ms) < deadline )) || break
+  sleep 0.5
+done
+fail "after restarting failover-replica.service and failover-proxy.service, $last"

@@ -1,0 +1,125 @@
+# Shared helpers for the zero-downtime-rollout verifiers (sourced, not executed).
+# Environment (spec §4): AOE_TERRITORY_ID AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT
+# AOE_CREDENTIAL_FILE AOE_PREVIOUS_EVIDENCE AOE_EVIDENCE_FILE.
+# Rules: a failure prints ONE line to stderr and exits non-zero; the password is
+# never echoed (it reaches sshpass through the environment, not argv).
+set -uo pipefail
+
+VERIFY_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+fail() { local msg="$*"; printf '%s\n' "${msg//$'\n'/ }" >&2; exit 1; }
+
+need_env() {
+  local v
+  for v in "$@"; do
+    [[ -n "${!v:-}" ]] || fail "verifier environment is missing $v"
+  done
+}
+
+base_url() { printf 'http://%s:%s' "$AOE_HOST" "$AOE_SERVICE_PORT"; }
+
+# the seeded customer records (starting state) and their original values
+SEEDED_IDS=(customer-alpha-73c customer-beta-a19)
+declare -A SEEDED=([customer-alpha-73c]=alpha-original [customer-beta-a19]=beta-original)
+
+# continuity audit folder, shared by baseline-ready (starts the monitor) and
+# uninterrupted-cutover (reads and stops it)
+audit_dir() { printf '%s/continuity-audit' "$(dirname "$AOE_EVIDENCE_FILE")"; }
+
+# random_hex N: N random bytes as lowercase hex (opaque ids)
+random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+# http_get PATH OUTFILE [MAX_S] -> prints the HTTP status code (000 if no answer);
+# curl's error line (if any) goes to $HTTP_ERR.
+HTTP_ERR=""
+http_get() {
+  local errf code
+  errf=$(mktemp)
+  code=$(curl -sS --max-time "${3:-2}" -o "$2" -w '%{http_code}' "$(base_url)$1" 2>"$errf") || true
+  HTTP_ERR=$(head -c 300 "$errf" | tr '\n' ' ' | sed 's/ *$//')
+  rm -f "$errf"
+  printf '%s' "${code:-000}"
+}
+
+# http_put PATH VALUE [MAX_S] -> prints the HTTP status code
+http_put() {
+  local errf code
+  errf=$(mktemp)
+  code=$(printf '%s' "$2" | curl -sS --max-time "${3:-2}" -o /dev/null -w '%{http_code}' \
+    -X PUT -H 'Content-Type: application/octet-stream' --data-binary @- "$(base_url)$1" 2>"$errf") || true
+  HTTP_ERR=$(head -c 300 "$errf" | tr '\n' ' ' | sed 's/ *$//')
+  rm -f "$errf"
+  printf '%s' "${code:-000}"
+}
+
+# body_is FILE VALUE: exact byte comparison of a response body with VALUE
+body_is() { printf '%s' "$2" | cmp -s - "$1"; }
+
+# body_word FILE VALUE: the body is VALUE, a trailing newline tolerated (health, version)
+body_word() { local got; got=$(head -c 200 "$1"); [[ "${got%$'\n'}" == "$2" ]]; }
+
+# shown FILE: the first bytes of a body, printable, for a failure detail
+shown() { head -c 60 "$1" | tr -c '[:print:]' '?'; }
+
+# get_check PATH EXPECTED MODE(word|exact) [MAX_S]: one GET; on a mismatch sets
+# $WHY (what was expected and seen) and returns 1.
+WHY=""
+get_check() {
+  local body code ok=1
+  body=$(mktemp)
+  code=$(http_get "$1" "$body" "${4:-2}")
+  if [[ "$code" == 200 ]]; then
+    if [[ "$3" == word ]]; then body_word "$body" "$2" && ok=0; else body_is "$body" "$2" && ok=0; fi
+    (( ok == 0 )) || WHY="GET $1 returned '$(shown "$body")', expected '$2'"
+  elif [[ "$code" == 000 ]]; then
+    WHY="GET $1: no answer${HTTP_ERR:+ ($HTTP_ERR)}"
+  elif [[ "$code" == 404 && "$1" == /records/* ]]; then
+    WHY="GET $1 returned HTTP 404 (the record is gone), expected 200 '$2'"
+  else
+    WHY="GET $1 returned HTTP $code, expected 200 '$2'"
+  fi
+  rm -f "$body"
+  return "$ok"
+}
+
+# previous_field MILESTONE FIELD: a string field of an earlier milestone's evidence
+# from the AOE_PREVIOUS_EVIDENCE file (map milestone -> MilestoneView), or empty.
+previous_field() {
+  [[ -f "${AOE_PREVIOUS_EVIDENCE:-}" ]] || return 0
+  jq -r --arg m "$1" --arg f "$2" '(.[$m].evidence // {})[$f] // empty | tostring' "$AOE_PREVIOUS_EVIDENCE" 2>/dev/null || true
+}
+
+# load_password: read AOE_SSH_PASSWORD from the credential file without exporting
+# anything else from it into this shell (the file may also set other AOE_* keys).
+load_password() {
+  need_env AOE_CREDENTIAL_FILE
+  [[ -r "$AOE_CREDENTIAL_FILE" ]] || fail "credential file $AOE_CREDENTIAL_FILE is not readable"
+  SSHPASS=$(set +u; . "$AOE_CREDENTIAL_FILE" >/dev/null 2>&1; printf '%s' "${AOE_SSH_PASSWORD:-}")
+  [[ -n "$SSHPASS" ]] || fail "credential file $AOE_CREDENTIAL_FILE has no AOE_SSH_PASSWORD"
+  export SSHPASS
+}
+
+# guest CMD...: run a command as root in the territory over password SSH
+guest() {
+  sshpass -e ssh -p "$AOE_SSH_PORT" \
+    -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
+    -o PreferredAuthentications=password -o PubkeyAuthentication=no -o NumberOfPasswordPrompts=1 \
+    -o ConnectTimeout="${SSH_CONNECT_TIMEOUT:-5}" -o ServerAliveInterval=2 -o ServerAliveCountMax=2 \
+    "root@$AOE_HOST" "$@"
+}
+
+# write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE
+write_evidence() {
+  local tmp="$AOE_EVIDENCE_FILE.tmp.$$"
+  printf '%s\n' "$1" > "$tmp" && mv -f "$tmp" "$AOE_EVIDENCE_FILE" || fail "cannot write evidence file $AOE_EVIDENCE_FILE"
+}
+
+# monitor_alive PID: PID is a running continuity monitor (not a reused pid)
+monitor_alive() {
+  [[ "$1" =~ ^[0-9]+$ ]] || return 1
+  { tr '\0' ' ' < "/proc/$1/cmdline"; } 2>/dev/null | grep -q 'continuity-monitor\.sh'
+}
+
+# now_s: wall-clock seconds (integer) for poll deadlines; now_ms: milliseconds
+now_s() { date +%s; }
+now_ms() { local t=${EPOCHREALTIME/[.,]/}; printf '%s' $((t / 1000)); }
