@@ -670,12 +670,20 @@ class ContainerProvider(TerritoryProvider):
             raise
         if ready in done:
             try:
-                ready.result()
+                waited = ready.result()
             except TimeoutError:
                 raise ProviderError(
                     f"territory {b.spec.id}: no root SSH login on {b.address}:22 within "
                     f"{self.ready_timeout_s:.0f} s; console: {self._console_tail(b)}"
                 ) from None
+            from aoe_tui.runtime.ssh import wait_boot_finished
+
+            try:  # SSH answers before the boot has finished: wait for the seeds too
+                await wait_boot_finished(b.address, SSH_PORT, b.spec.password,
+                                         timeout_s=max(5.0, self.ready_timeout_s - waited), connect_timeout_s=5.0)
+            except Exception as exc:  # noqa: BLE001 - reported in one line
+                raise ProviderError(f"territory {b.spec.id}: boot did not finish: {exc}; "
+                                    f"console: {self._console_tail(b)}") from None
             b.leader_pid = _leader_of(b.proc.pid) if b.proc else None
             await asyncio.to_thread(self._save_state, b)
             return

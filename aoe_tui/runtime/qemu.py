@@ -530,7 +530,15 @@ class QemuProvider(TerritoryProvider):
         g.task = asyncio.create_task(self._supervise(g, started), name=f"qemu-supervisor-{spec.id}")
         await started
         t0 = time.monotonic()
-        await self._wait_login(g, self.ready_timeout_s, "never became ready")
+        waited = await self._wait_login(g, self.ready_timeout_s, "never became ready")
+        from aoe_tui.runtime.ssh import wait_boot_finished
+
+        try:  # SSH answers before the boot has finished: wait for the seeds too
+            await wait_boot_finished("127.0.0.1", g.ports.ssh_port, spec.password,
+                                     timeout_s=max(10.0, self.ready_timeout_s - waited),
+                                     connect_timeout_s=self.connect_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - reported in one line
+            raise ProvisionError(f"{spec.id}: boot did not finish: {exc}") from None
         log.info("qemu: %s ssh-ready after %.1f s (%s)", spec.id, time.monotonic() - t0, self.chosen_accel)
         return Territory(
             id=spec.id,

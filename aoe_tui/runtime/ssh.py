@@ -119,3 +119,23 @@ async def wait_down(host: str, port: int, password: str, *, timeout_s: float = 3
         if time.monotonic() - start > timeout_s:
             raise TimeoutError("SSH never stopped during reboot")
         await asyncio.sleep(interval_s)
+
+
+async def wait_boot_finished(host: str, port: int, password: str, *, timeout_s: float = 60.0,
+                             connect_timeout_s: float = 10.0) -> str:
+    """Wait until the guest's boot has finished (every start-up job done, seeds included):
+    ``systemctl is-system-running --wait``, which returns ``running`` or ``degraded`` (a
+    failed unit, e.g. a dormant slot) once systemd has no more start-up jobs. SSH answers
+    before that, so a territory is ready only then: the starting state is "booted, seeds
+    done" (upstream's guests are too slow to show the difference). Returns the state.
+
+    Raises:
+        TimeoutError: the boot did not finish within ``timeout_s`` seconds.
+        asyncssh.Error, OSError: the login failed.
+    """
+    try:
+        res = await run(host, port, password, "systemctl is-system-running --wait", timeout_s=timeout_s,
+                        connect_timeout_s=connect_timeout_s)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"boot of {host}:{port} not finished after {timeout_s:.0f} s") from None
+    return res.stdout.strip() or res.stderr.strip()
