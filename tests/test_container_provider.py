@@ -524,17 +524,18 @@ async def test_cleanup_stale_after_killed_runner(tmp_path, guest_image):
 
 
 def test_netalloc_blocks_and_stale_entries(tmp_path):
+    # 10.97.x: no arena uses it, so live heats of other tests or runs leave it free
     alloc = netalloc.NetAllocator(tmp_path)
-    a = alloc.allocate_subnet("heat-a", "10.79.0.0/24")
-    b = alloc.allocate_subnet("heat-b", "10.79.0.0/24")
-    assert str(a) == "10.79.0.0/24" and str(b) == "10.79.1.0/24"
-    assert alloc.allocate_subnet("heat-a", "10.79.0.0/24") == a  # idempotent per owner
+    a = alloc.allocate_subnet("heat-a", "10.97.0.0/24")
+    b = alloc.allocate_subnet("heat-b", "10.97.0.0/24")
+    assert str(a) == "10.97.0.0/24" and str(b) == "10.97.1.0/24"
+    assert alloc.allocate_subnet("heat-a", "10.97.0.0/24") == a  # idempotent per owner
     # a lease held by a dead process is dropped
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    alloc.allocate_subnet("heat-dead", "10.79.5.0/24", pid=int(dead.stdout))
+    alloc.allocate_subnet("heat-dead", "10.97.5.0/24", pid=int(dead.stdout))
     assert {le.owner for le in alloc.leases()} == {"heat-a", "heat-b"}
     alloc.release("heat-a")
-    assert str(alloc.allocate_subnet("heat-c", "10.79.0.0/24")) == "10.79.0.0/24"
+    assert str(alloc.allocate_subnet("heat-c", "10.97.0.0/24")) == "10.97.0.0/24"
     # a subnet that overlaps a host route is skipped
     busy = netalloc.host_routes()
     if busy:
@@ -543,7 +544,7 @@ def test_netalloc_blocks_and_stale_entries(tmp_path):
         got = alloc.allocate_subnet("heat-d", pref)
         assert not any(got.overlaps(r) for r in busy)
     with pytest.raises(netalloc.AllocationError, match="must be a /24"):
-        alloc.allocate_subnet("heat-e", "10.79.0.0/16")
+        alloc.allocate_subnet("heat-e", "10.97.0.0/16")
 
 
 def test_netalloc_ports_skip_taken(tmp_path):
