@@ -1,0 +1,153 @@
+# Shared helpers for the traffic-surge verifiers (sourced, not executed).
+# Environment (spec §4): AOE_TERRITORY_ID AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT
+# AOE_CREDENTIAL_FILE AOE_PREVIOUS_EVIDENCE AOE_EVIDENCE_FILE.
+# Rules: a failure prints ONE line to stderr and exits non-zero; the password is
+# never echoed (it reaches sshpass through the environment, not argv); every load
+# generator a verifier starts in the background is stopped when it exits.
+set -uo pipefail
+
+fail() { local msg="$*"; printf '%s\n' "${msg//$'\n'/ }" >&2; exit 1; }
+
+need_env() {
+  local v
+  for v in "$@"; do
+    [[ -n "${!v:-}" ]] || fail "verifier environment is missing $v"
+  done
+}
+
+base_url() { printf 'http://%s:%s' "$AOE_HOST" "$AOE_SERVICE_PORT"; }
+
+# random_hex N: N random bytes as lowercase hex (opaque ids and values)
+random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+# The three records the territory starts with (the historical priority ledger).
+HISTORY_IDS=(history-amber-a91 history-cobalt-f73 history-umber-2d4)
+HISTORY_VALUES=(ledger-alpha ledger-beta ledger-gamma)
+
+# --- scratch space and background load, both cleaned up at exit -------------------
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/aoe-surge.XXXXXX") || fail "cannot create a temporary folder"
+BG_PIDS=()
+cleanup() {
+  local p
+  for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# optional_load PREFIX COUNT MAX_TIME: COUNT concurrent background GETs of
+# /optional/PREFIX-1..COUNT, each allowed MAX_TIME seconds; answers are not judged.
+optional_load() {
+  local n
+  for n in $(seq 1 "$2"); do
+    curl -s --noproxy '*' --max-time "$3" -o /dev/null "$(base_url)/optional/$1-$n" >/dev/null 2>&1 &
+    BG_PIDS+=("$!")
+  done
+}
+
+# --- HTTP ---------------------------------------------------------------------------
+# http METHOD PATH MAX_TIME OUTFILE [BODY]: one request (BODY is sent for PUT). Sets
+# HTTP_CODE (the status, 000 = no answer), HTTP_RC (curl's exit status: 28 = timed out,
+# 7 = connection refused), HTTP_TIME (seconds taken) and HTTP_ERR (curl's error line).
+# Call it directly, not in $(...), or these are lost.
+HTTP_CODE=000 HTTP_RC=0 HTTP_TIME=0 HTTP_ERR=""
+http() {
+  local method=$1 path=$2 max=$3 out=$4 errf meta
+  errf="$WORK/err.$BASHPID.$RANDOM"
+  local args=(-sS --noproxy '*' --max-time "$max" -o "$out" -w '%{http_code} %{time_total}' -X "$method")
+  if [[ $# -ge 5 ]]; then
+    meta=$(printf '%s' "$5" | curl "${args[@]}" -H 'Content-Type: application/octet-stream' \
+      --data-binary @- "$(base_url)$path" 2>"$errf")
+  else
+    meta=$(curl "${args[@]}" "$(base_url)$path" 2>"$errf")
+  fi
+  HTTP_RC=$?
+  HTTP_ERR=$(head -c 300 "$errf" 2>/dev/null | tr '\n' ' ' | sed 's/ *$//')
+  rm -f "$errf"
+  HTTP_TIME=${meta#* }
+  [[ "$HTTP_TIME" =~ ^[0-9.]+$ ]] || HTTP_TIME=$max
+  HTTP_CODE=${meta%% *}
+  [[ "$HTTP_CODE" =~ ^[0-9]{3}$ ]] || HTTP_CODE=000
+}
+
+# no_answer WHAT MAX_TIME: the reason text for a request that got no HTTP answer
+no_answer() {
+  if [[ "$HTTP_RC" == 28 ]]; then
+    printf '%s: no answer within %s s' "$1" "$2"
+  else
+    printf '%s: no answer%s' "$1" "${HTTP_ERR:+ ($HTTP_ERR)}"
+  fi
+}
+
+# body_is FILE VALUE: the body equals VALUE (trailing newlines ignored, as with $(curl ...))
+body_is() { [[ -f "$1" && "$(cat "$1")" == "$2" ]]; }
+
+# shown FILE: a short printable excerpt of a response body for a failure detail
+shown() { head -c 60 "$1" 2>/dev/null | tr -c '[:print:]' '?'; }
+
+# check_get PATH VALUE MAX_TIME WHAT: GET PATH must be 200 with VALUE; on failure sets
+# CHECK_REASON (one line) and CHECK_CODE and returns 1.
+CHECK_REASON="" CHECK_CODE=""
+check_get() {
+  local body="$WORK/body.$BASHPID.$RANDOM" code
+  http GET "$1" "$3" "$body"
+  code=$HTTP_CODE CHECK_CODE=$HTTP_CODE
+  if [[ "$code" == 200 ]] && body_is "$body" "$2"; then rm -f "$body"; return 0; fi
+  case "$code" in
+    000) CHECK_REASON=$(no_answer "GET $1" "$3") ;;
+    200) CHECK_REASON="GET $1 returned '$(shown "$body")', expected '$2'" ;;
+    404) CHECK_REASON="GET $1 returned HTTP 404 ($4 is missing)" ;;
+    *)   CHECK_REASON="GET $1 returned HTTP $code, expected 200 with '$2'" ;;
+  esac
+  rm -f "$body"
+  return 1
+}
+
+# check_health MAX_TIME: GET /health must be 200 "ready"; else CHECK_REASON, return 1
+check_health() { check_get /health ready "$1" "the health endpoint"; }
+
+# --- evidence -----------------------------------------------------------------------
+# previous_field MILESTONE FIELD: a string field of an earlier milestone's evidence
+# from the AOE_PREVIOUS_EVIDENCE file (map milestone -> MilestoneView), or empty.
+previous_field() {
+  [[ -f "${AOE_PREVIOUS_EVIDENCE:-}" ]] || return 0
+  jq -r --arg m "$1" --arg f "$2" '(.[$m].evidence // {})[$f] // empty | tostring' "$AOE_PREVIOUS_EVIDENCE" 2>/dev/null || true
+}
+
+# write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE
+write_evidence() {
+  local tmp="$AOE_EVIDENCE_FILE.tmp.$$"
+  printf '%s\n' "$1" > "$tmp" && mv -f "$tmp" "$AOE_EVIDENCE_FILE" || fail "cannot write evidence file $AOE_EVIDENCE_FILE"
+}
+
+# --- SSH ----------------------------------------------------------------------------
+# load_password: read AOE_SSH_PASSWORD from the credential file without exporting
+# anything else from it into this shell (the file may also set other AOE_* keys).
+load_password() {
+  need_env AOE_CREDENTIAL_FILE
+  [[ -r "$AOE_CREDENTIAL_FILE" ]] || fail "credential file $AOE_CREDENTIAL_FILE is not readable"
+  SSHPASS=$(set +u; . "$AOE_CREDENTIAL_FILE" >/dev/null 2>&1; printf '%s' "${AOE_SSH_PASSWORD:-}")
+  [[ -n "$SSHPASS" ]] || fail "credential file $AOE_CREDENTIAL_FILE has no AOE_SSH_PASSWORD"
+  export SSHPASS
+}
+
+# guest CMD...: run a command as root in the territory over password SSH
+guest() {
+  sshpass -e ssh -p "$AOE_SSH_PORT" \
+    -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
+    -o PreferredAuthentications=password -o PubkeyAuthentication=no -o NumberOfPasswordPrompts=1 \
+    -o ConnectTimeout="${SSH_CONNECT_TIMEOUT:-5}" -o ServerAliveInterval=2 -o ServerAliveCountMax=2 \
+    "root@$AOE_HOST" "$@"
+}
+
+# --- time ---------------------------------------------------------------------------
+now_ms() { local t=${EPOCHREALTIME/[.,]/}; printf '%s' $((t / 1000)); }
+
+# cap_time DEADLINE_MS LIMIT_MS: a curl --max-time in seconds: LIMIT_MS, or what is left
+# until DEADLINE_MS if that is less (at least 0.2 s)
+cap_time() {
+  local left=$(( $1 - $(now_ms) )) t=$2
+  (( left < t )) && t=$left
+  (( t < 200 )) && t=200
+  printf '%d.%03d' $((t / 1000)) $((t % 1000))
+}
