@@ -96,8 +96,9 @@ def run_heat(arena_dir: Path, out_dir: Path, agents: Sequence[str] = ("oracle",)
              duration_s: float | None = None, drain_s: float = 5.0) -> WorldState:
     """Run one real heat of ``arena_dir`` on container territories into ``out_dir``.
 
-    ``agents`` are agent specs (``oracle``, ``scripted:NAME``, ``command:PATH``): one for
-    every seat, or one per seat in manifest territory order. Returns the final world.
+    ``agents`` are agent specs (``oracle``, ``scripted:NAME``, ``command:PATH``) or ready
+    :class:`~aoe_tui.agents.base.Adapter` objects: one for every seat, or one per seat in
+    manifest territory order. Returns the final world.
     """
     from aoe_tui.commands.match import build_adapters
     from aoe_tui.referee.match import run_match
@@ -106,7 +107,13 @@ def run_heat(arena_dir: Path, out_dir: Path, agents: Sequence[str] = ("oracle",)
 
     need_container_host()
     loaded = _loaded(arena_dir)
-    adapters = build_adapters(loaded, list(agents), {})
+    if all(isinstance(a, str) for a in agents):
+        adapters = build_adapters(loaded, list(agents), {})
+    else:
+        seats = [loaded.manifest.agent_for(t.id) for t in loaded.manifest.territories]
+        given = list(agents) * len(seats) if len(agents) == 1 else list(agents)
+        adapters = {agent.id: (build_adapters(loaded, [a], {})[agent.id] if isinstance(a, str) else a)
+                    for agent, a in zip(seats, given)}
     image = image_for_arena(loaded.arena_dir)
     provider = ContainerProvider(Path(out_dir) / "territories", image=image, cidr=loaded.manifest.network.cidr)
     return asyncio.run(run_match(loaded, provider, adapters, Path(out_dir), drain_seconds=drain_s,
