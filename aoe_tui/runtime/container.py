@@ -86,6 +86,12 @@ FAST_STOP_DROPINS: dict[str, str] = {
 #: added to nspawn's environment: no tmpfs on the guest's /tmp, so /tmp survives a reboot
 #: as on upstream's NixOS territories and on our QEMU guests
 NSPAWN_ENV = {"SYSTEMD_NSPAWN_TMPFS_TMP": "0"}
+#: cgroup-v1 ``name=systemd`` hierarchy; where present, each territory's nspawn runs in its
+#: own group below :data:`CGROUP_PARENT` (see :func:`territory_cgroups`)
+CGROUP_V1_SYSTEMD = Path("/sys/fs/cgroup/systemd")
+CGROUP_PARENT = "aoe-territories"
+#: where we mount the cgroup-v2 hierarchy when the host has not (cgroup-v1 hosts)
+CGROUP2_MOUNT = Path("/run/aoe-cgroup2")
 GUEST_IFACE = "arena0"
 SSH_PORT = 22
 #: priority of the per-veth ``ip rule ... prohibit`` (after the local table at 0, before main)
@@ -186,6 +192,56 @@ def _apply_fast_stop(root: Path) -> None:
         os.chmod(path, 0o644)
 
 
+def _cgroup2_mount() -> Path | None:
+    """Where the cgroup-v2 hierarchy is mounted (the host's, else ours at
+    :data:`CGROUP2_MOUNT`, mounted on first use); None if it cannot be."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            if right.split(" ", 1)[0] == "cgroup2":
+                return Path(left.split()[4])
+    CGROUP2_MOUNT.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["mount", "-t", "cgroup2", "none", str(CGROUP2_MOUNT)], capture_output=True)
+    return CGROUP2_MOUNT if res.returncode == 0 else None
+
+
+def territory_cgroups(machine: str) -> list[Path]:
+    """The cgroups a territory's nspawn runs in, created if needed (``[]`` when the host is
+    not on cgroup v1 or they cannot be made): one in the v1 ``name=systemd`` hierarchy and
+    one in the v2 hierarchy, both ``aoe-territories/<machine>``.
+
+    With ``--keep-unit --register=no`` nspawn puts itself in ``<own cgroup>/supervisor`` and
+    its container in ``<own cgroup>/payload``, taking "own cgroup" from the v2 line of
+    ``/proc/self/cgroup`` even on a v1 host. Territories of one runner share that cgroup,
+    so without a group each their systemds would create and remove the same unit cgroups
+    (``payload/system.slice/…``) at once, and a unit now and then failed to start with
+    219/CGROUP ("Failed to attach to cgroup").
+    """
+    if not (CGROUP_V1_SYSTEMD / "cgroup.procs").is_file():
+        return []
+    v2 = _cgroup2_mount()
+    paths = [CGROUP_V1_SYSTEMD / CGROUP_PARENT / machine]
+    if v2 is not None:
+        paths.append(v2 / CGROUP_PARENT / machine)
+    try:
+        for p in paths:
+            p.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return []
+    return paths
+
+
+def remove_cgroup(path: Path) -> bool:
+    """Remove a territory's cgroup tree bottom-up (``rmdir`` only: cgroup folders hold no
+    files); True when it is gone. A group with a process left in it stays."""
+    if not path.is_dir():
+        return True
+    for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -len(t[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(dirpath)
+    return not path.exists()
+
+
 def _signal_leader(nspawn_pid: int, sig: int) -> bool:
     """Send ``sig`` to the container init under ``nspawn_pid``; True if it was delivered.
 
@@ -255,8 +311,9 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
 
     Order: stop nspawn (SIGTERM = orderly guest shutdown, then SIGKILL of the container's
     init and of nspawn after ``graceful_s`` seconds; territories are disposable, so the grace
-    is short: a guest caught mid-reboot would otherwise hold a heat's teardown for seconds), unmount the root, delete the host
-    veth and the network namespace, remove the overlay folders. Each step tolerates an
+    is short: a guest caught mid-reboot would otherwise hold a heat's teardown for seconds), unmount the root, remove
+    the territory's cgroup, delete the host veth and the network namespace, remove the
+    overlay folders. Each step tolerates an
     already-gone resource. Used by :meth:`ContainerProvider.teardown` and
     :func:`cleanup_stale`.
     """
@@ -291,6 +348,10 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
                 _run(["umount", "-l", mp], check=False)
         if _mounts_under(Path(root)):
             leftovers.append(f"mount {root}")
+    if not any(x.startswith("processes") for x in leftovers):
+        for cg in state.get("cgroups") or []:
+            if not remove_cgroup(Path(cg)):
+                leftovers.append(f"cgroup {cg}")
     veth = state.get("host_veth")
     if veth:
         for _ in range(8):  # one rule per veth; loop in case a relaunch added a duplicate
@@ -381,6 +442,8 @@ class _Box:
     dead: asyncio.Future[int | None] | None = None
     #: the nspawn process the provider hard-reset (its exit counts as a reboot: relaunch)
     reset: asyncio.subprocess.Process | None = None
+    #: the territory's own cgroups (cgroup-v1 hosts), see territory_cgroups
+    cgroups: list[Path] = field(default_factory=list)
 
     @property
     def root(self) -> Path:
@@ -410,6 +473,7 @@ class _Box:
             "mode": self.mode,
             "mounts": [str(self.root)] if self.mode == "overlay" else [],
             "dirs": [str(self.upper), str(self.work), str(self.root)],
+            "cgroups": [str(p) for p in self.cgroups],
             "netns": self.netns,
             "host_veth": self.host_veth,
             "address": self.address,
@@ -557,6 +621,7 @@ class ContainerProvider(TerritoryProvider):
                 b.mode = "foreign"  # not ours: teardown must leave it alone
                 raise ProviderError(f"territory {b.spec.id}: {d} already exists (stale run? try cleanup_stale)")
         b.dir.mkdir(parents=True, exist_ok=True)
+        b.cgroups = territory_cgroups(f"aoe-{b.host_veth[3:]}")
         b.upper.mkdir()
         b.work.mkdir()
         b.root.mkdir()
@@ -605,12 +670,17 @@ class ContainerProvider(TerritoryProvider):
         _run(["ip", "-n", ns, "link", "set", GUEST_IFACE, "up"])
 
     def _nspawn_argv(self, b: _Box, nspawn: str) -> list[str]:
-        return [
+        argv = [
             nspawn, "--boot", "--register=no", "--keep-unit", "--quiet",
             f"--directory={b.root}", f"--machine=aoe-{b.host_veth[3:]}", f"--hostname={b.spec.id}",
             f"--network-namespace-path=/run/netns/{b.netns}", "--console=read-only",
             "--link-journal=no", "--resolv-conf=off", "--timezone=off",
         ]
+        if not b.cgroups:
+            return argv
+        # enter the territory's own cgroup, then become nspawn (same pid)
+        return ["/bin/sh", "-c", 'for cg in $1; do echo $$ > "$cg/cgroup.procs" || exit 97; done; shift; exec "$@"',
+                "sh", " ".join(str(p) for p in b.cgroups), *argv]
 
     async def _launch(self, b: _Box, nspawn: str) -> None:
         """Start nspawn for ``b`` (caller holds no lock; takes ``b.lock``). Never after teardown began."""

@@ -1,0 +1,135 @@
+# Shared helpers for the durable-job-queue verifiers (sourced, not executed).
+# Environment (spec §4): AOE_TERRITORY_ID AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT
+# AOE_CREDENTIAL_FILE AOE_PREVIOUS_EVIDENCE AOE_EVIDENCE_FILE.
+# Rules: a failure prints ONE line to stderr and exits non-zero; the password is
+# never echoed (it reaches sshpass through the environment, not argv).
+set -uo pipefail
+
+fail() { local msg="$*"; printf '%s\n' "${msg//$'\n'/ }" >&2; exit 1; }
+
+need_env() {
+  local v
+  for v in "$@"; do
+    [[ -n "${!v:-}" ]] || fail "verifier environment is missing $v"
+  done
+}
+
+base_url() { printf 'http://%s:%s' "$AOE_HOST" "$AOE_SERVICE_PORT"; }
+
+# random_hex N: N random bytes as lowercase hex (opaque ids, spec §4 pattern)
+random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+# now_s: wall-clock seconds (integer); now_ms: milliseconds
+now_s() { date +%s; }
+now_ms() { local t=${EPOCHREALTIME/[.,]/}; printf '%s' $((t / 1000)); }
+
+# A verifier's own deadline, kept well inside the milestone's timeout_seconds (the runner
+# kills a verifier at its timeout, which would leave only "verifier timed out").
+# start_clock SECONDS: the deadline is SECONDS from now; time_left_ms: what remains.
+DEADLINE_MS=0
+start_clock() { DEADLINE_MS=$(( $(now_ms) + $1 * 1000 )); }
+time_left_ms() { local left=$(( DEADLINE_MS - $(now_ms) )); (( left > 0 )) || left=0; printf '%s' "$left"; }
+
+# curl_timeout SECONDS: SECONDS, or less when the deadline is closer (at least 0.2 s)
+curl_timeout() {
+  local want_ms=$(( $1 * 1000 )) left
+  left=$(time_left_ms)
+  (( DEADLINE_MS == 0 || left >= want_ms )) && { printf '%s' "$1"; return; }
+  (( left >= 200 )) || left=200
+  printf '%d.%03d' $(( left / 1000 )) $(( left % 1000 ))
+}
+
+# http_get PATH OUTFILE [TIMEOUT_S]: GET; sets HTTP_CODE (000 if no answer) and HTTP_ERR
+# (curl's error line, if any). Globals, not output: a $(...) subshell would lose HTTP_ERR.
+HTTP_CODE=000
+HTTP_ERR=""
+http_get() {
+  local errf
+  errf=$(mktemp)
+  HTTP_CODE=$(curl -sS --max-time "$(curl_timeout "${3:-3}")" -o "$2" -w '%{http_code}' "$(base_url)$1" 2>"$errf") || true
+  HTTP_CODE=${HTTP_CODE:-000}
+  HTTP_ERR=$(head -c 300 "$errf" | tr '\n' ' ' | sed 's/ *$//')
+  rm -f "$errf"
+}
+
+# http_post PATH BODY OUTFILE [TIMEOUT_S]: POST BODY raw (as `curl --data-binary` sends
+# it); sets HTTP_CODE and HTTP_ERR like http_get.
+http_post() {
+  local errf
+  errf=$(mktemp)
+  HTTP_CODE=$(printf '%s' "$2" | curl -sS --max-time "$(curl_timeout "${4:-3}")" -o "$3" -w '%{http_code}' \
+    -X POST -H 'Content-Type: application/octet-stream' --data-binary @- "$(base_url)$1" 2>"$errf") || true
+  HTTP_CODE=${HTTP_CODE:-000}
+  HTTP_ERR=$(head -c 300 "$errf" | tr '\n' ' ' | sed 's/ *$//')
+  rm -f "$errf"
+}
+
+# no_answer: " (curl's error)" for a request that got no HTTP answer, else ""
+no_answer() { [[ -n "$HTTP_ERR" ]] && printf ' (%s)' "$HTTP_ERR"; return 0; }
+
+# answered CODE: curl --fail semantics (an HTTP answer below 400)
+answered() { [[ "$1" =~ ^[123][0-9][0-9]$ ]]; }
+
+# printable FILE [N]: the first N (default 80) bytes of FILE, non-printables as '?'
+printable() { head -c "${2:-80}" "$1" | tr -c '[:print:]' '?'; }
+
+# job_problem BODYFILE ID PAYLOAD: prints what is wrong with a GET /jobs/<id> answer, or
+# nothing when it shows the job completed exactly once: a JSON object with .id and
+# .payload equal to the originals, .status "completed", .result "processed:"+payload and
+# .attempts the number 1.
+job_problem() {
+  local out
+  if ! out=$(jq -r --arg id "$2" --arg p "$3" '
+      def show: tojson | if length > 60 then .[0:57] + "..." else . end;
+      if type != "object" then "the answer is JSON but not an object: \(show)"
+      else [ (if .id != $id then "id \(.id | show) (expected \($id | show))" else empty end),
+             (if .payload != $p then "payload \(.payload | show) (expected \($p | show))" else empty end),
+             (if .status != "completed" then "status \(.status | show) (expected \"completed\")" else empty end),
+             (if .result != ("processed:" + $p) then "result \(.result | show) (expected \("processed:" + $p | show))" else empty end),
+             (if (.attempts | type) != "number" or .attempts != 1 then "attempts \(.attempts | show) (expected the number 1)" else empty end)
+           ] | join(", ")
+      end' "$1" 2>/dev/null); then
+    printf 'the answer is not JSON: %s' "$(printable "$1")"
+    return
+  fi
+  printf '%s' "$out"
+}
+
+# job_attempts BODYFILE: .attempts when it is a number, else empty
+job_attempts() { jq -r 'if type == "object" and (.attempts | type) == "number" then .attempts else empty end' "$1" 2>/dev/null || true; }
+
+# previous_field MILESTONE FIELD: a string field of an earlier milestone's evidence
+# from the AOE_PREVIOUS_EVIDENCE file (map milestone -> MilestoneView), or empty.
+previous_field() {
+  [[ -f "${AOE_PREVIOUS_EVIDENCE:-}" ]] || return 0
+  jq -r --arg m "$1" --arg f "$2" '(.[$m].evidence // {})[$f] // empty | tostring' "$AOE_PREVIOUS_EVIDENCE" 2>/dev/null || true
+}
+
+# load_password: read AOE_SSH_PASSWORD from the credential file without exporting
+# anything else from it into this shell (the file may also set other AOE_* keys).
+load_password() {
+  need_env AOE_CREDENTIAL_FILE
+  [[ -r "$AOE_CREDENTIAL_FILE" ]] || fail "credential file $AOE_CREDENTIAL_FILE is not readable"
+  SSHPASS=$(set +u; . "$AOE_CREDENTIAL_FILE" >/dev/null 2>&1; printf '%s' "${AOE_SSH_PASSWORD:-}")
+  [[ -n "$SSHPASS" ]] || fail "credential file $AOE_CREDENTIAL_FILE has no AOE_SSH_PASSWORD"
+  export SSHPASS
+}
+
+# guest CMD...: run a command as root in the territory over password SSH
+guest() {
+  sshpass -e ssh -p "$AOE_SSH_PORT" \
+    -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
+    -o PreferredAuthentications=password -o PubkeyAuthentication=no -o NumberOfPasswordPrompts=1 \
+    -o ConnectTimeout="${SSH_CONNECT_TIMEOUT:-5}" -o ServerAliveInterval=2 -o ServerAliveCountMax=2 \
+    "root@$AOE_HOST" "$@"
+}
+
+# write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE
+write_evidence() {
+  local tmp="$AOE_EVIDENCE_FILE.tmp.$$"
+  printf '%s\n' "$1" > "$tmp" && mv -f "$tmp" "$AOE_EVIDENCE_FILE" || fail "cannot write evidence file $AOE_EVIDENCE_FILE"
+}
+
+# LOST_AFTER_MS: a job that answers 404 for this long is unknown to the service (the poll
+# stops early instead of waiting for its whole window; the milestone is retried anyway).
+LOST_AFTER_MS=${LOST_AFTER_MS:-3000}
