@@ -458,7 +458,15 @@ def apply_upper(upper: Path, dest: Path) -> None:
 
 # ----------------------------------------------------------------------- qcow2 form
 
-_SAFE_PATH = re.compile(r"^[A-Za-z0-9._+@:=,/-]+$")
+_UNSAFE = re.compile(r'["\\\x00-\x1f\x7f]')
+
+
+def _arg(text: str, what: str) -> str:
+    """One debugfs argument, double-quoted (its parser keeps spaces and brackets inside
+    quotes); a ``"``, a backslash or a control character cannot be written."""
+    if _UNSAFE.search(text):
+        raise ImageBuildError(f"{what} {text!r} has characters the qcow2 layer builder cannot write")
+    return f'"{text}"'
 
 
 def _debugfs_script(upper: Path, base_rootfs: Path) -> list[str]:
@@ -466,9 +474,11 @@ def _debugfs_script(upper: Path, base_rootfs: Path) -> list[str]:
     cmds: list[str] = []
 
     def q(rel: str) -> str:
-        if not _SAFE_PATH.match(rel):
-            raise ImageBuildError(f"layer path {rel!r} has characters the qcow2 layer builder cannot write")
-        return "/" + rel
+        return _arg("/" + rel, "layer path")
+
+    def owner_mode(rel: str, kind: int, st: os.stat_result) -> list[str]:
+        return [f"sif {q(rel)} mode 0{kind | stat.S_IMODE(st.st_mode):o}", f"sif {q(rel)} uid {st.st_uid}",
+                f"sif {q(rel)} gid {st.st_gid}"]
 
     def remove_base(rel: str) -> None:
         """Delete ``rel`` as it is in the base (recursively, deepest first)."""
@@ -484,7 +494,6 @@ def _debugfs_script(upper: Path, base_rootfs: Path) -> list[str]:
     for rel, src, st in _walk_upper(upper):
         parent, name = (rel.rsplit("/", 1) if "/" in rel else ("", rel))
         in_base = os.path.lexists(base_rootfs / rel) and not any(rel.startswith(r + "/") for r in removed)
-        mode = stat.S_IMODE(st.st_mode)
         if _is_whiteout(st):
             if in_base:
                 remove_base(rel)
@@ -497,27 +506,20 @@ def _debugfs_script(upper: Path, base_rootfs: Path) -> list[str]:
                 removed.add(rel)
                 base_is_dir = False
             if not base_is_dir:
-                cmds += [f"cd {q(parent) if parent else '/'}", f"mkdir {name}"]
-            cmds += [f"sif {q(rel)} mode 0{stat.S_IFDIR | mode:o}", f"sif {q(rel)} uid {st.st_uid}",
-                     f"sif {q(rel)} gid {st.st_gid}"]
+                cmds += [f"cd {q(parent)}", f"mkdir {_arg(name, 'layer path')}"]
+            cmds += owner_mode(rel, stat.S_IFDIR, st)
             continue
         if in_base:
             remove_base(rel)
             removed.add(rel)
-        q(rel)
-        cmds.append(f"cd {q(parent) if parent else '/'}")
+        cmds.append(f"cd {q(parent)}")
         if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(src)
-            if not _SAFE_PATH.match(target):
-                raise ImageBuildError(f"layer symlink {rel} -> {target!r}: target has characters debugfs cannot write")
-            cmds.append(f"symlink {name} {target}")
+            cmds.append(f"symlink {_arg(name, 'layer path')} {_arg(os.readlink(src), 'layer symlink target')}")
             continue
         if not stat.S_ISREG(st.st_mode):
             raise ImageBuildError(f"layer entry {rel} is neither a file, a folder nor a symlink")
-        if not _SAFE_PATH.match(str(src)):
-            raise ImageBuildError(f"layer cache path {src} has characters debugfs cannot read")
-        cmds += [f"write {src} {name}", f"sif {q(rel)} mode 0{stat.S_IFREG | mode:o}",
-                 f"sif {q(rel)} uid {st.st_uid}", f"sif {q(rel)} gid {st.st_gid}"]
+        cmds += [f"write {_arg(str(src), 'layer cache path')} {_arg(name, 'layer path')}",
+                 *owner_mode(rel, stat.S_IFREG, st)]
     return cmds
 
 
