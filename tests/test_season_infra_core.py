@@ -53,11 +53,14 @@ def test_infra_core_season_runs_to_the_end(tmp_path):
     oracle = rows["oracle"]
     assert oracle["rank"] == 1 and oracle["durable"] == 5 and oracle["wins"] == 5
     assert all(oracle["arenas"][a]["durable"] == 1 and oracle["arenas"][a]["coverage"] == 1.0 for a in ARENAS)
-    for name in FAULTY:  # each fails one milestone of every arena, never durable
-        row = rows[name]
-        assert row["durable"] == 0 and row["wins"] == 0, row
-        assert all(0 < row["arenas"][a]["milestone_passes"] < row["arenas"][a]["milestones_available"]
+    for name in FAULTY:  # each fails a milestone of every arena: never durable (it may still
+        row = rows[name]  # win a heat of faulty builders on points, at the timer)
+        assert row["durable"] == 0, row
+        assert all(row["arenas"][a]["durable"] == 0
+                   and row["arenas"][a]["milestone_passes"] < row["arenas"][a]["milestones_available"]
                    for a in ARENAS), (name, row["arenas"])
+    heats_won_by_faulty = [h for h in data["heats"] if h["winner"] in FAULTY]
+    assert all(h["attempts"][-1]["outcome"] == "counted" for h in heats_won_by_faulty)
     # the faulty builders' tokens and cost are recorded (made-up but deterministic usage)
     assert rows["hasty"]["cost_microusd"] and rows["hasty"]["arenas"]["traffic-surge"]["cost_microusd"]
 
