@@ -89,7 +89,7 @@ def layer_times(arena: str, qemu: bool) -> str:
     t0 = time.monotonic()
     ensure_layer(pkg)
     cached = time.monotonic() - t0
-    text = f"layer build cold {cold:.1f} s, cached {cached * 1000:.0f} ms"
+    text = f"layer build cold {cold * 1000:.0f} ms, cached {cached * 1000:.1f} ms (base image already built)"
     if qemu and layer is not None:
         t0 = time.monotonic()
         ensure_layer_qcow2(layer)
