@@ -6,7 +6,11 @@
 * :func:`guest` — run a bash command as root in a territory over SSH;
 * :func:`reboot` — reboot a territory as the referee does (spec §3.4);
 * :func:`run_heat` — one whole heat through :func:`aoe_tui.referee.match.run_match` on
-  container territories, agent specs seat by seat; returns the final world.
+  container territories, agent specs seat by seat; returns the final world;
+* small helpers the arena tests share: :func:`http` (the public endpoint as the referee
+  sees it), :func:`sh` / :func:`show` / :func:`unit_states` (guest commands and units),
+  :func:`deploy` (a built-in builder script), :func:`verify` / :func:`passed_view` (one
+  verifier run as the referee runs it), :func:`parse_state` and :func:`events_of`.
 
 Nothing here is a fake: territories, SSH, verifiers and agents are the real ones.
 """
@@ -15,10 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
-from collections.abc import AsyncIterator, Sequence
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +37,8 @@ from aoe_tui.runtime.provider import Territory
 REPO = Path(__file__).resolve().parent.parent
 ARENAS = REPO / "arenas"
 
-__all__ = ["ARENAS", "booted_territories", "guest", "need_container_host", "reboot", "run_heat"]
+__all__ = ["ARENAS", "booted_territories", "deploy", "events_of", "guest", "http", "need_container_host",
+           "parse_state", "passed_view", "reboot", "run_heat", "sh", "show", "unit_states", "verify"]
 
 
 def need_container_host() -> None:
@@ -118,3 +127,82 @@ def run_heat(arena_dir: Path, out_dir: Path, agents: Sequence[str] = ("oracle",)
     provider = ContainerProvider(Path(out_dir) / "territories", image=image, cidr=loaded.manifest.network.cidr)
     return asyncio.run(run_match(loaded, provider, adapters, Path(out_dir), drain_seconds=drain_s,
                                  duration_s=duration_s))
+
+
+# ----------------------------------------------------------------------- small shared helpers
+
+
+def http(t: Territory, method: str, path: str, body: bytes | None = None,
+         timeout: float = 5) -> tuple[int, bytes]:
+    """One request from the host to ``t``'s public endpoint, ``timeout`` in s; ``(status, body)``."""
+    req = urllib.request.Request(f"http://{t.host}:{t.service_port}{path}", data=body, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+async def sh(t: Territory, command: str, input: str | None = None, timeout_s: float = 60) -> str:
+    """Run ``command`` in the guest within ``timeout_s`` s; assert it exits 0; return its stdout."""
+    status, out, err = await guest(t, command, input=input, timeout_s=timeout_s)
+    assert status == 0, f"{command!r} on {t.id} exited {status}: {err.strip()}"
+    return out
+
+
+async def show(t: Territory, unit: str, *props: str) -> dict[str, str]:
+    """``systemctl show -p PROP…`` of ``unit`` as a dict (durations as systemd prints them: ``1s``)."""
+    out = await sh(t, f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+async def unit_states(t: Territory, units: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """``unit -> (ActiveState, SubState)`` for each of ``units`` in the guest (states, no times)."""
+    out = {}
+    for u in units:
+        p = await show(t, u, "ActiveState", "SubState")
+        out[u] = (p["ActiveState"], p["SubState"])
+    return out
+
+
+async def deploy(arena_dir: Path, t: Territory, builder: str, timeout_s: float = 60) -> str:
+    """Run ``<arena_dir>/adapters/builders/<builder>.sh`` in ``t`` within ``timeout_s`` s; assert exit 0; stdout."""
+    script = (Path(arena_dir) / "adapters" / "builders" / f"{builder}.sh").read_text()
+    status, out, err = await guest(t, "bash -s", input=script, timeout_s=timeout_s)
+    assert status == 0, f"builder {builder} failed: {err.strip()}"
+    return out
+
+
+async def verify(arena_dir: Path, t: Territory, milestone: str, evidence_dir: Path,
+                 previous: dict[str, Any] | None = None):
+    """Run ``milestone``'s verifier from ``arena_dir``'s manifest on ``t`` within its ``timeout_seconds`` (s)."""
+    from aoe_tui.referee.verifier import run_verifier
+
+    loaded = _loaded(arena_dir)
+    ms = loaded.manifest.milestone(milestone)
+    assert ms is not None, f"{loaded.arena_dir.name} has no milestone {milestone!r}"
+    return await run_verifier(
+        loaded.verifier_path(ms), territory_id=t.id, milestone_id=milestone, host=t.host,
+        ssh_port=t.ssh_port, service_port=t.service_port, credential_file=t.credential_file,
+        evidence_dir=evidence_dir, previous=previous or {}, timeout_s=ms.timeout_seconds,
+    )
+
+
+def passed_view(evidence: Any) -> dict[str, Any]:
+    """The referee's view of a passed milestone with ``evidence``, for a verifier's ``previous`` (no times)."""
+    return {"evaluating": False, "passed": True, "points": 0, "evidence": evidence,
+            "failure_category": None, "failure_detail": None}
+
+
+def parse_state(text: str) -> dict[str, list[str]]:
+    """A state script's lines ``KEY REST`` as ``KEY -> [REST, ...]``, in order (no times)."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(" ")
+        out.setdefault(key, []).append(rest)
+    return out
+
+
+def events_of(out: Path) -> list[dict[str, Any]]:
+    """The events of the heat run into ``out`` (``events.jsonl``; their times are ms on the match clock)."""
+    return [json.loads(line) for line in (Path(out) / "events.jsonl").read_text().splitlines() if line.strip()]

@@ -17,16 +17,15 @@
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from aoe_tui.referee.verifier import end_leftover_verifiers, run_verifier
-from arena_support import ARENAS, booted_territories, guest, reboot, run_heat
+from aoe_tui.referee.verifier import end_leftover_verifiers
+from arena_support import (ARENAS, booted_territories, deploy, events_of, guest, http, parse_state, passed_view,
+                           reboot, run_heat, sh, show, unit_states, verify)
 
 pytestmark = [pytest.mark.container]
 
@@ -37,40 +36,7 @@ ORIGINALS = {"customer-red-4a7": "red-original", "customer-blue-8d2": "blue-orig
              "customer-green-f31": "green-original"}
 MILESTONES = ["failed-primary-preserved", "reads-restored", "old-primary-fenced", "writes-restored",
               "service-restart", "host-reboot"]
-VERIFIER = {"failed-primary-preserved": "incident-confirmed"}
-TIMEOUTS = {"failed-primary-preserved": 5, "reads-restored": 10, "old-primary-fenced": 10, "writes-restored": 15,
-            "service-restart": 20, "host-reboot": 40}
 UNITS = ["failover-seed.service", "failover-replica.service", "failover-proxy.service"]
-
-
-def http(t, method: str, path: str, body: bytes | None = None, timeout: float = 5) -> tuple[int, bytes]:
-    """One request to the territory's public endpoint from the host (as the referee sees it)."""
-    req = urllib.request.Request(f"http://{t.host}:{t.service_port}{path}", data=body, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-
-
-async def sh(t, command: str, input: str | None = None) -> str:
-    """Run ``command`` in the guest; it must succeed; returns stdout."""
-    status, out, err = await guest(t, command, input=input)
-    assert status == 0, f"{command!r} exited {status}: {err.strip()}"
-    return out
-
-
-async def show(t, unit: str, *props: str) -> dict[str, str]:
-    out = await sh(t, f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
-async def unit_state(t) -> dict[str, tuple[str, str]]:
-    out = {}
-    for u in UNITS:
-        p = await show(t, u, "ActiveState", "SubState")
-        out[u] = (p["ActiveState"], p["SubState"])
-    return out
 
 
 async def wait_settled(t) -> None:
@@ -84,20 +50,6 @@ async def wait_settled(t) -> None:
             return
         assert time.monotonic() < deadline, f"territory {t.id} did not settle: {out}"
         time.sleep(0.2)
-
-
-async def verify(t, milestone: str, evidence_dir: Path, previous: dict | None = None):
-    name = VERIFIER.get(milestone, milestone)
-    return await run_verifier(
-        ARENA / "verify" / f"{name}.sh", territory_id=t.id, milestone_id=milestone, host=t.host,
-        ssh_port=t.ssh_port, service_port=t.service_port, credential_file=t.credential_file,
-        evidence_dir=evidence_dir, previous=previous or {}, timeout_s=TIMEOUTS[milestone],
-    )
-
-
-def passed_view(evidence) -> dict:
-    return {"evaluating": False, "passed": True, "points": 0, "evidence": evidence,
-            "failure_category": None, "failure_detail": None}
 
 
 # ---------------------------------------------------------------------------- a. starting state
@@ -122,14 +74,6 @@ printf 'sh %%s\n' "$(readlink -f /bin/sh)"
 printf 'hostname %%s\n' "$(hostname)"
 printf 'now %%s\n' "$(date +%%s)"
 """ % {"pkg": PKG, "state": STATE}
-
-
-def parse_state(text: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(" ")
-        out.setdefault(key, []).append(rest)
-    return out
 
 
 def hexes(s: dict[str, list[str]]) -> dict[str, str]:
@@ -165,7 +109,7 @@ async def test_starting_state_and_reboots(tmp_path: Path) -> None:
     async with booted_territories(ARENA, tmp_path / "territories", count=1) as (t,):
         assert t.id == "failover-one"
         await wait_settled(t)
-        assert await unit_state(t) == {
+        assert await unit_states(t, UNITS) == {
             "failover-seed.service": ("active", "exited"),
             "failover-replica.service": ("active", "running"),
             "failover-proxy.service": ("active", "running"),
@@ -301,7 +245,7 @@ async def test_starting_state_and_reboots(tmp_path: Path) -> None:
         assert sorted(s["row"]) == sorted(["customer-red-4a7|red-changed", "customer-blue-8d2|blue-original",
                                            "customer-green-f31|green-original", "kept-7|kept"])
         assert dict(m.split(" ", 1) for m in s["mode"])[f"{STATE}/primary.failed"] == "644 root:root regular empty file"
-        assert await unit_state(t) == {
+        assert await unit_states(t, UNITS) == {
             "failover-seed.service": ("active", "exited"),
             "failover-replica.service": ("active", "running"),
             "failover-proxy.service": ("active", "running"),
@@ -329,7 +273,7 @@ async def test_starting_state_and_reboots(tmp_path: Path) -> None:
         assert (await show(t, "failover-proxy.service", "ActiveState"))["ActiveState"] == "inactive"
         assert (await show(t, "failover-replica.service", "ActiveState"))["ActiveState"] == "inactive"
         await sh(t, "systemctl start failover-proxy.service failover-replica.service")
-        assert await unit_state(t) == {
+        assert await unit_states(t, UNITS) == {
             "failover-seed.service": ("active", "exited"),
             "failover-replica.service": ("active", "running"),
             "failover-proxy.service": ("active", "running"),
@@ -373,7 +317,7 @@ def test_heat_oracle_hasty_memory(tmp_path: Path) -> None:
     assert writes.failure_detail.startswith("PUT /records/post-failover-")
     assert "service-restart" not in three.milestones or not three.milestones["service-restart"].passed
 
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if line.strip()]
+    events = events_of(out)
     passed = {(e["territory"], e["milestone"]) for e in events if e["kind"] == "milestone_passed"}
     failed = [e for e in events if e["kind"] == "milestone_failed"]
     assert ("failover-two", "old-primary-fenced") not in passed
@@ -398,19 +342,19 @@ async def test_verifiers_refuse_the_starting_state(tmp_path: Path, monkeypatch: 
     try:
         async with booted_territories(ARENA, tmp_path / "territories", count=1) as (t,):
             await wait_settled(t)
-            inc = await verify(t, "failed-primary-preserved", ev)
+            inc = await verify(ARENA, t, "failed-primary-preserved", ev)
             assert inc.passed, inc.detail
             assert inc.evidence == {"failed_primary": 8081, "listening": False, "preserved": True}
 
-            rr = await verify(t, "reads-restored", ev)
+            rr = await verify(ARENA, t, "reads-restored", ev)
             assert not rr.passed
             assert rr.detail == "GET /health through the public endpoint: HTTP 502 (empty body), expected 200 'ready'"
 
-            fe = await verify(t, "old-primary-fenced", ev)
+            fe = await verify(ARENA, t, "old-primary-fenced", ev)
             assert not fe.passed
             assert fe.detail.startswith("/var/lib/failover/primary.fenced is missing"), fe.detail
 
-            wr = await verify(t, "writes-restored", ev)
+            wr = await verify(ARENA, t, "writes-restored", ev)
             assert not wr.passed
             assert wr.detail.startswith("PUT /records/post-failover-") and \
                 wr.detail.endswith("through the public endpoint: HTTP 502 (empty body), expected HTTP 204"), wr.detail
@@ -418,11 +362,11 @@ async def test_verifiers_refuse_the_starting_state(tmp_path: Path, monkeypatch: 
             prev = {"writes-restored": passed_view({"record": "post-failover-0123456789abcdef",
                                                     "value": "opaque-0123456789abcdef01234567", "writes": True})}
             monkeypatch.setenv("RESTART_DEADLINE_MS", "3000")
-            sr = await verify(t, "service-restart", ev, prev)
+            sr = await verify(ARENA, t, "service-restart", ev, prev)
             assert not sr.passed
             assert sr.detail == ("after restarting failover-replica.service and failover-proxy.service, "
                                  "GET /role: HTTP 502 (empty body), expected 200 'primary'"), sr.detail
-            assert await unit_state(t) == {
+            assert await unit_states(t, UNITS) == {
                 "failover-seed.service": ("active", "exited"),
                 "failover-replica.service": ("active", "running"),
                 "failover-proxy.service": ("active", "running"),
@@ -430,7 +374,7 @@ async def test_verifiers_refuse_the_starting_state(tmp_path: Path, monkeypatch: 
 
             # host-reboot (without a reboot, shortened poll): the guest state says why
             monkeypatch.setenv("REBOOT_DEADLINE_MS", "2000")
-            hr = await verify(t, "host-reboot", ev, {**prev, "service-restart": passed_view(
+            hr = await verify(ARENA, t, "host-reboot", ev, {**prev, "service-restart": passed_view(
                 {"record": "post-failover-0123456789abcdef", "restart": True,
                  "value": "opaque-0123456789abcdef01234567"})})
             assert not hr.passed
@@ -440,15 +384,15 @@ async def test_verifiers_refuse_the_starting_state(tmp_path: Path, monkeypatch: 
             # promoted and switched: reads pass, but the fence is still missing
             await sh(t, f"printf 'primary\\n' > {STATE}/r.new && mv {STATE}/r.new {STATE}/replica.role && "
                         f"printf '8082\\n' > {STATE}/u.new && mv {STATE}/u.new {STATE}/upstream")
-            rr = await verify(t, "reads-restored", ev)
+            rr = await verify(ARENA, t, "reads-restored", ev)
             assert rr.passed, rr.detail
             assert rr.evidence == {"reads": True, "records": list(ORIGINALS), "role": "primary"}
-            fe = await verify(t, "old-primary-fenced", ev)
+            fe = await verify(ARENA, t, "old-primary-fenced", ev)
             assert not fe.passed and "primary.fenced is missing" in fe.detail
             # a changed original is refused by the reads check
             await sh(t, f"sqlite3 {STATE}/records.sqlite3 \"update records set value='blue-lost' "
                         f"where id='customer-blue-8d2'\"")
-            rr = await verify(t, "reads-restored", ev)
+            rr = await verify(ARENA, t, "reads-restored", ev)
             assert not rr.passed
             assert rr.detail == ("GET /records/customer-blue-8d2 through the public endpoint returned 'blue-lost', "
                                  "expected 'blue-original' (a record replicated before the failure)"), rr.detail
@@ -456,19 +400,19 @@ async def test_verifiers_refuse_the_starting_state(tmp_path: Path, monkeypatch: 
             # a revived old primary (anything on 8081) or a removed marker breaks the incident check
             await sh(t, "nohup python3 -m http.server 8081 --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > /tmp/old.pid; "
                         "for i in $(seq 50); do ss -Hltn | grep -q ':8081 ' && break; sleep 0.1; done")
-            inc = await verify(t, "failed-primary-preserved", ev)
+            inc = await verify(ARENA, t, "failed-primary-preserved", ev)
             assert not inc.passed
             assert inc.detail.startswith("something listens on port 8081 again (ss -lnt: LISTEN "), inc.detail
             assert "127.0.0.1:8081" in inc.detail and inc.detail.endswith("the failed primary's port must stay closed")
             await sh(t, f"touch {STATE}/primary.fenced")
-            fe = await verify(t, "old-primary-fenced", ev)
+            fe = await verify(ARENA, t, "old-primary-fenced", ev)
             assert not fe.passed and fe.detail.startswith("something listens on port 8081 again"), fe.detail
             await sh(t, "kill $(cat /tmp/old.pid); for i in $(seq 50); do ss -Hltn | grep -q ':8081 ' || break; "
                         "sleep 0.1; done")
-            fe = await verify(t, "old-primary-fenced", ev)
+            fe = await verify(ARENA, t, "old-primary-fenced", ev)
             assert fe.passed, fe.detail
             await sh(t, f"rm {STATE}/primary.failed")
-            inc = await verify(t, "failed-primary-preserved", ev)
+            inc = await verify(ARENA, t, "failed-primary-preserved", ev)
             assert not inc.passed
             assert inc.detail == ("/var/lib/failover/primary.failed is missing: the failed primary's incident "
                                   "marker must be kept"), inc.detail
@@ -486,19 +430,17 @@ async def test_volatile_fails_only_host_reboot(tmp_path: Path, monkeypatch: pyte
     try:
         async with booted_territories(ARENA, tmp_path / "territories", count=1) as (t,):
             await wait_settled(t)
-            script = (ARENA / "adapters" / "builders" / "volatile.sh").read_text()
-            status, out, err = await guest(t, "bash -s", input=script)
-            assert status == 0, err
+            out = await deploy(ARENA, t, "volatile")
             assert out.count("aoe-step: ") >= 3
             previous: dict = {}
             for m in MILESTONES[:-1]:
-                res = await verify(t, m, ev, previous)
+                res = await verify(ARENA, t, m, ev, previous)
                 assert res.passed, (m, res.detail)
                 previous[m] = passed_view(res.evidence)
             assert "boot_id" in previous["service-restart"]["evidence"]
             await reboot(t)
             monkeypatch.setenv("REBOOT_DEADLINE_MS", "8000")  # the reads never come back: no need to wait 29 s
-            res = await verify(t, "host-reboot", ev, previous)
+            res = await verify(ARENA, t, "host-reboot", ev, previous)
             assert not res.passed
             assert res.detail.startswith("after the reboot, GET /health: HTTP 502 (empty body), expected 200 'ready'")
             assert res.detail.endswith("(territory state: upstream '8081', replica.role 'replica')"), res.detail

@@ -27,14 +27,12 @@ import json
 import re
 import time
 import tomllib
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from aoe_tui.referee.verifier import run_verifier
-from arena_support import ARENAS, booted_territories, guest, reboot, run_heat
+from arena_support import (ARENAS, booted_territories, deploy, events_of, guest, http, passed_view, reboot, run_heat,
+                           sh, show, verify)
 
 pytestmark = [pytest.mark.container]
 
@@ -48,7 +46,6 @@ SEEDED_LEDGER = (b'{"history-amber-a91":"ledger-alpha","history-cobalt-f73":"led
 MILESTONES = ["baseline-ready", "priority-first-surge", "bounded-optional", "recover-peak",
               "restart-under-load", "host-reboot"]
 MANIFEST = tomllib.loads((ARENA / "arena.toml").read_text())
-TIMEOUTS = {m["id"]: m["timeout_seconds"] for m in MANIFEST["build"]["milestones"]}
 FORBIDDEN = MANIFEST["fog_of_war"]["guest_leak_audit"]["forbidden_strings"]
 SCAN_PATHS = MANIFEST["fog_of_war"]["guest_leak_audit"]["scan_paths"]
 #: sha256 of upstream's traffic-surge arena.toml and agents-real.toml (bb55442), copied byte for byte
@@ -56,30 +53,8 @@ ARENA_TOML_SHA256 = "4103652c417af93301362e258617af8da3b7a0dc84f627ec676660e25ab
 AGENTS_REAL_SHA256 = "188a09abca38e59e5696010287ad89266ad148ec58f8c3e1beb220eb72525c75"
 
 
-def http(t, method: str, path: str, body: bytes | None = None, timeout: float = 5) -> tuple[int, bytes]:
-    """One request to the territory's public endpoint from the host (as the referee sees it)."""
-    req = urllib.request.Request(f"http://{t.host}:{t.service_port}{path}", data=body, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-
-
 async def ahttp(t, method: str, path: str, body: bytes | None = None, timeout: float = 5) -> tuple[int, bytes]:
     return await asyncio.to_thread(http, t, method, path, body, timeout)
-
-
-async def sh(t, command: str, input: str | None = None, timeout_s: float = 60) -> str:
-    """Run ``command`` in the guest; it must succeed; returns stdout."""
-    status, out, err = await guest(t, command, input=input, timeout_s=timeout_s)
-    assert status == 0, f"{command!r} exited {status}: {err.strip()}"
-    return out
-
-
-async def show(t, unit: str, *props: str) -> dict[str, str]:
-    out = await sh(t, f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
 async def file_facts(t, path: str) -> tuple[str, bytes]:
@@ -91,24 +66,9 @@ async def file_facts(t, path: str) -> tuple[str, bytes]:
     return mode.strip(), base64.b64decode(b64.strip())
 
 
-async def verify(t, milestone: str, evidence_dir: Path, previous: dict | None = None):
-    return await run_verifier(
-        ARENA / "verify" / f"{milestone}.sh", territory_id=t.id, milestone_id=milestone, host=t.host,
-        ssh_port=t.ssh_port, service_port=t.service_port, credential_file=t.credential_file,
-        evidence_dir=evidence_dir, previous=previous or {}, timeout_s=TIMEOUTS[milestone],
-    )
-
-
-def passed_view(evidence) -> dict:
-    return {"evaluating": False, "passed": True, "points": 0, "evidence": evidence,
-            "failure_category": None, "failure_detail": None}
-
-
-async def deploy(t, builder: str) -> str:
-    """Run ``adapters/builders/<builder>.sh`` in the territory as the built-in agents do."""
-    script = (ARENA / "adapters" / "builders" / f"{builder}.sh").read_text()
-    status, out, err = await guest(t, "bash -s", input=script, timeout_s=120)
-    assert status == 0, f"builder {builder} failed: {err.strip()}"
+async def deploy_checked(t, builder: str) -> str:
+    """Run the builder ``builder`` in ``t`` (up to 120 s); it reports 3 to 6 steps."""
+    out = await deploy(ARENA, t, builder, timeout_s=120)
     assert 3 <= out.count("aoe-step:") <= 6, out
     return out
 
@@ -274,11 +234,11 @@ async def test_starting_state_and_reboots(tmp_path):
 async def test_verifiers_on_the_untouched_territory(tmp_path):
     ev = tmp_path / "evidence"
     async with booted_territories(ARENA, tmp_path / "wd", count=1) as (t,):
-        out = await verify(t, "baseline-ready", ev)
+        out = await verify(ARENA, t, "baseline-ready", ev)
         assert out.passed, out.detail
         assert out.evidence == {"health": "ready", "historical_records": 3}
 
-        out = await verify(t, "priority-first-surge", ev)
+        out = await verify(ARENA, t, "priority-first-surge", ev)
         assert not out.passed
         assert re.fullmatch(r"PUT /priority/surge-[0-9a-f]{16} got no answer within 1\.5 s while 8 optional requests "
                             r"were in flight \(expected 204 at once: the priority write waited behind optional work\)",
@@ -286,7 +246,7 @@ async def test_verifiers_on_the_untouched_territory(tmp_path):
         assert 1.5 <= out.duration_ms / 1000 < 6, out.duration_ms
         await asyncio.sleep(4)  # let the serial service work off that load
 
-        out = await verify(t, "bounded-optional", ev)
+        out = await verify(ARENA, t, "bounded-optional", ev)
         assert not out.passed
         # one request at a time, 0.45 s each: at most 4 answered within 2 s, the rest time out
         m = re.match(r"of 16 concurrent GET /optional/bounded-N, (\d+) timed out after 2 s \(served (\d+), shed 0\); "
@@ -296,36 +256,36 @@ async def test_verifiers_on_the_untouched_territory(tmp_path):
         assert int(m.group(1)) >= 12 and int(m.group(1)) + int(m.group(2)) == 16, out.detail
         await asyncio.sleep(6)
 
-        out = await verify(t, "recover-peak", ev)
+        out = await verify(ARENA, t, "recover-peak", ev)
         assert not out.passed
         assert re.fullmatch(r"write ([1-4]) of 4 at the optional peak: PUT /priority/peak-\1-[0-9a-f]{12}: no answer within 2 s "
                             r"\(24 optional requests in flight; expected 204\)", out.detail), out.detail
         await asyncio.sleep(8)
 
         # host-reboot needs the restart-under-load record
-        out = await verify(t, "host-reboot", ev, {"host-reboot": {"evaluating": True}})
+        out = await verify(ARENA, t, "host-reboot", ev, {"host-reboot": {"evaluating": True}})
         assert not out.passed and out.detail.startswith("no restart-under-load evidence")
 
         # the pristine service is slow, not fragile: a restart and a reboot keep its ledger
-        out = await verify(t, "restart-under-load", ev)
+        out = await verify(ARENA, t, "restart-under-load", ev)
         assert out.passed, out.detail
         assert set(out.evidence) == {"record", "restart_under_load", "value"}
         assert re.fullmatch(r"restart-[0-9a-f]{16}", out.evidence["record"])
         assert re.fullmatch(r"durable-[0-9a-f]{24}", out.evidence["value"])
         assert (await show(t, "traffic-surge.service", "NRestarts"))["NRestarts"] == "0"  # restarted by systemctl, not crashed
         await reboot(t)
-        out2 = await verify(t, "host-reboot", ev, {"restart-under-load": passed_view(out.evidence)})
+        out2 = await verify(ARENA, t, "host-reboot", ev, {"restart-under-load": passed_view(out.evidence)})
         assert out2.passed, out2.detail
         assert out2.evidence == {"historical_records": 3, "reboot": True, "record": out.evidence["record"],
                                  "value": out.evidence["value"]}
 
         # a lost historical record is refused by baseline-ready with the reason
         await sh(t, "printf '%s\\n' '{\"history-amber-a91\":\"ledger-alpha\"}' > /var/lib/traffic-surge/priority.json")
-        out = await verify(t, "baseline-ready", ev)
+        out = await verify(ARENA, t, "baseline-ready", ev)
         assert not out.passed
         assert out.detail == "GET /priority/history-cobalt-f73 returned HTTP 404 (historical record is missing)"
         await sh(t, "systemctl stop traffic-surge.service")
-        out = await verify(t, "baseline-ready", ev)
+        out = await verify(ARENA, t, "baseline-ready", ev)
         assert not out.passed and out.detail.startswith("GET /health: no answer (curl: (7)"), out.detail
 
 
@@ -344,7 +304,7 @@ def test_heat_oracle_hasty_memory(tmp_path):
     assert all(terr["surge-one"].milestones[m].passed for m in MILESTONES)
     assert terr["surge-one"].milestone_points == 100
 
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    events = events_of(out)
 
     def finished(agent: str) -> dict:
         (e,) = [e for e in events if e["kind"] == "agent_finished" and e["agent"] == agent]
@@ -403,7 +363,7 @@ async def run_chain(t, ev: Path) -> dict:
     for m in MILESTONES:
         if m == "host-reboot":
             await reboot(t)
-        out = await verify(t, m, ev, dict(views, **{m: {"evaluating": True}}))
+        out = await verify(ARENA, t, m, ev, dict(views, **{m: {"evaluating": True}}))
         results[m] = out
         if not out.passed:
             if m == "host-reboot":  # say why the service is not back (units, their journal)
@@ -419,7 +379,7 @@ async def run_chain(t, ev: Path) -> dict:
 
 async def test_oracle_and_volatile_milestone_by_milestone(tmp_path):
     async with booted_territories(ARENA, tmp_path / "wd", count=2) as (a, b):
-        await asyncio.gather(deploy(a, "oracle"), deploy(b, "volatile"))
+        await asyncio.gather(deploy_checked(a, "oracle"), deploy_checked(b, "volatile"))
         oracle, volatile = await asyncio.gather(run_chain(a, tmp_path / "ev-a"), run_chain(b, tmp_path / "ev-b"))
 
         assert [m for m, o in oracle.items() if o.passed] == MILESTONES, "\n".join(

@@ -13,19 +13,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from aoe_tui.referee.verifier import end_leftover_verifiers, run_verifier
-from arena_support import ARENAS, booted_territories, guest, reboot, run_heat
+from aoe_tui.referee.verifier import end_leftover_verifiers
+from arena_support import (ARENAS, booted_territories, deploy, events_of, guest, http, parse_state, passed_view,
+                           reboot, run_heat, sh, show, unit_states, verify)
 
 pytestmark = [pytest.mark.container]
 
@@ -33,42 +31,9 @@ ARENA = ARENAS / "zero-downtime-rollout"
 PKG = "/usr/lib/aoe-arena/zero-downtime-rollout"
 SEEDED = {"customer-alpha-73c": "alpha-original", "customer-beta-a19": "beta-original"}
 MILESTONES = ["baseline-ready", "uninterrupted-cutover", "write-new", "v2-restart", "host-reboot"]
-TIMEOUTS = {"baseline-ready": 5, "uninterrupted-cutover": 120, "write-new": 10, "v2-restart": 20, "host-reboot": 40}
-
-
-def http(t, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-    """One request to the territory's public endpoint from the host (as the referee sees it)."""
-    req = urllib.request.Request(f"http://{t.host}:{t.service_port}{path}", data=body, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=3) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-
-
-async def sh(t, command: str, input: str | None = None) -> str:
-    """Run ``command`` in the guest; it must succeed; returns stdout."""
-    status, out, err = await guest(t, command, input=input)
-    assert status == 0, f"{command!r} exited {status}: {err.strip()}"
-    return out
-
-
-async def show(t, unit: str, *props: str) -> dict[str, str]:
-    out = await sh(t, f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
-async def verify(t, milestone: str, evidence_dir: Path, previous: dict | None = None):
-    return await run_verifier(
-        ARENA / "verify" / f"{milestone}.sh", territory_id=t.id, milestone_id=milestone, host=t.host,
-        ssh_port=t.ssh_port, service_port=t.service_port, credential_file=t.credential_file,
-        evidence_dir=evidence_dir, previous=previous or {}, timeout_s=TIMEOUTS[milestone],
-    )
-
-
-def passed_view(evidence) -> dict:
-    return {"evaluating": False, "passed": True, "points": 0, "evidence": evidence,
-            "failure_category": None, "failure_detail": None}
+UNITS = ["rollout-seed.service", "rollout-v1.service", "rollout-v2.service", "rollout-proxy.service"]
+#: timeout of one request to the public endpoint in these tests (s)
+HTTP_TIMEOUT_S = 3
 
 
 def monitors_under(root: Path) -> list[int]:
@@ -88,24 +53,15 @@ def monitors_under(root: Path) -> list[int]:
     return sorted(pid for pid, ppid in found.items() if ppid not in found)
 
 
-async def unit_state(t) -> dict[str, tuple[str, str]]:
-    units = ["rollout-seed.service", "rollout-v1.service", "rollout-v2.service", "rollout-proxy.service"]
-    out = {}
-    for u in units:
-        p = await show(t, u, "ActiveState", "SubState")
-        out[u] = (p["ActiveState"], p["SubState"])
-    return out
-
-
 async def wait_settled(t) -> None:
     """Wait until the v2 slot has given up (start limit) and v1 + proxy answer: the state an
     agent finds on a fresh territory."""
     deadline = time.monotonic() + 30
     while True:
-        state = await unit_state(t)
+        state = await unit_states(t, UNITS)
         if state["rollout-v2.service"][0] == "failed" and state["rollout-proxy.service"] == ("active", "running"):
             try:
-                if http(t, "GET", "/health") == (200, b"ready"):
+                if http(t, "GET", "/health", timeout=HTTP_TIMEOUT_S) == (200, b"ready"):
                     return
             except OSError:
                 pass
@@ -135,19 +91,11 @@ printf 'v1-direct %%s\n' "$(curl -s http://127.0.0.1:8081/version)"
 """ % {"pkg": PKG}
 
 
-def parse_state(text: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(" ")
-        out.setdefault(key, []).append(rest)
-    return out
-
-
 async def test_starting_state_and_reboots(tmp_path: Path) -> None:
     async with booted_territories(ARENA, tmp_path / "territories", count=1) as (t,):
         assert t.id == "rollout-one"
         await wait_settled(t)
-        assert await unit_state(t) == {
+        assert await unit_states(t, UNITS) == {
             "rollout-seed.service": ("active", "exited"),
             "rollout-v1.service": ("active", "running"),
             "rollout-v2.service": ("failed", "failed"),
@@ -214,12 +162,12 @@ async def test_starting_state_and_reboots(tmp_path: Path) -> None:
         assert scanned[1].strip() == "", scanned[1]
 
         # the public endpoint as the referee sees it: v1 through the proxy
-        assert http(t, "GET", "/health") == (200, b"ready")
-        assert http(t, "GET", "/version") == (200, b"v1")
+        assert http(t, "GET", "/health", timeout=HTTP_TIMEOUT_S) == (200, b"ready")
+        assert http(t, "GET", "/version", timeout=HTTP_TIMEOUT_S) == (200, b"v1")
         for rid, value in SEEDED.items():
-            assert http(t, "GET", f"/records/{rid}") == (200, value.encode())
-        assert http(t, "GET", "/records/never-written") == (404, b"")
-        assert http(t, "GET", "/nothing-here") == (404, b"")
+            assert http(t, "GET", f"/records/{rid}", timeout=HTTP_TIMEOUT_S) == (200, value.encode())
+        assert http(t, "GET", "/records/never-written", timeout=HTTP_TIMEOUT_S) == (404, b"")
+        assert http(t, "GET", "/nothing-here", timeout=HTTP_TIMEOUT_S) == (404, b"")
 
         # reboot 1: seeds write only what is absent; /opt/rollout and a deleted row come back,
         # a changed upstream and a changed record are kept
@@ -246,13 +194,13 @@ async def test_starting_state_and_reboots(tmp_path: Path) -> None:
         s = parse_state(await sh(t, STATE_SCRIPT))
         assert s["upstream-hex"] == ["383038310a"]
         assert s["v2py"] == ["absent"] and s["opt-entries"] == ["0"]
-        assert await unit_state(t) == {
+        assert await unit_states(t, UNITS) == {
             "rollout-seed.service": ("active", "exited"),
             "rollout-v1.service": ("active", "running"),
             "rollout-v2.service": ("failed", "failed"),
             "rollout-proxy.service": ("active", "running"),
         }
-        assert http(t, "GET", "/version") == (200, b"v1")
+        assert http(t, "GET", "/version", timeout=HTTP_TIMEOUT_S) == (200, b"v1")
 
         # the proxy depends on v1: restarting v1 restarts the proxy, stopping v1 stops it
         before = (await show(t, "rollout-proxy.service", "MainPID"))["MainPID"]
@@ -268,7 +216,7 @@ async def test_starting_state_and_reboots(tmp_path: Path) -> None:
 
 def http_or_none(t, path: str) -> int | None:
     try:
-        return http(t, "GET", path)[0]
+        return http(t, "GET", path, timeout=HTTP_TIMEOUT_S)[0]
     except OSError:
         return None
 
@@ -305,7 +253,7 @@ def test_heat_oracle_hasty_memory(tmp_path: Path) -> None:
     record = three.milestones["write-new"].evidence["record"]
     assert f"GET /records/{record} returned HTTP 404" in v2r.failure_detail
 
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if line.strip()]
+    events = events_of(out)
     passed = {(e["territory"], e["milestone"]) for e in events if e["kind"] == "milestone_passed"}
     failed = [e for e in events if e["kind"] == "milestone_failed"]
     assert ("rollout-two", "uninterrupted-cutover") not in passed
@@ -331,7 +279,7 @@ async def test_verifiers_refuse_the_starting_state(tmp_path: Path, monkeypatch: 
     try:
         async with booted_territories(ARENA, tmp_path / "territories", count=1) as (t,):
             await wait_settled(t)
-            base = await verify(t, "baseline-ready", ev)
+            base = await verify(ARENA, t, "baseline-ready", ev)
             assert base.passed, base.detail
             assert base.evidence == {"baseline": "v1", "records": ["customer-alpha-73c", "customer-beta-a19"]}
             audit = ev / "continuity-audit"
@@ -344,7 +292,7 @@ async def test_verifiers_refuse_the_starting_state(tmp_path: Path, monkeypatch: 
 
             # still on v1: the cutover cannot be credited (shortened wait; the monitor keeps running)
             monkeypatch.setenv("CUTOVER_WAIT_POLLS", "5")
-            cut = await verify(t, "uninterrupted-cutover", ev)
+            cut = await verify(ARENA, t, "uninterrupted-cutover", ev)
             assert not cut.passed
             assert cut.detail.startswith("public endpoint never cut over to v2: GET /version through the proxy "
                                          "did not answer v2 within 1 s"), cut.detail
@@ -359,32 +307,32 @@ async def test_verifiers_refuse_the_starting_state(tmp_path: Path, monkeypatch: 
                 time.sleep(0.05)
             monkeypatch.delenv("CUTOVER_WAIT_POLLS")
             t0 = time.monotonic()
-            cut = await verify(t, "uninterrupted-cutover", ev)
+            cut = await verify(ARENA, t, "uninterrupted-cutover", ev)
             assert not cut.passed and time.monotonic() - t0 < 3
             assert "the continuity monitor ended after" in cut.detail and "without GET /version answering v2" in cut.detail
 
             # a baseline that is not v1 any more is refused
             await sh(t, "printf '8082\\n' > /var/lib/rollout/upstream.new && mv /var/lib/rollout/upstream.new /var/lib/rollout/upstream")
-            b2 = await verify(t, "baseline-ready", tmp_path / "evidence-b2")
+            b2 = await verify(ARENA, t, "baseline-ready", tmp_path / "evidence-b2")
             assert not b2.passed and b2.detail == "live v1 baseline: GET /health returned HTTP 502, expected 200 'ready'"
             assert monitors_under(tmp_path / "evidence-b2") == []
             await sh(t, "printf '8081\\n' > /var/lib/rollout/upstream.new && mv /var/lib/rollout/upstream.new /var/lib/rollout/upstream")
 
             # write-new is gated behind the cutover in the manifest; on v1 it would pass
-            wn = await verify(t, "write-new", ev)
+            wn = await verify(ARENA, t, "write-new", ev)
             assert wn.passed, wn.detail
             assert set(wn.evidence) == {"record", "value"} and wn.evidence["record"].startswith("rollout-")
             prev = {"write-new": passed_view(wn.evidence)}
 
             # v2-restart: the slot has no program, the public endpoint still answers v1
-            vr = await verify(t, "v2-restart", ev, prev)
+            vr = await verify(ARENA, t, "v2-restart", ev, prev)
             assert not vr.passed
             assert vr.detail == ("after systemctl restart rollout-v2.service, 20 checks over 10 s never passed; "
                                  "last: GET /version returned 'v1', expected 'v2'"), vr.detail
 
             # host-reboot (without a reboot, shortened poll): not v2, and the guest says why
             monkeypatch.setenv("REBOOT_POLL_SECONDS", "2")
-            hr = await verify(t, "host-reboot", ev, {**prev, "v2-restart": passed_view(
+            hr = await verify(ARENA, t, "host-reboot", ev, {**prev, "v2-restart": passed_view(
                 {"record": wn.evidence["record"], "v2_restart": True, "value": wn.evidence["value"]})})
             assert not hr.passed
             assert "last: GET /version returned 'v1', expected 'v2'" in hr.detail, hr.detail
@@ -405,23 +353,21 @@ async def test_volatile_fails_only_host_reboot(tmp_path: Path, monkeypatch: pyte
     try:
         async with booted_territories(ARENA, tmp_path / "territories", count=1) as (t,):
             await wait_settled(t)
-            base = await verify(t, "baseline-ready", ev)
+            base = await verify(ARENA, t, "baseline-ready", ev)
             assert base.passed, base.detail
             views["baseline-ready"] = passed_view(base.evidence)
             # the builder switches only once it sees the monitor's traffic
-            script = (ARENA / "adapters/builders/volatile.sh").read_text()
-            status, out, err = await guest(t, "bash -s", input=script)
-            assert status == 0, err
+            out = await deploy(ARENA, t, "volatile")
             assert [line for line in out.splitlines() if line.startswith("aoe-step:")], out
             for m in ("uninterrupted-cutover", "write-new", "v2-restart"):
-                res = await verify(t, m, ev, views)
+                res = await verify(ARENA, t, m, ev, views)
                 assert res.passed, f"{m}: {res.detail}"
                 views[m] = passed_view(res.evidence)
             assert views["uninterrupted-cutover"]["evidence"]["samples"] >= 3
             assert (await sh(t, "readlink /opt/rollout/v2.py")).strip() == "/run/rollout-build/v2.py"
             await reboot(t)
             monkeypatch.setenv("REBOOT_POLL_SECONDS", "6")
-            hr = await verify(t, "host-reboot", ev, views)
+            hr = await verify(ARENA, t, "host-reboot", ev, views)
             assert not hr.passed
             assert "GET /health returned HTTP 502" in hr.detail, hr.detail
             assert "rollout-v2.service failed" in hr.detail or "rollout-v2.service activating" in hr.detail, hr.detail

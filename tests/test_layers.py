@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -90,10 +91,11 @@ async def test_layer_is_built_once_booted_and_rebuilt_on_change(tmp_path):
         rc, out, _ = await guest(terr, "cat /var/lib/t/boots; cat /tmp/kept")
         assert out == "boot\nboot\nkept\n"  # the seed runs at every boot; /tmp survives, as on NixOS
 
-    (t / "files/etc/t/notes.txt").write_text("changed\n")
+    token = f"changed {os.getpid()} {time.time_ns()}\n"  # never built before, on any run
+    (t / "files/etc/t/notes.txt").write_text(token)
     assert find_layer(pkg) is None  # a changed recipe is a new layer
     changed = ensure_layer(pkg)
-    assert changed.key != layer.key and (changed.upper / "etc/t/notes.txt").read_text() == "changed\n"
+    assert changed.key != layer.key and (changed.upper / "etc/t/notes.txt").read_text() == token
 
 
 def test_image_build_cli_builds_and_names_the_layer(tmp_path):
