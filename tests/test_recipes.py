@@ -295,3 +295,13 @@ async def test_heat_end_stops_what_its_verifiers_left_running(tmp_path):
     finally:
         unrelated.kill()
         unrelated.wait()
+
+
+def test_a_brief_that_names_a_forbidden_string_is_refused(tmp_path):
+    pkg = _fog_package(tmp_path)
+    assert validate_package(pkg).valid
+    (pkg / "brief.md").write_text("Build it.\nHint: the hidden-clue-7f3 helps.\n")
+    report = validate_package(pkg)
+    assert not report.valid
+    assert any(e.endswith("brief.md:2: the player brief contains the forbidden string 'hidden-clue-7f3' "
+                          "(fog_of_war.guest_leak_audit)") for e in report.errors), report.errors

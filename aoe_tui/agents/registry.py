@@ -153,7 +153,9 @@ def resolve_adapter(
         try:
             return ScriptedAdapter(spec.split(":", 1)[1])
         except AoeError as exc:
-            raise UnknownAdapterError(str(exc)) from None
+            extra = [b for b in package_builders(arena_dir) if b not in str(exc)]
+            msg = str(exc)[:-1] + ", " + ", ".join(extra) + ")" if extra and str(exc).endswith(")") else str(exc)
+            raise UnknownAdapterError(msg) from None
     if spec.startswith("command:"):
         raw = spec.split(":", 1)[1]
         if not raw:

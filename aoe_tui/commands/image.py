@@ -41,16 +41,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     pa.set_defaults(func=_path)
 
 
+#: the repository's arena packages (a bare ``--arena NAME`` is looked up here too)
+REPO_ARENAS = Path(__file__).resolve().parent.parent.parent / "arenas"
+
+
 def _package(arena: str) -> Path | None:
-    """The package folder ``--arena`` names, or None for a guest name such as first-build."""
+    """The package folder ``--arena`` names: a folder, a manifest's folder, or a bare name
+    found as ``./arenas/NAME`` or in the repository's ``arenas/``. None only for the plain
+    guest's own name, ``first-build``, when no such package exists.
+
+    Raises:
+        UsageError: nothing by that name (the message says where it looked).
+    """
     p = Path(arena)
     if p.is_dir():
         return p
     if p.is_file():
         return p.parent
-    if "/" in arena or arena.endswith(".toml"):
-        raise UsageError(f"--arena {arena}: no such arena package folder or manifest")
-    return None
+    if "/" not in arena and not arena.endswith(".toml"):
+        for base in (Path("arenas"), REPO_ARENAS):
+            if (base / arena / "arena.toml").is_file():
+                return base / arena
+        if arena == "first-build":
+            return None
+        raise UsageError(f"--arena {arena}: no arena package {arena!r} (looked for ./arenas/{arena} and "
+                         f"{REPO_ARENAS / arena}); give the package folder")
+    raise UsageError(f"--arena {arena}: no such arena package folder or manifest")
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -77,7 +93,8 @@ def _build(args: argparse.Namespace) -> int:
         print(layer.root)
         return 0
     if pkg is not None:
-        print(f"{pkg} has no territory recipe: its territories use the plain guest", file=sys.stderr)
+        print(f"{pkg} has no territory recipe: its territories use the plain guest"
+              + (" (its QEMU disk is the base image)" if args.qemu else ""), file=sys.stderr)
     arena = "first-build"
     if not args.force:
         img = find_image(arena)

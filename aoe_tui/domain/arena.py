@@ -708,7 +708,8 @@ def validate_package(path: Path | str) -> PackageReport:
     error. Our runner's default territory providers (containers, QEMU with our
     own guest image) do not build NixOS VMs, so packages written for aoe-tui
     ship no flake. A ``nixos_config`` that names a *local* flake path
-    (``./x#...`` other than the package root) is still checked. Warnings also
+    (``./x#...`` other than the package root) is still checked: missing, it is an error
+    when the package has a ``flake.nix`` and a warning when it has none. Warnings also
     cover README.md, adapters/oracle.sh, tests/smoke.sh and flake.lock.
 
     Ours, beyond upstream: a ``territory/`` recipe (``docs/arena-packages.md``) is checked
@@ -793,6 +794,12 @@ def validate_package(path: Path | str) -> PackageReport:
             err(Problem(file, pos.line_of(fp), fp, f"flake path {flake_ref!r} escapes the package"))
             continue
         if not (root / flake_ref).exists() and not Path(flake_ref).exists():
+            if not (root / "flake.nix").is_file():
+                # a package without any flake (ours) runs on aoe-tui's providers; only the
+                # nixos provider needs the path, so it is a warning, like the missing flake.nix
+                warn(f"{file}:{pos.line_of(fp)}: {fp}: flake path {flake_ref!r} is missing "
+                     "(only the nixos provider needs it)")
+                continue
             err(Problem(file, pos.line_of(fp), fp, f"flake path {flake_ref!r} is missing"))
 
     for i, ms in enumerate(m.build.milestones if m.build else []):
@@ -808,8 +815,26 @@ def validate_package(path: Path | str) -> PackageReport:
             err(Problem(file, line, fp, f"verifier {ms.verifier} is not executable"))
 
     _check_recipe(root, m, err)
+    _check_brief(root, m, err)
     report.valid = not report.errors
     return report
+
+
+def _check_brief(root: Path, m: ArenaManifest, err: Any) -> None:
+    """Fog arenas (ours): the player brief itself must not contain a forbidden string, since
+    every agent is given it (the guest leak audit only searches the territories)."""
+    fog = m.fog_of_war
+    if fog is None or fog.guest_leak_audit is None or _escapes(fog.player_brief):
+        return
+    try:
+        text = (root / fog.player_brief).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return  # reported as a missing brief
+    for s in fog.guest_leak_audit.forbidden_strings:
+        if s and s in text:
+            line = text[: text.index(s)].count("\n") + 1
+            err(Problem(str(root / fog.player_brief), line, "",
+                        f"the player brief contains the forbidden string {s!r} (fog_of_war.guest_leak_audit)"))
 
 
 def _check_recipe(root: Path, m: ArenaManifest, err: Any) -> None:

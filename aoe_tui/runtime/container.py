@@ -14,7 +14,10 @@ Each territory is a booted Debian system (systemd as PID 1, sshd, the dormant
   territories reach neither each other nor the internet (they can reach the host's own
   addresses, as a VM's guest can reach its host's services). The ``/24`` comes from :mod:`netalloc` per heat:
   the arena's ``network.cidr`` when free, else the next free one;
-* one ``systemd-nspawn --boot --register=no --keep-unit`` process (notes pitfall 12),
+* on cgroup-v1 hosts, its own cgroups ``aoe-territories/<machine>`` in the ``name=systemd``
+  and the v2 hierarchy (the v2 one is mounted at ``/run/aoe-cgroup2`` when the host has not
+  mounted it; it stays mounted), so the territories' systemds never share a cgroup tree;
+* one ``systemd-nspawn --boot --register=no --keep-unit`` process (no system bus here),
   console output in ``<workdir>/<id>/console.log``. A supervisor task relaunches it on
   the same root when the guest reboots (nspawn exits with 133), so state persists.
   :meth:`ContainerProvider.reboot` is bounded: a guest whose orderly reboot hangs is

@@ -345,6 +345,8 @@ class SeasonRunner:
         self.log: SeasonLogWriter | None = None
         self.abort_event = asyncio.Event()
         self.observer = observer
+        #: (attempt tag, territory, milestone) -> last failure detail printed
+        self._last_fail: dict[tuple[str, str, str], str] = {}
 
     def _make_adapter(self, entrant: Any, arena: LoadedManifest | None = None) -> Any:
         """A fresh adapter for ``entrant`` in a heat of ``arena`` (default: the first arena);
@@ -539,7 +541,15 @@ class SeasonRunner:
         secs = f"{rec.elapsed_ms / 1000:.1f}s"
         seat_of = {self.arena_of(heat).manifest.territories[i].id: x for i, x in enumerate(heat.seats) if x is not None}
         if e.kind == "milestone_passed":
+            self._last_fail.pop((tag, e.territory, e.milestone), None)
             self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} passed {e.milestone}")
+        elif e.kind == "milestone_failed":
+            # one line when a milestone fails for a new reason (it is retried every tick)
+            detail = e.detail.splitlines()[0][:160] if e.detail else ""
+            key = (tag, e.territory, e.milestone)
+            if self._last_fail.get(key) != detail:
+                self._last_fail[key] = detail
+                self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} failed {e.milestone}: {detail}")
         elif e.kind == "durable_deployment_completed":
             self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} is durable")
         elif e.kind == "infrastructure_failure":
@@ -594,6 +604,14 @@ class SeasonRunner:
             else:
                 self.say(f"season {self.season.id} · {self.season.label}: {len(self.entrants)} entrants, "
                          f"{self.format.kind}, heats of {self.min_heat}-{self.heat_size}, output {self.dir}")
+                hpe = getattr(self.season.format, "heats_per_entrant", None)
+                if hpe is not None and len(self.arenas) > 1 and hpe < len(self.arena_cycle):
+                    later = sorted({self.arenas[i].manifest.arena.id for i in self.arena_cycle[hpe:]}
+                                   - {self.arenas[i].manifest.arena.id for i in self.arena_cycle[:hpe]})
+                    if later:
+                        self.say(f"note: the rounds cycle through {len(self.arena_cycle)} arena slots, but a league "
+                                 f"of {hpe} heats per entrant has about {hpe} rounds: "
+                                 f"{', '.join(later)} may never be raced (raise heats_per_entrant)")
             while self.state.finished is None:
                 cur = self.state.current_round
                 if cur is not None and not cur.done:
@@ -610,7 +628,10 @@ class SeasonRunner:
                         rows = season_standings(self.state)
                         champs = [r.entrant for r in rows if r.rank == 1]
                     self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds)))
-                    self.say(f"season finished: champion {', '.join(champs) or 'none'}")
+                    raced = {r.arena for r in self.state.rounds.values()}
+                    unraced = [a.manifest.arena.id for a in self.arenas if a.manifest.arena.id not in raced]
+                    self.say(f"season finished: champion {', '.join(champs) or 'none'}"
+                             + (f"; never raced: {', '.join(unraced)}" if unraced else ""))
                     break
                 arena_id = self.arena_of_round(plan.round).manifest.arena.id
                 self._append(se.RoundScheduled(
