@@ -1,6 +1,6 @@
-"""aoe_tui.export layer (see docs/architecture.md).
-
-:mod:`aoe_tui.export.season` renders season standings (csv, json, md, html).
+"""Export layer: :mod:`aoe_tui.export.season` renders season standings (csv, json, md,
+html). A view: may import ``domain``, ``replay`` and ``season``. Upstream summaries it
+follows: ``docs/formats.md`` §7.1, §7.2; layers: ``docs/architecture.md``.
 """
 
 from aoe_tui.export.season import FORMATS, render, write_all

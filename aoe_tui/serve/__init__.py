@@ -1,11 +1,8 @@
-"""``aoe serve``: watch a season live over SSH (issue 7).
-
-An asyncssh server (:class:`~aoe_tui.serve.server.SpectatorServer`) that gives every
-PTY session its own read-only spectator TUI process on a real PTY and every other
-session the standings as text. See :mod:`aoe_tui.serve.server` for the policy,
-:mod:`aoe_tui.serve.session` for the PTY relay and :mod:`aoe_tui.serve.placement`
-for where spectators run on the CPUs. Names are imported lazily, so the CLI does not
-load asyncssh unless a server starts.
+"""Serve layer, ``aoe serve``: an asyncssh server giving every PTY session its own read-only
+spectator TUI on a real PTY (``session``), other sessions the standings as text (``server``
+policy, ``placement`` CPUs). A view: may import every layer but ``commands``; names load
+lazily, so the CLI loads asyncssh only when a server starts. Terminal facts:
+``docs/serving.md``; layers: ``docs/architecture.md``.
 """
 
 from __future__ import annotations
