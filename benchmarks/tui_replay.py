@@ -98,7 +98,7 @@ async def bench_live(heats: int = 10, tick_s: float = 0.25, seconds: float = 8.0
             await asyncio.sleep(max(0.0, nxt - time.perf_counter()))
             lateness.append((time.perf_counter() - nxt) * 1000)
             for rec in recs[pos:pos + per_tick]:
-                feed.post_record(rec, key)  # what run_match(on_event=...) does
+                feed.post_record(rec, key)  # what run_heat(on_event=...) does
             pos += per_tick
 
     async with app.run_test(size=(160, 48)) as pilot:

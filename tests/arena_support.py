@@ -5,7 +5,7 @@
   (built on first use and cached), torn down on exit;
 * :func:`guest` — run a bash command as root in a territory over SSH;
 * :func:`reboot` — reboot a territory as the referee does (spec §3.4);
-* :func:`run_heat` — one whole heat through :func:`aoe_tui.referee.match.run_match` on
+* :func:`run_heat` — one whole heat through :func:`aoe_tui.referee.heat.run_heat` on
   container territories, agent specs seat by seat; returns the final world;
 * small helpers the arena tests share: :func:`http` (the public endpoint as the referee
   sees it), :func:`sh` / :func:`show` / :func:`unit_states` (guest commands and units),
@@ -58,7 +58,7 @@ def _loaded(arena_dir: Path) -> LoadedManifest:
 async def booted_territories(arena_dir: Path, workdir: Path, count: int = 1) -> AsyncIterator[list[Territory]]:
     """Boot the manifest's first ``count`` territories of ``arena_dir`` (ids, passwords
     ``<id>-race`` and seat indexes as in a heat) on the arena's image; yield them."""
-    from aoe_tui.referee.match import territory_specs
+    from aoe_tui.referee.heat import territory_specs
     from aoe_tui.runtime.container import ContainerProvider
     from aoe_tui.runtime.layers import image_for_arena
 
@@ -110,7 +110,7 @@ def run_heat(arena_dir: Path, out_dir: Path, agents: Sequence[str] = ("oracle",)
     manifest territory order. Returns the final world.
     """
     from aoe_tui.commands.match import build_adapters
-    from aoe_tui.referee.match import run_match
+    from aoe_tui.referee.heat import run_heat as run_one_heat
     from aoe_tui.runtime.container import ContainerProvider
     from aoe_tui.runtime.layers import image_for_arena
 
@@ -125,7 +125,7 @@ def run_heat(arena_dir: Path, out_dir: Path, agents: Sequence[str] = ("oracle",)
                     for agent, a in zip(seats, given)}
     image = image_for_arena(loaded.arena_dir)
     provider = ContainerProvider(Path(out_dir) / "territories", image=image, cidr=loaded.manifest.network.cidr)
-    return asyncio.run(run_match(loaded, provider, adapters, Path(out_dir), drain_seconds=drain_s,
+    return asyncio.run(run_one_heat(loaded, provider, adapters, Path(out_dir), drain_seconds=drain_s,
                                  duration_s=duration_s))
 
 

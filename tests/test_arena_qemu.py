@@ -26,7 +26,7 @@ JOBS = {"accepted-alpha-7d3": "alpha", "accepted-beta-91e": "beta", "accepted-ga
 
 async def test_job_queue_recipe_boots_on_qemu(tmp_path):
     from aoe_tui.domain.arena import load_manifest
-    from aoe_tui.referee.match import territory_specs
+    from aoe_tui.referee.heat import territory_specs
     from aoe_tui.runtime.layers import image_for_arena
     from aoe_tui.runtime.qemu import QemuProvider
 

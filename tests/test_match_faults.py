@@ -25,7 +25,7 @@ import pytest
 from aoe_tui.agents.registry import resolve_adapter
 from aoe_tui.domain.arena import load_manifest
 from aoe_tui.domain.world import world_json
-from aoe_tui.referee.match import run_match
+from aoe_tui.referee.heat import run_heat
 from aoe_tui.referee.verifier import STARTER_THREADS
 from aoe_tui.replay.log import read_events
 from aoe_tui.replay.reducer import reduce_match
@@ -85,7 +85,7 @@ async def _heat(tmp_path, manifest, agents, *, provider=None, duration_s=None, d
     provider = provider or ContainerProvider(out / "territories", cidr=loaded.manifest.network.cidr)
     seats = [loaded.manifest.agent_for(t.id) for t in loaded.manifest.territories]
     adapters = {a.id: resolve_adapter(spec) for a, spec in zip(seats, agents)}
-    world = await run_match(loaded, provider, adapters, out, drain_seconds=drain, duration_s=duration_s)
+    world = await run_heat(loaded, provider, adapters, out, drain_seconds=drain, duration_s=duration_s)
     records = read_events(out / "events.jsonl")
     assert (out / "world.json").read_text() == world_json(reduce_match(records)) == world_json(world)
     assert not _nspawn_procs_under(out)

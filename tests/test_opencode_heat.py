@@ -103,7 +103,7 @@ class KeyCheckingProvider:
 
 def run_heat(root: Path, guest_image, adapters: dict, models: list[str], key: str, duration: int):
     from aoe_tui.agents.registry import resolve_adapter
-    from aoe_tui.referee.match import run_match
+    from aoe_tui.referee.heat import run_heat as run_one_heat
     from aoe_tui.runtime.container import ContainerProvider
 
     manifest = make_arena(root / "first-build", duration=duration, models=models)
@@ -115,7 +115,7 @@ def run_heat(root: Path, guest_image, adapters: dict, models: list[str], key: st
     out = root / "match"
     inner = ContainerProvider(out / "territories", image=guest_image, heat_id=f"oc-{os.getpid()}-{root.name[-4:]}")
     provider = KeyCheckingProvider(inner, key)
-    world = asyncio.run(run_match(loaded, provider, by_agent, out, drain_seconds=5))
+    world = asyncio.run(run_one_heat(loaded, provider, by_agent, out, drain_seconds=5))
     return world, out, provider
 
 

@@ -241,7 +241,7 @@ async def test_a_cup_records_each_rounds_arena_and_races_it(tmp_path):
                  + SEASON_TAIL.replace("heats_per_entrant = 3", "heats_per_entrant = 2"))
     seen: list[tuple[str, list[str]]] = []
 
-    async def fake_run_match(loaded, provider, adapters, folder, **_kw):
+    async def fake_run_heat(loaded, provider, adapters, folder, **_kw):
         seen.append((loaded.manifest.arena.id, [t.id for t in loaded.manifest.territories]))
         folder.mkdir(parents=True, exist_ok=True)
         world = WorldState()
@@ -253,7 +253,7 @@ async def test_a_cup_records_each_rounds_arena_and_races_it(tmp_path):
         log.close()
         return world
 
-    runner = SeasonRunner(load_season(f), tmp_path / "out", run_match=fake_run_match,
+    runner = SeasonRunner(load_season(f), tmp_path / "out", run_heat=fake_run_heat,
                           provider_factory=lambda workdir, heat_id: None)
     state = await runner.run()
     assert [r.arena for r in state.rounds.values()] == ["first-build", "primary-failover"]

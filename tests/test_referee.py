@@ -1,8 +1,9 @@
-"""Unit tests of the build referee (spec §3) with a fake provider and fake adapters.
+"""Integration tests of the heat supervisor (spec §3) with a fake provider and fake adapters.
 
-Verifiers are real processes (tiny shell scripts) that pass once a per-territory
+The rules alone (no processes, no clock) are tested in ``tests/test_rules.py``; here
+the supervision is: verifiers are real processes (tiny shell scripts) that pass once a per-territory
 flag file exists; fake agents create those flags on a schedule and write real
-``usage.json`` checkpoints. Everything the referee decides is checked in the real
+``usage.json`` checkpoints. Everything the rules decide is checked in the real
 ``events.jsonl`` it writes, and ``world`` is compared with the log's reduction.
 """
 
@@ -19,7 +20,7 @@ import pytest
 from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun, Usage
 from aoe_tui.domain.arena import load_manifest
 from aoe_tui.domain.world import world_json
-from aoe_tui.referee.referee import BuildReferee
+from aoe_tui.referee.supervisor import HeatSupervisor
 from aoe_tui.replay.log import EventLogWriter, read_events
 from aoe_tui.replay.reducer import reduce_match
 from aoe_tui.runtime.provider import ProvisionError, RebootError, Territory, TerritoryProvider, TerritorySpec
@@ -183,7 +184,7 @@ class FakeAdapter(Adapter):
 ALL = [(m, None) for m in MILESTONES]
 
 
-async def run_heat(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1.0, abort_after=None, conc=4, duration=None):
+async def supervise(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1.0, abort_after=None, conc=4, duration=None):
     state = tmp_path / "state"
     state.mkdir()
     manifest = write_arena(tmp_path / "arena", **(arena_kw or {}))
@@ -196,7 +197,7 @@ async def run_heat(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1.
     out.mkdir()
     log = EventLogWriter(out / "events.jsonl")
     seen = []
-    ref = BuildReferee(
+    ref = HeatSupervisor(
         loaded,
         territories,
         provider,
@@ -235,7 +236,7 @@ async def test_first_durable_heat(tmp_path):
     oracle = {"steps": [(m, {"input_tokens": 10 * (i + 1), "output_tokens": 5, "resource_units": 1}) for i, m in enumerate(MILESTONES)]}
     memory = {"steps": [("service-up", None), ("write-read", None)], "forever": True}
     volatile = {"delay": 0.4, "steps": ALL, "volatile": True}
-    world, records, out, provider = await run_heat(tmp_path, [oracle, memory, volatile])
+    world, records, out, provider = await supervise(tmp_path, [oracle, memory, volatile])
 
     # canonical start (§2.2), all at 0
     head = [(r.event.kind, getattr(r.event, "agent", None) if r.event.kind == "agent_started" else getattr(r.event, "territory", None)) for r in records[:10]]
@@ -307,7 +308,7 @@ async def test_first_durable_heat(tmp_path):
 
 async def test_timer_expiry_standings_and_tie(tmp_path):
     memory = {"steps": [("service-up", None), ("write-read", None)]}
-    world, records, _, _ = await run_heat(
+    world, records, _, _ = await supervise(
         tmp_path, [memory, memory, {"steps": [("service-up", None)]}], duration=2
     )
     assert world.finish_reason == "match timer expired"
@@ -320,7 +321,7 @@ async def test_timer_expiry_standings_and_tie(tmp_path):
 
 
 async def test_timer_winner_by_points(tmp_path):
-    world, _, _, _ = await run_heat(
+    world, _, _, _ = await supervise(
         tmp_path,
         [{"steps": [("service-up", None)]}, {"steps": ALL[:3]}, {}],
         duration=2,
@@ -330,7 +331,7 @@ async def test_timer_winner_by_points(tmp_path):
 
 async def test_reboot_failure_is_infrastructure_failure(tmp_path):
     plan = {"steps": ALL}
-    world, records, _, provider = await run_heat(
+    world, records, _, provider = await supervise(
         tmp_path,
         [plan, {}, {}],
         provider_kw={"fail_reboot": {"builder-one"}},
@@ -352,7 +353,7 @@ async def test_hung_verifier_does_not_delay_other_seats(tmp_path):
     # seat one's service-up verifier hangs (timeout 2 s); seat two must still finish fast
     hang = {"steps": [("hang-service-up", None)]}
     fast = {"steps": ALL}
-    world, records, _, _ = await run_heat(
+    world, records, _, _ = await supervise(
         tmp_path, [hang, fast, {}], arena_kw={"timeouts": {"service-up": 2}}, conc=2
     )
     assert world.winner == "builder-two"
@@ -364,7 +365,7 @@ async def test_hung_verifier_does_not_delay_other_seats(tmp_path):
 
 
 async def test_agent_crash_is_harness_failure(tmp_path):
-    world, records, _, _ = await run_heat(
+    world, records, _, _ = await supervise(
         tmp_path,
         [{"crash": True}, {"start_error": True}, {"steps": ALL[:1]}],
         duration=1,
@@ -379,7 +380,7 @@ async def test_agent_crash_is_harness_failure(tmp_path):
 
 async def test_drain_terminates_agents_that_never_return(tmp_path):
     forever = {"forever": True}
-    world, records, _, _ = await run_heat(tmp_path, [forever, forever, forever], duration=1, drain=0.3)
+    world, records, _, _ = await supervise(tmp_path, [forever, forever, forever], duration=1, drain=0.3)
     started = kinds(records, "post_match_drain_started")[0].event
     assert started.pending_agents == 3
     term = kinds(records, "agent_terminated")
@@ -391,7 +392,7 @@ async def test_drain_terminates_agents_that_never_return(tmp_path):
 
 async def test_abort_mid_match(tmp_path):
     forever = {"forever": True}
-    world, records, _, _ = await run_heat(tmp_path, [forever, forever, forever], abort_after=0.5)
+    world, records, _, _ = await supervise(tmp_path, [forever, forever, forever], abort_after=0.5)
     assert world.match_state == "aborted" and world.winner is None and world.finish_reason == "operator interrupt"
     i = next(i for i, r in enumerate(records) if r.event.kind == "match_finished")
     assert records[i - 1].event.kind == "match_state_changed" and records[i - 1].event.to == "aborted"
@@ -408,7 +409,7 @@ async def test_cancellation_writes_abort_events(tmp_path):
     adapters = {f"{t}-agent": FakeAdapter({"state": state, "forever": True}) for t in SEATS}
     (tmp_path / "m").mkdir()
     log = EventLogWriter(tmp_path / "m" / "events.jsonl")
-    ref = BuildReferee(loaded, territories, provider, adapters, tmp_path / "m", log,
+    ref = HeatSupervisor(loaded, territories, provider, adapters, tmp_path / "m", log,
                        instruction_builder=lambda _l, tid: f"build on {tid}")
     task = asyncio.create_task(ref.run())
     await asyncio.sleep(0.4)
@@ -420,7 +421,7 @@ async def test_cancellation_writes_abort_events(tmp_path):
     assert world.match_state == "aborted" and world.finish_reason == "operator interrupt"
 
 
-# ---------------------------------------------------------------------------- run_match
+# ---------------------------------------------------------------------------- run_heat
 
 
 class FailingProvider(FakeProvider):
@@ -428,15 +429,15 @@ class FailingProvider(FakeProvider):
         raise ProvisionError("builder-two: container did not boot (console: kernel panic)")
 
 
-async def test_run_match_provision_failure_is_recorded(tmp_path, monkeypatch):
-    from aoe_tui.referee.match import run_match
+async def test_run_heat_provision_failure_is_recorded(tmp_path, monkeypatch):
+    from aoe_tui.referee.heat import run_heat
 
     state = tmp_path / "state"
     state.mkdir()
     loaded = load_manifest(write_arena(tmp_path / "arena"))
     adapters = {a.id: FakeAdapter({"state": state}) for a in loaded.manifest.agents}
     out = tmp_path / "match"
-    world = await run_match(loaded, FailingProvider(state), adapters, out, write_bundle_file=False)
+    world = await run_heat(loaded, FailingProvider(state), adapters, out, write_bundle_file=False)
     assert world.match_state == "aborted" and world.infrastructure_failures == 1
     assert world.finish_reason == "territory provisioning failed"
     records = read_events(out / "events.jsonl")
@@ -448,8 +449,8 @@ async def test_run_match_provision_failure_is_recorded(tmp_path, monkeypatch):
     assert json.loads((out / "match.json").read_text())["adapter_sha256"] == {}
 
 
-async def test_run_match_full_with_fakes_and_refusal(tmp_path, monkeypatch):
-    from aoe_tui.referee.match import OutputExistsError, bundle_path, run_match
+async def test_run_heat_full_with_fakes_and_refusal(tmp_path, monkeypatch):
+    from aoe_tui.referee.heat import OutputExistsError, bundle_path, run_heat
 
     state = tmp_path / "state"
     state.mkdir()
@@ -460,48 +461,18 @@ async def test_run_match_full_with_fakes_and_refusal(tmp_path, monkeypatch):
     provider = FakeProvider(state)
     out = tmp_path / "match"
     seen = []
-    world = await run_match(loaded, provider, adapters, out, drain_seconds=0.5, on_event=lambda r, w: seen.append(r.event.kind))
+    world = await run_heat(loaded, provider, adapters, out, drain_seconds=0.5, on_event=lambda r, w: seen.append(r.event.kind))
     assert world.match_state == "finished" and world.winner in SEATS
     assert seen[0] == "match_state_changed" and seen[-1] == "post_match_drain_finished"
     assert bundle_path(out).is_file()
     extra = json.loads((out / "aoe-extra.json").read_text())
     assert extra["provider"] == "fake" and "teardown_s" in extra["timings"]
     with pytest.raises(OutputExistsError):
-        await run_match(loaded, FakeProvider(state), adapters, out)
-
-
-async def test_same_millisecond_completions_ordered_by_seat(tmp_path):
-    """Results are committed by completion time; seat order breaks only exact-ms ties."""
-    import time as _time
-
-    from aoe_tui.referee.referee import _Pending
-
-    state = tmp_path / "state"
-    state.mkdir()
-    loaded = load_manifest(write_arena(tmp_path / "arena"))
-    provider = FakeProvider(state)
-    territories = await provider.provision([TerritorySpec(t, "p", 8080, i) for i, t in enumerate(SEATS)])
-    adapters = {f"{t}-agent": FakeAdapter({"state": state}) for t in SEATS}
-    (tmp_path / "m").mkdir()
-    log = EventLogWriter(tmp_path / "m" / "events.jsonl")
-    ref = BuildReferee(loaded, territories, provider, adapters, tmp_path / "m", log)
-    ref._emit_start()
-    ref._t0 = _time.monotonic() - 1.0  # clock at ~1000 ms
-    order = []
-    ref._pending += [
-        _Pending(500, 2, lambda ms: order.append(("three", ms))),
-        _Pending(400, 1, lambda ms: order.append(("two", ms))),
-        _Pending(500, 0, lambda ms: order.append(("one", ms))),
-        _Pending(10**9, 0, lambda ms: order.append(("future", ms))),  # not complete yet: stays pending
-    ]
-    ref._flush()
-    assert order == [("two", 400), ("one", 500), ("three", 500)]
-    assert len(ref._pending) == 1
-    log.close()
+        await run_heat(loaded, FakeProvider(state), adapters, out)
 
 
 def test_territory_specs_passwords(tmp_path):
-    from aoe_tui.referee.match import territory_specs
+    from aoe_tui.referee.heat import territory_specs
 
     loaded = load_manifest(write_arena(tmp_path / "arena"))
     cred = tmp_path / "two.env"

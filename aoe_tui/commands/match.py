@@ -225,7 +225,7 @@ class ProgressPrinter:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from aoe_tui.domain.arena import load_manifest, resolve_manifest_path
-    from aoe_tui.referee.match import bundle_path, check_output_dir
+    from aoe_tui.referee.heat import bundle_path, check_output_dir
 
     started = time.monotonic()
     loaded = load_manifest(resolve_manifest_path(args.manifest))
@@ -276,7 +276,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _run(loaded, provider, adapters, output, args, registered, credentials, printer, phase):
-    from aoe_tui.referee.match import run_match
+    from aoe_tui.referee.heat import run_heat
     from aoe_tui.runtime.realtime import engine_priority
 
     loop = asyncio.get_running_loop()
@@ -297,7 +297,7 @@ async def _run(loaded, provider, adapters, output, args, registered, credentials
     try:
         with engine_priority(args.engine_priority) as note:
             phase(note)
-            return await run_match(
+            return await run_heat(
                 loaded,
                 provider,
                 adapters,

@@ -6,7 +6,7 @@ the scan paths, same filesystem only (``find -xdev``), fixed-string and case-sen
 binary files skipped (``grep -I``). The first hit of a territory is reported. SSH errors
 are retried 5 times, 500 ms apart, as upstream does.
 
-The heat supervisor (:func:`aoe_tui.referee.match.run_match`) records a hit as an
+The heat supervisor (:func:`aoe_tui.referee.heat.run_heat`) records a hit as an
 ``infrastructure_failure`` (source ``arena``, component :data:`LEAK_COMPONENT`) that names
 the territory, the file and the string; the season does not re-run such an attempt
 (:func:`aoe_tui.season.attempts.judge_attempt`): the package, not the machine, is at fault.

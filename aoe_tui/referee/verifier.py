@@ -169,8 +169,8 @@ STARTER_THREADS = 4
 
 def verifier_starter() -> Starter:
     """The process's verifier :class:`~aoe_tui.runtime.procs.Starter` (created on the first
-    call, at the calling thread's scheduling policy: :class:`BuildReferee` calls it when
-    a match starts, before the first tick)."""
+    call, at the calling thread's scheduling policy: :class:`~aoe_tui.referee.supervisor.HeatSupervisor` calls it
+    when a heat starts, before the first tick)."""
     global _starter
     with _starter_lock:
         if _starter is None:

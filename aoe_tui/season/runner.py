@@ -68,7 +68,7 @@ class SeasonObserver:
         """One event record (§2) of the attempt in ``folder``."""
 
     def referee_ready(self, folder: str, referee: Any) -> None:
-        """The attempt's :class:`aoe_tui.referee.referee.BuildReferee` exists (activity source)."""
+        """The attempt's :class:`aoe_tui.referee.supervisor.HeatSupervisor` exists (activity source)."""
 
 
 class SeasonMismatchError(AoeError):
@@ -285,8 +285,8 @@ class SeasonRunner:
             ``[provider]``); tests wrap it to inject failures.
         adapter_factory: ``(spec) -> Adapter`` (default: :func:`resolve_adapter` with the
             season's ``[adapters]`` registrations).
-        run_match: the heat runner (default :func:`aoe_tui.referee.match.run_match`).
-        observer: optional :class:`SeasonObserver` (the TUI); when set, ``run_match`` is also
+        run_heat: the heat runner (default :func:`aoe_tui.referee.heat.run_heat`).
+        observer: optional :class:`SeasonObserver` (the TUI); when set, ``run_heat`` is also
             given ``on_referee=``.
 
     :meth:`run` raises :class:`AoeError` for bad input (arena manifest, unknown adapter,
@@ -296,7 +296,7 @@ class SeasonRunner:
     def __init__(self, loaded: LoadedSeason, output_dir: Path, *, say: Say | None = None,
                  provider_factory: Callable[[Path, str], Any] | None = None,
                  adapter_factory: Callable[[str], Any] | None = None,
-                 run_match: Callable[..., Any] | None = None,
+                 run_heat: Callable[..., Any] | None = None,
                  observer: SeasonObserver | None = None) -> None:
         self.loaded = loaded
         self.season = loaded.season
@@ -338,9 +338,9 @@ class SeasonRunner:
         self.provider_factory = provider_factory or _default_provider_factory(
             self.season.provider.kind, self.season.provider)
         self._factory_takes_arena = _takes_arena(self.provider_factory)
-        if run_match is None:
-            from aoe_tui.referee.match import run_match
-        self.run_match = run_match
+        if run_heat is None:
+            from aoe_tui.referee.heat import run_heat
+        self.run_heat = run_heat
         self.state = SeasonState()
         self.log: SeasonLogWriter | None = None
         self.abort_event = asyncio.Event()
@@ -486,7 +486,7 @@ class SeasonRunner:
                     with contextlib.suppress(Exception):
                         self.observer.attempt_started(rel, arena_json(loaded.manifest), name)
                     extra["on_referee"] = lambda referee, r=rel: self._observe("referee_ready", r, referee)
-                world = await self.run_match(
+                world = await self.run_heat(
                     loaded, provider, adapters, folder, drain_seconds=float(self.season.drain_seconds),
                     registered_adapters=self.registered, name=name, slug=slug,
                     on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),

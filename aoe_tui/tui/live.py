@@ -12,7 +12,7 @@ Typical live wiring (same process, the engine in a Textual worker)::
     feed = LiveFeed()
     app = AoeApp.live(feed)
     feed.open_heat("r1-h1-a1", arena=arena_dict, title="round 1 heat 1 · attempt 1")
-    await run_match(..., on_event=feed.on_event("r1-h1-a1"))
+    await run_heat(..., on_event=feed.on_event("r1-h1-a1"))
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class LiveFeed:
         self._ping()
 
     def on_event(self, heat: str = "heat") -> Callable[[EventRecord, WorldState], None]:
-        """A ``run_match(on_event=...)`` callback posting records of ``heat``."""
+        """A ``run_heat(on_event=...)`` callback posting records of ``heat``."""
 
         def _cb(record: EventRecord, _world: WorldState) -> None:
             self.post_record(record, heat)

@@ -1,62 +1,28 @@
-"""The build-race referee (spec §3): decides everything, and every decision is an event.
+"""The heat supervisor: runs the processes of one build race and logs what the rules decide.
 
-The referee's view of the match is the reduction of its own log: each event is
-appended through :class:`~aoe_tui.replay.log.EventLogWriter` and immediately
-folded into :attr:`BuildReferee.world` with :func:`~aoe_tui.replay.reducer.apply_event`.
-Eligibility, finish, durable and agent-running decisions read only that world.
-Process handles (agent runs, verifier processes, tasks) are resources, not state.
+:class:`HeatSupervisor` owns everything with a side effect: the adapters (start,
+``instruction.md``, watchers, stop), the per-territory tick loops and the bounded
+verifier pool (tasks and verifier processes), ``host_reboot`` (marker file +
+``provider.reboot``), live usage polling (``usage.json``), ``activity.log``, the
+match clock (monotonic, ms since agent launch) and our ``aoe-extra.json`` facts.
+Every decision is made by :class:`~aoe_tui.referee.rules.BuildRaceRules` (spec §3; the
+phases are described there): the supervisor hands it facts with their match-clock
+time and appends the events it returns through
+:class:`~aoe_tui.replay.log.EventLogWriter`, folding each into
+:attr:`HeatSupervisor.world` with :func:`~aoe_tui.replay.reducer.apply_event` and
+calling ``on_event``. Process handles (agent runs, verifier processes, tasks) are
+resources, not state.
 
-Phases (see :meth:`BuildReferee.run`):
+Result ordering: a finished check is handed to the rules stamped with its completion
+ms (:meth:`BuildRaceRules.complete`); the task that ran it sleeps once, to the end of that
+millisecond, and then applies every handed-over result of earlier milliseconds in the
+order the rules give ((ms, seat), :meth:`BuildRaceRules.due`).
 
-1. **Start** (elapsed 0, §2.2 canonical order): ``match_state_changed``
-   preparing→running; ``competitor_state_changed`` preparing→building "SSH
-   preflight passed" for every territory sorted by id; ``territory_registered``
-   in manifest order; ``agent_started`` in manifest agent order. Then the
-   adapters start and the match clock (monotonic, ms) starts.
-2. **Build** — beyond upstream's one sequential loop: every territory runs its
-   own tick loop (period ``tick_ms``, first check at ``tick_ms``). In a tick it
-   evaluates its eligible milestones (``depends_on`` all passed, not passed, not
-   evaluating) in manifest order; after a pass the newly eligible milestone runs
-   in the same tick; a failed one is retried next tick. Verifier processes run
-   under one bounded global pool (``verifier_concurrency``), so a slow or hung
-   verifier on one seat never delays another. Results are committed in order of
-   completion time; two completions in the same millisecond are ordered by seat
-   (manifest territory order) — the only place seat order breaks a tie.
-   ``host_reboot`` milestones first write ``agents/<agent>/referee-reboot``
-   (content: milestone id) and call ``provider.reboot`` (SSH down/up), then run
-   the verifier with its own timeout. A failed reboot is an
-   ``infrastructure_failure`` (component ``territory:<id>``, source ``arena``) and
-   the competitor becomes ``unavailable`` (no further checks).
-3. **Finish**: the first completion-milestone pass emits ``milestone_passed``,
-   verifying→durable "completion milestone passed", ``durable_deployment_completed``,
-   and with ``stop_on_first_durable`` running→finished + ``match_finished``
-   (winner territory, "first durable deployment"); in-flight results are then
-   discarded. At ``duration_seconds`` no new evaluations start; in-flight ones
-   complete (the match may overrun, as upstream), then "match timer expired" with
-   the §3.6 standings winner (null on a tie).
-4. **Drain** at the frozen clock (§3.7, Appendix B): ``post_match_drain_started``;
-   agents of territories beaten to a durable winner are stopped at once and get
-   ``agent_outraced`` (unless they already ended with a provider/harness failure,
-   whose attribution is kept); the others have ``drain_seconds`` to return a result;
-   final usage checkpoints; still-running agents are stopped with
-   ``agent_terminated`` "post-match drain deadline expired"; every non-durable
-   competitor ends ``incomplete`` (player) or ``unavailable`` (its agent failed
-   with source provider/harness, or its territory failed); ``post_match_drain_finished``.
-
-Agent results (our choice, unlike upstream which queues them until the drain):
-an agent's result is recorded **when it arrives** (``agent_finished`` /
-``agent_interrupted`` + its ``usage_charged`` delta at the real clock), so
-timelines show when agents really stopped; ``pending_agents`` counts only agents
-still running at the drain.
-
-Live usage: every ``tick_ms`` each agent's ``usage.json`` is read and turned
-into ``usage_charged`` deltas (§5.5, :class:`~aoe_tui.referee.usage.UsageTracker`).
-
-Abort (:meth:`BuildReferee.abort`, or cancellation of :meth:`run`): in-flight
-verifiers are killed, ``match_state_changed`` running→aborted and
-``match_finished`` (winner null, "operator interrupt") are emitted, agents are
-stopped (``agent_terminated`` "match aborted by operator"). ``run`` then returns
-(after ``abort()``) or re-raises ``CancelledError`` (after cancellation).
+Abort (:meth:`HeatSupervisor.abort`, or cancellation of :meth:`HeatSupervisor.run`):
+in-flight verifiers are killed, the rules' abort events are written, agents are
+stopped (``agent_terminated`` "match aborted by operator" for those still running).
+``run`` then returns (after ``abort()``) or re-raises ``CancelledError`` (after
+cancellation).
 """
 
 from __future__ import annotations
@@ -71,10 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aoe_tui.domain import events as ev
-from aoe_tui.domain.events import CompetitorState, EventRecord, MatchState
+from aoe_tui.domain.events import EventRecord, MatchState
 from aoe_tui.domain.world import WorldState
-from aoe_tui.referee.usage import UsageTracker
+from aoe_tui.referee.rules import REASONS, AgentResult, BuildRaceRules, Completion, Stamped
 from aoe_tui.referee.verifier import VerifierOutcome, run_verifier, verifier_starter
 from aoe_tui.replay.reducer import apply_event
 from aoe_tui.runtime.procs import use_pidfd_child_watcher
@@ -85,25 +50,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.replay.log import EventLogWriter
     from aoe_tui.runtime.provider import Territory, TerritoryProvider
 
-__all__ = ["BuildReferee", "OnEvent", "REASONS"]
+__all__ = ["HeatSupervisor", "OnEvent"]
 
 #: ``on_event(record, world)``: called after every event is appended and reduced.
 OnEvent = Callable[[EventRecord, WorldState], None]
 
-#: Reason / detail strings used in events (upstream's where upstream has one).
-REASONS = {
-    "preflight": "SSH preflight passed",
-    "verifying": "milestone verification began",
-    "durable": "completion milestone passed",
-    "first_durable": "first durable deployment",
-    "timer": "match timer expired",
-    "interrupt": "operator interrupt",
-    "drain_deadline": "post-match drain deadline expired",
-    "aborted_agent": "match aborted by operator",
-}
-
 _DEFAULT_DRAIN_S = 30.0
 _STOP_TIMEOUT_S = 15.0
+#: past the end of a millisecond, so the clock read after the sleep is surely in the next one
+_EPSILON_MS = 0.001
 
 
 @dataclass
@@ -117,21 +72,11 @@ class _Seat:
     agent_dir: Path
     run: AgentRun | None = None
     watcher: asyncio.Task | None = None
-    #: set when the referee itself ends the agent: its outcome is then not a terminal event
-    silenced: bool = False
     verifier_ms: dict[str, list[int]] = field(default_factory=dict)
 
 
-@dataclass
-class _Pending:
-    ms: int
-    seat: int
-    apply: Callable[[int], None]
-    accepted: bool | None = None
-
-
-class BuildReferee:
-    """Runs one build race on already-provisioned territories.
+class HeatSupervisor:
+    """Runs one build race on already-provisioned territories (the rules: :class:`BuildRaceRules`).
 
     Args:
         loaded: the validated manifest (``aoe_tui.domain.arena.LoadedManifest``); must be
@@ -182,10 +127,6 @@ class BuildReferee:
         self.duration_s = float(m.rules.duration_seconds if duration_s is None else duration_s)
         self.tick_s = max(1, m.rules.tick_ms) / 1000.0
         self.world = WorldState()
-        self.usage = UsageTracker()
-        self.milestones: list[MilestoneDef] = list(m.build.milestones)
-        self.completion = m.build.completion_milestone
-        self.stop_on_first_durable = m.build.stop_on_first_durable
         by_id = {t.id: t for t in territories}
         self.seats: list[_Seat] = []
         for i, tdef in enumerate(m.territories):
@@ -199,16 +140,12 @@ class BuildReferee:
             self.seats.append(
                 _Seat(i, by_id[tdef.id], agent, adapters[agent.id], self.output_dir / "agents" / agent.id)
             )
+        self.rules = BuildRaceRules(m, self.world, drain_ms=int(round(self.drain_seconds * 1000)))
         self._sem = asyncio.Semaphore(max(1, verifier_concurrency))
         self._t0: float | None = None
-        self._frozen_ms: int | None = None
-        self._pending: list[_Pending] = []
-        self._closing = False
         self._finished_evt = asyncio.Event()
         self._abort_evt = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
-        self._in_drain = False
-        self._captured = 0
         #: wall-clock facts for our own ``aoe-extra.json`` (not upstream files)
         self.timings: dict[str, Any] = {}
 
@@ -219,27 +156,22 @@ class BuildReferee:
             return 0
         return int((time.monotonic() - self._t0) * 1000)
 
-    def _clamp(self, ms: int) -> int:
-        if self._frozen_ms is not None:
-            return self._frozen_ms
-        return max(int(ms), self.log.last_elapsed_ms)
-
-    def _emit(self, event: Any, ms: int | None = None) -> EventRecord:
-        at = self._clamp(self._now_ms() if ms is None else ms)
-        rec = self.log.append(event, at)
-        apply_event(self.world, rec)
-        if self.on_event is not None:
-            try:
-                self.on_event(rec, self.world)
-            except Exception as err:  # a broken live view must not stop the match
-                print(f"aoe: live view error: {err}", file=sys.stderr)
-        return rec
-
-    def _match_running(self) -> bool:
-        return self.world.match_state == MatchState.running
+    def _emit_all(self, stamped: Sequence[Stamped]) -> None:
+        """Append the rules' events in order, folding each into :attr:`world` before the next."""
+        for item in stamped:
+            rec = self.log.append(item.event, item.at_ms)
+            apply_event(self.world, rec)
+            if self.on_event is not None:
+                try:
+                    self.on_event(rec, self.world)
+                except Exception as err:  # a broken live view must not stop the match
+                    print(f"aoe: live view error: {err}", file=sys.stderr)
+            if item.event.kind == "match_finished" and self.world.match_state == MatchState.finished:
+                self.timings["finished_unix"] = time.time()
+                self._finished_evt.set()
 
     def _stopping(self) -> bool:
-        return self._closing or not self._match_running() or self._abort_evt.is_set()
+        return self._abort_evt.is_set() or not self.rules.accepting()
 
     # ------------------------------------------------------------------ public
 
@@ -250,7 +182,9 @@ class BuildReferee:
     @property
     def clock_ms(self) -> int:
         """The match clock now (ms since agent launch; frozen after finish)."""
-        return self._frozen_ms if self._frozen_ms is not None else self._now_ms()
+        if self.world.match_state in (MatchState.finished, MatchState.aborted):
+            return self.world.elapsed_ms
+        return self._now_ms()
 
     async def run(self) -> WorldState:
         """Run the whole match (start → build → finish → drain) and return the final world.
@@ -262,7 +196,7 @@ class BuildReferee:
         use_pidfd_child_watcher()
         verifier_starter()
         try:
-            self._emit_start()
+            self._emit_all(self.rules.start())
             self._t0 = time.monotonic()
             self.timings["clock_started_unix"] = time.time()
             await self._start_agents()
@@ -287,26 +221,6 @@ class BuildReferee:
             self._write_activity()
 
     # ------------------------------------------------------------------ start
-
-    def _emit_start(self) -> None:
-        self._emit(ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.running), 0)
-        for seat in sorted(self.seats, key=lambda s: s.territory.id):
-            self._emit(
-                ev.CompetitorStateChanged(
-                    territory=seat.territory.id,
-                    from_=CompetitorState.preparing,
-                    to=CompetitorState.building,
-                    reason=REASONS["preflight"],
-                ),
-                0,
-            )
-        for tdef in self.manifest.territories:
-            agent = self.manifest.agent_for(tdef.id)
-            self._emit(ev.TerritoryRegistered(territory=tdef.id, class_=tdef.class_, agent=agent.id), 0)
-        seat_of = {s.agent.id: s for s in self.seats}
-        for agent in self.manifest.agents:
-            seat = seat_of[agent.id]
-            self._emit(ev.AgentStarted(agent=agent.id, territory=seat.territory.id, model=agent.model), 0)
 
     def _instruction(self, territory_id: str) -> str:
         builder = self.instruction_builder
@@ -354,29 +268,19 @@ class BuildReferee:
         self._record_outcome(seat, outcome)
 
     def _record_outcome(self, seat: _Seat, outcome: AgentOutcome) -> None:
-        """Terminal event (unless the referee ended the agent itself) + usage delta (§5.4)."""
+        """Hand an adapter's result to the rules (§5.4) at the clock now."""
         from aoe_tui.agents.base import AdapterStatus
 
-        aid = seat.agent.id
-        view = self.world.agents.get(aid)
-        if not seat.silenced and view is not None and view.running:
-            status = AdapterStatus(outcome.status)
-            if status == AdapterStatus.INTERRUPTED:
-                self._emit(ev.AgentInterrupted(agent=aid, source=status.failure_source, detail=outcome.summary))
-            else:
-                self._emit(
-                    ev.AgentFinished(
-                        agent=aid,
-                        source=status.failure_source,
-                        success=status == AdapterStatus.COMPLETED,
-                        detail=outcome.summary,
-                    )
-                )
-            if self._in_drain:
-                self._captured += 1
-        delta = self.usage.charge(aid, outcome.usage)
-        if delta is not None:
-            self._emit(delta)
+        status = AdapterStatus(outcome.status)
+        result = AgentResult(
+            agent=seat.agent.id,
+            source=status.failure_source,
+            success=status == AdapterStatus.COMPLETED,
+            detail=outcome.summary,
+            usage=outcome.usage,
+            interrupted=status == AdapterStatus.INTERRUPTED,
+        )
+        self._emit_all(self.rules.agent_result(result, self._now_ms()))
 
     # ------------------------------------------------------------------ build phase
 
@@ -389,17 +293,15 @@ class BuildReferee:
             if finished.done() or aborted.done():
                 return
             # Deadline: no new evaluations; in-flight ones complete (overrun, as upstream).
-            self._closing = True
+            self.rules.close()
             loops = [t for t in self._tasks[: len(self.seats)]]
             waiter = asyncio.gather(*loops, return_exceptions=True)
             await asyncio.wait({waiter, aborted, finished}, return_when=asyncio.FIRST_COMPLETED)
             if aborted.done() and not finished.done():
                 return
-            if self._match_running():
+            if self.rules.running():
                 self._checkpoint_usage()
-                from aoe_tui.replay.standings import winner_of
-
-                self._finish(winner_of(self.world), REASONS["timer"])
+                self._emit_all(self.rules.timer_expired(self._now_ms()))
         finally:
             for t in (deadline, finished, aborted):
                 t.cancel()
@@ -415,55 +317,25 @@ class BuildReferee:
         k = 1
         while True:
             await self._sleep_until_ms(k * tick_ms)
-            if self._stopping() or not self._can_progress(seat):
+            if self._stopping() or not self.rules.can_progress(seat.territory.id):
                 return
             await self._territory_tick(seat)
             k = max(k + 1, int(self._now_ms() // tick_ms) + 1)
 
-    def _can_progress(self, seat: _Seat) -> bool:
-        view = self.world.territories.get(seat.territory.id)
-        return view is not None and view.competitor_state not in (
-            CompetitorState.durable,
-            CompetitorState.unavailable,
-            CompetitorState.incomplete,
-        )
-
-    def _eligible(self, seat: _Seat, skip: set[str]) -> MilestoneDef | None:
-        view = self.world.territories[seat.territory.id]
-        ms = view.milestones
-        for m in self.milestones:
-            if m.id in skip:
-                continue
-            cur = ms.get(m.id)
-            if cur is not None and (cur.passed or cur.evaluating):
-                continue
-            if all(ms.get(d) is not None and ms[d].passed for d in m.depends_on):
-                return m
-        return None
-
     async def _territory_tick(self, seat: _Seat) -> None:
+        tid = seat.territory.id
         attempted: set[str] = set()
-        while not self._stopping() and self._can_progress(seat):
-            m = self._eligible(seat, attempted)
+        while not self._stopping() and self.rules.can_progress(tid):
+            m = self.rules.next_milestone(tid, attempted)
             if m is None:
                 return
             attempted.add(m.id)
             if not await self._evaluate(seat, m):
-                if not self._can_progress(seat):
+                if not self.rules.can_progress(tid):
                     return
 
     def _emit_evaluation_started(self, seat: _Seat, m: MilestoneDef) -> None:
-        tid = seat.territory.id
-        if self.world.territories[tid].competitor_state == CompetitorState.building:
-            self._emit(
-                ev.CompetitorStateChanged(
-                    territory=tid,
-                    from_=CompetitorState.building,
-                    to=CompetitorState.verifying,
-                    reason=REASONS["verifying"],
-                )
-            )
-        self._emit(ev.MilestoneEvaluationStarted(territory=tid, milestone=m.id))
+        self._emit_all(self.rules.evaluation_started(seat.territory.id, m.id, self._now_ms()))
 
     async def _evaluate(self, seat: _Seat, m: MilestoneDef) -> bool:
         """One verifier attempt (with the reboot first for ``host_reboot``); True iff it passed."""
@@ -474,10 +346,10 @@ class BuildReferee:
             self._emit_evaluation_started(seat, m)
             err = await self._reboot(seat, m)
             if err is not None:
-                await self._commit(seat, lambda ms: self._apply_reboot_failure(seat, m, err, ms))
+                await self._commit(Completion(tid, m.id, self._now_ms(), detail=err, reboot_failed=True))
                 return False
             async with self._sem:
-                if not self._match_running() or self._abort_evt.is_set():
+                if not self.rules.running() or self._abort_evt.is_set():
                     return False  # finished meanwhile: result would be discarded anyway
                 outcome = await self._run_verifier(seat, m)
         else:
@@ -487,7 +359,10 @@ class BuildReferee:
                 self._emit_evaluation_started(seat, m)
                 outcome = await self._run_verifier(seat, m)
         seat.verifier_ms.setdefault(m.id, []).append(outcome.duration_ms)
-        accepted = await self._commit(seat, lambda ms: self._apply_verifier(seat, m, outcome, ms))
+        done = Completion(
+            tid, m.id, self._now_ms(), passed=outcome.passed, detail=outcome.detail or "", evidence=outcome.evidence
+        )
+        accepted = await self._commit(done)
         return bool(accepted and outcome.passed and self.world.territories[tid].milestones[m.id].passed)
 
     async def _run_verifier(self, seat: _Seat, m: MilestoneDef) -> VerifierOutcome:
@@ -533,85 +408,26 @@ class BuildReferee:
 
     # ------------------------------------------------------------------ commit (ordering)
 
-    async def _commit(self, seat: _Seat, apply: Callable[[int], None]) -> bool:
-        """Stamp a result with the clock, then apply all results of earlier milliseconds in
+    async def _commit(self, done: Completion) -> bool:
+        """Hand ``done`` (stamped with its completion ms) to the rules, sleep to the end of
+        that millisecond, then apply every result of earlier milliseconds in the rules'
         (ms, seat) order. Returns False when the match finished first (result discarded)."""
-        item = _Pending(self._now_ms(), seat.index, apply)
-        self._pending.append(item)
+        self.rules.complete(done)
         try:
-            while self._now_ms() <= item.ms:
-                await asyncio.sleep(0.0005)
-            self._flush()
-        finally:
-            if item in self._pending:
-                self._pending.remove(item)
-        return bool(item.accepted)
+            while done.accepted is None:
+                await self._sleep_until_ms(done.at_ms + 1 + _EPSILON_MS)
+                self._flush()
+        except asyncio.CancelledError:
+            self.rules.discard(done)
+            raise
+        return bool(done.accepted)
 
     def _flush(self) -> None:
-        now = self._now_ms()
-        ready = sorted((p for p in self._pending if p.ms < now), key=lambda p: (p.ms, p.seat))
-        for p in ready:
-            self._pending.remove(p)
-            if not self._match_running() or self._abort_evt.is_set():
-                p.accepted = False
-                continue
-            p.apply(p.ms)
-            p.accepted = True
-
-    def _apply_verifier(self, seat: _Seat, m: MilestoneDef, outcome: VerifierOutcome, ms: int) -> None:
-        tid = seat.territory.id
-        if not outcome.passed:
-            self._emit(
-                ev.MilestoneFailed(
-                    territory=tid,
-                    milestone=m.id,
-                    category="verification_failed",
-                    detail=outcome.detail or "",
-                    retryable=True,
-                ),
-                ms,
-            )
-            return
-        if self.world.territories[tid].milestones.get(m.id) and self.world.territories[tid].milestones[m.id].passed:
-            return  # pass_milestone ignores an already-passed milestone (§3.5)
-        at = self._clamp(ms)
-        self._emit(ev.MilestonePassed(territory=tid, milestone=m.id, points=m.points, evidence=outcome.evidence), at)
-        if m.id != self.completion:
-            return
-        prev = self.world.territories[tid].competitor_state or CompetitorState.verifying
-        self._emit(
-            ev.CompetitorStateChanged(territory=tid, from_=prev, to=CompetitorState.durable, reason=REASONS["durable"]),
-            at,
-        )
-        self._emit(ev.DurableDeploymentCompleted(territory=tid, elapsed_ms=at), at)
-        if self.stop_on_first_durable:
-            self._finish(tid, REASONS["first_durable"], at)
-
-    def _apply_reboot_failure(self, seat: _Seat, m: MilestoneDef, detail: str, ms: int) -> None:
-        tid = seat.territory.id
-        self._emit(ev.InfrastructureFailure(component=f"territory:{tid}", source="arena", detail=detail), ms)
-        self._emit(
-            ev.MilestoneFailed(
-                territory=tid, milestone=m.id, category="infrastructure_failure", detail=detail, retryable=False
-            ),
-            ms,
-        )
-        prev = self.world.territories[tid].competitor_state or CompetitorState.verifying
-        self._emit(
-            ev.CompetitorStateChanged(
-                territory=tid, from_=prev, to=CompetitorState.unavailable, reason=f"territory failed: {detail}"
-            ),
-            ms,
-        )
-
-    def _finish(self, winner: str | None, reason: str, ms: int | None = None) -> None:
-        if not self._match_running():
-            return
-        self._emit(ev.MatchStateChanged(from_=MatchState.running, to=MatchState.finished), ms)
-        rec = self._emit(ev.MatchFinished(winner=winner, reason=reason), ms)
-        self._frozen_ms = rec.elapsed_ms
-        self.timings["finished_unix"] = time.time()
-        self._finished_evt.set()
+        for done in self.rules.due(self._now_ms()):
+            if self._abort_evt.is_set():
+                self.rules.discard(done)
+            else:
+                self._emit_all(self.rules.apply(done))
 
     # ------------------------------------------------------------------ usage
 
@@ -622,16 +438,14 @@ class BuildReferee:
             usage = read_usage_checkpoint(seat.agent_dir / "usage.json", seat.agent.id, seat.territory.id)
             if usage is None:
                 continue
-            delta = self.usage.charge(seat.agent.id, usage)
-            if delta is not None:
-                self._emit(delta)
+            self._emit_all(self.rules.usage_checkpoint(seat.agent.id, usage, self._now_ms()))
 
     async def _usage_loop(self) -> None:
         tick_ms = self.tick_s * 1000.0
         k = 1
-        while self._match_running():
+        while self.rules.running():
             await self._sleep_until_ms(k * tick_ms + tick_ms / 2)  # between territory checks
-            if not self._match_running():
+            if not self.rules.running():
                 return
             self._checkpoint_usage()
             k = max(k + 1, int(self._now_ms() // tick_ms) + 1)
@@ -640,9 +454,9 @@ class BuildReferee:
 
     async def _stop_seats(self, seats: Sequence[_Seat]) -> None:
         """Stop agents (bounded) and let their watchers record usage (silenced first)."""
+        self.rules.silence([s.agent.id for s in seats])
 
         async def stop(seat: _Seat) -> None:
-            seat.silenced = True
             if seat.run is not None:
                 with contextlib.suppress(Exception, asyncio.TimeoutError):
                     await asyncio.wait_for(seat.run.stop(), _STOP_TIMEOUT_S)
@@ -654,55 +468,25 @@ class BuildReferee:
 
         await asyncio.gather(*(stop(s) for s in seats))
 
-    def _non_player_failure(self, seat: _Seat) -> bool:
-        view = self.world.agents.get(seat.agent.id)
-        return bool(view and not view.running and view.failure_source in ("provider", "harness"))
-
-    def _running(self, seat: _Seat) -> bool:
-        view = self.world.agents.get(seat.agent.id)
-        return bool(view and view.running)
+    def _seats_of(self, agents: Sequence[str]) -> list[_Seat]:
+        return [s for s in self.seats if s.agent.id in agents]
 
     async def _drain(self) -> None:
-        self._in_drain = True
-        winner = self.world.winner
-        wview = self.world.territories.get(winner) if winner else None
-        durable_winner = winner if wview is not None and wview.durable_at_ms is not None else None
-        pending = [s for s in self.seats if self._running(s)]
-        self._emit(
-            ev.PostMatchDrainStarted(timeout_ms=int(round(self.drain_seconds * 1000)), pending_agents=len(pending))
-        )
-        terminated = 0
-        # Agents beaten to durable are outraced — except those that already ended with a
-        # provider/harness failure: that attribution is kept (their competitor ends unavailable).
-        losers = [
-            s
-            for s in self.seats
-            if durable_winner is not None
-            and s.territory.id != durable_winner
-            and not self._non_player_failure(s)
+        """§3.7 at the frozen clock: the rules decide, the supervisor stops and waits."""
+        plan = self.rules.start_drain(self._now_ms())
+        self._emit_all(plan.events)
+        outraced = self._seats_of(plan.stop_now)
+        await self._stop_seats(outraced)
+        self._emit_all(self.rules.outraced(plan, self._now_ms()))
+        waiting = [
+            s.watcher for s in self._seats_of(plan.wait_for) if s.watcher is not None and not s.watcher.done()
         ]
-        running_losers = [s for s in losers if self._running(s)]
-        await self._stop_seats(running_losers)
-        for seat in losers:
-            self._emit(
-                ev.AgentOutraced(
-                    agent=seat.agent.id,
-                    reason=f"{durable_winner} reached durable first; build ended at the frozen clock",
-                )
-            )
-        terminated += len(running_losers)
-        waiting = [s.watcher for s in pending if s not in running_losers and s.watcher is not None and not s.watcher.done()]
         if waiting:
             await self._wait_drain(waiting)
         self._checkpoint_usage()
-        still = [s for s in self.seats if self._running(s)]
-        await self._stop_seats(still)
-        for seat in still:
-            if self._running(seat):
-                self._emit(ev.AgentTerminated(agent=seat.agent.id, reason=REASONS["drain_deadline"]))
-                terminated += 1
-        self._emit_competitor_end_states(durable_winner)
-        self._emit(ev.PostMatchDrainFinished(captured_agents=self._captured, terminated_agents=terminated))
+        still = self.rules.drain_deadline()
+        await self._stop_seats(self._seats_of(still))
+        self._emit_all(self.rules.finish_drain(still, self._now_ms()))
         await self._stop_seats(self.seats)  # idempotent cleanup of guest-side processes
 
     async def _wait_drain(self, waiting: list[asyncio.Task]) -> None:
@@ -717,35 +501,14 @@ class BuildReferee:
             with contextlib.suppress(asyncio.CancelledError):
                 await all_done
 
-    def _emit_competitor_end_states(self, durable_winner: str | None) -> None:
-        for seat in self.seats:
-            tid = seat.territory.id
-            cs = self.world.territories[tid].competitor_state
-            if cs in (CompetitorState.durable, CompetitorState.unavailable, CompetitorState.incomplete, None):
-                continue
-            agent = self.world.agents.get(seat.agent.id)
-            source = agent.failure_source if agent is not None else None
-            if agent is not None and not agent.running and source in ("provider", "harness"):
-                to, reason = CompetitorState.unavailable, f"agent ended with a {source} failure"
-            elif durable_winner is not None:
-                to, reason = CompetitorState.incomplete, f"{durable_winner} reached durable first"
-            else:
-                to, reason = CompetitorState.incomplete, "no durable deployment by the end of the match"
-            self._emit(ev.CompetitorStateChanged(territory=tid, from_=cs, to=to, reason=reason))
-
     # ------------------------------------------------------------------ abort
 
     async def _abort(self) -> None:
         await self._cancel_tasks()
-        if self.world.match_state in (MatchState.running, MatchState.preparing):
-            self._emit(ev.MatchStateChanged(from_=self.world.match_state, to=MatchState.aborted))
-            rec = self._emit(ev.MatchFinished(winner=None, reason=REASONS["interrupt"]))
-            self._frozen_ms = rec.elapsed_ms
-        running = [s for s in self.seats if self._running(s)]
+        self._emit_all(self.rules.abort(self._now_ms()))
+        running = self.rules.running_agents()
         await self._stop_seats(self.seats)
-        for seat in running:
-            if self._running(seat):
-                self._emit(ev.AgentTerminated(agent=seat.agent.id, reason=REASONS["aborted_agent"]))
+        self._emit_all(self.rules.terminated(running, REASONS["aborted_agent"], self._now_ms()))
 
     async def _cancel_tasks(self) -> None:
         tasks = [t for t in self._tasks if not t.done()]

@@ -1,6 +1,6 @@
-"""One heat end to end: provision → referee → teardown → artifacts (spec §0, §3.1).
+"""One heat end to end: provision → referee (rules + supervisor) → teardown → artifacts (spec §0, §3.1).
 
-:func:`run_match` is the Python API used by ``aoe match run`` and the season
+:func:`run_heat` is the Python API used by ``aoe match run`` and the season
 runner. It writes a complete upstream-format match folder:
 
 ==========================  ==================================================
@@ -45,7 +45,8 @@ from aoe_tui.domain import events as ev
 from aoe_tui.domain.events import MatchState
 from aoe_tui.domain.world import WorldState, pretty_json, world_json
 from aoe_tui.errors import AoeError
-from aoe_tui.referee.referee import REASONS, BuildReferee, OnEvent
+from aoe_tui.referee.rules import REASONS
+from aoe_tui.referee.supervisor import HeatSupervisor, OnEvent
 from aoe_tui.replay.log import EventLogWriter
 from aoe_tui.replay.reducer import apply_event
 from aoe_tui.runtime.provider import ProviderError, TerritorySpec
@@ -61,7 +62,7 @@ __all__ = [
     "bundle_path",
     "check_output_dir",
     "read_credential_password",
-    "run_match",
+    "run_heat",
     "territory_specs",
 ]
 
@@ -80,7 +81,7 @@ def check_output_dir(output_dir: Path) -> None:
 
 
 def bundle_path(output_dir: Path, slug: str | None = None) -> Path:
-    """Where :func:`run_match` writes the bundle: ``<output>/<slug>.match.json`` (slug = folder name)."""
+    """Where :func:`run_heat` writes the bundle: ``<output>/<slug>.match.json`` (slug = folder name)."""
     output_dir = Path(output_dir)
     return output_dir / f"{slug or output_dir.resolve().name}.match.json"
 
@@ -189,7 +190,7 @@ def _provision_failed(log: EventLogWriter, world: WorldState, component: str, de
                 on_event(rec, world)
 
 
-async def run_match(
+async def run_heat(
     loaded: LoadedManifest,
     provider: TerritoryProvider,
     adapters_by_agent: Mapping[str, Adapter],
@@ -206,7 +207,7 @@ async def run_match(
     name: str | None = None,
     slug: str | None = None,
     write_bundle_file: bool = True,
-    on_referee: Callable[[BuildReferee], None] | None = None,
+    on_referee: Callable[[HeatSupervisor], None] | None = None,
 ) -> WorldState:
     """Run one heat and write its match folder; return the final world.
 
@@ -230,9 +231,9 @@ async def run_match(
         on_phase: called with short progress lines ("provisioning 3 territories (container)", …).
         name, slug: bundle ``match.name`` / ``match.slug`` (default: the folder name).
         write_bundle_file: write ``<output>/<slug>.match.json`` (Appendix B).
-        on_referee: called once with the :class:`BuildReferee` right after it is built
+        on_referee: called once with the :class:`HeatSupervisor` right after it is built
             (territories ready, before the first event), so live views can read each
-            seat's adapter activity (``referee.seats[i].run.activity``, newest last).
+            seat's adapter activity (``supervisor.seats[i].run.activity``, newest last).
             Exceptions it raises are ignored.
 
     Returns the final :class:`WorldState` (``match_state`` finished or aborted).
@@ -263,7 +264,7 @@ async def run_match(
     timings: dict[str, Any] = {"command_start_unix": time.time()}
     world = WorldState()
     log: EventLogWriter | None = None
-    referee: BuildReferee | None = None
+    supervisor: HeatSupervisor | None = None
     t_start = time.monotonic()
     try:
         say(f"provisioning {len(specs)} territories ({provider.name})")
@@ -322,7 +323,7 @@ async def run_match(
             say(f"guest leak audit passed ({len(audit.forbidden_strings)} strings, "
                 f"{len(territories)} territories, {timings['leak_audit_s']:.1f} s)")
         log = EventLogWriter(output_dir / "events.jsonl")
-        referee = BuildReferee(
+        supervisor = HeatSupervisor(
             loaded,
             territories,
             provider,
@@ -334,19 +335,19 @@ async def run_match(
             on_event=on_event,
             duration_s=duration_s,
         )
-        world = referee.world
+        world = supervisor.world
         if on_referee is not None:
             with contextlib.suppress(Exception):
-                on_referee(referee)
-        forward = asyncio.ensure_future(_forward_abort(abort_event, referee))
+                on_referee(supervisor)
+        forward = asyncio.ensure_future(_forward_abort(abort_event, supervisor))
         try:
-            world = await referee.run()
+            world = await supervisor.run()
         finally:
             forward.cancel()
         return world
     finally:
-        if referee is not None:
-            world = referee.world
+        if supervisor is not None:
+            world = supervisor.world
         if log is not None:
             log.close()
             _write_atomic(output_dir / "world.json", world_json(world), fsync=True)
@@ -364,9 +365,9 @@ async def run_match(
         timings["teardown_s"] = round(time.monotonic() - t_down, 3)
         timings["wall_s"] = round(time.monotonic() - t_start, 3)
         extra = {"schema": "aoe-tui.match-extra", "version": 1, "provider": provider.name, "timings": timings}
-        if referee is not None:
-            extra.update({k: v for k, v in referee.extra().items() if k != "timings"})
-            extra["timings"].update(referee.timings)
+        if supervisor is not None:
+            extra.update({k: v for k, v in supervisor.extra().items() if k != "timings"})
+            extra["timings"].update(supervisor.timings)
         with contextlib.suppress(OSError, TypeError, ValueError):
             _write_atomic(output_dir / "aoe-extra.json", json.dumps(extra, indent=2, sort_keys=True))
         if write_bundle_file and log is not None:
@@ -378,6 +379,6 @@ async def run_match(
                 say(f"bundle not written: {err}")
 
 
-async def _forward_abort(abort_event: asyncio.Event, referee: BuildReferee) -> None:
+async def _forward_abort(abort_event: asyncio.Event, supervisor: HeatSupervisor) -> None:
     await abort_event.wait()
-    referee.abort()
+    supervisor.abort()
