@@ -1,7 +1,8 @@
 """The ``aoe`` command line.
 
 Each command group lives in its own module under :mod:`aoe_tui.commands` and
-exposes ``register(subparsers)``; this module only wires them together and turns
+exposes ``register(subparsers)``; this module only wires them together, loads the
+plugins of ``AOE_PLUGINS`` (:mod:`aoe_tui.plugins`) and turns
 :class:`aoe_tui.errors.AoeError` into a one-line message and an exit code.
 """
 
@@ -90,6 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # asyncio's child watcher warns ("Unknown child process pid N") when a territory's
     # process was already reaped during teardown; that is noise to a user, not a fault.
     logging.getLogger("asyncio").setLevel(logging.ERROR)
+    from aoe_tui.plugins import load_plugins
+
+    try:
+        load_plugins()
+    except AoeError as err:
+        print(f"aoe: error: {err}", file=sys.stderr)
+        return err.exit_code
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

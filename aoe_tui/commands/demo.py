@@ -58,14 +58,13 @@ def check_host() -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     """Check the host, build the image if missing (progress bar), run the demo season."""
     from aoe_tui.commands.image import build_image_with_progress
-    from aoe_tui.commands.season import run_season
-    from aoe_tui.domain.season import load_season
+    from aoe_tui.commands.season import load_season_file, run_season
     from aoe_tui.runtime.image import find_image
 
     check_host()
     if not DEMO_SEASON.is_file():
         raise AoeError(f"{DEMO_SEASON}: demo season file not found (run aoe demo from a source checkout)")
-    loaded = load_season(DEMO_SEASON)
+    loaded = load_season_file(DEMO_SEASON)
     if find_image() is None:
         print("building the territory guest image (first run only, about 2 minutes)…",
               file=sys.stderr, flush=True)

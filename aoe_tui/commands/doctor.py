@@ -25,20 +25,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--provider",
         default=None,
         metavar="NAME",
-        help="decide the exit status by this provider (container, qemu, ssh, nixos; default container)",
+        help="decide the exit status by this provider (one of: %s; default %s)" % (", ".join(_names()), _default()),
     )
     p.set_defaults(func=run)
 
 
+def _names() -> list[str]:
+    from aoe_tui.runtime.registry import provider_names
+
+    return provider_names()
+
+
+def _default() -> str:
+    from aoe_tui.runtime.registry import DEFAULT_PROVIDER
+
+    return DEFAULT_PROVIDER
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the checks and print them; return 0 if ready, 1 otherwise."""
-    from aoe_tui.runtime.doctor import DEFAULT_PROVIDER, PROVIDER_MODULES, run_checks
+    from aoe_tui.runtime.doctor import run_checks
 
-    provider = args.provider or DEFAULT_PROVIDER
-    names = [n for n, _ in PROVIDER_MODULES]
+    provider = args.provider or _default()
+    names = _names()
     if provider not in names:
         raise UsageError(f"doctor: unknown provider {provider!r} (expected one of: {', '.join(names)})")
-    report = run_checks(PROVIDER_MODULES, provider)
+    report = run_checks(None, provider)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

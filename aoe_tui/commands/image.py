@@ -140,6 +140,20 @@ def build_image_with_progress(arena: str = "first-build", *, force: bool = False
         return ensure_image(arena, progress=cb, force=force)
 
 
+def prepare_provider_images(provider: str, packages: Sequence[Path]) -> None:
+    """:func:`prepare_arena_images` for the guest image of ``provider`` (its registry
+    entry's ``image``: ``rootfs`` or ``qcow2``); nothing for providers without one.
+
+    Raises:
+        UsageError: unknown provider.
+    """
+    from aoe_tui.runtime.registry import get_provider
+
+    flavour = get_provider(provider).image
+    if flavour is not None:
+        prepare_arena_images(packages, qemu=flavour == "qcow2")
+
+
 def prepare_arena_images(packages: Sequence[Path], *, qemu: bool = False) -> None:
     """Build, with a progress bar, whatever the arenas' territories need and is missing: the
     guest image and each package's image layer (``qemu``: its qcow2 form). Prints one line

@@ -2,7 +2,7 @@
 
 ::
 
-    aoe match run MANIFEST [--provider container|qemu|ssh|nixos] --output DIR
+    aoe match run MANIFEST [--provider NAME] --output DIR
         [--agent SPEC ...] [--adapter NAME=PATH ...] [--credential TERRITORY=PATH ...]
         [--inventory FILE] [--drain-seconds N] [--verifier-concurrency N] [--quiet]
 
@@ -18,6 +18,9 @@ and a compact milestone matrix whenever a milestone or competitor state changes.
 Ctrl-C (SIGINT) or SIGTERM aborts gracefully: the log records the abort,
 ``world.json`` is written (``match_state`` aborted) and territories are torn
 down; a second Ctrl-C cancels harder (teardown still runs).
+
+``--provider`` is any registered provider (:mod:`aoe_tui.runtime.registry`: ``container``,
+``qemu``, ``ssh``, ``nixos`` and those of ``AOE_PLUGINS`` modules).
 
 Exit codes: 0 the match finished (also without a durable deployment); 130 aborted
 by the operator; 1 aborted by an infrastructure failure or an error.
@@ -46,8 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     msub.required = True
     r = msub.add_parser("run", help="provision territories, run agents and the referee, write the match folder")
     r.add_argument("manifest", metavar="MANIFEST", help="arena manifest (arena.toml) or arena package folder")
-    r.add_argument("--provider", default="container", choices=["container", "qemu", "ssh", "nixos"],
-                   help="territory provider (default: container)")
+    from aoe_tui.runtime.registry import DEFAULT_PROVIDER, providers
+
+    kinds = providers()
+    r.add_argument("--provider", default=DEFAULT_PROVIDER, choices=[e.name for e in kinds],
+                   help="territory provider: " + "; ".join(f"{e.name} = {e.help}" if e.help else e.name for e in kinds)
+                   + f" (default: {DEFAULT_PROVIDER})")
     r.add_argument("--output", "-o", required=True, metavar="DIR", help="match folder to write")
     r.add_argument("--agent", action="append", default=[], metavar="SPEC",
                    help="oracle | scripted:NAME | command:PATH | a registered name; once = every seat, N times = one per seat")
@@ -102,32 +109,17 @@ def build_adapters(loaded: Any, agent_specs: list[str], registered: dict[str, Pa
     return adapters
 
 
-def make_provider(kind: str, loaded: Any, output_dir: Path, inventory: str | None, image: Any = None) -> Any:
-    """The territory provider for ``--provider`` with its workdir ``output_dir/territories``.
+def make_provider(kind: str, loaded: Any, output_dir: Path, inventory: str | None) -> Any:
+    """The territory provider for ``--provider`` with its workdir ``output_dir/territories``
+    (:func:`aoe_tui.runtime.registry.build_provider`; the arena's image must be built).
 
-    ``image``: the arena's guest image for ``container``/``qemu``
-    (:func:`aoe_tui.runtime.layers.image_for_arena`); None = the plain guest.
+    Raises:
+        UsageError: unknown provider, or a flag it needs is missing (``ssh``: ``--inventory``).
     """
-    workdir = output_dir / "territories"
-    if kind == "container":
-        from aoe_tui.runtime.container import ContainerProvider
+    from aoe_tui.runtime.registry import build_provider
 
-        return ContainerProvider(workdir, image=image, cidr=loaded.manifest.network.cidr)
-    if kind == "qemu":
-        from aoe_tui.runtime.qemu import QemuProvider
-
-        return QemuProvider(workdir, image=image)
-    if kind == "ssh":
-        if not inventory:
-            raise UsageError("--provider ssh needs --inventory FILE")
-        from aoe_tui.runtime.sshhosts import SshHostsProvider
-
-        return SshHostsProvider(Path(inventory), workdir)
-    if kind == "nixos":
-        from aoe_tui.runtime.nixos import NixosProvider
-
-        return NixosProvider(loaded.arena_dir, workdir)
-    raise UsageError(f"unknown provider {kind!r}")
+    return build_provider(kind, {"inventory": inventory}, output_dir / "territories", loaded, cli=True,
+                          build_image=False)
 
 
 # ---------------------------------------------------------------------------- live view
@@ -238,14 +230,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.drain_seconds < 0:
         raise UsageError("--drain-seconds must be >= 0")
     adapters = build_adapters(loaded, args.agent, registered)
-    image = None
-    if args.provider in ("container", "qemu"):
-        from aoe_tui.commands.image import prepare_arena_images
-        from aoe_tui.runtime.layers import image_for_arena
+    from aoe_tui.commands.image import prepare_provider_images
 
-        prepare_arena_images([loaded.arena_dir], qemu=args.provider == "qemu")
-        image = image_for_arena(loaded.arena_dir, qemu=args.provider == "qemu", build=False)
-    provider = make_provider(args.provider, loaded, output, args.inventory, image)
+    prepare_provider_images(args.provider, [loaded.arena_dir])
+    provider = make_provider(args.provider, loaded, output, args.inventory)
     quiet = args.quiet
     printer = None if quiet else ProgressPrinter(loaded)
 

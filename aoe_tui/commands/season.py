@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from aoe_tui.commands.serve import add_run_args, serving
 from aoe_tui.errors import AoeError, UsageError
@@ -48,11 +49,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_cmd_standings)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def load_season_file(path: Path | str) -> Any:
+    """:func:`aoe_tui.domain.season.load_season` with the ``[provider]`` and ``[format]``
+    kinds installed (the provider registry and the formats; see the domain's "Kinds")."""
+    import aoe_tui.runtime.registry  # noqa: F401 - installs the [provider] kinds
+    import aoe_tui.season.formats  # noqa: F401 - installs the [format] kinds
     from aoe_tui.domain.season import load_season
+
+    return load_season(path)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     from aoe_tui.season.runner import safe_label
 
-    loaded = load_season(args.season_file)
+    loaded = load_season_file(args.season_file)
     out = Path(args.output) if args.output else Path(f"season-{loaded.season.id}-{safe_label(loaded.season.label)}")
     headless = args.headless or not sys.stdout.isatty()
     with serving(args, out, headless=headless) as server:
@@ -84,14 +94,14 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     :data:`aoe_tui.runtime.realtime.ENGINE_PRIORITIES`). Returns the exit code (0
     finished, 130 stopped). Raises :class:`AoeError` for bad input (also when the engine
     fails before/while running)."""
-    from aoe_tui.commands.image import prepare_arena_images
+    from aoe_tui.commands.image import prepare_provider_images
     from aoe_tui.season.runner import hold_season_folder, load_season_arenas
 
     arenas, _ = load_season_arenas(loaded)
     with hold_season_folder(out):
         # the guest image and every arena's image layer, with a progress bar, before the
         # engine (and the TUI) start; cached after the first run
-        prepare_arena_images([a.arena_dir for a in arenas], qemu=loaded.season.provider.kind == "qemu")
+        prepare_provider_images(loaded.season.provider.kind, [a.arena_dir for a in arenas])
         if headless:
             return _run_headless(loaded, out, runner_kwargs or {}, priority)
         return _run_tui(loaded, out, light, runner_kwargs or {}, priority)

@@ -16,8 +16,8 @@ Seasons are ours (upstream has no tournaments, spec §10.2). A season file::
     drain_seconds = 30              # post-match drain window (s), optional
 
     [provider]
-    kind = "container"              # container | qemu
-    ready_timeout_s = 60            # optional provider options (s)
+    kind = "container"              # a registered provider (aoe_tui.runtime.registry)
+    ready_timeout_s = 60            # that provider's options (its config model, s)
 
     [arena_overrides]               # optional, documented deviations from the arena
     duration_seconds = 90           # rules.duration_seconds for every heat (s)
@@ -27,7 +27,7 @@ Seasons are ours (upstream has no tournaments, spec §10.2). A season file::
     tiny = "../tests/adapters/tiny-adapter.sh"
 
     [format]
-    kind = "league"                 # league | knockout
+    kind = "league"                 # a registered format (aoe_tui.season.formats.FORMATS)
     heats_per_entrant = 3           # league only
     # advance = 2                   # knockout only: top N of each heat go on
 
@@ -44,6 +44,16 @@ Seasons are ours (upstream has no tournaments, spec §10.2). A season file::
 Every table rejects unknown keys and types are strict. :func:`load_season` reports
 **every** problem as ``file:line: field: message`` (lines from
 :class:`aoe_tui.domain.tomlpos.TomlPositions`) in one :class:`SeasonFileError`.
+
+Kinds: this layer lists no provider and no format (it knows the default provider kind,
+:data:`DEFAULT_PROVIDER_KIND`, and holds the built-in formats' models). ``[provider]`` and
+``[format]`` are validated against the kind tables that the layers owning them install
+with :func:`install_kinds` when they are imported (:mod:`aoe_tui.runtime.registry`: providers,
+:mod:`aoe_tui.season.formats`: formats); ``kind`` must be one of the installed names and
+the rest of the table that kind's config model (a :class:`SectionConfig`). With no table
+installed (this module used alone) a section keeps its raw shape (:class:`AnySection`:
+``kind`` plus the given options); the provider registry and :func:`make_format` validate
+such a section when they build from it.
 """
 
 from __future__ import annotations
@@ -51,9 +61,10 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -62,17 +73,24 @@ from aoe_tui.domain.tomlpos import TomlPositions
 from aoe_tui.errors import AoeError
 
 __all__ = [
+    "DEFAULT_PROVIDER_KIND",
+    "AnySection",
     "ArenaOverrides",
     "Entrant",
     "KnockoutFormat",
     "LeagueFormat",
     "LoadedSeason",
-    "ProviderConfig",
+    "SectionConfig",
     "SeasonFile",
     "SeasonFileError",
+    "install_kinds",
     "load_season",
     "parse_season_text",
+    "section_problems",
 ]
+
+#: ``[provider] kind`` when the season file has no ``[provider]`` table.
+DEFAULT_PROVIDER_KIND = "container"
 
 PosInt = Annotated[int, Field(ge=1)]
 Scalar = Union[str, int, float, bool]
@@ -99,13 +117,55 @@ class Entrant(_Model):
     options: dict[str, Scalar] = Field(default_factory=dict)
 
 
-class ProviderConfig(_Model):
-    """``[provider]``: the territory provider and its options (seconds)."""
+class SectionConfig(_Model):
+    """Base of a ``[provider]`` / ``[format]`` config model: ``kind`` plus the options of
+    that kind, declared by subclasses (unknown keys refused, strict types)."""
 
-    kind: Literal["container", "qemu"] = "container"
-    ready_timeout_s: float | int | None = None
-    reboot_timeout_s: float | int | None = None
-    memory_mib: int | None = None  # qemu only
+    kind: str
+
+
+class AnySection(BaseModel):
+    """A ``[provider]`` / ``[format]`` table before its kind's model is known: ``kind`` and
+    the given options as extra attributes (see the module docstring, "Kinds")."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    kind: str
+
+
+#: ``() -> {kind: config model}`` of one section, in the order they are listed to users.
+KindModels = Callable[[], Mapping[str, type[BaseModel]]]
+_KINDS: dict[str, KindModels] = {}
+
+
+def install_kinds(section: str, models: KindModels) -> None:
+    """Validate ``[section]`` (``"provider"`` or ``"format"``) against ``models()``: called
+    once by the layer that owns the section's registry (replaces an earlier table)."""
+    _KINDS[section] = models
+
+
+def section_problems(section: str, raw: Any) -> tuple[BaseModel | None, list[tuple[str, str]]]:
+    """Validate one ``[section]`` table ``raw`` (a dict) against the installed kind table.
+
+    Returns ``(model, problems)``: the kind's config model instance (None when there is no
+    table, the table is not a dict or has problems) and ``(field path, message)`` pairs, e.g.
+    ``("provider.kind", "unknown provider kind 'x' (known: container, qemu)")``. A missing
+    or non-string ``kind`` is left to the season file's schema to report.
+    """
+    table = _KINDS.get(section)
+    if table is None or not isinstance(raw, dict):
+        return None, []
+    kind = raw.get("kind", DEFAULT_PROVIDER_KIND if section == "provider" else None)
+    if not isinstance(kind, str):
+        return None, []
+    models = table()
+    model = models.get(kind)
+    if model is None:
+        return None, [(f"{section}.kind", f"unknown {section} kind {kind!r} (known: {', '.join(models) or 'none'})")]
+    try:
+        return model.model_validate({**raw, "kind": kind}), []
+    except ValidationError as err:
+        return None, [(f"{section}.{p}" if p else section, m) for p, m in _schema_problems(err)]
 
 
 class ArenaOverrides(_Model):
@@ -119,22 +179,19 @@ class ArenaOverrides(_Model):
     minimum_territories: Annotated[int, Field(ge=2)] | None = None
 
 
-class KnockoutFormat(_Model):
+class KnockoutFormat(SectionConfig):
     """``[format] kind = "knockout"``: heats; the top ``advance`` of each go on, until a final."""
 
     kind: Literal["knockout"]
     advance: PosInt = 2
 
 
-class LeagueFormat(_Model):
+class LeagueFormat(SectionConfig):
     """``[format] kind = "league"``: every entrant races ``heats_per_entrant`` heats
     against rotating opponents; the standings decide."""
 
     kind: Literal["league"]
     heats_per_entrant: PosInt = 3
-
-
-FormatConfig = Annotated[Union[KnockoutFormat, LeagueFormat], Field(discriminator="kind")]
 
 
 class SeasonFile(_Model):
@@ -149,10 +206,10 @@ class SeasonFile(_Model):
     max_attempts: PosInt = 2
     concurrent_heats: PosInt = 1
     drain_seconds: Annotated[float | int, Field(ge=0)] = 30
-    provider: ProviderConfig = Field(default_factory=ProviderConfig)
+    provider: AnySection = Field(default_factory=lambda: AnySection(kind=DEFAULT_PROVIDER_KIND))
     arena_overrides: ArenaOverrides = Field(default_factory=ArenaOverrides)
     adapters: dict[str, str] = Field(default_factory=dict)
-    format: FormatConfig
+    format: AnySection
     entrants: list[Entrant]
 
 
@@ -252,15 +309,20 @@ def parse_season_text(text: str, file: str) -> SeasonFile:
         msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
         raise SeasonFileError([Problem(file, line, "", f"invalid TOML: {msg}")]) from None
     pos = TomlPositions(text)
+    sections: dict[str, BaseModel] = {}
+    found: list[tuple[str, str]] = []
+    for name in ("provider", "format"):
+        model, bad = section_problems(name, data.get(name, {} if name == "provider" else None))
+        found += bad
+        if model is not None:
+            sections[name] = model
     try:
         season = SeasonFile.model_validate(data)
     except ValidationError as err:
-        problems = []
-        for path, msg in _schema_problems(err):
-            # the discriminated union puts the tag in the path: format.league.x -> format.x
-            path = re.sub(r"^format\.(knockout|league)", "format", path)
-            problems.append(Problem(file, pos.line_of(path), path, msg))
-        raise SeasonFileError(problems) from None
+        found = _schema_problems(err) + found
+    if found:
+        raise SeasonFileError([Problem(file, pos.line_of(p), p, m) for p, m in found])
+    season = season.model_copy(update=sections)
     sem = semantic_problems(season)
     if sem:
         raise SeasonFileError([Problem(file, pos.line_of(p), p, m) for p, m in sem])

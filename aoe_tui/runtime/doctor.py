@@ -1,8 +1,8 @@
 """``aoe doctor``: what each territory provider needs, what is present, and how to fix it.
 
-Collects :class:`~aoe_tui.runtime.provider.DoctorCheck` lines from every provider
-module's ``doctor_checks()`` (``container``, ``qemu``, ``ssh``, ``nixos``). The host is
-*ready* when every check of the default provider (``container``) passes; the other
+Collects :class:`~aoe_tui.runtime.provider.DoctorCheck` lines from the ``doctor`` of
+every registered provider (:mod:`aoe_tui.runtime.registry`, in registration order). The
+host is *ready* when every check of the default provider (``container``) passes; the other
 providers are reported for information. Upstream's ``doctor`` (spec §6.7) only checks
 ``nix``/``qemu-system-x86_64``/``ssh`` on PATH; its JSON shape ``{ready, checks:[...]}``
 is kept, each check carrying upstream's ``name``/``available``/``detail`` plus
@@ -14,18 +14,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from aoe_tui.runtime.provider import DoctorCheck
-
-#: Provider used by ``aoe demo``, tests and ``aoe match run`` without ``--provider``.
-DEFAULT_PROVIDER = "container"
-#: ``(provider name, module)`` in report order.
-PROVIDER_MODULES: tuple[tuple[str, str], ...] = (
-    ("container", "aoe_tui.runtime.container"),
-    ("qemu", "aoe_tui.runtime.qemu"),
-    ("ssh", "aoe_tui.runtime.sshhosts"),
-    ("nixos", "aoe_tui.runtime.nixos"),
-)
+from aoe_tui.runtime import registry
+from aoe_tui.runtime.registry import DEFAULT_PROVIDER
 
 
 @dataclass(frozen=True)
@@ -33,7 +26,7 @@ class DoctorReport:
     """All doctor checks plus the verdict.
 
     Attributes:
-        checks: every check, grouped by provider in :data:`PROVIDER_MODULES` order.
+        checks: every check, grouped by provider in registration order.
         default_provider: the provider whose readiness decides ``ready``.
     """
 
@@ -77,7 +70,7 @@ class DoctorReport:
         lines.append("")
         for p in dict.fromkeys(c.provider for c in self.checks):
             lines.append(f"{p}: {'ready' if self.provider_ready(p) else 'not ready'}")
-        which = "default provider" if self.default_provider == "container" else "provider"
+        which = "default provider" if self.default_provider == DEFAULT_PROVIDER else "provider"
         verdict = (
             f"host is ready to run an arena ({which}: {self.default_provider})"
             if self.ready
@@ -87,14 +80,20 @@ class DoctorReport:
         return "\n".join(lines)
 
 
-def _module_checks(provider: str, module_name: str) -> list[DoctorCheck]:
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        return [DoctorCheck(provider, "provider module", False, f"{module_name} unavailable: {err}", "./setup.sh")]
-    fn: Callable[[], list[DoctorCheck]] | None = getattr(module, "doctor_checks", None)
-    if fn is None:
-        return [DoctorCheck(provider, "provider module", False, f"{module_name} has no doctor_checks()", "")]
+def _module_checks(provider: str, target: Any) -> list[DoctorCheck]:
+    """The checks of one provider; ``target`` is a callable, ``"module:function"`` or a
+    module name (its ``doctor_checks``). Failures become failed checks, never exceptions."""
+    if callable(target):
+        fn: Callable[[], list[DoctorCheck]] | None = target
+    else:
+        module_name, _, attr = str(target).partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            return [DoctorCheck(provider, "provider module", False, f"{module_name} unavailable: {err}", "./setup.sh")]
+        fn = getattr(module, attr or "doctor_checks", None)
+        if fn is None:
+            return [DoctorCheck(provider, "provider module", False, f"{module_name} has no {attr or 'doctor_checks'}()", "")]
     try:
         return list(fn())
     except Exception as err:  # noqa: BLE001 - the doctor reports, it never crashes
@@ -102,13 +101,17 @@ def _module_checks(provider: str, module_name: str) -> list[DoctorCheck]:
 
 
 def run_checks(
-    providers: Sequence[tuple[str, str]] = PROVIDER_MODULES, default_provider: str = DEFAULT_PROVIDER
+    providers: Sequence[tuple[str, Any]] | None = None, default_provider: str = DEFAULT_PROVIDER
 ) -> DoctorReport:
-    """Run every provider's ``doctor_checks()`` (modules imported lazily; absence is a failed check)."""
+    """Run the doctor checks of ``providers`` (``(name, target)`` pairs as
+    :func:`_module_checks` takes; default: every registered provider that has checks);
+    modules are imported lazily and an absent one is a failed check."""
+    if providers is None:
+        providers = [(e.name, e.doctor) for e in registry.providers() if e.doctor is not None]
     checks: list[DoctorCheck] = []
-    for provider, module_name in providers:
-        checks.extend(_module_checks(provider, module_name))
+    for provider, target in providers:
+        checks.extend(_module_checks(provider, target))
     return DoctorReport(tuple(checks), default_provider)
 
 
-__all__ = ["DEFAULT_PROVIDER", "PROVIDER_MODULES", "DoctorReport", "run_checks"]
+__all__ = ["DEFAULT_PROVIDER", "DoctorReport", "run_checks"]

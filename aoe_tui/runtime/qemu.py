@@ -800,6 +800,21 @@ def cleanup_stale(workdir: Path) -> list[str]:
     return cleaned
 
 
+def cleanup_unless_live(workdir: Path) -> list[str]:
+    """:func:`cleanup_stale`, unless a QEMU guest recorded in ``workdir`` still runs: a guest
+    dies with its runner, so a live one means a live runner, whose territories are left
+    alone (returns ``[]``). ``aoe cleanup``'s step for ``qemu``."""
+    for state_file in Path(workdir).glob("*/state.json"):
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = state.get("pid") if isinstance(state, dict) else None
+        if isinstance(pid, int) and state.get("provider", "qemu") == "qemu" and _pid_alive(pid):
+            return []
+    return cleanup_stale(workdir)
+
+
 # --------------------------------------------------------------------------- doctor
 
 
@@ -844,6 +859,7 @@ __all__ = [
     "accel_args",
     "build_qemu_command",
     "cleanup_stale",
+    "cleanup_unless_live",
     "doctor_checks",
     "image_reads_fw_cfg_identity",
     "kvm_status",

@@ -47,6 +47,15 @@ Formats:
   ``min_heat_size`` entrants still need a heat, the fewest-raced
   others fill it (they race one heat more than the quota). A **void** heat (every attempt
   spoiled by the infrastructure) counts as raced, so a league always ends.
+
+Registry: :data:`FORMATS` maps each ``[format] kind`` to its :class:`Format` subclass; it is
+the one list of formats. A class is added with :func:`register_format`; its
+``config_model`` is the ``[format]`` table's model, installed into the season file's
+validation (:func:`aoe_tui.domain.season.install_kinds`) when this module is imported. What
+differs between formats outside the draw — a round's outcome, the champions, the
+standings' sort — is asked of the class (:meth:`Format.round_outcome`,
+:meth:`Format.champions`, :meth:`Format.standings_key`, :attr:`Format.crowns_champions`),
+so no other module tests for a format's kind.
 """
 
 from __future__ import annotations
@@ -57,8 +66,12 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from aoe_tui.domain.season import KnockoutFormat, LeagueFormat, SectionConfig, install_kinds
 
 __all__ = [
+    "FORMATS",
     "Format",
     "HeatPlan",
     "HeatResult",
@@ -66,8 +79,10 @@ __all__ = [
     "League",
     "RoundPlan",
     "assign_seats",
+    "format_class",
     "heat_sizes",
     "make_format",
+    "register_format",
 ]
 
 
@@ -213,9 +228,20 @@ class Format:
 
     :meth:`next_round` is pure: the same ``(entrants, results, seed)`` always give the same
     plan. ``results`` must hold a :class:`HeatResult` for every heat of every earlier round.
+
+    A subclass sets ``kind`` and ``config_model`` (its ``[format]`` model, a
+    :class:`~aoe_tui.domain.season.SectionConfig`), implements :meth:`from_config` and
+    :meth:`next_round`, overrides what differs of :meth:`round_outcome`,
+    :meth:`champions`, :meth:`standings_key` and :attr:`crowns_champions` (the defaults are a
+    league's: nobody advances or is out, the standings decide the champion), and is added to
+    :data:`FORMATS` with :func:`register_format`.
     """
 
-    kind = "format"
+    kind: ClassVar[str] = "format"
+    config_model: ClassVar[type[SectionConfig]] = SectionConfig
+    #: True when the season's ``champions`` (``season_finished``) head the standings and
+    #: each row's ``champion`` flag is set from them.
+    crowns_champions: ClassVar[bool] = False
 
     def __init__(self, heat_size: int = 3, min_heat_size: int = 2) -> None:
         if heat_size < 2:
@@ -226,6 +252,30 @@ class Format:
     def next_round(self, entrants: Sequence[str], results: Sequence[HeatResult], seed: int) -> RoundPlan | None:
         """The next round's plan, or ``None`` when the season is over."""
         raise NotImplementedError
+
+    @classmethod
+    def from_config(cls, config: Any, heat_size: int, min_heat_size: int) -> Format:
+        """The format for a validated ``config_model`` instance."""
+        raise NotImplementedError
+
+    def round_outcome(self, entrants: Sequence[str], results: Sequence[HeatResult], racing: Sequence[str],
+                      final: bool) -> tuple[list[str], list[str]]:
+        """``(advanced, eliminated)`` among ``racing`` (the round's seated entrants, then its
+        byes) once every heat of the round is in ``results``; ``final``: the round was the
+        final. For ``round_finished``; both empty when rounds eliminate nobody."""
+        return [], []
+
+    def champions(self, entrants: Sequence[str], results: Sequence[HeatResult]) -> list[str] | None:
+        """The champions once :meth:`next_round` returned None; None = the standings decide
+        (their rank 1)."""
+        return None
+
+    @classmethod
+    def standings_key(cls, row: Any) -> tuple:
+        """The first part of the standings' sort key of ``row`` (a
+        :class:`aoe_tui.season.standings.SeasonStanding`; ascending, before wins, points,
+        ...); ``()`` = the common order alone."""
+        return ()
 
     def next_heats(self, entrants: Sequence[str], results: Sequence[HeatResult], seed: int) -> list[HeatPlan]:
         """The next round's heats (``[]`` when the season is over)."""
@@ -250,16 +300,61 @@ def _rounds(results: Sequence[HeatResult]) -> dict[int, list[HeatResult]]:
     return dict(sorted(by.items()))
 
 
+FORMATS: dict[str, type[Format]] = {}
+
+
+def register_format(cls: type[Format]) -> type[Format]:
+    """Add ``cls`` to :data:`FORMATS` under ``cls.kind`` (a class decorator; returns ``cls``).
+
+    Raises ValueError: another class has that kind, or ``config_model`` is the base model.
+    """
+    if FORMATS.get(cls.kind, cls) is not cls:
+        raise ValueError(f"format {cls.kind!r} is already registered")
+    if cls.config_model is SectionConfig:
+        raise ValueError(f"format {cls.kind!r}: set config_model to its [format] model")
+    FORMATS[cls.kind] = cls
+    return cls
+
+
+def format_class(kind: object) -> type[Format]:
+    """The class of ``kind``; :class:`Format` (a league's outcome and order) for a kind no
+    longer registered, so an old season folder still shows standings."""
+    return FORMATS.get(kind, Format) if isinstance(kind, str) else Format
+
+
+install_kinds("format", lambda: {k: c.config_model for k, c in FORMATS.items()})
+
+
+@register_format
 class Knockout(Format):
     """Knockout (see the module docstring). ``advance`` = entrants going on per heat."""
 
     kind = "knockout"
+    config_model = KnockoutFormat
+    crowns_champions = True
 
     def __init__(self, advance: int = 2, heat_size: int = 3, min_heat_size: int = 2) -> None:
         super().__init__(heat_size, min_heat_size)
         if advance < 1:
             raise ValueError("advance must be at least 1")
         self.advance = advance
+
+    @classmethod
+    def from_config(cls, config: Any, heat_size: int, min_heat_size: int) -> Knockout:
+        return cls(config.advance, heat_size, min_heat_size)
+
+    def round_outcome(self, entrants: Sequence[str], results: Sequence[HeatResult], racing: Sequence[str],
+                      final: bool) -> tuple[list[str], list[str]]:
+        """Who of the round's racers and byes goes on (nobody after the final)."""
+        if final:
+            return [], []
+        active, _, _, _, _ = self.walk(entrants, results)
+        return [e for e in racing if e in active], [e for e in racing if e not in active]
+
+    @classmethod
+    def standings_key(cls, row: Any) -> tuple:
+        """Champions first, then the later round reached."""
+        return (not row.champion, -row.round_reached)
 
     def _order(self, heat: HeatResult, seed_index: Mapping[str, int]) -> list[str]:
         if heat.void:
@@ -348,10 +443,12 @@ class Knockout(Format):
         return sorted(e for e in heat.entrants if heat.ranks.get(e) == 1)
 
 
+@register_format
 class League(Format):
     """League (see the module docstring). ``heats_per_entrant`` >= 1."""
 
     kind = "league"
+    config_model = LeagueFormat
     WINDOW = 16
 
     def __init__(self, heats_per_entrant: int = 3, heat_size: int = 3, min_heat_size: int = 2) -> None:
@@ -359,6 +456,10 @@ class League(Format):
         if heats_per_entrant < 1:
             raise ValueError("heats_per_entrant must be at least 1")
         self.heats_per_entrant = heats_per_entrant
+
+    @classmethod
+    def from_config(cls, config: Any, heat_size: int, min_heat_size: int) -> League:
+        return cls(config.heats_per_entrant, heat_size, min_heat_size)
 
     def next_round(self, entrants: Sequence[str], results: Sequence[HeatResult], seed: int) -> RoundPlan | None:
         rounds = _rounds(results)
@@ -439,11 +540,21 @@ def _improve(groups: list[list[str]], met: Mapping[str, Counter]) -> None:
 
 
 def make_format(config: object, heat_size: int, min_heat_size: int) -> Format:
-    """A :class:`Format` from a season file's ``[format]`` model
-    (:class:`~aoe_tui.domain.season.KnockoutFormat` / ``LeagueFormat``)."""
-    kind = getattr(config, "kind", None)
-    if kind == "knockout":
-        return Knockout(config.advance, heat_size, min_heat_size)  # type: ignore[attr-defined]
-    if kind == "league":
-        return League(config.heats_per_entrant, heat_size, min_heat_size)  # type: ignore[attr-defined]
-    raise ValueError(f"unknown format {kind!r}")
+    """A :class:`Format` from a season file's ``[format]`` model (its kind's
+    ``config_model``, or a raw :class:`~aoe_tui.domain.season.AnySection`, validated here).
+
+    Raises:
+        ValueError: no registered kind, or options its model refuses.
+    """
+    cls = format_class(getattr(config, "kind", None))
+    if cls is Format:
+        raise ValueError(f"unknown format {getattr(config, 'kind', None)!r} (known: {', '.join(FORMATS)})")
+    if not isinstance(config, cls.config_model):
+        from pydantic import ValidationError
+
+        try:
+            config = cls.config_model.model_validate(config.model_dump())  # type: ignore[attr-defined]
+        except ValidationError as err:
+            bad = "; ".join(f"format.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+            raise ValueError(bad) from None
+    return cls.from_config(config, heat_size, min_heat_size)

@@ -41,7 +41,7 @@ from aoe_tui.errors import AoeError
 from aoe_tui.replay.season_log import SeasonLogWriter, read_season_log
 from aoe_tui.replay.season_reducer import HeatState, SeasonState, apply_season_record, reduce_season
 from aoe_tui.season.attempts import attempt_stats, judge_attempt
-from aoe_tui.season.formats import Format, HeatResult, Knockout, make_format
+from aoe_tui.season.formats import Format, HeatResult, make_format
 from aoe_tui.season.standings import season_standings
 
 __all__ = ["SeasonObserver", "SeasonRunner", "SeasonMismatchError", "heat_manifest", "load_season_dir", "season_results"]
@@ -138,22 +138,10 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _default_provider_factory(kind: str, cfg: Any) -> Callable[[Path, str, LoadedManifest], Any]:
-    def make(workdir: Path, heat_id: str, arena: LoadedManifest) -> Any:
-        from aoe_tui.runtime.layers import image_for_arena
+    """The season's ``[provider]`` (``kind``, options ``cfg``) from the provider registry."""
+    from aoe_tui.runtime.registry import season_provider_factory
 
-        kw = {k: getattr(cfg, k) for k in ("ready_timeout_s", "reboot_timeout_s") if getattr(cfg, k) is not None}
-        image = image_for_arena(arena.arena_dir, qemu=kind == "qemu")  # cached: built before the season
-        if kind == "container":
-            from aoe_tui.runtime.container import ContainerProvider
-
-            return ContainerProvider(workdir, image=image, cidr=arena.manifest.network.cidr, heat_id=heat_id, **kw)
-        from aoe_tui.runtime.qemu import QemuProvider
-
-        if cfg.memory_mib is not None:
-            kw["memory_mib"] = cfg.memory_mib
-        return QemuProvider(workdir, image=image, **kw)
-
-    return make
+    return season_provider_factory(cfg)
 
 
 def _takes_arena(factory: Callable[..., Any]) -> bool:
@@ -577,13 +565,9 @@ class SeasonRunner:
     def _close_round(self) -> None:
         cur = self.state.current_round
         assert cur is not None
-        advanced: list[str] = []
-        eliminated: list[str] = []
-        if isinstance(self.format, Knockout) and not cur.final:
-            active, _, _, _, _ = self.format.walk(list(self.entrants), season_results(self.state))
-            racing = [e for h in cur.heats.values() for e in h.entrants] + list(cur.byes)
-            advanced = [e for e in racing if e in active]
-            eliminated = [e for e in racing if e not in active]
+        racing = [e for h in cur.heats.values() for e in h.entrants] + list(cur.byes)
+        advanced, eliminated = self.format.round_outcome(list(self.entrants), season_results(self.state), racing,
+                                                         cur.final)
         self._append(se.RoundFinished(round=cur.round, advanced=advanced, eliminated=eliminated))
         self.say(f"round {cur.round} finished" + (f": advanced {', '.join(advanced)}; out {', '.join(eliminated)}"
                                                   if advanced or eliminated else ""))
@@ -622,11 +606,9 @@ class SeasonRunner:
                 results = season_results(self.state)
                 plan = self.format.next_round(list(self.entrants), results, self.season.seed)
                 if plan is None:
-                    if isinstance(self.format, Knockout):
-                        champs = self.format.champions(list(self.entrants), results)
-                    else:
-                        rows = season_standings(self.state)
-                        champs = [r.entrant for r in rows if r.rank == 1]
+                    champs = self.format.champions(list(self.entrants), results)
+                    if champs is None:  # the standings decide
+                        champs = [r.entrant for r in season_standings(self.state) if r.rank == 1]
                     self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds)))
                     raced = {r.arena for r in self.state.rounds.values()}
                     unraced = [a.manifest.arena.id for a in self.arenas if a.manifest.arena.id not in raced]

@@ -34,7 +34,8 @@ All times are in **ms**, all costs in **micro-USD** (10⁻⁶ USD).
 
 Tie-break order (documented; first difference decides):
 
-1. knockout only: champion first, then the later ``round_reached``;
+1. the format's own key (:meth:`aoe_tui.season.formats.Format.standings_key`; knockout:
+   champion first, then the later ``round_reached``; league: none);
 2. more ``wins``;
 3. more ``durable`` deployments;
 4. more ``points``;
@@ -53,6 +54,7 @@ from typing import Any
 
 from aoe_tui.domain.season_events import EntrantHeatStats
 from aoe_tui.replay.season_reducer import SeasonState
+from aoe_tui.season.formats import format_class
 from aoe_tui.season.ratings import rate_heats
 
 __all__ = ["ArenaBreakdown", "SeasonStanding", "season_standings", "upper_median"]
@@ -221,7 +223,8 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
             total[e].add(*args)
             by_arena[e].setdefault(heat.arena, _Tally()).add(*args)
     ratings = rate_heats(entrants, rated)
-    champions = set(state.finished.champions) if state.finished and info.format.get("kind") == "knockout" else set()
+    fmt = format_class(info.format.get("kind"))
+    champions = set(state.finished.champions) if state.finished and fmt.crowns_champions else set()
     rows = []
     for e in entrants:
         t = total[e]
@@ -240,11 +243,8 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
             arenas={a: tally.breakdown(a) for a, tally in by_arena[e].items()},
             **t.figures(),
         ))
-    knockout = info.format.get("kind") == "knockout"
-
     def key(r: SeasonStanding) -> tuple:
-        ko = (not r.champion, -r.round_reached) if knockout else ()
-        return ko + (
+        return fmt.standings_key(r) + (
             -r.wins,
             -r.durable,
             -r.points,

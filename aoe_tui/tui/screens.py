@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Container, Vertical, VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from aoe_tui.tui.viewmodel import HeatModel, ReplayCursor, panel_view
-from aoe_tui.tui.widgets import EventFeed, HeatHeader, ReplayBar, Scoreboard, TerritoryPanel, WinnerBanner
+from aoe_tui.tui.viewmodel import HeatFrame, HeatModel, ReplayCursor
+from aoe_tui.tui.widgets import EventFeed, HeatHeader, HeatPanel, ReplayBar, Scoreboard, TerritoryPanels, WinnerBanner
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.tui.app import AoeApp
@@ -42,6 +42,11 @@ class HeatScreen(Screen):
     one; a new event sets it again (the clock snaps to the log). So a spectator wakes
     once a second for the clock, and never while the screen is hidden; the timer never
     touches the model.
+
+    Panels: every composed widget that is a :class:`~aoe_tui.tui.widgets.HeatPanel` is
+    redrawn by :meth:`_show` from one :class:`~aoe_tui.tui.viewmodel.HeatFrame` (those with
+    ``TICKS`` on the clock tick too); a new panel is its class plus one line in
+    :meth:`compose`.
     """
 
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
@@ -58,6 +63,7 @@ class HeatScreen(Screen):
         self._clock_timer = None
         #: (model version, clock second) the clock timer last drew
         self._ticked: tuple[int, int] | None = None
+        self._heat_panels: list[HeatPanel] | None = None
 
     @property
     def model(self) -> HeatModel | None:
@@ -71,7 +77,7 @@ class HeatScreen(Screen):
         yield WinnerBanner(id="winner")
         yield Scoreboard(id="scoreboard")
         with VerticalScroll(id="heat-body"):
-            yield Container(id="panels")
+            yield TerritoryPanels(id="panels")
             yield EventFeed(id="feed")
         yield Footer()
 
@@ -119,8 +125,7 @@ class HeatScreen(Screen):
             return  # the clock shows whole seconds: nothing to redraw before the next one
         self._ticked = shown
         with self.app.batch_update():
-            self.query_one("#heat-header", HeatHeader).show_header(model, clock)
-            self._show_panels(model, clock)
+            self._show(HeatFrame(model, clock, self._drawn_heat), ticking=True)
 
     def refresh_view(self, force: bool = False) -> None:
         """Sync widgets with the model; no-op when hidden or unchanged."""
@@ -135,37 +140,19 @@ class HeatScreen(Screen):
             return
         self._drawn_version = model.version
         with self.app.batch_update():
-            if key != self._drawn_heat:
-                self._drawn_heat = key
-                self.query_one("#panels").remove_children()
+            self._drawn_heat = key
             clock = self.clock_ms(model)
             self._set_clock(model, clock)
             self._ticked = (model.version, clock // 1000)
-            self.query_one("#heat-header", HeatHeader).show_header(model, clock)
-            self.query_one("#winner", WinnerBanner).show_winner(model.winner_line())
-            panels = self.query_one("#panels", Container)
-            have = {p.territory: p for p in panels.query(TerritoryPanel)}
-            new = []
-            for tid in model.territory_ids():
-                panel = have.get(tid)
-                if panel is None:
-                    panel = TerritoryPanel(tid)
-                    new.append(panel)
-                    have[tid] = panel
-            if new:
-                panels.mount_all(new)
-            self._show_panels(model, clock, have)
-            self.query_one("#feed", EventFeed).show_feed(model)
+            self._show(HeatFrame(model, clock, key))
 
-    def _show_panels(self, model: HeatModel, clock: int, have: dict | None = None) -> None:
-        if have is None:
-            have = {p.territory: p for p in self.query_one("#panels", Container).query(TerritoryPanel)}
-        views = [panel_view(model, tid, clock_ms=clock) for tid in model.territory_ids()]
-        for pv in views:
-            panel = have.get(pv.territory)
-            if panel is not None:
-                panel.show_panel(pv)
-        self.query_one("#scoreboard", Scoreboard).show_views(views)
+    def _show(self, frame: HeatFrame, ticking: bool = False) -> None:
+        """Redraw every heat panel from ``frame`` (``ticking``: only those with ``TICKS``)."""
+        if self._heat_panels is None:  # composed once: find the panels once
+            self._heat_panels = [w for w in self.walk_children() if isinstance(w, HeatPanel)]
+        for panel in self._heat_panels:
+            if panel.TICKS or not ticking:
+                panel.show(frame)
 
 
 class ReplayScreen(HeatScreen):

@@ -24,6 +24,7 @@ import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -582,6 +583,27 @@ def panel_view(model: HeatModel, tid: str, activity_lines: int = 6, clock_ms: in
         health=health,
         resources=terr.resources if conquest and terr else None,
     )
+
+
+@dataclass
+class HeatFrame:
+    """One redraw of the heat screen, the input of every heat-screen panel
+    (:class:`aoe_tui.tui.widgets.HeatPanel`).
+
+    Attributes:
+        model: the heat shown.
+        clock_ms: the clock to show (ms; a live running heat's ticking clock).
+        heat: the key of the heat in ``app.heats`` (a new key = another heat).
+    """
+
+    model: HeatModel
+    clock_ms: int
+    heat: str | None = None
+
+    @cached_property
+    def views(self) -> list[PanelView]:
+        """One :class:`PanelView` per territory, in territory order (built once per frame)."""
+        return [panel_view(self.model, tid, clock_ms=self.clock_ms) for tid in self.model.territory_ids()]
 
 
 # --------------------------------------------------------------------------- activity

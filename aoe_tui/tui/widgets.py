@@ -3,6 +3,12 @@
 Widgets only format view-models (:mod:`aoe_tui.tui.viewmodel`); they never read
 files or events. Each ``show_*`` method skips the redraw when its input did not
 change, so a refresh of an unchanged heat costs a few comparisons.
+
+Heat-screen panels: a widget that also subclasses :class:`HeatPanel` is redrawn by
+:class:`aoe_tui.tui.screens.HeatScreen` through its :meth:`HeatPanel.show` on every
+refresh (and on each clock second when its ``TICKS`` is True), from one
+:class:`~aoe_tui.tui.viewmodel.HeatFrame`. Adding a panel is this class plus one line in
+``HeatScreen.compose``.
 """
 
 from __future__ import annotations
@@ -10,7 +16,10 @@ from __future__ import annotations
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style as RichStyle
+from typing import ClassVar
+
 from rich.text import Text
+from textual.containers import Container
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.visual import Visual, visualize
@@ -19,6 +28,7 @@ from textual.widgets import Static
 
 from aoe_tui.tui.viewmodel import (
     FeedEntry,
+    HeatFrame,
     HeatModel,
     PanelView,
     fmt_clock,
@@ -340,6 +350,20 @@ class TextView(Widget):
         return visualize(self, text, markup=False).get_height(self.styles, room)
 
 
+class HeatPanel:
+    """Mixin of a heat-screen panel (a widget's second base class; see the module docstring).
+
+    ``TICKS``: also redraw on the clock tick (once a second while a live heat runs; only
+    panels that show the clock or evaluating times need it).
+    """
+
+    TICKS: ClassVar[bool] = False
+
+    def show(self, frame: HeatFrame) -> None:
+        """Redraw from ``frame`` (skip when what it shows did not change)."""
+        raise NotImplementedError
+
+
 class TerritoryPanel(TextView):
     """One territory of a heat: entrant, adapter, model, state, ladder, usage, activity.
 
@@ -376,7 +400,35 @@ class TerritoryPanel(TextView):
         self.set_text(text)
 
 
-class EventFeed(TextView):
+class TerritoryPanels(Container, HeatPanel):
+    """One :class:`TerritoryPanel` per territory of the heat (mounted as territories
+    appear; all removed when another heat is shown)."""
+
+    TICKS = True
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._heat: str | None = None
+
+    def show(self, frame: HeatFrame) -> None:
+        if frame.heat != self._heat:
+            self._heat = frame.heat
+            self.remove_children()
+        have = {p.territory: p for p in self.query(TerritoryPanel)}
+        new = []
+        for tid in frame.model.territory_ids():
+            if tid not in have:
+                have[tid] = TerritoryPanel(tid)
+                new.append(have[tid])
+        if new:
+            self.mount_all(new)
+        for pv in frame.views:
+            panel = have.get(pv.territory)
+            if panel is not None:
+                panel.show_panel(pv)
+
+
+class EventFeed(TextView, HeatPanel):
     """The heat's explained event feed: newest last, as many lines as fit."""
 
     def __init__(self, **kwargs) -> None:
@@ -384,6 +436,9 @@ class EventFeed(TextView):
         self._shown: tuple[int, int] | None = None
         self._model: HeatModel | None = None
         self.border_title = "events"
+
+    def show(self, frame: HeatFrame) -> None:
+        self.show_feed(frame.model)
 
     def show_feed(self, model: HeatModel) -> None:
         """Redraw from ``model.feed`` when the model or the height changed."""
@@ -413,8 +468,11 @@ class EventFeed(TextView):
             self.show_feed(self._model)
 
 
-class WinnerBanner(Static):
+class WinnerBanner(Static, HeatPanel):
     """Shown once the heat finished: winner, points, durable time and reason."""
+
+    def show(self, frame: HeatFrame) -> None:
+        self.show_winner(frame.model.winner_line())
 
     def show_winner(self, line: str | None) -> None:
         """Show ``line`` (or hide the banner when None)."""
@@ -423,10 +481,15 @@ class WinnerBanner(Static):
             self.update(line)
 
 
-class HeatHeader(TextView):
+class HeatHeader(TextView, HeatPanel):
     """One line, most important first: clock/duration, match state, the §3.6 leader, the
     season arena in a cup across arenas (``arena ID``), then the heat title (cut first on
     narrow terminals)."""
+
+    TICKS = True
+
+    def show(self, frame: HeatFrame) -> None:
+        self.show_header(frame.model, frame.clock_ms)
 
     def show_header(self, model: HeatModel, clock_ms: int | None = None) -> None:
         """Redraw from ``model`` (world state, title, arena name); ``clock_ms`` overrides the
@@ -492,8 +555,10 @@ def render_scoreboard(views: list[PanelView]) -> Text:
     return t
 
 
-class Scoreboard(TextView):
+class Scoreboard(TextView, HeatPanel):
     """All territories of the heat, one line each (shown on narrow terminals)."""
+
+    TICKS = True
 
     _shown: tuple | None = None
     _pending: list[PanelView] | None = None
@@ -509,6 +574,9 @@ class Scoreboard(TextView):
             return
         self._shown, self._pending = key, None
         self.set_text(render_scoreboard(views))
+
+    def show(self, frame: HeatFrame) -> None:
+        self.show_views(frame.views)
 
     def on_show(self) -> None:
         """Shown (the terminal became narrow): draw what arrived while hidden."""
