@@ -21,6 +21,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from aoe_tui.domain.usage import Usage
+
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.domain.arena import AgentDef
     from aoe_tui.runtime.provider import Territory
@@ -45,21 +47,6 @@ class AdapterStatus(StrEnum):
             AdapterStatus.HARNESS_ERROR: "harness",
             AdapterStatus.INTERRUPTED: "arena",
         }.get(self, "player")
-
-
-@dataclass
-class Usage:
-    """Cumulative usage (spec §5.3 ``usage``): ``None`` means unknown, never zero.
-
-    ``cost_microusd`` is in micro-USD (1e-6 USD).
-    """
-
-    rounds: int | None = None
-    tool_calls: int | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cost_microusd: int | None = None
-    resource_units: int = 0
 
 
 @dataclass

@@ -25,10 +25,10 @@ import csv
 import html
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_reducer import SeasonState
 from aoe_tui.season.standings import ArenaBreakdown, SeasonStanding, season_standings
 
@@ -328,7 +328,4 @@ def render(state: SeasonState, fmt: str) -> str:
 def write_all(season_dir: Path, state: SeasonState) -> None:
     """Write ``standings.{csv,json,md,html}`` into ``season_dir`` atomically."""
     for fmt in FORMATS:
-        path = Path(season_dir) / f"standings.{fmt}"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(render(state, fmt), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(Path(season_dir) / f"standings.{fmt}", render(state, fmt), fsync=False)

@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from aoe_tui.fsio import write_atomic
 from aoe_tui.domain.recipe import LoadedRecipe, RecipeError, find_recipe, load_recipe, recipe_digest
 from aoe_tui.runtime.image import (
     GuestImage,
@@ -383,10 +384,7 @@ def _build_layer(layer: ArenaLayer, progress: ProgressFn) -> None:
                 "base_key": layer.base.key, "description": layer.recipe.recipe.description,
                 "files_copied": copied, "build_s": round(time.monotonic() - t0, 3),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        with open(tmp / "layer.json", "w") as fh:
-            fh.write(json.dumps(meta, indent=2) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_atomic(tmp / "layer.json", json.dumps(meta, indent=2) + "\n", durable_dir=False)
         final = layer.root
         if final.exists():
             trash = root / f".old-{final.name}-{os.getpid()}"

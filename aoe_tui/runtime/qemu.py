@@ -46,8 +46,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from aoe_tui.fsio import write_atomic
 from aoe_tui.runtime.netalloc import NetAllocator
 from aoe_tui.runtime.provider import (
     DoctorCheck,
@@ -312,26 +313,6 @@ def build_qemu_command(
     return cmd
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically with mode 0600 (fsynced)."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _short_socket_path(preferred: Path) -> tuple[Path, Path | None]:
     """A unix socket path under the 107-byte limit: ``preferred`` or one in a fresh /tmp dir.
 
@@ -506,8 +487,8 @@ class QemuProvider(TerritoryProvider):
         identity = None
         if fw_cfg:
             identity = disk_dir
-            _write_private(disk_dir / "hostname", spec.id)
-            _write_private(disk_dir / "root_password", spec.password)
+            write_atomic(disk_dir / "hostname", spec.id, mode=0o600)
+            write_atomic(disk_dir / "root_password", spec.password, mode=0o600)
         g.monitor, g.sock_tmp = _short_socket_path(disk_dir / "monitor.sock")
         console = tdir / "console.log"
         g.cmd = build_qemu_command(
@@ -602,21 +583,19 @@ class QemuProvider(TerritoryProvider):
     def _write_state(self, g: _Guest) -> None:
         if not g.dir.is_dir():
             return
-        _write_json_atomic(
-            g.dir / "state.json",
-            {
-                "provider": "qemu",
-                "id": g.spec.id,
-                "pid": g.proc.pid if g.proc else None,
-                "ssh_port": g.ports.ssh_port,
-                "service_port": g.ports.service_port,
-                "disk_dir": str(g.disk_dir),
-                "monitor": str(g.monitor) if g.monitor else None,
-                "sock_tmp": str(g.sock_tmp) if g.sock_tmp else None,
-                "launches": g.launches,
-                "accel": self.chosen_accel,
-            },
-        )
+        state = {
+            "provider": "qemu",
+            "id": g.spec.id,
+            "pid": g.proc.pid if g.proc else None,
+            "ssh_port": g.ports.ssh_port,
+            "service_port": g.ports.service_port,
+            "disk_dir": str(g.disk_dir),
+            "monitor": str(g.monitor) if g.monitor else None,
+            "sock_tmp": str(g.sock_tmp) if g.sock_tmp else None,
+            "launches": g.launches,
+            "accel": self.chosen_accel,
+        }
+        write_atomic(g.dir / "state.json", json.dumps(state, indent=2))
 
     async def _wait_login(self, g: _Guest, timeout_s: float, what: str) -> float:
         """Poll a real root login until it works, the supervisor fails, or ``timeout_s`` passes."""

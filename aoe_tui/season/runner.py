@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aoe_tui.fsio import write_atomic
 from aoe_tui.domain import season_events as se
 from aoe_tui.domain.arena import AgentDef, LoadedManifest, load_manifest
 from aoe_tui.domain.season import LoadedSeason
@@ -126,15 +127,6 @@ def load_season_dir(season_dir: Path) -> SeasonState:
     if not log.is_file():
         raise AoeError(f"{season_dir}: not a season folder (no season.jsonl)")
     return reduce_season(read_season_log(log))
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _default_provider_factory(kind: str, cfg: Any) -> Callable[[Path, str, LoadedManifest], Any]:
@@ -394,7 +386,7 @@ class SeasonRunner:
                     f"{self.dir}: holds another season (season.toml differs from {self.loaded.path}); "
                     "choose a new --output folder")
         else:
-            _write_atomic(copy, self.loaded.raw)
+            write_atomic(copy, self.loaded.raw)
         self.log = SeasonLogWriter(log_path)
         self.state = reduce_season(self.log.records)
         for rec in self.log.records:  # a live view of a resumed season starts from the top
