@@ -7,8 +7,9 @@ or renamed modules are checked without touching this file.
 
 Layers (docs/architecture.md): the bottom modules (``aoe_tui/__init__``, ``errors``,
 ``fsio``) < ``domain`` < ``replay`` < ``runtime`` < ``agents`` < ``referee`` <
-``season`` < ``tui`` < ``serve`` < ``{export, commands}``; ``commands`` may also use
-``export``. ``aoe_tui/testing/`` and ``aoe_tui/cli.py`` may import anything.
+``season`` < ``export`` < ``tui`` < ``serve`` < ``commands``: exports are pure renderings
+of season state (the TUI's ``e`` key writes them), spectators are served the TUI, the
+CLI wires everything. ``aoe_tui/testing/`` and ``aoe_tui/cli.py`` may import anything.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "aoe_tui"
 
-#: Rank of each top-level part of the package; a module may import modules of a lower
-#: or equal rank (equal: only within the same part) and the extra pairs in ``ALLOWED``.
+#: Rank of each top-level part of the package; a module may import modules of its own
+#: part or of a part with a lower rank.
 RANK = {
     "__init__": 0,
     "errors": 0,
@@ -30,10 +31,10 @@ RANK = {
     "agents": 4,
     "referee": 5,
     "season": 6,
-    "tui": 7,
     "export": 7,
-    "serve": 8,
-    "commands": 9,
+    "tui": 8,
+    "serve": 9,
+    "commands": 10,
 }
 #: Parts that may import anything.
 UNRESTRICTED = {"testing", "cli"}

@@ -59,7 +59,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Check the host, build the image if missing (progress bar), run the demo season."""
     from aoe_tui.commands.image import build_image_with_progress
     from aoe_tui.commands.season import run_season
-    from aoe_tui.domain.season import load_season
+    from aoe_tui.domain.season_file import load_season
     from aoe_tui.runtime.image import find_image
 
     check_host()

@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from aoe_tui.domain.season import load_season
+    from aoe_tui.domain.season_file import load_season
     from aoe_tui.season.runner import safe_label
 
     loaded = load_season(args.season_file)
@@ -79,22 +79,25 @@ def add_priority_arg(p: argparse.ArgumentParser) -> None:
 
 def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner_kwargs: dict | None = None,
                priority: str = "realtime") -> int:
-    """Run or resume ``loaded`` (a :class:`aoe_tui.domain.season.LoadedSeason`) into ``out``,
+    """Run or resume ``loaded`` (a :class:`aoe_tui.domain.season_file.LoadedSeason`) into ``out``,
     headless (plain lines) or in the TUI; the engine thread runs at ``priority`` (one of
     :data:`aoe_tui.runtime.realtime.ENGINE_PRIORITIES`). Returns the exit code (0
     finished, 130 stopped). Raises :class:`AoeError` for bad input (also when the engine
     fails before/while running)."""
     from aoe_tui.commands.image import prepare_arena_images
+    from aoe_tui.export import write_all
     from aoe_tui.season.runner import hold_season_folder, load_season_arenas
 
+    # standings files after every heat and at the end (the runner does not know exports)
+    runner_kwargs = {"write_exports": write_all, **(runner_kwargs or {})}
     arenas, _ = load_season_arenas(loaded)
     with hold_season_folder(out):
         # the guest image and every arena's image layer, with a progress bar, before the
         # engine (and the TUI) start; cached after the first run
         prepare_arena_images([a.arena_dir for a in arenas], qemu=loaded.season.provider.kind == "qemu")
         if headless:
-            return _run_headless(loaded, out, runner_kwargs or {}, priority)
-        return _run_tui(loaded, out, light, runner_kwargs or {}, priority)
+            return _run_headless(loaded, out, runner_kwargs, priority)
+        return _run_tui(loaded, out, light, runner_kwargs, priority)
 
 
 def _run_headless(loaded, out: Path, runner_kwargs: dict, priority: str) -> int:
@@ -192,8 +195,8 @@ def finish_tui_run(host, result: str | None, out: Path) -> int:
 
 
 def _cmd_standings(args: argparse.Namespace) -> int:
-    from aoe_tui.export.season import render
-    from aoe_tui.season.runner import load_season_dir
+    from aoe_tui.export.standings_files import render
+    from aoe_tui.replay.seasondir import load_season_dir
 
     season_dir = Path(args.season_dir)
     if not season_dir.is_dir():

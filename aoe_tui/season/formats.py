@@ -440,7 +440,7 @@ def _improve(groups: list[list[str]], met: Mapping[str, Counter]) -> None:
 
 def make_format(config: object, heat_size: int, min_heat_size: int) -> Format:
     """A :class:`Format` from a season file's ``[format]`` model
-    (:class:`~aoe_tui.domain.season.KnockoutFormat` / ``LeagueFormat``)."""
+    (:class:`~aoe_tui.domain.season_file.KnockoutFormat` / ``LeagueFormat``)."""
     kind = getattr(config, "kind", None)
     if kind == "knockout":
         return Knockout(config.advance, heat_size, min_heat_size)  # type: ignore[attr-defined]

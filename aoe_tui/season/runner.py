@@ -37,39 +37,18 @@ from typing import Any
 from aoe_tui.fsio import write_atomic
 from aoe_tui.domain import season_events as se
 from aoe_tui.domain.arena import AgentDef, LoadedManifest, load_manifest
-from aoe_tui.domain.season import LoadedSeason
+from aoe_tui.domain.season_file import LoadedSeason
 from aoe_tui.errors import AoeError
-from aoe_tui.replay.season_log import SeasonLogWriter, read_season_log
+from aoe_tui.replay.season_log import SeasonLogWriter
 from aoe_tui.replay.season_reducer import HeatState, SeasonState, apply_season_record, reduce_season
 from aoe_tui.season.attempts import attempt_stats, judge_attempt
 from aoe_tui.season.formats import Format, HeatResult, Knockout, make_format
-from aoe_tui.season.standings import season_standings
+from aoe_tui.season.observer import SeasonObserver
+from aoe_tui.season.season_standings import season_standings
 
-__all__ = ["SeasonObserver", "SeasonRunner", "SeasonMismatchError", "heat_manifest", "load_season_dir", "season_results"]
+__all__ = ["SeasonRunner", "SeasonMismatchError", "heat_manifest", "season_results"]
 
 Say = Callable[[str], None]
-
-
-class SeasonObserver:
-    """Optional live-view hooks of :class:`SeasonRunner` (all no-ops here; subclass it).
-
-    Called from the runner's event loop (whatever thread runs :meth:`SeasonRunner.run`);
-    implementations must be quick and thread-safe (e.g. append to a locked inbox) and
-    must not raise — exceptions are swallowed so a view can never stop the season.
-    ``folder`` is an attempt folder relative to the season folder (``round-R/heat-H/attempt-A``).
-    """
-
-    def season_record(self, record: Any) -> None:
-        """A ``season.jsonl`` record (:class:`aoe_tui.domain.season_events.SeasonRecord`) was appended."""
-
-    def attempt_started(self, folder: str, arena: dict[str, Any], title: str) -> None:
-        """An attempt starts; ``arena`` is the heat's manifest as ``arena.json`` dict (§1)."""
-
-    def heat_event(self, folder: str, record: Any) -> None:
-        """One event record (§2) of the attempt in ``folder``."""
-
-    def referee_ready(self, folder: str, referee: Any) -> None:
-        """The attempt's :class:`aoe_tui.referee.referee.BuildReferee` exists (activity source)."""
 
 
 class SeasonMismatchError(AoeError):
@@ -96,7 +75,7 @@ def heat_manifest(loaded: LoadedManifest, seats: tuple[str | None, ...], entrant
     """The arena manifest for one heat: ``[[agents]]`` = the seated entrants (agent id =
     entrant id, territory = seat), territories of empty seats removed, overrides applied.
 
-    ``entrants`` maps id → :class:`aoe_tui.domain.season.Entrant`.
+    ``entrants`` maps id → :class:`aoe_tui.domain.season_file.Entrant`.
     """
     m = loaded.manifest
     terrs, agents = [], []
@@ -119,14 +98,6 @@ def heat_manifest(loaded: LoadedManifest, seats: tuple[str | None, ...], entrant
     new = m.model_copy(update={"territories": terrs, "agents": agents, "rules": rules})
     return LoadedManifest(manifest=new, path=loaded.path, arena_dir=loaded.arena_dir, raw=loaded.raw,
                           path_text=loaded.path_text)
-
-
-def load_season_dir(season_dir: Path) -> SeasonState:
-    """Reduce ``season_dir/season.jsonl`` (raises :class:`AoeError` if absent or bad)."""
-    log = Path(season_dir) / "season.jsonl"
-    if not log.is_file():
-        raise AoeError(f"{season_dir}: not a season folder (no season.jsonl)")
-    return reduce_season(read_season_log(log))
 
 
 def _default_provider_factory(kind: str, cfg: Any) -> Callable[[Path, str, LoadedManifest], Any]:
@@ -270,7 +241,7 @@ class SeasonRunner:
     """Runs (or resumes) one season into ``output_dir``.
 
     Args:
-        loaded: the validated season file (:func:`aoe_tui.domain.season.load_season`).
+        loaded: the validated season file (:func:`aoe_tui.domain.season_file.load_season`).
         output_dir: the season folder (created; resumed if it holds ``season.jsonl``).
         say: called with one line per state change (headless output).
         provider_factory: ``(workdir, heat_id) -> TerritoryProvider`` (default: the season's
@@ -278,8 +249,11 @@ class SeasonRunner:
         adapter_factory: ``(spec) -> Adapter`` (default: :func:`resolve_adapter` with the
             season's ``[adapters]`` registrations).
         run_match: the heat runner (default :func:`aoe_tui.referee.match.run_match`).
-        observer: optional :class:`SeasonObserver` (the TUI); when set, ``run_match`` is also
-            given ``on_referee=``.
+        observer: optional :class:`~aoe_tui.season.observer.SeasonObserver` (the TUI); when
+            set, ``run_match`` is also given ``on_referee=``.
+        write_exports: ``(season_dir, state) -> None``, called after every heat and at the
+            end (``aoe run`` passes :func:`aoe_tui.export.write_all`: standings files);
+            its exceptions are swallowed. ``None``: no exports.
 
     :meth:`run` raises :class:`AoeError` for bad input (arena manifest, unknown adapter,
     too few entrants, another season in the folder) before anything runs.
@@ -289,7 +263,9 @@ class SeasonRunner:
                  provider_factory: Callable[[Path, str], Any] | None = None,
                  adapter_factory: Callable[[str], Any] | None = None,
                  run_match: Callable[..., Any] | None = None,
-                 observer: SeasonObserver | None = None) -> None:
+                 observer: SeasonObserver | None = None,
+                 write_exports: Callable[[Path, SeasonState], None] | None = None) -> None:
+        self.write_exports = write_exports
         self.loaded = loaded
         self.season = loaded.season
         self.dir = Path(output_dir)
@@ -581,10 +557,9 @@ class SeasonRunner:
                                                   if advanced or eliminated else ""))
 
     def _export(self) -> None:
-        from aoe_tui.export import write_all
-
-        with contextlib.suppress(Exception):
-            write_all(self.dir, self.state)
+        if self.write_exports is not None:
+            with contextlib.suppress(Exception):
+                self.write_exports(self.dir, self.state)
 
     async def run(self) -> SeasonState:
         """Run or resume the season to its end; returns the final state."""

@@ -439,7 +439,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
 
     async def _run_spectator(self) -> None:
         assert self.chan is not None
-        seat = self.server._take_seat(self)
+        seat = self.server.seats.take(self)
         if seat is not None:
             self._finish_text(seat, 1)
             return
@@ -449,7 +449,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
         try:
             await self.child.start()
         except OSError as err:
-            self.server._release_seat(self)
+            self.server.seats.release(self)
             self._finish_text(f"aoe serve: cannot start the spectator view: {err.strerror}\n", 1)
             return
         log.info("session start addr=%s key=%s term=%s size=%dx%d pid=%s sessions=%d/%d", self.conn.addr,
@@ -466,7 +466,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
         finally:
             self._stop_reading()
         rc = await self.child.terminate()
-        self.server._release_seat(self)
+        self.server.seats.release(self)
         if self.chan is not None and not self._closed:
             # flush what is left, then report the exit status
             self._exit(0 if rc in (0, None) else 1)

@@ -33,8 +33,8 @@ from textual.screen import Screen
 from aoe_tui.replay.matchdir import LoadedMatch
 from aoe_tui.tui.live import LiveFeed, RecordsPending
 from aoe_tui.tui.screens import HeatScreen, HelpScreen, ReplayScreen
-from aoe_tui.tui.viewmodel import ActivitySource, ArenaInfo, HeatModel, ReplayCursor, folder_activity
-from aoe_tui.tui.watch import TAIL_COALESCE_S, TAIL_POLL_S, TAIL_SAFETY_POLL_S, FolderWatch
+from aoe_tui.tui.viewmodel import ActivitySource, ArenaView, HeatModel, ReplayCursor, folder_activity
+from aoe_tui.tui.watch import TAIL_COALESCE_S, TAIL_POLL_S, TAIL_SAFETY_POLL_S, FolderWatch, SeasonTailer
 
 DARK_THEME = "textual-dark"
 LIGHT_THEME = "textual-light"
@@ -108,7 +108,7 @@ class AoeApp(App):
         title = None
         if loaded.provenance and isinstance(loaded.provenance, dict):
             title = loaded.provenance.get("match_name") or loaded.provenance.get("name")
-        model = HeatModel(ArenaInfo.from_arena(loaded.arena), title=title or source.name, activity=activity)
+        model = HeatModel(ArenaView.from_arena(loaded.arena), title=title or source.name, activity=activity)
         cursor = ReplayCursor(loaded.records, model)
         if at_end:
             cursor.seek_position(cursor.total)
@@ -138,7 +138,7 @@ class AoeApp(App):
         ``tailer``: polled on the app loop (``aoe watch``; see :meth:`_tail`). ``read_only`` hides
         keys that write into the season folder.
         """
-        from aoe_tui.tui.season import SeasonScreen
+        from aoe_tui.tui.season_screens import SeasonScreen
         from aoe_tui.tui.seasonmodel import SeasonModel
 
         app = cls(feed=feed, theme=theme)
@@ -319,7 +319,7 @@ class AoeApp(App):
             from aoe_tui.tui.seasonmodel import attempt_title
 
             info = self.season.state.info if self.season is not None else None
-            model = HeatModel(ArenaInfo.from_arena(loaded.arena), title=attempt_title(info, folder),
+            model = HeatModel(ArenaView.from_arena(loaded.arena), title=attempt_title(info, folder),
                               activity=folder_activity(path), season_arena=self.season_arena(folder))
             cursor = ReplayCursor(loaded.records, model)
             cursor.seek_position(cursor.total)
@@ -335,7 +335,7 @@ class AoeApp(App):
 
     def action_standings(self) -> None:
         """Show the season standings (season mode)."""
-        from aoe_tui.tui.season import StandingsScreen
+        from aoe_tui.tui.season_screens import StandingsScreen
 
         if self.season is None:
             self.notify("standings need a season (aoe run / aoe watch)", severity="warning")
@@ -350,7 +350,7 @@ class AoeApp(App):
 
     async def action_quit(self) -> None:
         """Quit; while ``aoe run``'s season is running, ask: stop, detach or cancel."""
-        from aoe_tui.tui.season import QuitScreen
+        from aoe_tui.tui.season_screens import QuitScreen
 
         host = self.host
         if host is None or host.done:
@@ -397,3 +397,18 @@ class AoeApp(App):
             if cmd.title == "Screenshot" and self.spectator:
                 continue  # it would be saved on the server, out of the spectator's reach
             yield cmd
+
+
+def watch_app(season_dir: Path, theme: str | None = None, *, follow: bool = True):
+    """The ``aoe watch`` app: catch up from ``season_dir`` now (raises :class:`AoeError`
+    on a missing or bad ``season.jsonl``), then follow it every 0.25 s when ``follow``."""
+    from aoe_tui.errors import AoeError
+
+    season_dir = Path(season_dir)
+    if not (season_dir / "season.jsonl").is_file():
+        raise AoeError(f"{season_dir}: not a season folder (no season.jsonl)")
+    feed = LiveFeed()
+    tailer = SeasonTailer(season_dir, feed)
+    tailer.poll()
+    return AoeApp.season_view(feed, season_dir, tailer=tailer if follow else None, read_only=True,
+                              theme=theme or DARK_THEME)

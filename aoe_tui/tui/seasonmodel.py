@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from aoe_tui.domain import season_events as se
 from aoe_tui.replay.season_reducer import AttemptState, HeatState, SeasonState, apply_season_record
-from aoe_tui.season.standings import ArenaBreakdown, SeasonStanding, season_standings
+from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
 from aoe_tui.tui.viewmodel import HeatModel, fmt_clock, fmt_cost, fmt_tokens
 
 LOG_LIMIT = 200
@@ -284,7 +284,7 @@ class SeasonModel:
         return rows
 
     def standings(self) -> list[SeasonStanding]:
-        """Season standings (:func:`aoe_tui.season.standings.season_standings`), cached per version."""
+        """Season standings (:func:`aoe_tui.season.season_standings.season_standings`), cached per version."""
         if self._standings is None or self._standings[0] != self.version:
             self._standings = (self.version, season_standings(self.state) if self.state.info else [])
         return self._standings[1]

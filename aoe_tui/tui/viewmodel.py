@@ -143,11 +143,11 @@ class MilestoneMeta:
 
 
 @dataclass(frozen=True)
-class ArenaInfo:
+class ArenaView:
     """What the panels need from ``arena.json`` (§1, §2.7); every field optional.
 
     Built by :meth:`from_arena` from the manifest dict (``LoadedMatch.arena``);
-    ``ArenaInfo()`` (no manifest) makes the ladder list only evaluated milestones.
+    ``ArenaView()`` (no manifest) makes the ladder list only evaluated milestones.
     """
 
     name: str | None = None
@@ -159,7 +159,7 @@ class ArenaInfo:
     territories: tuple[str, ...] = ()
 
     @classmethod
-    def from_arena(cls, arena: Mapping[str, Any] | None) -> ArenaInfo:
+    def from_arena(cls, arena: Mapping[str, Any] | None) -> ArenaView:
         """Parse leniently (older files miss keys); never raises on odd shapes."""
         if not isinstance(arena, Mapping):
             return cls()
@@ -310,9 +310,9 @@ class HeatModel:
     its last record was applied. :meth:`clock_ms` then extrapolates between events.
     """
 
-    def __init__(self, arena: ArenaInfo | None = None, *, title: str | None = None,
+    def __init__(self, arena: ArenaView | None = None, *, title: str | None = None,
                  activity: ActivitySource | None = None, season_arena: str | None = None) -> None:
-        self.arena = arena or ArenaInfo()
+        self.arena = arena or ArenaView()
         self.title = title
         self.activity = activity
         #: the season arena id this heat races, named in the header in a cup across

@@ -50,14 +50,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from aoe_tui.domain.arena import Budget, Problem, _schema_problems, is_valid_id, read_toml_source
+from aoe_tui.domain.arena import Budget, is_valid_id
+from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source, schema_problems
 from aoe_tui.domain.tomlpos import TomlPositions
 from aoe_tui.errors import AoeError
 
@@ -243,20 +243,13 @@ class LoadedSeason:
 
 def parse_season_text(text: str, file: str) -> SeasonFile:
     """Parse + validate season TOML ``text``; raise :class:`SeasonFileError` naming lines."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        msg = str(err)
-        m = re.search(r"\(at line (\d+), column \d+\)", msg)
-        line = int(m.group(1)) if m else None
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
-        raise SeasonFileError([Problem(file, line, "", f"invalid TOML: {msg}")]) from None
+    data = parse_toml(text, file, SeasonFileError)
     pos = TomlPositions(text)
     try:
         season = SeasonFile.model_validate(data)
     except ValidationError as err:
         problems = []
-        for path, msg in _schema_problems(err):
+        for path, msg in schema_problems(err):
             # the discriminated union puts the tag in the path: format.league.x -> format.x
             path = re.sub(r"^format\.(knockout|league)", "format", path)
             problems.append(Problem(file, pos.line_of(path), path, msg))

@@ -1,14 +1,14 @@
 """Season exports: standings as CSV, JSON, Markdown and a self-contained HTML page.
 
 All four read a reduced :class:`~aoe_tui.replay.season_reducer.SeasonState` and its
-standings (:func:`aoe_tui.season.standings.season_standings`), so they agree with the
+standings (:func:`aoe_tui.season.season_standings.season_standings`), so they agree with the
 live runner. Times are shown as ``m:ss.s`` (from ms); costs as ``$x.xxxx`` (from
 micro-USD). The HTML page has no external resources: inline CSS and inline SVG only
 (bracket, standings table ``<table id="standings">``, a time-to-milestone chart, links
 to each heat's bundle relative to the season folder).
 
 Cups across arenas (a season of more than one arena): the per-arena breakdown
-(:class:`~aoe_tui.season.standings.ArenaBreakdown`, §7.2) is in the JSON (every
+(:class:`~aoe_tui.season.season_standings.ArenaBreakdown`, §7.2) is in the JSON (every
 standing's ``arenas``; also the season's ``arenas`` list and each heat's ``arena``, for
 one-arena seasons too), in a Markdown table after the main one, and in the HTML page
 (``<table id="arena-breakdown">``, the arenas in the header, each round's arena in the
@@ -30,7 +30,7 @@ from typing import Any
 
 from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_reducer import SeasonState
-from aoe_tui.season.standings import ArenaBreakdown, SeasonStanding, season_standings
+from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
 
 __all__ = ["COLUMNS", "FORMATS", "render", "write_all"]
 
