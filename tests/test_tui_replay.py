@@ -14,7 +14,8 @@ from aoe_tui.replay.reducer import reduce_match
 from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, AoeApp
 from aoe_tui.tui.live import LiveFeed, RecordsPending
 from aoe_tui.tui.screens import SPEEDS, GotoScreen, HeatScreen, HelpScreen, ReplayScreen
-from aoe_tui.tui.viewmodel import ArenaView, HeatModel, ReplayCursor, fmt_cost, panel_view
+from aoe_tui.domain.display import fmt_cost
+from aoe_tui.tui.viewmodel import ArenaView, HeatModel, ReplayCursor, panel_view
 from aoe_tui.tui.widgets import EventFeed, TerritoryPanel, WinnerBanner, render_scoreboard
 
 from tui_fixtures import SEED, TIMER_REASON, all_fixture_paths, timer_finish_match
@@ -333,7 +334,8 @@ async def test_live_clock_ticks_between_events_and_stops_when_finished(seed):
     """A running live heat's clock = last event's elapsed_ms + monotonic time since it arrived
     (capped); the evaluating milestone shows how long it has been evaluating; the next event
     snaps the clock back to the log; a finished heat's clock does not tick."""
-    from aoe_tui.tui.viewmodel import LIVE_CLOCK_CAP_MS, fmt_clock
+    from aoe_tui.domain.display import fmt_clock
+    from aoe_tui.tui.viewmodel import LIVE_CLOCK_CAP_MS
 
     i = next(n for n, r in enumerate(seed.records) if r.event.kind == "milestone_evaluation_started")
     head, rest = seed.records[: i + 1], seed.records[i + 1:]
@@ -434,7 +436,7 @@ async def test_replay_clock_does_not_tick(seed):
 
 
 def test_sanitize_line():
-    from aoe_tui.tui.viewmodel import sanitize_line
+    from aoe_tui.domain.display import sanitize_line
 
     assert sanitize_line("\x1b[31mred\x1b[0m [bold]x[/bold]") == "red [bold]x[/bold]"
     assert sanitize_line("a\tb\r\nc\x00d\x07e\u202ef") == "a b  cdef"

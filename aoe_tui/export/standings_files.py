@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from aoe_tui.domain.display import fmt_clock
 from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_reducer import SeasonState
 from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
@@ -45,10 +46,7 @@ COLUMNS = (
 
 
 def _clock(ms: int | None) -> str:
-    if ms is None:
-        return "—"
-    s = ms / 1000
-    return f"{int(s // 60)}:{s % 60:04.1f}"
+    return fmt_clock(ms, "m:ss.d", none="—")
 
 
 def _usd(micro: int | None) -> str:

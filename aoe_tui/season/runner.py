@@ -37,6 +37,7 @@ from typing import Any
 from aoe_tui.fsio import write_atomic
 from aoe_tui.domain import season_events as se
 from aoe_tui.domain.arena import AgentDef, LoadedManifest, load_manifest
+from aoe_tui.domain.display import RepeatedFailures, fmt_clock, summarize_event
 from aoe_tui.domain.season_file import LoadedSeason
 from aoe_tui.errors import AoeError
 from aoe_tui.replay.season_log import SeasonLogWriter
@@ -312,9 +313,9 @@ class SeasonRunner:
         self.state = SeasonState()
         self.log: SeasonLogWriter | None = None
         self.abort_event = asyncio.Event()
-        self.observer = observer
+        #: repeated milestone failures, per attempt tag (printed again only when the detail changes)
         #: (attempt tag, territory, milestone) -> last failure detail printed
-        self._last_fail: dict[tuple[str, str, str], str] = {}
+        self._failures = RepeatedFailures()
 
     def _make_adapter(self, entrant: Any, arena: LoadedManifest | None = None) -> Any:
         """A fresh adapter for ``entrant`` in a heat of ``arena`` (default: the first arena);
@@ -506,22 +507,12 @@ class SeasonRunner:
         if rel is not None:
             self._observe("heat_event", rel, rec)
         e = rec.event
-        secs = f"{rec.elapsed_ms / 1000:.1f}s"
-        seat_of = {self.arena_of(heat).manifest.territories[i].id: x for i, x in enumerate(heat.seats) if x is not None}
         if e.kind == "milestone_passed":
-            self._last_fail.pop((tag, e.territory, e.milestone), None)
-            self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} passed {e.milestone}")
-        elif e.kind == "milestone_failed":
-            # one line when a milestone fails for a new reason (it is retried every tick)
-            detail = e.detail.splitlines()[0][:160] if e.detail else ""
-            key = (tag, e.territory, e.milestone)
-            if self._last_fail.get(key) != detail:
-                self._last_fail[key] = detail
-                self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} failed {e.milestone}: {detail}")
-        elif e.kind == "durable_deployment_completed":
-            self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} is durable")
-        elif e.kind == "infrastructure_failure":
-            self.say(f"{tag}: {secs} infrastructure failure ({e.source}): {e.detail.splitlines()[0] if e.detail else ''}")
+            self._failures.passed(e.territory, e.milestone, tag)
+        seat_of = {self.arena_of(heat).manifest.territories[i].id: x for i, x in enumerate(heat.seats) if x is not None}
+        line = summarize_event(e, "season", name=lambda t: seat_of.get(t, t))
+        if line is not None and self._failures.fresh(line, tag):
+            self.say(f"{tag}: {fmt_clock(rec.elapsed_ms, 's.d')} {line.text}")
 
     async def _run_round_heats(self) -> None:
         cur = self.state.current_round

@@ -18,7 +18,6 @@ per entrant and arena, entrants in the current sort order (fewer columns below
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text

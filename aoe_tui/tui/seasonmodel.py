@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from aoe_tui.domain import season_events as se
 from aoe_tui.replay.season_reducer import AttemptState, HeatState, SeasonState, apply_season_record
 from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
-from aoe_tui.tui.viewmodel import HeatModel, fmt_clock, fmt_cost, fmt_tokens
+from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens
+from aoe_tui.tui.viewmodel import HeatModel
 
 LOG_LIMIT = 200
 #: below this terminal width the season screen uses its compact forms

@@ -17,14 +17,8 @@ from textual.visual import Visual, visualize
 from textual.widget import Widget
 from textual.widgets import Static
 
-from aoe_tui.tui.viewmodel import (
-    FeedEntry,
-    HeatModel,
-    PanelView,
-    fmt_clock,
-    fmt_cost,
-    fmt_tokens,
-)
+from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens
+from aoe_tui.tui.viewmodel import FeedEntry, HeatModel, PanelView
 
 _STATUS_GLYPH = {"passed": "✓", "failed": "✗", "evaluating": "…", "pending": "·"}
 _STATUS_STYLE = {"passed": "bold green", "failed": "red", "evaluating": "yellow", "pending": "dim"}
