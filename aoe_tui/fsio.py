@@ -5,6 +5,7 @@
   file: a temporary file in the same folder, optionally fsynced, renamed over the target,
   then (with ``fsync``) the folder fsynced so the rename survives a host crash.
 - :func:`write_json_atomic`: the same for one JSON value (``indent=2``, UTF-8, one final newline).
+- :class:`SubPath`: a read-only attribute naming a file inside an object's folder.
 
 Line-oriented logs (``events.jsonl``, ``season.jsonl``) use :mod:`aoe_tui.replay.jsonl`.
 """
@@ -17,7 +18,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fsync_dir", "write_atomic", "write_json_atomic"]
+__all__ = ["SubPath", "fsync_dir", "write_atomic", "write_json_atomic"]
 
 
 def fsync_dir(folder: Path) -> None:
@@ -85,3 +86,30 @@ def write_json_atomic(path: Path | str, data: Any, *, fsync: bool = True, indent
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=indent, ensure_ascii=False) + "\n"
     return write_atomic(path, text, fsync=fsync, mode=mode)
+
+
+class SubPath:
+    """A read-only path attribute: ``getattr(obj, folder) / name``.
+
+    ::
+
+        @dataclass
+        class Seat:
+            dir: Path
+            console = SubPath("dir", "console.log", "The guest's console log.")
+
+        Seat(Path("/w")).console  # Path("/w/console.log")
+
+    ``folder`` names the attribute holding the folder (a :class:`~pathlib.Path`); ``doc``
+    becomes the attribute's docstring.
+    """
+
+    def __init__(self, folder: str, name: str, doc: str = "") -> None:
+        self.folder = folder
+        self.name = name
+        self.__doc__ = doc or f"``<{folder}>/{name}``."
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj, self.folder) / self.name

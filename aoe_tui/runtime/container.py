@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aoe_tui.fsio import write_atomic
+from aoe_tui.fsio import SubPath, write_atomic
 from aoe_tui.runtime import netalloc
 from aoe_tui.runtime.image import GuestImage, find_image, image_root, require_image, safe_rmtree, _mounts_under
 from aoe_tui.runtime.provider import (
@@ -439,21 +439,10 @@ class _Box:
     #: the territory's own cgroups (cgroup-v1 hosts), see territory_cgroups
     cgroups: list[Path] = field(default_factory=list)
 
-    @property
-    def root(self) -> Path:
-        return self.dir / "root"
-
-    @property
-    def upper(self) -> Path:
-        return self.dir / "upper"
-
-    @property
-    def work(self) -> Path:
-        return self.dir / "work"
-
-    @property
-    def console(self) -> Path:
-        return self.dir / "console.log"
+    root = SubPath("dir", "root", "The territory's root file system (an overlay mount, or a copy where overlayfs is unusable).")
+    upper = SubPath("dir", "upper", "The overlay's upper (writable) tree.")
+    work = SubPath("dir", "work", "The overlay's work folder.")
+    console = SubPath("dir", "console.log", "The nspawn console log.")
 
     def state(self, owner_pid: int, heat_id: str) -> dict[str, Any]:
         return {

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aoe_tui.fsio import write_atomic
+from aoe_tui.fsio import SubPath, write_atomic
 from aoe_tui.domain.recipe import LoadedRecipe, RecipeError, find_recipe, load_recipe, recipe_digest
 from aoe_tui.runtime.image import (
     GuestImage,
@@ -93,15 +93,8 @@ class ArenaLayer:
     base: GuestImage
     recipe: LoadedRecipe
 
-    @property
-    def upper(self) -> Path:
-        """The overlay upper tree (container territories' middle layer)."""
-        return self.root / "upper"
-
-    @property
-    def qcow2(self) -> Path:
-        """``layer.qcow2``, backed by the base ``base.qcow2`` (QEMU territories)."""
-        return self.root / "layer.qcow2"
+    upper = SubPath("root", "upper", "The overlay upper tree (container territories' middle layer).")
+    qcow2 = SubPath("root", "layer.qcow2", "``layer.qcow2``, backed by the base ``base.qcow2`` (QEMU territories).")
 
     def built(self) -> bool:
         """True when ``upper/`` and ``layer.json`` exist (the container form is complete)."""
