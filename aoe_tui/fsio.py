@@ -18,7 +18,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SubPath", "fsync_dir", "write_atomic", "write_json_atomic"]
+__all__ = ["SubPath", "fsync_dir", "leftover_temps", "write_atomic", "write_json_atomic"]
 
 
 def fsync_dir(folder: Path) -> None:
@@ -75,6 +75,13 @@ def write_atomic(path: Path | str, data: str | bytes, *, fsync: bool = True, mod
     if fsync if durable_dir is None else durable_dir:
         fsync_dir(path.parent)
     return path
+
+
+def leftover_temps(path: Path | str) -> list[Path]:
+    """The temporary files of :func:`write_atomic` for ``path`` that a killed writer left
+    behind (``.<name>.<pid>.<random>.tmp`` next to it), e.g. to delete them with a secret."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{path.name}.*.tmp"))
 
 
 def write_json_atomic(path: Path | str, data: Any, *, fsync: bool = True, indent: int | None = 2,

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aoe_tui.fsio import write_atomic
+from aoe_tui.fsio import leftover_temps, write_atomic
 from aoe_tui.runtime.netalloc import NetAllocator
 from aoe_tui.runtime.provider import (
     DoctorCheck,
@@ -703,9 +703,10 @@ class QemuProvider(TerritoryProvider):
         shutil.rmtree(tdir / "disk", ignore_errors=True)
         if sock_tmp is not None:
             shutil.rmtree(sock_tmp, ignore_errors=True)
-        for name in ("state.json", "state.json.tmp", "credential.env", "credential.env.tmp"):
-            with contextlib.suppress(FileNotFoundError):
-                (tdir / name).unlink()
+        for name in ("state.json", "credential.env"):
+            for p in (tdir / name, *leftover_temps(tdir / name)):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
         if password:
             for name in ("console.log", "qemu.log"):
                 p = tdir / name
