@@ -23,10 +23,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aoe_tui.fsio import write_atomic
 from aoe_tui.domain.events import EVENT_KINDS, DurableDeploymentCompleted, EventRecord
 from aoe_tui.domain.world import WorldState, sort_json, world_dict
 from aoe_tui.errors import AoeError
+from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.log import EventLogError, read_events
 from aoe_tui.replay.reducer import reduce_match
 

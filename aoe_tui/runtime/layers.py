@@ -40,8 +40,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aoe_tui.fsio import SubPath, write_atomic
 from aoe_tui.domain.recipe import LoadedRecipe, RecipeError, find_recipe, load_recipe, recipe_digest
+from aoe_tui.fsio import SubPath, write_atomic
 from aoe_tui.runtime.image import (
     GuestImage,
     ImageBuildError,

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aoe_tui.fsio import write_atomic
 from aoe_tui.errors import AoeError
+from aoe_tui.fsio import write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncssh

@@ -34,12 +34,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aoe_tui.fsio import write_atomic
 from aoe_tui.domain import season_events as se
 from aoe_tui.domain.arena import AgentDef, LoadedManifest, load_manifest
 from aoe_tui.domain.display import RepeatedFailures, fmt_clock, summarize_event
 from aoe_tui.domain.season_file import LoadedSeason
 from aoe_tui.errors import AoeError
+from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_log import SeasonLogWriter
 from aoe_tui.replay.season_reducer import HeatState, SeasonState, apply_season_record, reduce_season
 from aoe_tui.season.attempts import attempt_stats, judge_attempt
@@ -313,8 +313,8 @@ class SeasonRunner:
         self.state = SeasonState()
         self.log: SeasonLogWriter | None = None
         self.abort_event = asyncio.Event()
+        self.observer = observer
         #: repeated milestone failures, per attempt tag (printed again only when the detail changes)
-        #: (attempt tag, territory, milestone) -> last failure detail printed
         self._failures = RepeatedFailures()
 
     def _make_adapter(self, entrant: Any, arena: LoadedManifest | None = None) -> Any:

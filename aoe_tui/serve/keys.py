@@ -17,8 +17,8 @@ from pathlib import Path
 
 import asyncssh
 
-from aoe_tui.fsio import write_atomic
 from aoe_tui.errors import AoeError
+from aoe_tui.fsio import write_atomic
 
 __all__ = ["ServeError", "ensure_host_key", "load_authorized_keys", "fingerprint"]
 
