@@ -6,7 +6,8 @@ headless progress lines all format through here (no I/O).
 - :func:`sanitize_line`: one safe display line from arbitrary adapter output.
 - :func:`summarize_event`: one event (§2) → one human line (:class:`EventLine`), in the
   voice of the TUI feed (``"feed"``), ``aoe match run``'s progress lines (``"match"``) or
-  ``aoe run``'s headless season lines (``"season"``).
+  ``aoe run``'s headless season lines (``"season"``); :func:`summarize_season_event`: one
+  season event (``season.jsonl``) → one line of the TUI's season log.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "sanitize_line",
     "short_line",
     "summarize_event",
+    "summarize_season_event",
 ]
 
 #: ``"mm:ss"``: ``MM:SS``, ``H:MM:SS`` past an hour (TUI clocks, feed, season log);
@@ -249,6 +251,41 @@ def _feed_line(e: Any) -> EventLine | None:
     return EventLine(k, "", None, None)  # pragma: no cover - every kind handled above
 
 
+
+
+def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
+    """One season-log line (TUI season screen, ``aoe watch``) for a season event (a model
+    of :mod:`aoe_tui.domain.season_events`), None for nothing worth a line; ``multi_arena``
+    names the arena a round races (as the runner's own progress line does)."""
+    k = e.kind
+    if k == "season_started":
+        return f"season {e.season} · {e.label} started: {len(e.entrants)} entrants"
+    if k == "season_resumed":
+        return f"resumed (pid {e.pid}): {e.detail}"
+    if k == "stale_territories_cleaned":
+        return f"tore down {len(e.territories)} leftover territories"
+    if k == "round_scheduled":
+        heats = "; ".join(f"h{h.heat}: " + " vs ".join(x for x in h.seats if x) for h in e.heats)
+        on = f" on {e.arena}" if multi_arena and e.arena else ""
+        return f"round {e.round} scheduled{' (final)' if e.final else ''}{on}: {heats}" + (
+            f"; byes {', '.join(e.byes)}" if e.byes else "")
+    if k == "attempt_started":
+        return f"r{e.round}h{e.heat}a{e.attempt} started"
+    if k == "attempt_interrupted":
+        return f"r{e.round}h{e.heat}a{e.attempt} interrupted, kept as {e.renamed_to}"
+    if k == "attempt_finished":
+        tag = f"r{e.round}h{e.heat}a{e.attempt}"
+        if e.outcome == "counted":
+            return f"{tag} finished in {fmt_clock(e.elapsed_ms)}: winner {e.winner or 'none (tie)'}"
+        first = e.detail.splitlines()[0] if e.detail else ""
+        return f"{tag} spoiled by {e.failure_source}: {first} → " + ("retry" if e.outcome == "retry" else "void")
+    if k == "heat_finished":
+        return None
+    if k == "round_finished":
+        return f"round {e.round} finished" + (f": advanced {', '.join(e.advanced)}" if e.advanced else "")
+    if k == "season_finished":
+        return f"season finished: champion {', '.join(e.champions) or 'none'}"
+    return None
 
 
 def _match_line(e: Any, elapsed_ms: int, world: Any) -> EventLine | None:
