@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aoe_tui.domain.usage import Usage
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.fsio import SubPath
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun
-from aoe_tui.domain.usage import Usage
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.domain.adapter_io import AdapterFileError, read_result_file, usage_from_report
 
 __all__ = [

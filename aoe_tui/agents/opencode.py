@@ -67,7 +67,7 @@ from typing import Any
 import asyncssh
 
 from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun
-from aoe_tui.domain.usage import Usage
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.agents.command import DEADLINE_SUMMARY, STOPPED_SUMMARY, apply_budget
 from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
 from aoe_tui.fsio import write_atomic, write_json_atomic

@@ -10,7 +10,7 @@ Helpers:
 - :func:`read_result_file` reads ``AOE_RESULT_FILE`` and raises :class:`AdapterFileError`
   (one line, naming the file) for anything wrong with it, including an identity mismatch.
 
-Atomic writes use :func:`aoe_tui.fsio.write_json_atomic`; :class:`aoe_tui.domain.usage.Usage`
+Atomic writes use :func:`aoe_tui.fsio.write_json_atomic`; :class:`aoe_tui.domain.agent_usage.Usage`
 is the in-memory form of :class:`UsageReport` (same fields).
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from aoe_tui.domain.usage import Usage
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.errors import AoeError
 from aoe_tui.fsio import write_json_atomic
 
@@ -98,12 +98,12 @@ class UsageCheckpoint(BaseModel):
 
 
 def usage_from_report(report: UsageReport) -> Usage:
-    """Convert the file model to :class:`~aoe_tui.domain.usage.Usage`."""
+    """Convert the file model to :class:`~aoe_tui.domain.agent_usage.Usage`."""
     return Usage(**report.model_dump())
 
 
 def usage_to_report(usage: Any) -> UsageReport:
-    """Convert a :class:`~aoe_tui.domain.usage.Usage` (or any object with its fields) to the file model."""
+    """Convert a :class:`~aoe_tui.domain.agent_usage.Usage` (or any object with its fields) to the file model."""
     return UsageReport(
         rounds=usage.rounds,
         tool_calls=usage.tool_calls,
