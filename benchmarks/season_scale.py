@@ -19,7 +19,7 @@ import time
 from aoe_tui.domain import season_events as se
 from aoe_tui.replay.season_reducer import reduce_season
 from aoe_tui.season.formats import HeatResult, Knockout, League
-from aoe_tui.season.standings import season_standings
+from aoe_tui.season.season_standings import season_standings
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ Prints, honestly, what it measured on this machine:
    ``... finished``) first shows in its session's output. Target p95 <= 1 s.
 3. **Update latency, heat events**: a recorded heat (``tests/fixtures`` seed log) is
    appended to a fresh season folder at half its real pace by
-   :class:`~aoe_tui.serve.feeder.SeasonFeeder` (write time known exactly); N clients
+   :class:`~aoe_tui.testing.feeder.SeasonFeeder` (write time known exactly); N clients
    open the heat screen and stamp when ``#<sequence>`` first shows. Events merged into
    an earlier line or scrolled away before a frame are not counted.
 
@@ -66,7 +66,7 @@ import asyncssh
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from aoe_tui.serve.feeder import SeasonFeeder  # noqa: E402
+from aoe_tui.testing.feeder import SeasonFeeder  # noqa: E402
 
 SEED = REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
 #: where ``aoe serve`` puts its spectators (``--cpus`` / ``--priority``; default: its own default)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from aoe_tui.agents.base import AdapterStatus, AgentContext, Usage
+from aoe_tui.agents.base import AdapterStatus, AgentContext
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.agents.command import (
     BUDGET_SUMMARY,
     DEADLINE_SUMMARY,

@@ -1,6 +1,6 @@
 """The durable-job-queue arena package (``arenas/durable-job-queue``), on real territories.
 
-* the starting state of a booted territory, checked against upstream's (notes/arenas §2):
+* the starting state of a booted territory, checked against upstream's (``arenas/durable-job-queue/README.md``, starting state):
   units and their states, the seeded spool with its exact bytes and modes, the empty
   start-file folder, port 8080 closed, the NixOS paths, no forbidden string under the fog
   scan paths, and the same state again after a reboot (seeds every boot, write-if-absent);

@@ -7,9 +7,9 @@
   such as A.10 must appear as the label ``**A.10**`` inside that appendix).
 * No file under ``aoe_tui``, ``tests``, ``benchmarks`` may point at the outside developer
   notes or the shared folder next to the repository.
-* Citations of the outside research notes may not grow beyond the known ones (listed in
-  :data:`PENDING_NOTES`, to be repointed at ``docs/territories.md``, ``docs/opencode.md``,
-  ``docs/serving.md`` and the arena README; empty the list once that is done).
+* Nothing cites the outside research notes: their facts live in ``docs/territories.md``,
+  ``docs/opencode.md``, ``docs/serving.md`` and the arena READMEs (:data:`PENDING_NOTES`
+  lists allowed exceptions per file; it is empty).
 
 The matchers are tested on small synthetic inputs too, so a broken matcher cannot make the
 real checks pass vacuously.
@@ -36,13 +36,7 @@ APPENDIX_RE = re.compile(r"\bAppendix ([A-Z])(?:\.(\d+))?\b")
 HEADING_RE = re.compile(r"^#{1,6}\s+(.*)$", re.M)
 
 #: Citations of the outside research notes (path, count) still waiting to be repointed.
-PENDING_NOTES: dict[str, int] = {
-    "aoe_tui/agents/opencode.py": 2,  # notes/opencode.md → docs/opencode.md
-    "aoe_tui/runtime/qemu.py": 5,  # notes/territories.md pitfalls 1, 3, 5, kernel args → docs/territories.md
-    "aoe_tui/serve/session.py": 2,  # anchors §3.4 → docs/serving.md "Terminal sequences"
-    "tests/test_arena_durable_job_queue.py": 1,  # notes/arenas §2 → arenas/durable-job-queue/README.md
-    "tests/test_qemu_provider.py": 1,  # notes pitfall 1 → docs/territories.md
-}
+PENDING_NOTES: dict[str, int] = {}
 #: How an outside-notes citation looks: ``notes/x.md``, ``notes pitfall N``, ``(notes: …``, ``anchors §N``.
 NOTES_RE = re.compile(
     r"(?<![\w/.-])notes/\w" r"|\bnotes pitfall\b" r"|\(notes:" r"|\banchors " + SECTION

@@ -123,7 +123,7 @@ async def test_leaking_territory_ends_its_heat_before_the_race_and_the_season_go
     """A fog arena whose seed writes a forbidden string under a scan path at boot (which the
     static check of ``aoe arena validate`` cannot see): the leak audit ends that heat before
     any agent starts; the season does not retry it and races its other heats."""
-    from aoe_tui.domain.season import load_season
+    from aoe_tui.domain.season_file import load_season
     from aoe_tui.replay.log import read_events
     from aoe_tui.season.runner import SeasonRunner
 

@@ -166,7 +166,7 @@ def test_event_folding_and_error_mapping(tmp_path):
 
 def test_opencode_cup_season_validates(tmp_path, monkeypatch):
     from aoe_tui.agents.opencode import OpencodeAdapter
-    from aoe_tui.domain.season import load_season
+    from aoe_tui.domain.season_file import load_season
     from aoe_tui.errors import AoeError
     from aoe_tui.season.runner import SeasonRunner
 

@@ -56,7 +56,7 @@ def test_accel_choice() -> None:
 
 
 def test_this_host_detection_matches_kernel_modules() -> None:
-    """On this machine family KVM is kvm_pvm: auto must pick TCG (notes pitfall 1)."""
+    """On this machine family KVM is kvm_pvm: auto must pick TCG (``docs/territories.md`` pitfall 1)."""
     mods = Path("/proc/modules")
     pvm = Path("/sys/module/kvm_pvm").exists() or (mods.exists() and "kvm_pvm" in mods.read_text(errors="ignore"))
     if not pvm:

@@ -21,7 +21,7 @@ import pytest
 
 from aoe_tui.domain.arena import validate_package
 from aoe_tui.domain.recipe import RecipeError, leak_problems, load_recipe, recipe_digest
-from aoe_tui.domain.season import SeasonFileError, load_season
+from aoe_tui.domain.season_file import SeasonFileError, load_season
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun, Usage
+from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.domain.arena import load_manifest
 from aoe_tui.domain.world import world_json
 from aoe_tui.referee.supervisor import HeatSupervisor

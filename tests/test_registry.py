@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from aoe_tui.cli import main
-from aoe_tui.domain.season import SectionConfig, SeasonFileError, load_season
+from aoe_tui.domain.season_file import SectionConfig, SeasonFileError, load_season
 from aoe_tui.runtime.provider import DoctorCheck, Territory, TerritoryProvider, TerritorySpec
 from aoe_tui.runtime.registry import ProviderContext, provider_names, register_provider, unregister_provider
 
@@ -157,7 +157,7 @@ def test_plugin_provider_cleanup_runs_in_cleanup(plugin, tmp_path, capsys):
 
 
 def test_a_registered_format_is_a_season_format_kind(tmp_path):
-    from aoe_tui.domain.season import LeagueFormat
+    from aoe_tui.domain.season_file import LeagueFormat
     from aoe_tui.season.formats import FORMATS, League, make_format, register_format
 
     class SprintOptions(LeagueFormat):

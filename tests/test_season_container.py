@@ -154,7 +154,7 @@ def test_sigkill_at_three_moments_and_resume(demo_run, tmp_path):
 
 
 async def test_injected_provisioning_failure_retries_that_heat_only(tmp_path):
-    from aoe_tui.domain.season import load_season
+    from aoe_tui.domain.season_file import load_season
     from aoe_tui.runtime.container import ContainerProvider
     from aoe_tui.runtime.provider import ProvisionError
     from aoe_tui.season.runner import SeasonRunner

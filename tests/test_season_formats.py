@@ -236,7 +236,7 @@ def test_assign_seats_prefers_new_seats():
 
 
 def test_make_format_from_season_models():
-    from aoe_tui.domain.season import KnockoutFormat, LeagueFormat
+    from aoe_tui.domain.season_file import KnockoutFormat, LeagueFormat
 
     k = make_format(KnockoutFormat(kind="knockout", advance=1), 3, 2)
     assert isinstance(k, Knockout) and k.advance == 1

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from aoe_tui.domain import season_events as se
-from aoe_tui.domain.season import SeasonFileError, load_season
-from aoe_tui.export.season import render
+from aoe_tui.domain.season_file import SeasonFileError, load_season
+from aoe_tui.export.standings_files import render
 from aoe_tui.replay.season_log import SeasonLogError, SeasonLogWriter, read_season_log
 from aoe_tui.replay.season_reducer import SeasonStateError, reduce_season
 from aoe_tui.season.ratings import rate_heats
-from aoe_tui.season.standings import season_standings
+from aoe_tui.season.season_standings import season_standings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,6 +56,18 @@ def test_season_file_errors_name_file_line_and_field(tmp_path):
         load_season(bad)
     with pytest.raises(SeasonFileError, match="season file not found"):
         load_season(tmp_path / "missing.toml")
+
+
+def test_season_file_toml_error_at_end_of_document(tmp_path):
+    """tomllib gives no position for an error at the end of the document (an unclosed
+    string or array): the problem is put on the last line, as for arena manifests."""
+    from aoe_tui.domain.season_file import SeasonFileError, load_season
+
+    bad = tmp_path / "s.toml"
+    bad.write_text('id = "t"\nlabel = "w1"\narena = "a.toml"\nseed = [1,\n')
+    with pytest.raises(SeasonFileError) as ei:
+        load_season(bad)
+    assert str(ei.value) == f"{bad}:5: invalid TOML: Invalid value (at end of document)"
 
 
 def _started(entrants=("a", "b", "c", "d")):
@@ -359,7 +371,7 @@ def multi_state(tmp_path):
 
 def _bd(arena, heats=0, wins=0, times=(), points=0, passes=0, available=0, usage=0, tokens=None, ms=None):
     """The expected :class:`ArenaBreakdown` (tokens = (in, out, cost) or None = unknown)."""
-    from aoe_tui.season.standings import ArenaBreakdown, upper_median
+    from aoe_tui.season.season_standings import ArenaBreakdown, upper_median
 
     tin, tout, cost = tokens or (None, None, None)
     return ArenaBreakdown(
@@ -444,7 +456,7 @@ def test_multi_arena_ratings_are_one_per_entrant_and_one_arena_figures_unchanged
 
 
 def test_multi_arena_exports_json_csv_md(multi_state):
-    from aoe_tui.export.season import COLUMNS
+    from aoe_tui.export.standings_files import COLUMNS
 
     data = json.loads(render(multi_state, "json"))
     assert data["arena"] == FB
@@ -485,7 +497,7 @@ def test_multi_arena_exports_json_csv_md(multi_state):
 def test_one_arena_exports_have_no_breakdown_sections(tmp_path):
     """A one-arena season: Markdown ends with the tie-break line, the HTML names its one arena
     with one chart and no breakdown or arena marks, the CSV header is :data:`COLUMNS`."""
-    from aoe_tui.export.season import COLUMNS
+    from aoe_tui.export.standings_files import COLUMNS
 
     log = tmp_path / "season.jsonl"
     _season_log(log)
@@ -507,7 +519,7 @@ def test_multi_arena_html_page(multi_state, tmp_path):
     per-arena table (read back in chromium too) and one time-to-milestone chart per arena."""
     import re
 
-    from aoe_tui.export.season import BREAKDOWN_HEADS
+    from aoe_tui.export.standings_files import BREAKDOWN_HEADS
 
     page = render(multi_state, "html")
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page

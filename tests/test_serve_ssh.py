@@ -1,6 +1,6 @@
 """``aoe serve`` end to end: a real asyncssh client against the spectator server on 127.0.0.1.
 
-The season is live without territories: :class:`~aoe_tui.serve.feeder.SeasonFeeder`
+The season is live without territories: :class:`~aoe_tui.testing.feeder.SeasonFeeder`
 builds a one-heat season folder with the real season log writer and appends the seed
 heat's recorded events (``tests/fixtures/seed``) paced by their clock, while each
 PTY session runs the real ``aoe watch`` in its own process. Screens are rebuilt with
@@ -27,7 +27,7 @@ import asyncssh
 import pyte
 import pytest
 
-from aoe_tui.serve.feeder import FOLDER, SeasonFeeder
+from aoe_tui.testing.feeder import FOLDER, SeasonFeeder
 from aoe_tui.serve.keys import ensure_host_key
 from aoe_tui.serve.server import ServeConfig, ServerThread
 

@@ -22,7 +22,8 @@ from textual.widgets import DataTable
 
 from aoe_tui.replay.season_log import read_season_log
 from aoe_tui.tui.screens import HeatScreen
-from aoe_tui.tui.season import SeasonScreen, StandingsScreen, watch_app
+from aoe_tui.tui.season_screens import SeasonScreen, StandingsScreen
+from aoe_tui.tui.app import watch_app
 from aoe_tui.tui.seasonmodel import SeasonModel
 from procfs import policy, this_thread_policy
 
@@ -47,7 +48,7 @@ async def wait_for(pilot, cond, timeout: float, what: str) -> None:
 
 
 async def test_demo_season_live_until_first_heat(tmp_path):
-    from aoe_tui.domain.season import load_season
+    from aoe_tui.domain.season_file import load_season
     from aoe_tui.season.runner import SeasonRunner, cleanup_stale_territories
     from aoe_tui.tui.app import AoeApp
     from aoe_tui.tui.host import SeasonHost

@@ -14,7 +14,8 @@ from aoe_tui.replay.reducer import reduce_match
 from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, AoeApp
 from aoe_tui.tui.live import LiveFeed, RecordsPending
 from aoe_tui.tui.screens import SPEEDS, GotoScreen, HeatScreen, HelpScreen, ReplayScreen
-from aoe_tui.tui.viewmodel import ArenaInfo, HeatModel, ReplayCursor, fmt_cost, panel_view
+from aoe_tui.domain.display import fmt_cost
+from aoe_tui.tui.viewmodel import ArenaView, HeatModel, ReplayCursor, panel_view
 from aoe_tui.tui.widgets import EventFeed, TerritoryPanel, WinnerBanner, render_scoreboard
 
 from tui_fixtures import SEED, TIMER_REASON, all_fixture_paths, timer_finish_match
@@ -29,7 +30,7 @@ def seed():
 
 
 def test_seed_panels_at_end(seed):
-    model = HeatModel(ArenaInfo.from_arena(seed.arena))
+    model = HeatModel(ArenaView.from_arena(seed.arena))
     model.extend(seed.records)
     assert model.world == seed.world  # same reducer, incrementally
     two = panel_view(model, "builder-two")
@@ -51,7 +52,7 @@ def test_seed_panels_at_end(seed):
 
 
 def test_feed_collapses_repeated_failures(seed):
-    model = HeatModel(ArenaInfo.from_arena(seed.arena))
+    model = HeatModel(ArenaView.from_arena(seed.arena))
     model.extend(seed.records)
     texts = [e.text for e in model.feed]
     assert "builder-one failed service-up ×14: curl: (56) Recv failure: Connection reset by peer" in texts
@@ -61,7 +62,7 @@ def test_feed_collapses_repeated_failures(seed):
 
 def test_cost_not_zero_without_usage():
     loaded = timer_finish_match()
-    model = HeatModel(ArenaInfo.from_arena(loaded.arena))
+    model = HeatModel(ArenaView.from_arena(loaded.arena))
     model.extend(loaded.records)
     for tid in model.territory_ids():
         pv = panel_view(model, tid)
@@ -75,7 +76,7 @@ def test_cost_not_zero_without_usage():
 def test_timer_finish_partial_ladders():
     loaded = timer_finish_match()
     assert loaded.world.finish_reason == TIMER_REASON
-    model = HeatModel(ArenaInfo.from_arena(loaded.arena))
+    model = HeatModel(ArenaView.from_arena(loaded.arena))
     model.extend(loaded.records)
     statuses = {t: [r.status for r in panel_view(model, t).ladder] for t in model.territory_ids()}
     assert statuses["queue-one"][:2] == ["passed", "failed"]
@@ -85,7 +86,7 @@ def test_timer_finish_partial_ladders():
 
 
 def test_cursor_is_incremental_and_scrubs(seed):
-    model = HeatModel(ArenaInfo.from_arena(seed.arena))
+    model = HeatModel(ArenaView.from_arena(seed.arena))
     cur = ReplayCursor(seed.records, model)
     cur.step(60)
     assert model.applied == 60 and model.world == reduce_match(seed.records[:60])
@@ -333,7 +334,8 @@ async def test_live_clock_ticks_between_events_and_stops_when_finished(seed):
     """A running live heat's clock = last event's elapsed_ms + monotonic time since it arrived
     (capped); the evaluating milestone shows how long it has been evaluating; the next event
     snaps the clock back to the log; a finished heat's clock does not tick."""
-    from aoe_tui.tui.viewmodel import LIVE_CLOCK_CAP_MS, fmt_clock
+    from aoe_tui.domain.display import fmt_clock
+    from aoe_tui.tui.viewmodel import LIVE_CLOCK_CAP_MS
 
     i = next(n for n, r in enumerate(seed.records) if r.event.kind == "milestone_evaluation_started")
     head, rest = seed.records[: i + 1], seed.records[i + 1:]
@@ -434,7 +436,7 @@ async def test_replay_clock_does_not_tick(seed):
 
 
 def test_sanitize_line():
-    from aoe_tui.tui.viewmodel import sanitize_line
+    from aoe_tui.domain.display import sanitize_line
 
     assert sanitize_line("\x1b[31mred\x1b[0m [bold]x[/bold]") == "red [bold]x[/bold]"
     assert sanitize_line("a\tb\r\nc\x00d\x07e\u202ef") == "a b  cdef"
@@ -609,7 +611,7 @@ async def test_territory_panel_repaints_only_the_rows_that_changed(seed):
 
     from textual.app import App
 
-    model = HeatModel(ArenaInfo.from_arena(seed.arena))
+    model = HeatModel(ArenaView.from_arena(seed.arena))
     model.extend(seed.records)
     tid = model.territory_ids()[0]
     pv = panel_view(model, tid)
@@ -666,7 +668,7 @@ async def test_territory_panel_height_does_not_shrink_during_a_heat(seed):
 
     from textual.app import App
 
-    model = HeatModel(ArenaInfo.from_arena(seed.arena))
+    model = HeatModel(ArenaView.from_arena(seed.arena))
     model.extend(seed.records)
     tid = model.territory_ids()[0]
     pv = panel_view(model, tid)

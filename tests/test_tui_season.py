@@ -19,7 +19,8 @@ from aoe_tui.replay.season_reducer import reduce_season
 from aoe_tui.tui.app import AoeApp
 from aoe_tui.tui.live import LiveFeed
 from aoe_tui.tui.screens import HeatScreen, ReplayScreen
-from aoe_tui.tui.season import QuitScreen, SeasonScreen, StandingsScreen, watch_app
+from aoe_tui.tui.season_screens import QuitScreen, SeasonScreen, StandingsScreen
+from aoe_tui.tui.app import watch_app
 from aoe_tui.tui.seasonmodel import SeasonModel, sort_standings
 from aoe_tui.tui.watch import SeasonTailer
 
@@ -335,7 +336,7 @@ async def test_a_ticking_time_cell_repaints_one_row_not_the_table(season_dir):
     nothing in the table."""
     from textual.geometry import Region
 
-    from aoe_tui.tui.season import BracketTable
+    from aoe_tui.tui.season_screens import BracketTable
 
     app = frozen(watch_app(season_dir, follow=False))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -370,7 +371,7 @@ async def test_a_ticking_time_cell_repaints_one_row_not_the_table(season_dir):
 async def test_season_screen_wakes_once_a_second_and_not_when_hidden(season_dir):
     """The season screen's clock timer is set for the next second of the season clock;
     its progress bar runs no timer of its own; a hidden season screen has no timer."""
-    from aoe_tui.tui.season import SEASON_TICK_SLACK_S, SeasonProgress, SeasonScreen
+    from aoe_tui.tui.season_screens import SEASON_TICK_SLACK_S, SeasonProgress, SeasonScreen
 
     app = watch_app(season_dir)
     now = [1_700_000_000_250]

@@ -99,7 +99,7 @@ def season_dir(tmp_path_factory):
 
 def season_app(season_dir, **kw):
     """``aoe watch`` of the fixture season, caught up, not following, clock frozen."""
-    from aoe_tui.tui.season import watch_app
+    from aoe_tui.tui.app import watch_app
 
     from tui_fixtures import SEASON_NOW_OFFSET_MS, SEASON_T0
 

@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from aoe_tui.domain.adapter_io import write_json_atomic
+from aoe_tui.fsio import write_json_atomic
 
 __all__ = ["ANALYZER", "analyze_trace", "classify", "command_of", "write_analysis"]
 

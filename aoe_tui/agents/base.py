@@ -21,6 +21,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from aoe_tui.domain.agent_usage import Usage
+from aoe_tui.fsio import SubPath
+
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.domain.arena import AgentDef
     from aoe_tui.runtime.provider import Territory
@@ -45,21 +48,6 @@ class AdapterStatus(StrEnum):
             AdapterStatus.HARNESS_ERROR: "harness",
             AdapterStatus.INTERRUPTED: "arena",
         }.get(self, "player")
-
-
-@dataclass
-class Usage:
-    """Cumulative usage (spec §5.3 ``usage``): ``None`` means unknown, never zero.
-
-    ``cost_microusd`` is in micro-USD (1e-6 USD).
-    """
-
-    rounds: int | None = None
-    tool_calls: int | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cost_microusd: int | None = None
-    resource_units: int = 0
 
 
 @dataclass
@@ -96,30 +84,13 @@ class AgentContext:
     deadline_s: float
     arena_dir: Path
 
-    @property
-    def result_file(self) -> Path:
-        """``AOE_RESULT_FILE``: ``agents/<id>/result.json``."""
-        return self.agent_dir / "result.json"
-
-    @property
-    def usage_file(self) -> Path:
-        """``AOE_USAGE_FILE``: ``agents/<id>/usage.json`` (cumulative checkpoints, spec §5.5)."""
-        return self.agent_dir / "usage.json"
-
-    @property
-    def stdout_file(self) -> Path:
-        """``AOE_STDOUT_FILE``: ``agents/<id>/stdout.log``."""
-        return self.agent_dir / "stdout.log"
-
-    @property
-    def stderr_file(self) -> Path:
-        """``AOE_STDERR_FILE``: ``agents/<id>/stderr.log``."""
-        return self.agent_dir / "stderr.log"
-
-    @property
-    def reboot_marker(self) -> Path:
-        """``agents/<id>/referee-reboot``: written by the referee before it reboots the guest (§3.4)."""
-        return self.agent_dir / "referee-reboot"
+    result_file = SubPath("agent_dir", "result.json", "``AOE_RESULT_FILE``: ``agents/<id>/result.json``.")
+    usage_file = SubPath("agent_dir", "usage.json",
+                         "``AOE_USAGE_FILE``: ``agents/<id>/usage.json`` (cumulative checkpoints, spec §5.5).")
+    stdout_file = SubPath("agent_dir", "stdout.log", "``AOE_STDOUT_FILE``: ``agents/<id>/stdout.log``.")
+    stderr_file = SubPath("agent_dir", "stderr.log", "``AOE_STDERR_FILE``: ``agents/<id>/stderr.log``.")
+    reboot_marker = SubPath("agent_dir", "referee-reboot",
+                            "``agents/<id>/referee-reboot``: written by the referee before it reboots the guest (§3.4).")
 
 
 class AgentRun(abc.ABC):

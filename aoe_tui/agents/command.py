@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun, Usage
+from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.domain.adapter_io import AdapterFileError, read_result_file, usage_from_report
 
 __all__ = [

@@ -5,7 +5,7 @@ Upstream never had one (spec §5.6); this follows the same contract as every ada
 plus ``transcript.json`` / ``transcript.live.json`` (a claux-like transcript with a
 ``tool_trace``, §2.7) and ``analysis.json`` (§9.2).
 
-How a run works (facts from ``notes/opencode.md``):
+How a run works (facts from ``docs/opencode.md``):
 
 1. On the runner: the opencode binary comes from npm (``opencode-ai`` pinned to
    :data:`OPENCODE_VERSION`), installed once into ``<user cache>/aoe-tui/opencode/<version>``
@@ -66,9 +66,11 @@ from typing import Any
 
 import asyncssh
 
-from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun, Usage
+from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.agents.command import DEADLINE_SUMMARY, STOPPED_SUMMARY, apply_budget
-from aoe_tui.domain.adapter_io import write_json_atomic, write_result_file, write_usage_file
+from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
+from aoe_tui.fsio import write_atomic, write_json_atomic
 from aoe_tui.errors import AoeError
 
 __all__ = [
@@ -83,7 +85,7 @@ __all__ = [
     "opencode_binary",
 ]
 
-#: The pinned npm version of ``opencode-ai`` (the one measured in notes/opencode.md).
+#: The pinned npm version of ``opencode-ai`` (the one measured in docs/opencode.md).
 OPENCODE_VERSION = "1.18.33"
 #: Default provider base URL (opencode's "Go" gateway, for ``opencode-go/*`` models).
 DEFAULT_BASE_URL = "https://opencode.ai/zen/go/v1"
@@ -681,9 +683,7 @@ class OpencodeRun(AgentRun):
             conn.run(f"cat {self._run_dir}/home/.local/share/opencode/log/*.log 2>/dev/null | tail -c 2000000", check=False), 5)
         text = res.stdout if isinstance(res.stdout, str) else bytes(res.stdout or b"").decode("utf-8", "replace")
         if text:
-            tmp = self.ctx.agent_dir / ".opencode.log.partial"
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, self.ctx.agent_dir / "opencode.log")
+            write_atomic(self.ctx.agent_dir / "opencode.log", text, fsync=False)
 
     def _finish(self, status: AdapterStatus, summary: str) -> AgentOutcome:
         ctx = self.ctx

@@ -24,7 +24,8 @@ from importlib import resources
 from pathlib import Path
 import asyncssh
 
-from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun, Usage
+from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.agents.command import DEADLINE_SUMMARY, STOPPED_SUMMARY, apply_budget
 from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
 

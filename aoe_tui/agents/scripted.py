@@ -25,7 +25,8 @@ import asyncio
 import os
 from pathlib import Path
 
-from aoe_tui.agents.base import AdapterStatus, Usage
+from aoe_tui.agents.base import AdapterStatus
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.agents.oracle import DURABLE_STORAGE, BuilderAdapter, BuilderRun, deploy_script, render_app
 from aoe_tui.errors import AoeError
 

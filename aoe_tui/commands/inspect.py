@@ -14,6 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
+from aoe_tui.domain.display import fmt_clock
 from aoe_tui.domain.world import WorldState, world_json
 from aoe_tui.replay.bundle import write_bundle
 from aoe_tui.replay.matchdir import LoadedMatch, load_match
@@ -67,9 +68,7 @@ def _milestone_order(match: LoadedMatch) -> list[str]:
 
 
 def _fmt_ms(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return f"{ms / 1000:.1f}s"
+    return fmt_clock(ms, "s.d", none="-")
 
 
 def _cell(world: WorldState, territory: str, milestone: str) -> str:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from aoe_tui.commands.season import add_priority_arg
+from aoe_tui.domain.display import RepeatedFailures, fmt_clock, summarize_event
 from aoe_tui.errors import AoeError, UsageError
 
 __all__ = ["register", "ProgressPrinter", "build_adapters", "make_provider", "matrix_lines"]
@@ -125,10 +126,6 @@ def make_provider(kind: str, loaded: Any, output_dir: Path, inventory: str | Non
 # ---------------------------------------------------------------------------- live view
 
 
-def _clock(ms: int) -> str:
-    return f"{ms // 60000:02d}:{(ms // 1000) % 60:02d}.{(ms % 1000) // 100}"
-
-
 def matrix_lines(world: Any, milestone_ids: list[str], territory_ids: list[str]) -> list[str]:
     """A compact milestone matrix (cf. spec §8.2): one row per territory.
 
@@ -163,7 +160,7 @@ class ProgressPrinter:
         self.milestones = [x.id for x in m.build.milestones] if m.build else []
         self.territories = [t.id for t in m.territories]
         self.stream = stream or sys.stdout
-        self._last_fail: dict[tuple[str, str], str] = {}
+        self._failures = RepeatedFailures()
 
     def _p(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
@@ -171,42 +168,12 @@ class ProgressPrinter:
     def __call__(self, rec: Any, world: Any) -> None:
         e = rec.event
         k = e.kind
-        t = f"[{_clock(rec.elapsed_ms)}]"
-        matrix = False
         if k == "milestone_passed":
-            self._p(f"{t} {e.territory} passed {e.milestone} (+{e.points})")
-            self._last_fail.pop((e.territory, e.milestone), None)
-            matrix = True
-        elif k == "milestone_failed":
-            key = (e.territory, e.milestone)
-            detail = e.detail.splitlines()[0][:160] if e.detail else ""
-            if self._last_fail.get(key) != detail:
-                self._last_fail[key] = detail
-                self._p(f"{t} {e.territory} failed {e.milestone}: {detail}")
-        elif k == "competitor_state_changed" and rec.elapsed_ms > 0:
-            self._p(f"{t} {e.territory} is {e.to.value}: {e.reason}")
-        elif k == "agent_finished":
-            self._p(f"{t} agent {e.agent} {'completed' if e.success else 'failed'} ({e.source.value}): {e.detail.splitlines()[0][:160] if e.detail else ''}")
-        elif k == "agent_interrupted":
-            self._p(f"{t} agent {e.agent} interrupted ({e.source.value}): {e.detail[:160]}")
-        elif k in ("agent_terminated", "agent_outraced"):
-            self._p(f"{t} agent {e.agent} {k.split('_')[1]}: {e.reason}")
-        elif k == "usage_charged" and (e.input_tokens or e.output_tokens or e.cost_microusd):
-            a = world.agents.get(e.agent)
-            if a is not None:
-                self._p(f"{t} agent {e.agent} usage: {a.input_tokens + a.output_tokens} tokens, ${a.cost_microusd / 1e6:.4f}")
-        elif k == "infrastructure_failure":
-            self._p(f"{t} INFRASTRUCTURE FAILURE {e.component} ({e.source.value}): {e.detail}")
-            matrix = True
-        elif k == "match_state_changed" and e.to.value == "running":
-            self._p(f"{t} match running")
-        elif k == "match_finished":
-            self._p(f"{t} match finished: winner={e.winner or 'none'} ({e.reason})")
-        elif k == "post_match_drain_started":
-            self._p(f"{t} post-match drain: waiting up to {e.timeout_ms / 1000:.0f} s for {e.pending_agents} agent(s)")
-        elif k == "post_match_drain_finished":
-            self._p(f"{t} drain finished: {e.captured_agents} captured, {e.terminated_agents} terminated")
-            matrix = True
+            self._failures.passed(e.territory, e.milestone)
+        line = summarize_event(e, "match", elapsed_ms=rec.elapsed_ms, world=world)
+        if line is not None and self._failures.fresh(line):
+            self._p(f"[{fmt_clock(rec.elapsed_ms, 'mm:ss.d')}] {line.text}")
+        matrix = k in ("milestone_passed", "infrastructure_failure", "post_match_drain_finished")
         if matrix:
             for line in matrix_lines(world, self.milestones, self.territories):
                 self._p(line)
@@ -249,7 +216,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     wall = time.monotonic() - started
     print(
         f"match {world.match_state.value}: winner={world.winner or 'none'} ({world.finish_reason or '-'}); "
-        f"clock {_clock(world.elapsed_ms)}, wall {wall:.1f} s; folder {output}",
+        f"clock {fmt_clock(world.elapsed_ms, 'mm:ss.d')}, wall {wall:.1f} s; folder {output}",
         flush=True,
     )
     bundle = bundle_path(output)

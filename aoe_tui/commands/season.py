@@ -50,11 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def load_season_file(path: Path | str) -> Any:
-    """:func:`aoe_tui.domain.season.load_season` with the ``[provider]`` and ``[format]``
+    """:func:`aoe_tui.domain.season_file.load_season` with the ``[provider]`` and ``[format]``
     kinds installed (the provider registry and the formats; see the domain's "Kinds")."""
     import aoe_tui.runtime.registry  # noqa: F401 - installs the [provider] kinds
     import aoe_tui.season.formats  # noqa: F401 - installs the [format] kinds
-    from aoe_tui.domain.season import load_season
+    from aoe_tui.domain.season_file import load_season
 
     return load_season(path)
 
@@ -89,22 +89,25 @@ def add_priority_arg(p: argparse.ArgumentParser) -> None:
 
 def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner_kwargs: dict | None = None,
                priority: str = "realtime") -> int:
-    """Run or resume ``loaded`` (a :class:`aoe_tui.domain.season.LoadedSeason`) into ``out``,
+    """Run or resume ``loaded`` (a :class:`aoe_tui.domain.season_file.LoadedSeason`) into ``out``,
     headless (plain lines) or in the TUI; the engine thread runs at ``priority`` (one of
     :data:`aoe_tui.runtime.realtime.ENGINE_PRIORITIES`). Returns the exit code (0
     finished, 130 stopped). Raises :class:`AoeError` for bad input (also when the engine
     fails before/while running)."""
     from aoe_tui.commands.image import prepare_provider_images
+    from aoe_tui.export import write_all
     from aoe_tui.season.runner import hold_season_folder, load_season_arenas
 
+    # standings files after every heat and at the end (the runner does not know exports)
+    runner_kwargs = {"write_exports": write_all, **(runner_kwargs or {})}
     arenas, _ = load_season_arenas(loaded)
     with hold_season_folder(out):
         # the guest image and every arena's image layer, with a progress bar, before the
         # engine (and the TUI) start; cached after the first run
         prepare_provider_images(loaded.season.provider.kind, [a.arena_dir for a in arenas])
         if headless:
-            return _run_headless(loaded, out, runner_kwargs or {}, priority)
-        return _run_tui(loaded, out, light, runner_kwargs or {}, priority)
+            return _run_headless(loaded, out, runner_kwargs, priority)
+        return _run_tui(loaded, out, light, runner_kwargs, priority)
 
 
 def _run_headless(loaded, out: Path, runner_kwargs: dict, priority: str) -> int:
@@ -202,8 +205,8 @@ def finish_tui_run(host, result: str | None, out: Path) -> int:
 
 
 def _cmd_standings(args: argparse.Namespace) -> int:
-    from aoe_tui.export.season import render
-    from aoe_tui.season.runner import load_season_dir
+    from aoe_tui.export.standings_files import render
+    from aoe_tui.replay.seasondir import load_season_dir
 
     season_dir = Path(args.season_dir)
     if not season_dir.is_dir():

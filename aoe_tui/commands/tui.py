@@ -66,13 +66,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    """Run ``aoe watch`` (see :func:`aoe_tui.tui.season.watch_app`)."""
-    from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME
+    """Run ``aoe watch`` (see :func:`aoe_tui.tui.app.watch_app`)."""
+    from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, watch_app
 
     season_dir = Path(args.season_dir)
     if not season_dir.is_dir():
         raise AoeError(f"{season_dir}: no such season folder")
-    from aoe_tui.tui.season import watch_app
 
     app = watch_app(season_dir, theme=LIGHT_THEME if args.light else DARK_THEME)
     app.run()

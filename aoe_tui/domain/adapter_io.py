@@ -9,28 +9,21 @@ Helpers:
   a half-written, stale, foreign or malformed file is simply "no checkpoint".
 - :func:`read_result_file` reads ``AOE_RESULT_FILE`` and raises :class:`AdapterFileError`
   (one line, naming the file) for anything wrong with it, including an identity mismatch.
-- :func:`write_json_atomic` writes any JSON value via tmp + fsync + rename.
 
-Layering note: this module sits in ``domain`` and does not import ``aoe_tui.agents`` at
-import time; functions that return :class:`aoe_tui.agents.base.Usage` import it lazily
-(it is a plain dataclass with the same fields as :class:`UsageReport`).
+Atomic writes use :func:`aoe_tui.fsio.write_json_atomic`; :class:`aoe_tui.domain.agent_usage.Usage`
+is the in-memory form of :class:`UsageReport` (same fields).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.errors import AoeError
-
-if TYPE_CHECKING:  # pragma: no cover
-    # Only for annotations: the domain layer does not import the agents layer at runtime.
-    from aoe_tui.agents.base import Usage
+from aoe_tui.fsio import write_json_atomic
 
 __all__ = [
     "AdapterFileError",
@@ -41,7 +34,6 @@ __all__ = [
     "read_usage_checkpoint",
     "usage_from_report",
     "usage_to_report",
-    "write_json_atomic",
     "write_result_file",
     "write_usage_file",
 ]
@@ -106,14 +98,12 @@ class UsageCheckpoint(BaseModel):
 
 
 def usage_from_report(report: UsageReport) -> Usage:
-    """Convert the file model to the adapter-layer :class:`~aoe_tui.agents.base.Usage`."""
-    from aoe_tui.agents.base import Usage
-
+    """Convert the file model to :class:`~aoe_tui.domain.agent_usage.Usage`."""
     return Usage(**report.model_dump())
 
 
 def usage_to_report(usage: Any) -> UsageReport:
-    """Convert a :class:`~aoe_tui.agents.base.Usage` (or any object with its fields) to the file model."""
+    """Convert a :class:`~aoe_tui.domain.agent_usage.Usage` (or any object with its fields) to the file model."""
     return UsageReport(
         rounds=usage.rounds,
         tool_calls=usage.tool_calls,
@@ -128,41 +118,6 @@ def _usage_json(usage: Any) -> dict[str, Any]:
     report = usage if isinstance(usage, UsageReport) else usage_to_report(usage)
     # Upstream writes only the known usage fields (e.g. ``{"resource_units": 1}``).
     return report.model_dump(exclude_none=True)
-
-
-def write_json_atomic(path: Path, data: Any, *, fsync: bool = True, indent: int | None = 2) -> Path:
-    """Write ``data`` as JSON to ``path`` atomically (temp file in the same folder + rename).
-
-    A reader never sees a torn file. With ``fsync`` the data and the rename survive a
-    host crash. Returns ``path``. Raises ``OSError`` if the folder is not writable.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=indent, ensure_ascii=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            if fsync:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if fsync:
-        try:
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
-    return path
 
 
 def write_result_file(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,6 +36,7 @@ from pydantic import (
     model_validator,
 )
 
+from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source, schema_problems
 from aoe_tui.domain.tomlpos import TomlPositions
 from aoe_tui.errors import AoeError
 
@@ -489,21 +489,6 @@ def _find_cycle(milestones: list[MilestoneDef]) -> str | None:
 # --------------------------------------------------------------------------- loading
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One manifest/package problem: ``file``, 1-based ``line`` (None if unknown),
-    upstream-style ``field`` path (``""`` for a whole-file problem) and ``message``."""
-
-    file: str
-    line: int | None
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        loc = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{loc}: {self.field}: {self.message}" if self.field else f"{loc}: {self.message}"
-
-
 class ManifestError(AoeError):
     """A manifest that cannot be loaded; ``.problems`` lists every :class:`Problem`.
 
@@ -513,29 +498,6 @@ class ManifestError(AoeError):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
-
-
-def read_toml_source(path: Path, file: str, error: type[AoeError], noun: str) -> tuple[bytes, str]:
-    """Read a TOML source file as ``(raw bytes, UTF-8 text)`` for a loader.
-
-    Raises:
-        error: ``error([Problem(...)])`` naming ``file`` when it is missing, a directory,
-            unreadable, or not UTF-8 (with the line of the first bad byte). ``noun``
-            names the file's kind in the message ("manifest", "season file").
-    """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise error([Problem(file, None, "", f"{noun} not found")]) from None
-    except IsADirectoryError:
-        raise error([Problem(file, None, "", f"is a directory, not a {noun}")]) from None
-    except OSError as err:
-        raise error([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
-    try:
-        return raw, raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise error([Problem(file, line, "", "not valid UTF-8")]) from None
 
 
 @dataclass(frozen=True)
@@ -562,57 +524,14 @@ class LoadedManifest:
         return self.arena_dir / milestone.verifier
 
 
-def _loc_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            part = "class" if part == "class_" else "from" if part == "from_" else str(part)
-            # pydantic puts union/literal tags into loc; skip non-field tags
-            out += f".{part}" if out else part
-    return out
-
-
-_TYPE_MSGS = {
-    "missing": "missing required field",
-    "extra_forbidden": "unknown field",
-}
-
-
-def _schema_problems(err: ValidationError) -> list[tuple[str, str]]:
-    out = []
-    seen = set()
-    for e in err.errors(include_url=False):
-        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        path = _loc_path(loc)
-        msg = _TYPE_MSGS.get(e["type"], e["msg"])
-        if e["type"] not in _TYPE_MSGS and "input" in e and not isinstance(e["input"], (dict, list)):
-            msg = f"{msg} (got {e['input']!r})"
-        if (path, msg) in seen:
-            continue
-        seen.add((path, msg))
-        out.append((path, msg))
-    return out
-
-
 def parse_manifest_text(text: str, file: str) -> tuple[ArenaManifest, TomlPositions]:
     """Parse + validate manifest TOML ``text``; raise :class:`ManifestError` with lines."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        msg = str(err)
-        m = re.search(r"\(at line (\d+), column \d+\)", msg)
-        line = int(m.group(1)) if m else None
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
-        if m is None and "end of document" in msg:
-            line = text.count("\n") + 1
-        raise ManifestError([Problem(file, line, "", f"invalid TOML: {msg}")]) from None
+    data = parse_toml(text, file, ManifestError)
     pos = TomlPositions(text)
     try:
         manifest = ArenaManifest.model_validate(data, context={"skip_semantic": True})
     except ValidationError as err:
-        problems = [Problem(file, pos.line_of(p), p, msg) for p, msg in _schema_problems(err)]
+        problems = [Problem(file, pos.line_of(p), p, msg) for p, msg in schema_problems(err)]
         raise ManifestError(problems) from None
     sem = semantic_problems(manifest)
     if sem:

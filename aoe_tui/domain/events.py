@@ -76,19 +76,46 @@ class AgentTerminalState(StrEnum):
 
 
 class _Event(BaseModel):
-    """Base of every event model: unknown keys ignored, ``from_``/``from`` both accepted."""
+    """Base of every event model: unknown keys ignored, ``from_``/``from`` both accepted.
+    Each model narrows ``kind`` to its literal (declared first, so ``kind`` stays the
+    first field), after the fields of its group (the classes below)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=False)
+
+    kind: str
+
+
+class _TerritoryEvent(_Event):
+    """An event about one territory (its id first)."""
+
+    territory: str
+
+
+class _MilestoneEvent(_TerritoryEvent):
+    """An event about one milestone (§1.6 id) of one territory."""
+
+    milestone: str
+
+
+class _AgentEvent(_Event):
+    """An event about one agent (manifest agent id first)."""
+
+    agent: str
+
+
+class _AgentStopped(_AgentEvent):
+    """An agent stopped by the referee; ``reason`` says why."""
+
+    reason: str
 
 
 U64 = Annotated[int, Field(ge=0)]
 
 
-class TerritoryRegistered(_Event):
+class TerritoryRegistered(_TerritoryEvent):
     """``territory_registered`` — once per territory at t=0, manifest order."""
 
     kind: Literal["territory_registered"] = "territory_registered"
-    territory: str
     class_: str = Field(alias="class")
     agent: str
 
@@ -101,76 +128,73 @@ class MatchStateChanged(_Event):
     to: MatchState
 
 
-class TerritoryStateChanged(_Event):
+class TerritoryStateChanged(_TerritoryEvent):
     """``territory_state_changed`` — conquest only."""
 
     kind: Literal["territory_state_changed"] = "territory_state_changed"
-    territory: str
     from_: TerritoryState = Field(alias="from")
     to: TerritoryState
     reason: str
 
 
-class HealthObserved(_Event):
-    """``health_observed`` — conquest probe; ``status`` null means a transport error."""
+class HealthObserved(_TerritoryEvent):
+    """``health_observed`` — conquest probe; ``status`` (HTTP) null means a transport
+    error; ``latency_ms`` in ms."""
 
     kind: Literal["health_observed"] = "health_observed"
-    territory: str
     healthy: bool
     status: int | None
     latency_ms: U64
     detail: str
 
 
-class AgentStarted(_Event):
+class AgentStarted(_AgentEvent):
     """``agent_started`` — at t=0, manifest agent order."""
 
     kind: Literal["agent_started"] = "agent_started"
-    agent: str
     territory: str
     model: str
 
 
-class AgentFinished(_Event):
-    """``agent_finished`` — the adapter returned a result (§5.4)."""
+class AgentFinished(_AgentEvent):
+    """``agent_finished`` — the adapter returned a result (§5.4): ``success`` for status
+    ``completed``, else ``source`` is who is blamed (§3.9); ``detail`` is the adapter's
+    summary."""
 
     kind: Literal["agent_finished"] = "agent_finished"
-    agent: str
     source: FailureSource
     success: bool
     detail: str
 
 
-class AgentInterrupted(_Event):
+class AgentInterrupted(_AgentEvent):
     """``agent_interrupted`` — adapter result status ``interrupted``."""
 
     kind: Literal["agent_interrupted"] = "agent_interrupted"
-    agent: str
     source: FailureSource
     detail: str
 
 
-class AgentTerminated(_Event):
+class AgentTerminated(_AgentStopped):
     """``agent_terminated`` — killed at the post-match drain deadline."""
 
     kind: Literal["agent_terminated"] = "agent_terminated"
-    agent: str
-    reason: str
 
 
-class AgentOutraced(_Event):
+class AgentOutraced(_AgentStopped):
     """``agent_outraced`` (Appendix B) — another territory reached durable first."""
 
     kind: Literal["agent_outraced"] = "agent_outraced"
-    agent: str
-    reason: str
 
 
-class UsageCharged(_Event):
-    """``usage_charged`` — the usage **delta** since the last checkpoint (§5.5)."""
+class UsageCharged(_AgentEvent):
+    """``usage_charged`` — the usage **delta** since the last checkpoint (§5.5).
+
+    Token counts and ``cost_microusd`` (micro-USD) are null when the adapter does not
+    report them (unknown, not zero); ``resource_units`` is always a number.
+    """
 
     kind: Literal["usage_charged"] = "usage_charged"
-    agent: str
     resource_units: U64
     input_tokens: U64 | None = None
     output_tokens: U64 | None = None
@@ -178,7 +202,8 @@ class UsageCharged(_Event):
 
 
 class PostMatchDrainStarted(_Event):
-    """``post_match_drain_started`` — ``timeout_ms`` (30000 upstream), ``pending_agents``."""
+    """``post_match_drain_started`` — the race is over; agents still running get
+    ``timeout_ms`` (ms, 30000 upstream) to finish; ``pending_agents`` of them are."""
 
     kind: Literal["post_match_drain_started"] = "post_match_drain_started"
     timeout_ms: U64
@@ -186,90 +211,81 @@ class PostMatchDrainStarted(_Event):
 
 
 class PostMatchDrainFinished(_Event):
-    """``post_match_drain_finished``."""
+    """``post_match_drain_finished`` — of the pending agents, ``captured_agents`` reported a
+    result within the drain and ``terminated_agents`` were killed at its deadline."""
 
     kind: Literal["post_match_drain_finished"] = "post_match_drain_finished"
     captured_agents: U64
     terminated_agents: U64
 
 
-class CompetitorStateChanged(_Event):
+class CompetitorStateChanged(_TerritoryEvent):
     """``competitor_state_changed`` — build-race competitor transition (§3.2)."""
 
     kind: Literal["competitor_state_changed"] = "competitor_state_changed"
-    territory: str
     from_: CompetitorState = Field(alias="from")
     to: CompetitorState
     reason: str
 
 
-class MilestoneEvaluationStarted(_Event):
+class MilestoneEvaluationStarted(_MilestoneEvent):
     """``milestone_evaluation_started`` — one verifier attempt begins."""
 
     kind: Literal["milestone_evaluation_started"] = "milestone_evaluation_started"
-    territory: str
-    milestone: str
 
 
-class MilestonePassed(_Event):
+class MilestonePassed(_MilestoneEvent):
     """``milestone_passed`` — verifier succeeded; ``evidence`` is any JSON."""
 
     kind: Literal["milestone_passed"] = "milestone_passed"
-    territory: str
-    milestone: str
     points: U64
     evidence: Any = None
 
 
-class MilestoneFailed(_Event):
+class MilestoneFailed(_MilestoneEvent):
     """``milestone_failed`` — ``category`` is ``verification_failed`` upstream."""
 
     kind: Literal["milestone_failed"] = "milestone_failed"
-    territory: str
-    milestone: str
     category: str = "verification_failed"
     detail: str
     retryable: bool = True
 
 
-class MilestoneRevoked(_Event):
+class MilestoneRevoked(_MilestoneEvent):
     """``milestone_revoked`` — declared and reduced upstream, never emitted."""
 
     kind: Literal["milestone_revoked"] = "milestone_revoked"
-    territory: str
-    milestone: str
     reason: str
 
 
-class DurableDeploymentCompleted(_Event):
+class DurableDeploymentCompleted(_TerritoryEvent):
     """``durable_deployment_completed`` — its own ``elapsed_ms`` (ms) duplicates the envelope key."""
 
     kind: Literal["durable_deployment_completed"] = "durable_deployment_completed"
-    territory: str
     elapsed_ms: U64
 
 
-class ResourcesChanged(_Event):
-    """``resources_changed`` — conquest only."""
+class ResourcesChanged(_TerritoryEvent):
+    """``resources_changed`` — conquest only: ``delta`` (signed) applied, ``remaining``
+    after it; ``reason`` names the cause (``healthy tick`` for the periodic income)."""
 
     kind: Literal["resources_changed"] = "resources_changed"
-    territory: str
     delta: int
     remaining: U64
     reason: str
 
 
-class TerritoryEliminated(_Event):
+class TerritoryEliminated(_TerritoryEvent):
     """``territory_eliminated`` — conquest only."""
 
     kind: Literal["territory_eliminated"] = "territory_eliminated"
-    territory: str
     source: FailureSource
     detail: str
 
 
 class InfrastructureFailure(_Event):
-    """``infrastructure_failure`` — counted in ``world.infrastructure_failures``."""
+    """``infrastructure_failure`` — counted in ``world.infrastructure_failures``;
+    ``component`` names what failed (e.g. ``territory:<id>``), ``source`` who is to blame."""
 
     kind: Literal["infrastructure_failure"] = "infrastructure_failure"
     component: str

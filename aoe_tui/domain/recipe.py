@@ -23,14 +23,13 @@ import hashlib
 import os
 import re
 import stat
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from aoe_tui.domain.arena import Problem, _schema_problems
+from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source, schema_problems
 from aoe_tui.domain.tomlpos import TomlPositions
 from aoe_tui.errors import AoeError
 
@@ -155,27 +154,13 @@ def load_recipe(root: Path) -> LoadedRecipe:
     root = Path(root)
     path = root / "recipe.toml"
     file = str(path)
-    try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-    except FileNotFoundError:
-        raise RecipeError([Problem(file, None, "", "recipe not found")]) from None
-    except OSError as err:
-        raise RecipeError([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
-    except UnicodeDecodeError as err:
-        raise RecipeError([Problem(file, raw[: err.start].count(b"\n") + 1, "", "not valid UTF-8")]) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        msg = str(err)
-        m = re.search(r"\(at line (\d+), column \d+\)", msg)
-        line = int(m.group(1)) if m else (text.count("\n") + 1 if "end of document" in msg else None)
-        raise RecipeError([Problem(file, line, "", "invalid TOML: " + re.sub(r"\s*\(at line \d+, column \d+\)", "", msg))]) from None
+    raw, text = read_toml_source(path, file, RecipeError, "recipe")
+    data = parse_toml(text, file, RecipeError)
     pos = TomlPositions(text)
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as err:
-        raise RecipeError([Problem(file, pos.line_of(p), p, m) for p, m in _schema_problems(err)]) from None
+        raise RecipeError([Problem(file, pos.line_of(p), p, m) for p, m in schema_problems(err)]) from None
     problems: list[Problem] = []
 
     def add(field: str, msg: str, where: str = file, line: int | None = -1) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -22,10 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aoe_tui.domain.arena import (
     LoadedManifest,
     ManifestError,
-    Problem,
-    _schema_problems,
     load_manifest,
 )
+from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source, schema_problems
 from aoe_tui.domain.tomlpos import TomlPositions
 
 _SUITE_ID_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -80,18 +78,8 @@ def load_suite(path: Path | str) -> LoadedSuite:
     """Load and check a suite file; raise :class:`ManifestError` listing every problem."""
     path_text = str(path)
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError([Problem(path_text, None, "", "suite not found")]) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ManifestError([Problem(path_text, None, "", f"cannot read: {err}")]) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        m = re.search(r"\(at line (\d+), column \d+\)", str(err))
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(err))
-        raise ManifestError([Problem(path_text, int(m.group(1)) if m else None, "", f"invalid TOML: {msg}")]) from None
+    _raw, text = read_toml_source(path, path_text, ManifestError, "suite")
+    data = parse_toml(text, path_text, ManifestError)
     pos = TomlPositions(text)
 
     def prob(field: str, msg: str) -> Problem:
@@ -100,7 +88,7 @@ def load_suite(path: Path | str) -> LoadedSuite:
     try:
         suite = SuiteManifest.model_validate(data)
     except ValidationError as err:
-        raise ManifestError([prob(p, m) for p, m in _schema_problems(err)]) from None
+        raise ManifestError([prob(p, m) for p, m in schema_problems(err)]) from None
     problems: list[Problem] = []
     if suite.schema_version != 1:
         problems.append(prob("schema_version", f"unsupported schema version {suite.schema_version}; expected 1"))

@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -45,6 +44,7 @@ from aoe_tui.domain import events as ev
 from aoe_tui.domain.events import MatchState
 from aoe_tui.domain.world import WorldState, pretty_json, world_json
 from aoe_tui.errors import AoeError
+from aoe_tui.fsio import write_atomic
 from aoe_tui.referee.rules import REASONS
 from aoe_tui.referee.supervisor import HeatSupervisor, OnEvent
 from aoe_tui.replay.log import EventLogWriter
@@ -113,17 +113,6 @@ def territory_specs(loaded: LoadedManifest, credentials: Mapping[str, Path] | No
     return out
 
 
-def _write_atomic(path: Path, text: str, *, fsync: bool = False) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        if fsync:
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _source_revision() -> str | None:
     try:
         res = subprocess.run(
@@ -161,7 +150,7 @@ def _write_headers(
     from aoe_tui.domain.arena import arena_json
     from aoe_tui.domain.provenance import compute_provenance
 
-    _write_atomic(output_dir / "arena.json", pretty_json(arena_json(loaded.manifest)))
+    write_atomic(output_dir / "arena.json", pretty_json(arena_json(loaded.manifest)), fsync=False)
     prov = compute_provenance(loaded, dict(registered), __version__, _source_revision())
     hashes = dict(prov.adapter_sha256)
     for adapter in adapters.values():
@@ -171,7 +160,7 @@ def _write_headers(
                 if digest:
                     hashes[adapter.name] = digest
     prov = prov.model_copy(update={"adapter_sha256": dict(sorted(hashes.items()))})
-    _write_atomic(output_dir / "match.json", pretty_json(prov.to_json()))
+    write_atomic(output_dir / "match.json", pretty_json(prov.to_json()), fsync=False)
 
 
 def _provision_failed(log: EventLogWriter, world: WorldState, component: str, detail: str, reason: str,
@@ -350,7 +339,7 @@ async def run_heat(
             world = supervisor.world
         if log is not None:
             log.close()
-            _write_atomic(output_dir / "world.json", world_json(world), fsync=True)
+            write_atomic(output_dir / "world.json", world_json(world))
         from aoe_tui.referee.verifier import end_leftover_verifiers
 
         left = end_leftover_verifiers(output_dir / "evidence")
@@ -369,7 +358,7 @@ async def run_heat(
             extra.update({k: v for k, v in supervisor.extra().items() if k != "timings"})
             extra["timings"].update(supervisor.timings)
         with contextlib.suppress(OSError, TypeError, ValueError):
-            _write_atomic(output_dir / "aoe-extra.json", json.dumps(extra, indent=2, sort_keys=True))
+            write_atomic(output_dir / "aoe-extra.json", json.dumps(extra, indent=2, sort_keys=True), fsync=False)
         if write_bundle_file and log is not None:
             from aoe_tui.replay.bundle import write_bundle
 

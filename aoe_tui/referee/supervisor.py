@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from aoe_tui.domain.events import EventRecord, MatchState
 from aoe_tui.domain.world import WorldState
+from aoe_tui.fsio import write_atomic
 from aoe_tui.referee.rules import REASONS, AgentResult, BuildRaceRules, Completion, Stamped
 from aoe_tui.referee.verifier import VerifierOutcome, run_verifier, verifier_starter
 from aoe_tui.replay.reducer import apply_event
@@ -237,7 +237,7 @@ class HeatSupervisor:
             seat.agent_dir.mkdir(parents=True, exist_ok=True)
             instruction_file = seat.agent_dir / "instruction.md"
             try:
-                _write_text(instruction_file, self._instruction(seat.territory.id))
+                write_atomic(instruction_file, self._instruction(seat.territory.id), fsync=False)
                 ctx = AgentContext(
                     agent=seat.agent,
                     territory=seat.territory,
@@ -390,7 +390,7 @@ class HeatSupervisor:
         """Marker + ``provider.reboot`` (§3.4). Returns None on success, else a one-line detail."""
         try:
             seat.agent_dir.mkdir(parents=True, exist_ok=True)
-            _write_text(seat.agent_dir / "referee-reboot", m.id)
+            write_atomic(seat.agent_dir / "referee-reboot", m.id, fsync=False)
         except OSError as err:
             return f"cannot write referee-reboot marker: {_one_line(err)}"
         try:
@@ -525,7 +525,7 @@ class HeatSupervisor:
             if seat.run is None or not getattr(seat.run, "activity", None):
                 continue
             with contextlib.suppress(OSError):
-                _write_text(seat.agent_dir / "activity.log", "\n".join(seat.run.activity) + "\n")
+                write_atomic(seat.agent_dir / "activity.log", "\n".join(seat.run.activity) + "\n", fsync=False)
 
     def extra(self) -> dict[str, Any]:
         """Our own per-match facts for ``aoe-extra.json`` (never in upstream files)."""
@@ -544,7 +544,3 @@ def _one_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aoe_tui.fsio import write_atomic
 from aoe_tui.runtime.procs import Starter, wait_exited
 
 __all__ = ["VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "run_verifier", "verifier_env"]
@@ -79,14 +80,6 @@ class VerifierOutcome:
     duration_ms: int = 0
     exit_code: int | None = None
     timed_out: bool = False
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def previous_evidence_json(milestones: dict[str, Any]) -> str:
@@ -138,7 +131,8 @@ def _start(verifier: Path, env: dict[str, str], previous_file: Path, previous_te
     (text made on the loop, from the world as it was), remove stale evidence, start the
     process. Returns it and its stderr file."""
     evidence_file.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(previous_file, previous_text)
+    previous_file.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(previous_file, previous_text, fsync=False)
     with contextlib.suppress(FileNotFoundError):
         evidence_file.unlink()
     err_fh = tempfile.TemporaryFile()

@@ -17,8 +17,6 @@ space inside non-empty brackets, raw UTF-8, no trailing newline.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from pydantic import ValidationError
 from aoe_tui.domain.events import EVENT_KINDS, DurableDeploymentCompleted, EventRecord
 from aoe_tui.domain.world import WorldState, sort_json, world_dict
 from aoe_tui.errors import AoeError
+from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.log import EventLogError, read_events
 from aoe_tui.replay.reducer import reduce_match
 
@@ -141,18 +140,7 @@ def write_bundle(
     if out.is_dir():
         raise BundleError(f"{out}: is a directory; give the bundle's file name (e.g. {out / (match_dir.resolve().name + '.match.json')})")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        os.fchmod(fd, 0o644)  # a published artifact, not a secret (mkstemp creates 0600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return write_atomic(out, text, mode=0o644)  # a published artifact, not a secret
 
 
 @dataclass

@@ -9,10 +9,8 @@ then its own field) — written by hand here and read back with both values kept
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -25,8 +23,10 @@ from aoe_tui.domain.events import (
 )
 from aoe_tui.domain.world import sort_json
 from aoe_tui.errors import AoeError
+from aoe_tui.replay.jsonl import LogAppender, LogFormat, LogTail, read_log
 
 __all__ = [
+    "EVENT_LOG",
     "EventLogError",
     "EventLogWriter",
     "dump_record",
@@ -113,19 +113,8 @@ def parse_line(line: str | bytes) -> EventRecord:
     return EventRecord.model_construct(schema_version=1, sequence=seq, elapsed_ms=elapsed, event=event)
 
 
-def _iter_lines(raw: bytes) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield (1-based line number, line bytes without newline, had_newline)."""
-    start = 0
-    lineno = 0
-    n = len(raw)
-    while start < n:
-        lineno += 1
-        end = raw.find(b"\n", start)
-        if end == -1:
-            yield lineno, raw[start:], False
-            return
-        yield lineno, raw[start:end], True
-        start = end + 1
+#: How ``events.jsonl`` is read (line rules: :mod:`aoe_tui.replay.jsonl`).
+EVENT_LOG = LogFormat(parse=parse_line, error=EventLogError, noun="event", what="event log")
 
 
 def read_events(path: Path | str) -> list[EventRecord]:
@@ -136,47 +125,7 @@ def read_events(path: Path | str) -> list[EventRecord]:
     line, a wrong schema version, an unknown kind or a sequence that differs from
     the record's index raises :class:`EventLogError` naming ``path:line``.
     """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    except OSError as err:
-        raise EventLogError(f"{path}: cannot read event log: {err.strerror}") from None
-    records, _ = _parse_bytes(path, raw, 0, 0, 0)
-    return records
-
-
-def _parse_bytes(
-    path: Path, raw: bytes, base_line: int, expected_seq: int, base_offset: int
-) -> tuple[list[EventRecord], int]:
-    """Parse complete lines of ``raw``; return records and bytes consumed (incl. newlines)."""
-    records: list[EventRecord] = []
-    consumed = 0
-    for lineno, line, had_nl in _iter_lines(raw):
-        line_no = base_line + lineno
-        if not line.strip():
-            if had_nl:
-                consumed += len(line) + 1
-            continue
-        try:
-            rec = parse_line(line)
-        except (ValueError, UnicodeDecodeError) as err:
-            if not had_nl:
-                break  # torn tail: ignore
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise EventLogError(f"{path}:{line_no}: invalid event: {reason}") from None
-        if rec.sequence != expected_seq:
-            raise EventLogError(
-                f"{path}:{line_no}: sequence {rec.sequence} but expected {expected_seq}"
-            )
-        expected_seq += 1
-        records.append(rec)
-        if had_nl:
-            consumed += len(line) + 1
-        else:
-            consumed += len(line)
-    return records, consumed
+    return read_log(EVENT_LOG, path)
 
 
 def iter_events_from(
@@ -189,16 +138,8 @@ def iter_events_from(
     expected ``next_sequence`` (and ``first_line`` for error messages). Raises
     :class:`EventLogError` on a bad complete line.
     """
-    path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            raw = fh.read()
-    except FileNotFoundError:
-        return [], offset
-    cut = raw.rfind(b"\n") + 1
-    records, consumed = _parse_bytes(path, raw[:cut], first_line - 1, next_sequence, offset)
-    return records, offset + consumed
+    tail = LogTail(EVENT_LOG, path, offset=offset, line=first_line - 1, next_sequence=next_sequence)
+    return tail.read(), tail.offset
 
 
 class EventLogWriter:
@@ -215,20 +156,13 @@ class EventLogWriter:
         self.path = Path(path)
         self.next_sequence = 0
         self.last_elapsed_ms = 0
-        exists = self.path.exists() and self.path.stat().st_size > 0
-        if exists and not resume:
+        if self.path.exists() and self.path.stat().st_size > 0 and not resume:
             raise EventLogError(f"{self.path}: event log already exists and is not empty")
-        if exists:
-            raw = self.path.read_bytes()
-            records, consumed = _parse_bytes(self.path, raw, 0, 0, 0)
-            if consumed < len(raw):
-                with open(self.path, "r+b") as fh:
-                    fh.truncate(consumed)
-            if records:
-                self.next_sequence = records[-1].sequence + 1
-                self.last_elapsed_ms = records[-1].elapsed_ms
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[bytes] | None = open(self.path, "ab")
+        self._log = LogAppender(EVENT_LOG, self.path)
+        if self._log.records:
+            self.next_sequence = self._log.records[-1].sequence + 1
+            self.last_elapsed_ms = self._log.records[-1].elapsed_ms
+        self._log.records = []  # not kept: the referee folds records as they come
 
     def append(self, event: Event, elapsed_ms: int) -> EventRecord:
         """Write ``event`` at match clock ``elapsed_ms`` (ms) and return its record.
@@ -236,7 +170,7 @@ class EventLogWriter:
         Raises :class:`EventLogError` if the writer is closed or ``elapsed_ms``
         is lower than the previous event's.
         """
-        if self._fh is None:
+        if self._log.closed:
             raise EventLogError(f"{self.path}: event log is closed")
         if elapsed_ms < self.last_elapsed_ms:
             raise EventLogError(
@@ -245,22 +179,14 @@ class EventLogWriter:
         rec = EventRecord.model_construct(
             schema_version=1, sequence=self.next_sequence, elapsed_ms=int(elapsed_ms), event=event
         )
-        data = (dump_record(rec) + "\n").encode("utf-8")
-        self._fh.write(data)
-        self._fh.flush()
-        if is_lifecycle(event):
-            os.fdatasync(self._fh.fileno())
+        self._log.append_line(dump_record(rec), "data" if is_lifecycle(event) else "none")
         self.next_sequence += 1
         self.last_elapsed_ms = int(elapsed_ms)
         return rec
 
     def close(self) -> None:
         """Flush, fsync and close the log (idempotent)."""
-        if self._fh is not None:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
-            self._fh = None
+        self._log.close(fsync=True)
 
     def __enter__(self) -> EventLogWriter:
         return self

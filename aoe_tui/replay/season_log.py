@@ -6,24 +6,22 @@ lifecycle event and is fsynced (they are rare — a few per heat); a torn last l
 trailing newline, e.g. after ``kill -9``) is ignored on read and cut off when the writer
 resumes. Any other bad line is an error naming ``path:line``.
 
-The match writer is typed to match events, so this module has its own small JSONL
-writer; the line framing and torn-tail rules are the same.
+The line framing, torn-tail and sequence rules are :mod:`aoe_tui.replay.jsonl`'s.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
-from typing import IO
 
 from pydantic import ValidationError
 
 from aoe_tui.domain.season_events import SEASON_EVENT_ADAPTER, SEASON_EVENT_KINDS, SeasonRecord
 from aoe_tui.errors import AoeError
+from aoe_tui.replay.jsonl import LogAppender, LogFormat, read_log
 
-__all__ = ["SeasonLogError", "SeasonLogWriter", "dump_season_record", "parse_season_line", "read_season_log"]
+__all__ = ["SEASON_LOG", "SeasonLogError", "SeasonLogWriter", "dump_season_record", "parse_season_line", "read_season_log"]
 
 
 class SeasonLogError(AoeError):
@@ -61,31 +59,9 @@ def parse_season_line(line: str | bytes) -> SeasonRecord:
     return SeasonRecord.model_construct(schema_version=1, sequence=seq, time_unix_ms=t, event=event)
 
 
-def _parse(path: Path, raw: bytes) -> tuple[list[SeasonRecord], int]:
-    records: list[SeasonRecord] = []
-    consumed = 0
-    pos = 0
-    lineno = 0
-    while pos < len(raw):
-        lineno += 1
-        end = raw.find(b"\n", pos)
-        line = raw[pos:] if end == -1 else raw[pos:end]
-        if line.strip():
-            try:
-                rec = parse_season_line(line)
-            except (ValueError, UnicodeDecodeError) as err:
-                if end == -1:
-                    break  # torn tail
-                raise SeasonLogError(f"{path}:{lineno}: invalid season event: {err}") from None
-            if rec.sequence != len(records):
-                raise SeasonLogError(f"{path}:{lineno}: sequence {rec.sequence} but expected {len(records)}")
-            records.append(rec)
-        if end == -1:
-            consumed = len(raw)
-            break
-        pos = end + 1
-        consumed = pos
-    return records, consumed
+#: How ``season.jsonl`` is read (line rules: :mod:`aoe_tui.replay.jsonl`).
+SEASON_LOG = LogFormat(parse=parse_season_line, error=SeasonLogError, noun="season event",
+                       what="season log")
 
 
 def read_season_log(path: Path | str) -> list[SeasonRecord]:
@@ -93,14 +69,7 @@ def read_season_log(path: Path | str) -> list[SeasonRecord]:
 
     Raises :class:`SeasonLogError` naming ``path:line`` for any other bad line.
     """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    except OSError as err:
-        raise SeasonLogError(f"{path}: cannot read season log: {err.strerror}") from None
-    return _parse(path, raw)[0]
+    return read_log(SEASON_LOG, path)
 
 
 class SeasonLogWriter:
@@ -113,18 +82,8 @@ class SeasonLogWriter:
     def __init__(self, path: Path | str, *, clock=None) -> None:
         self.path = Path(path)
         self.clock = clock or (lambda: int(time.time() * 1000))
-        self.records: list[SeasonRecord] = []
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
-            raw = self.path.read_bytes()
-            self.records, consumed = _parse(self.path, raw)
-            if consumed < len(raw):
-                with open(self.path, "r+b") as fh:
-                    fh.truncate(consumed)
-            elif raw and not raw.endswith(b"\n") and consumed == len(raw):
-                with open(self.path, "ab") as fh:  # complete last line without newline
-                    fh.write(b"\n")
-        self._fh: IO[bytes] | None = open(self.path, "ab")
+        self._log = LogAppender(SEASON_LOG, self.path)
+        self.records: list[SeasonRecord] = self._log.records
 
     @property
     def next_sequence(self) -> int:
@@ -132,22 +91,18 @@ class SeasonLogWriter:
 
     def append(self, event) -> SeasonRecord:
         """Write one season event (a model from :mod:`aoe_tui.domain.season_events`)."""
-        if self._fh is None:
+        if self._log.closed:
             raise SeasonLogError(f"{self.path}: season log is closed")
         rec = SeasonRecord.model_construct(
             schema_version=1, sequence=len(self.records), time_unix_ms=int(self.clock()), event=event
         )
-        self._fh.write((dump_season_record(rec) + "\n").encode("utf-8"))
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        self._log.append_line(dump_season_record(rec), "full")
         self.records.append(rec)
         return rec
 
     def close(self) -> None:
         """Close the log (idempotent)."""
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        self._log.close()
 
     def __enter__(self) -> SeasonLogWriter:
         return self

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aoe_tui.fsio import SubPath, write_atomic
 from aoe_tui.runtime import netalloc
 from aoe_tui.runtime.image import GuestImage, find_image, image_root, require_image, safe_rmtree, _mounts_under
 from aoe_tui.runtime.provider import (
@@ -127,16 +128,6 @@ def _write_sysctl(path: str, value: str) -> None:
         Path(path).write_text(value)
 
 
-def _atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _hash_password(password: str) -> str:
     """SHA-512 crypt hash (5000 rounds, fast logins) computed with the password on stdin."""
     if _which("openssl"):
@@ -156,11 +147,11 @@ def _hash_password(password: str) -> str:
 def _apply_identity(root: Path, territory_id: str, password: str) -> None:
     """Write hostname, /etc/hosts and the root password hash into the territory's own layer."""
     etc = root / "etc"
-    _atomic_write(etc / "hostname", territory_id + "\n")
+    write_atomic(etc / "hostname", territory_id + "\n", mode=0o644)
     hosts = (etc / "hosts").read_text() if (etc / "hosts").exists() else ""
     lines = [ln for ln in hosts.splitlines() if not ln.startswith("127.0.1.1")]
     lines.insert(1, f"127.0.1.1 {territory_id}")
-    _atomic_write(etc / "hosts", "\n".join(lines) + "\n")
+    write_atomic(etc / "hosts", "\n".join(lines) + "\n", mode=0o644)
     shadow = etc / "shadow"
     st = shadow.stat()
     hashed = _hash_password(password)
@@ -171,7 +162,7 @@ def _apply_identity(root: Path, territory_id: str, password: str) -> None:
             parts[1] = hashed
             ln = ":".join(parts)
         out.append(ln)
-    _atomic_write(shadow, "\n".join(out) + "\n", mode=0o640)
+    write_atomic(shadow, "\n".join(out) + "\n", mode=0o640)
     os.chown(shadow, st.st_uid, st.st_gid)
     os.chmod(shadow, st.st_mode & 0o7777)
     marker = root / "var" / "lib" / "aoe"
@@ -191,7 +182,7 @@ def _apply_fast_stop(root: Path) -> None:
             if not d.is_dir():
                 d.mkdir(mode=0o755)
                 os.chmod(d, 0o755)
-        _atomic_write(path, text, mode=0o644)
+        write_atomic(path, text, mode=0o644)
         os.chmod(path, 0o644)
 
 
@@ -448,21 +439,10 @@ class _Box:
     #: the territory's own cgroups (cgroup-v1 hosts), see territory_cgroups
     cgroups: list[Path] = field(default_factory=list)
 
-    @property
-    def root(self) -> Path:
-        return self.dir / "root"
-
-    @property
-    def upper(self) -> Path:
-        return self.dir / "upper"
-
-    @property
-    def work(self) -> Path:
-        return self.dir / "work"
-
-    @property
-    def console(self) -> Path:
-        return self.dir / "console.log"
+    root = SubPath("dir", "root", "The territory's root file system (an overlay mount, or a copy where overlayfs is unusable).")
+    upper = SubPath("dir", "upper", "The overlay's upper (writable) tree.")
+    work = SubPath("dir", "work", "The overlay's work folder.")
+    console = SubPath("dir", "console.log", "The nspawn console log.")
 
     def state(self, owner_pid: int, heat_id: str) -> dict[str, Any]:
         return {
@@ -615,7 +595,7 @@ class ContainerProvider(TerritoryProvider):
 
     def _save_state(self, b: _Box) -> None:
         b.dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(b.dir / "state.json", json.dumps(b.state(os.getpid(), self.heat_id), indent=2) + "\n")
+        write_atomic(b.dir / "state.json", json.dumps(b.state(os.getpid(), self.heat_id), indent=2) + "\n", mode=0o644)
 
     def _prepare(self, b: _Box, image: GuestImage) -> None:
         """Create the CoW root, write the identity, create netns + veth (blocking; run in a thread)."""

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aoe_tui.domain.recipe import LoadedRecipe, RecipeError, find_recipe, load_recipe, recipe_digest
+from aoe_tui.fsio import SubPath, write_atomic
 from aoe_tui.runtime.image import (
     GuestImage,
     ImageBuildError,
@@ -92,15 +93,8 @@ class ArenaLayer:
     base: GuestImage
     recipe: LoadedRecipe
 
-    @property
-    def upper(self) -> Path:
-        """The overlay upper tree (container territories' middle layer)."""
-        return self.root / "upper"
-
-    @property
-    def qcow2(self) -> Path:
-        """``layer.qcow2``, backed by the base ``base.qcow2`` (QEMU territories)."""
-        return self.root / "layer.qcow2"
+    upper = SubPath("root", "upper", "The overlay upper tree (container territories' middle layer).")
+    qcow2 = SubPath("root", "layer.qcow2", "``layer.qcow2``, backed by the base ``base.qcow2`` (QEMU territories).")
 
     def built(self) -> bool:
         """True when ``upper/`` and ``layer.json`` exist (the container form is complete)."""
@@ -383,10 +377,7 @@ def _build_layer(layer: ArenaLayer, progress: ProgressFn) -> None:
                 "base_key": layer.base.key, "description": layer.recipe.recipe.description,
                 "files_copied": copied, "build_s": round(time.monotonic() - t0, 3),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        with open(tmp / "layer.json", "w") as fh:
-            fh.write(json.dumps(meta, indent=2) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_atomic(tmp / "layer.json", json.dumps(meta, indent=2) + "\n", durable_dir=False)
         final = layer.root
         if final.exists():
             trash = root / f".old-{final.name}-{os.getpid()}"

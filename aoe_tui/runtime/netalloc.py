@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from aoe_tui.fsio import write_atomic
 from aoe_tui.runtime.provider import ProviderError
 
 
@@ -150,9 +151,7 @@ class NetAllocator:
             return []  # a torn or foreign file: start over (live heats re-register on next use)
 
     def _write(self, leases: list[Lease]) -> None:
-        tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"leases": [le.__dict__ for le in leases]}, indent=1) + "\n")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps({"leases": [le.__dict__ for le in leases]}, indent=1) + "\n", fsync=False)
 
     def leases(self) -> list[Lease]:
         """All live leases (stale ones from dead pids are dropped and the file rewritten)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aoe_tui.errors import AoeError
+from aoe_tui.fsio import write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncssh
@@ -91,20 +92,11 @@ def write_credential_file(path: Path, password: str, extra: dict[str, str] | Non
     Lines are ``KEY=<shell-quoted value>``; ``AOE_SSH_PASSWORD`` comes first.
     Returns ``path``.
     """
-    import os
-
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"AOE_SSH_PASSWORD={shlex.quote(password)}"]
     for key, value in (extra or {}).items():
         lines.append(f"{key}={shlex.quote(value)}")
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, "\n".join(lines) + "\n", mode=0o600)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ as upstream's port plan (spec §6.2): ``ssh = base + 2i`` and ``service = base +
 
 Acceleration: KVM only when a stock guest kernel can really run on it. Hosts whose
 ``/dev/kvm`` comes from ``kvm_pvm`` (or whose CPU lacks ``svm``/``vmx``) get TCG
-(``-accel tcg -cpu max``); see ``notes/territories.md`` pitfall 1.
+(``-accel tcg -cpu max``); see ``docs/territories.md`` pitfall 1.
 
 Reboots: QEMU runs with ``-no-reboot`` and a supervisor task relaunches the same
 command line when QEMU exits. Under TCG this cold boot is 1.7-2.5x faster than an
-in-place reset (notes pitfall 3); the overlay keeps the disk, the host ports stay
+in-place reset (``docs/territories.md`` pitfall 3); the overlay keeps the disk, the host ports stay
 the same, and the guest sees an ordinary reboot (spec §3.4 only observes SSH).
 
 Identity: the territory's identity (hostname and root password) goes through ``-fw_cfg name=opt/aoe/hostname,file=...``
@@ -46,8 +46,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from aoe_tui.fsio import leftover_temps, write_atomic
 from aoe_tui.runtime.netalloc import NetAllocator
 from aoe_tui.runtime.provider import (
     DoctorCheck,
@@ -74,7 +75,7 @@ AUTO_PORT_LIMIT = 60000
 #: fw_cfg items the guest's ``aoe-identity`` reads (raw values, no trailing newline).
 FW_CFG_HOSTNAME = "opt/aoe/hostname"
 FW_CFG_PASSWORD = "opt/aoe/root_password"
-#: Base kernel command line (notes: ``quiet mitigations=off`` is the fastest TCG boot).
+#: Base kernel command line (``docs/territories.md`` pitfall 6: ``quiet mitigations=off`` is the fastest TCG boot).
 KERNEL_ARGS = "root=/dev/vda rw console=ttyS0 quiet mitigations=off"
 #: A QEMU run shorter than this (seconds) counts as a crash, not a guest reboot.
 _QUICK_EXIT_S = 5.0
@@ -117,7 +118,7 @@ def kvm_status(
 
     ``/dev/kvm`` alone is not enough: ``kvm_pvm`` (PVM) only runs PVM-aware guest
     kernels, and a CPU without ``svm``/``vmx`` cannot host hardware virtualization
-    (notes/territories.md pitfall 1). ``modules``/``cpu_flags`` override detection (tests).
+    (``docs/territories.md`` pitfall 1). ``modules``/``cpu_flags`` override detection (tests).
 
     Returns:
         ``(usable, detail)``.
@@ -273,7 +274,7 @@ def build_qemu_command(
 ) -> list[str]:
     """The full QEMU argv for one territory (no shell; pass to ``exec`` as is).
 
-    Networking follows notes pitfall 5 and spec §6.1's ``QEMU_NET_OPTS``:
+    Networking follows ``docs/territories.md`` pitfall 5 and spec §6.1's ``QEMU_NET_OPTS``:
     ``-netdev user,restrict=on,hostfwd=tcp:127.0.0.1:<ssh>-:22,hostfwd=tcp:127.0.0.1:<svc>-:<guest svc>``.
     ``identity_dir`` holds the files ``hostname`` and ``root_password`` passed as
     ``-fw_cfg name=opt/aoe/hostname,file=...`` / ``-fw_cfg name=opt/aoe/root_password,file=...``;
@@ -310,26 +311,6 @@ def build_qemu_command(
         cmd += ["-fw_cfg", f"name={FW_CFG_HOSTNAME},file={identity_dir / 'hostname'}"]
         cmd += ["-fw_cfg", f"name={FW_CFG_PASSWORD},file={identity_dir / 'root_password'}"]
     return cmd
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically with mode 0600 (fsynced)."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _short_socket_path(preferred: Path) -> tuple[Path, Path | None]:
@@ -506,8 +487,8 @@ class QemuProvider(TerritoryProvider):
         identity = None
         if fw_cfg:
             identity = disk_dir
-            _write_private(disk_dir / "hostname", spec.id)
-            _write_private(disk_dir / "root_password", spec.password)
+            write_atomic(disk_dir / "hostname", spec.id, mode=0o600)
+            write_atomic(disk_dir / "root_password", spec.password, mode=0o600)
         g.monitor, g.sock_tmp = _short_socket_path(disk_dir / "monitor.sock")
         console = tdir / "console.log"
         g.cmd = build_qemu_command(
@@ -602,21 +583,19 @@ class QemuProvider(TerritoryProvider):
     def _write_state(self, g: _Guest) -> None:
         if not g.dir.is_dir():
             return
-        _write_json_atomic(
-            g.dir / "state.json",
-            {
-                "provider": "qemu",
-                "id": g.spec.id,
-                "pid": g.proc.pid if g.proc else None,
-                "ssh_port": g.ports.ssh_port,
-                "service_port": g.ports.service_port,
-                "disk_dir": str(g.disk_dir),
-                "monitor": str(g.monitor) if g.monitor else None,
-                "sock_tmp": str(g.sock_tmp) if g.sock_tmp else None,
-                "launches": g.launches,
-                "accel": self.chosen_accel,
-            },
-        )
+        state = {
+            "provider": "qemu",
+            "id": g.spec.id,
+            "pid": g.proc.pid if g.proc else None,
+            "ssh_port": g.ports.ssh_port,
+            "service_port": g.ports.service_port,
+            "disk_dir": str(g.disk_dir),
+            "monitor": str(g.monitor) if g.monitor else None,
+            "sock_tmp": str(g.sock_tmp) if g.sock_tmp else None,
+            "launches": g.launches,
+            "accel": self.chosen_accel,
+        }
+        write_atomic(g.dir / "state.json", json.dumps(state, indent=2))
 
     async def _wait_login(self, g: _Guest, timeout_s: float, what: str) -> float:
         """Poll a real root login until it works, the supervisor fails, or ``timeout_s`` passes."""
@@ -724,9 +703,10 @@ class QemuProvider(TerritoryProvider):
         shutil.rmtree(tdir / "disk", ignore_errors=True)
         if sock_tmp is not None:
             shutil.rmtree(sock_tmp, ignore_errors=True)
-        for name in ("state.json", "state.json.tmp", "credential.env", "credential.env.tmp"):
-            with contextlib.suppress(FileNotFoundError):
-                (tdir / name).unlink()
+        for name in ("state.json", "credential.env"):
+            for p in (tdir / name, *leftover_temps(tdir / name)):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
         if password:
             for name in ("console.log", "qemu.log"):
                 p = tdir / name

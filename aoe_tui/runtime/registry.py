@@ -9,7 +9,7 @@ is built, a doctor check runs or a cleanup runs, so ``aoe --help`` stays fast. C
 the package registers its own from a plugin module (:mod:`aoe_tui.plugins`, ``AOE_PLUGINS``).
 
 Importing this module installs the ``[provider]`` kind table into
-:func:`aoe_tui.domain.season.install_kinds` (the domain layer names no provider).
+:func:`aoe_tui.domain.season_file.install_kinds` (the domain layer names no provider).
 
 Example (a plugin module)::
 
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from aoe_tui.domain.season import DEFAULT_PROVIDER_KIND, SectionConfig, install_kinds
+from aoe_tui.domain.season_file import DEFAULT_PROVIDER_KIND, SectionConfig, install_kinds
 from aoe_tui.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -146,7 +146,7 @@ def register_provider(
     Args:
         name: the ``--provider`` / ``[provider] kind`` value (a-z, 0-9, '-').
         factory: ``(ProviderContext) -> TerritoryProvider``, or ``"module:function"``.
-        config: its options model, a :class:`~aoe_tui.domain.season.SectionConfig` subclass
+        config: its options model, a :class:`~aoe_tui.domain.season_file.SectionConfig` subclass
             (``extra="forbid"``); default :class:`ProviderOptions` (the two timeouts).
         doctor: ``() -> list[DoctorCheck]`` (or ``"module:function"``); None = no checks.
         cleanup: ``(workdir: Path) -> list[str]`` removing what a killed runner left in a

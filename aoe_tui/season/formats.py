@@ -51,7 +51,7 @@ Formats:
 Registry: :data:`FORMATS` maps each ``[format] kind`` to its :class:`Format` subclass; it is
 the one list of formats. A class is added with :func:`register_format`; its
 ``config_model`` is the ``[format]`` table's model, installed into the season file's
-validation (:func:`aoe_tui.domain.season.install_kinds`) when this module is imported. What
+validation (:func:`aoe_tui.domain.season_file.install_kinds`) when this module is imported. What
 differs between formats outside the draw — a round's outcome, the champions, the
 standings' sort — is asked of the class (:meth:`Format.round_outcome`,
 :meth:`Format.champions`, :meth:`Format.standings_key`, :attr:`Format.crowns_champions`),
@@ -68,7 +68,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aoe_tui.domain.season import KnockoutFormat, LeagueFormat, SectionConfig, install_kinds
+from aoe_tui.domain.season_file import KnockoutFormat, LeagueFormat, SectionConfig, install_kinds
 
 __all__ = [
     "FORMATS",
@@ -230,7 +230,7 @@ class Format:
     plan. ``results`` must hold a :class:`HeatResult` for every heat of every earlier round.
 
     A subclass sets ``kind`` and ``config_model`` (its ``[format]`` model, a
-    :class:`~aoe_tui.domain.season.SectionConfig`), implements :meth:`from_config` and
+    :class:`~aoe_tui.domain.season_file.SectionConfig`), implements :meth:`from_config` and
     :meth:`next_round`, overrides what differs of :meth:`round_outcome`,
     :meth:`champions`, :meth:`standings_key` and :attr:`crowns_champions` (the defaults are a
     league's: nobody advances or is out, the standings decide the champion), and is added to
@@ -273,7 +273,7 @@ class Format:
     @classmethod
     def standings_key(cls, row: Any) -> tuple:
         """The first part of the standings' sort key of ``row`` (a
-        :class:`aoe_tui.season.standings.SeasonStanding`; ascending, before wins, points,
+        :class:`aoe_tui.season.season_standings.SeasonStanding`; ascending, before wins, points,
         ...); ``()`` = the common order alone."""
         return ()
 
@@ -541,7 +541,7 @@ def _improve(groups: list[list[str]], met: Mapping[str, Counter]) -> None:
 
 def make_format(config: object, heat_size: int, min_heat_size: int) -> Format:
     """A :class:`Format` from a season file's ``[format]`` model (its kind's
-    ``config_model``, or a raw :class:`~aoe_tui.domain.season.AnySection`, validated here).
+    ``config_model``, or a raw :class:`~aoe_tui.domain.season_file.AnySection`, validated here).
 
     Raises:
         ValueError: no registered kind, or options its model refuses.

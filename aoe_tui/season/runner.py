@@ -36,39 +36,20 @@ from typing import Any
 
 from aoe_tui.domain import season_events as se
 from aoe_tui.domain.arena import AgentDef, LoadedManifest, load_manifest
-from aoe_tui.domain.season import LoadedSeason
+from aoe_tui.domain.display import RepeatedFailures, fmt_clock, summarize_event
+from aoe_tui.domain.season_file import LoadedSeason
 from aoe_tui.errors import AoeError
-from aoe_tui.replay.season_log import SeasonLogWriter, read_season_log
+from aoe_tui.fsio import write_atomic
+from aoe_tui.replay.season_log import SeasonLogWriter
 from aoe_tui.replay.season_reducer import HeatState, SeasonState, apply_season_record, reduce_season
 from aoe_tui.season.attempts import attempt_stats, judge_attempt
 from aoe_tui.season.formats import Format, HeatResult, make_format
-from aoe_tui.season.standings import season_standings
+from aoe_tui.season.observer import SeasonObserver
+from aoe_tui.season.season_standings import season_standings
 
-__all__ = ["SeasonObserver", "SeasonRunner", "SeasonMismatchError", "heat_manifest", "load_season_dir", "season_results"]
+__all__ = ["SeasonRunner", "SeasonMismatchError", "heat_manifest", "season_results"]
 
 Say = Callable[[str], None]
-
-
-class SeasonObserver:
-    """Optional live-view hooks of :class:`SeasonRunner` (all no-ops here; subclass it).
-
-    Called from the runner's event loop (whatever thread runs :meth:`SeasonRunner.run`);
-    implementations must be quick and thread-safe (e.g. append to a locked inbox) and
-    must not raise — exceptions are swallowed so a view can never stop the season.
-    ``folder`` is an attempt folder relative to the season folder (``round-R/heat-H/attempt-A``).
-    """
-
-    def season_record(self, record: Any) -> None:
-        """A ``season.jsonl`` record (:class:`aoe_tui.domain.season_events.SeasonRecord`) was appended."""
-
-    def attempt_started(self, folder: str, arena: dict[str, Any], title: str) -> None:
-        """An attempt starts; ``arena`` is the heat's manifest as ``arena.json`` dict (§1)."""
-
-    def heat_event(self, folder: str, record: Any) -> None:
-        """One event record (§2) of the attempt in ``folder``."""
-
-    def referee_ready(self, folder: str, referee: Any) -> None:
-        """The attempt's :class:`aoe_tui.referee.supervisor.HeatSupervisor` exists (activity source)."""
 
 
 class SeasonMismatchError(AoeError):
@@ -95,7 +76,7 @@ def heat_manifest(loaded: LoadedManifest, seats: tuple[str | None, ...], entrant
     """The arena manifest for one heat: ``[[agents]]`` = the seated entrants (agent id =
     entrant id, territory = seat), territories of empty seats removed, overrides applied.
 
-    ``entrants`` maps id → :class:`aoe_tui.domain.season.Entrant`.
+    ``entrants`` maps id → :class:`aoe_tui.domain.season_file.Entrant`.
     """
     m = loaded.manifest
     terrs, agents = [], []
@@ -118,23 +99,6 @@ def heat_manifest(loaded: LoadedManifest, seats: tuple[str | None, ...], entrant
     new = m.model_copy(update={"territories": terrs, "agents": agents, "rules": rules})
     return LoadedManifest(manifest=new, path=loaded.path, arena_dir=loaded.arena_dir, raw=loaded.raw,
                           path_text=loaded.path_text)
-
-
-def load_season_dir(season_dir: Path) -> SeasonState:
-    """Reduce ``season_dir/season.jsonl`` (raises :class:`AoeError` if absent or bad)."""
-    log = Path(season_dir) / "season.jsonl"
-    if not log.is_file():
-        raise AoeError(f"{season_dir}: not a season folder (no season.jsonl)")
-    return reduce_season(read_season_log(log))
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _default_provider_factory(kind: str, cfg: Any) -> Callable[[Path, str, LoadedManifest], Any]:
@@ -266,7 +230,7 @@ class SeasonRunner:
     """Runs (or resumes) one season into ``output_dir``.
 
     Args:
-        loaded: the validated season file (:func:`aoe_tui.domain.season.load_season`).
+        loaded: the validated season file (:func:`aoe_tui.domain.season_file.load_season`).
         output_dir: the season folder (created; resumed if it holds ``season.jsonl``).
         say: called with one line per state change (headless output).
         provider_factory: ``(workdir, heat_id) -> TerritoryProvider`` (default: the season's
@@ -274,8 +238,11 @@ class SeasonRunner:
         adapter_factory: ``(spec) -> Adapter`` (default: :func:`resolve_adapter` with the
             season's ``[adapters]`` registrations).
         run_heat: the heat runner (default :func:`aoe_tui.referee.heat.run_heat`).
-        observer: optional :class:`SeasonObserver` (the TUI); when set, ``run_heat`` is also
-            given ``on_referee=``.
+        observer: optional :class:`~aoe_tui.season.observer.SeasonObserver` (the TUI); when
+            set, ``run_heat`` is also given ``on_referee=``.
+        write_exports: ``(season_dir, state) -> None``, called after every heat and at the
+            end (``aoe run`` passes :func:`aoe_tui.export.write_all`: standings files);
+            its exceptions are swallowed. ``None``: no exports.
 
     :meth:`run` raises :class:`AoeError` for bad input (arena manifest, unknown adapter,
     too few entrants, another season in the folder) before anything runs.
@@ -285,7 +252,9 @@ class SeasonRunner:
                  provider_factory: Callable[[Path, str], Any] | None = None,
                  adapter_factory: Callable[[str], Any] | None = None,
                  run_heat: Callable[..., Any] | None = None,
-                 observer: SeasonObserver | None = None) -> None:
+                 observer: SeasonObserver | None = None,
+                 write_exports: Callable[[Path, SeasonState], None] | None = None) -> None:
+        self.write_exports = write_exports
         self.loaded = loaded
         self.season = loaded.season
         self.dir = Path(output_dir)
@@ -333,8 +302,8 @@ class SeasonRunner:
         self.log: SeasonLogWriter | None = None
         self.abort_event = asyncio.Event()
         self.observer = observer
-        #: (attempt tag, territory, milestone) -> last failure detail printed
-        self._last_fail: dict[tuple[str, str, str], str] = {}
+        #: repeated milestone failures, per attempt tag (printed again only when the detail changes)
+        self._failures = RepeatedFailures()
 
     def _make_adapter(self, entrant: Any, arena: LoadedManifest | None = None) -> Any:
         """A fresh adapter for ``entrant`` in a heat of ``arena`` (default: the first arena);
@@ -382,7 +351,7 @@ class SeasonRunner:
                     f"{self.dir}: holds another season (season.toml differs from {self.loaded.path}); "
                     "choose a new --output folder")
         else:
-            _write_atomic(copy, self.loaded.raw)
+            write_atomic(copy, self.loaded.raw)
         self.log = SeasonLogWriter(log_path)
         self.state = reduce_season(self.log.records)
         for rec in self.log.records:  # a live view of a resumed season starts from the top
@@ -526,22 +495,12 @@ class SeasonRunner:
         if rel is not None:
             self._observe("heat_event", rel, rec)
         e = rec.event
-        secs = f"{rec.elapsed_ms / 1000:.1f}s"
-        seat_of = {self.arena_of(heat).manifest.territories[i].id: x for i, x in enumerate(heat.seats) if x is not None}
         if e.kind == "milestone_passed":
-            self._last_fail.pop((tag, e.territory, e.milestone), None)
-            self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} passed {e.milestone}")
-        elif e.kind == "milestone_failed":
-            # one line when a milestone fails for a new reason (it is retried every tick)
-            detail = e.detail.splitlines()[0][:160] if e.detail else ""
-            key = (tag, e.territory, e.milestone)
-            if self._last_fail.get(key) != detail:
-                self._last_fail[key] = detail
-                self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} failed {e.milestone}: {detail}")
-        elif e.kind == "durable_deployment_completed":
-            self.say(f"{tag}: {secs} {seat_of.get(e.territory, e.territory)} is durable")
-        elif e.kind == "infrastructure_failure":
-            self.say(f"{tag}: {secs} infrastructure failure ({e.source}): {e.detail.splitlines()[0] if e.detail else ''}")
+            self._failures.passed(e.territory, e.milestone, tag)
+        seat_of = {self.arena_of(heat).manifest.territories[i].id: x for i, x in enumerate(heat.seats) if x is not None}
+        line = summarize_event(e, "season", name=lambda t: seat_of.get(t, t))
+        if line is not None and self._failures.fresh(line, tag):
+            self.say(f"{tag}: {fmt_clock(rec.elapsed_ms, 's.d')} {line.text}")
 
     async def _run_round_heats(self) -> None:
         cur = self.state.current_round
@@ -573,10 +532,9 @@ class SeasonRunner:
                                                   if advanced or eliminated else ""))
 
     def _export(self) -> None:
-        from aoe_tui.export import write_all
-
-        with contextlib.suppress(Exception):
-            write_all(self.dir, self.state)
+        if self.write_exports is not None:
+            with contextlib.suppress(Exception):
+                self.write_exports(self.dir, self.state)
 
     async def run(self) -> SeasonState:
         """Run or resume the season to its end; returns the final state."""

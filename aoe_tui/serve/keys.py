@@ -12,13 +12,13 @@ No key material is ever logged: only SHA256 fingerprints.
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
 import asyncssh
 
 from aoe_tui.errors import AoeError
+from aoe_tui.fsio import write_atomic
 
 __all__ = ["ServeError", "ensure_host_key", "load_authorized_keys", "fingerprint"]
 
@@ -59,20 +59,7 @@ def ensure_host_key(path: Path) -> tuple[asyncssh.SSHKey, bool]:
     data = key.export_private_key("openssh")
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomic(path, data, mode=0o600)
     except OSError as err:
         raise ServeError(f"{path}: cannot write host key: {err.strerror}") from None
     return key, True

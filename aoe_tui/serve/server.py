@@ -43,6 +43,7 @@ import asyncssh
 
 from aoe_tui.serve.keys import ServeError, ensure_host_key, fingerprint, load_authorized_keys
 from aoe_tui.serve.placement import Placement
+from aoe_tui.serve.seats import SeatPool
 from aoe_tui.serve.session import SpectatorSession, sweep_scratch
 
 __all__ = ["ServeConfig", "SpectatorServer", "ServerThread", "watch_argv"]
@@ -208,7 +209,8 @@ class SpectatorServer:
         self._per_addr: Counter[str] = Counter()
         self._conns: set[int] = set()
         self._conn_objs: dict[int, _ConnInfo] = {}
-        self._seats: dict[int, SpectatorSession] = {}
+        #: the spectator seats (sessions take and release them)
+        self.seats = SeatPool(self.config.max_sessions)
         self.port: int = config.port
         self.host_key_fingerprint = ""
         self.host_key_created = False
@@ -229,27 +231,14 @@ class SpectatorServer:
             if self._per_addr[info.addr] <= 0:
                 del self._per_addr[info.addr]
 
-    def _take_seat(self, session: SpectatorSession) -> str | None:
-        """Reserve a spectator seat; returns a refusal message when all are taken."""
-        if len(self._seats) >= self.config.max_sessions:
-            log.warning("session refused addr=%s key=%s: all %d spectator seats taken", session.conn.addr,
-                        session.conn.key_fp, self.config.max_sessions)
-            return (f"aoe serve: all {self.config.max_sessions} spectator seats are taken; "
-                    "try again later (or `ssh HOST standings`)\n")
-        self._seats[id(session)] = session
-        return None
-
-    def _release_seat(self, session: SpectatorSession) -> None:
-        self._seats.pop(id(session), None)
-
     @property
     def session_count(self) -> int:
         """Spectator TUIs running now."""
-        return len(self._seats)
+        return len(self.seats)
 
     def spectator_pids(self) -> list[int]:
         """Pids of the running spectator processes (each its own process group)."""
-        return [s.child.pid for s in self._seats.values() if s.child is not None and s.child.pid]
+        return [s.child.pid for s in self.seats.sessions() if s.child is not None and s.child.pid]
 
     def spectator_argv(self) -> list[str]:
         """The command a PTY session runs."""
@@ -265,8 +254,8 @@ class SpectatorServer:
 
     def standings_text(self, fmt: str) -> str:
         """The season's current standings in ``fmt`` (``md``/``csv``/``json``/``html``)."""
-        from aoe_tui.export.season import render
-        from aoe_tui.season.runner import load_season_dir
+        from aoe_tui.export.standings_files import render
+        from aoe_tui.replay.seasondir import load_season_dir
 
         return render(load_season_dir(self.config.season_dir), fmt)
 
@@ -319,13 +308,13 @@ class SpectatorServer:
             self._acceptor.close()
             await self._acceptor.wait_closed()
             self._acceptor = None
-        for session in list(self._seats.values()):
+        for session in self.seats.sessions():
             session.farewell(f"aoe serve: {reason}")
         for _ in range(60):  # each session ends its own spectator process (bounded)
-            if not self._seats:
+            if not self.seats:
                 break
             await asyncio.sleep(0.05)
-        children = [s.child for s in list(self._seats.values()) if s.child is not None]
+        children = [s.child for s in self.seats.sessions() if s.child is not None]
         await asyncio.gather(*(c.terminate() for c in children), return_exceptions=True)
         for info in list(self._conn_objs.values()):
             try:
@@ -333,7 +322,7 @@ class SpectatorServer:
             except Exception:  # already gone
                 pass
         for _ in range(20):  # give sessions a moment to log their end
-            if not self._seats:
+            if not self.seats:
                 break
             await asyncio.sleep(0.05)
 

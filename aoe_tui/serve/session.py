@@ -15,7 +15,7 @@ A PTY session (``ssh -t host`` / ``ssh -t host watch``) gets its own child proce
   not echoed by the line discipline; input the child does not read is dropped, never
   queued in the server;
 * output enabling focus reporting (``ESC[?1004h``) or the kitty keyboard protocol
-  (``ESC[>1u``) is removed (anchors §3.4);
+  (``ESC[>1u``) is removed (``docs/serving.md``, terminal sequences);
 * when the client leaves, the whole process group is ended (SIGHUP via the PTY,
   then SIGTERM, then SIGKILL after a grace period) and reaped.
 
@@ -61,7 +61,7 @@ _TERM_OK = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
 DEFAULT_TERM = "xterm-256color"
 #: the app has taken over the screen: input may flow from now on
 _READY_MARKERS = (b"\x1b[?1049h", b"\x1b[?25l")
-#: output sequences removed on the way to the client (anchors §3.4)
+#: output sequences removed on the way to the client (``docs/serving.md``, terminal sequences)
 _STRIP = (b"\x1b[?1004h", b"\x1b[>1u")
 _STANDINGS_FORMATS = ("md", "csv", "json", "html")
 
@@ -439,7 +439,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
 
     async def _run_spectator(self) -> None:
         assert self.chan is not None
-        seat = self.server._take_seat(self)
+        seat = self.server.seats.take(self)
         if seat is not None:
             self._finish_text(seat, 1)
             return
@@ -449,7 +449,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
         try:
             await self.child.start()
         except OSError as err:
-            self.server._release_seat(self)
+            self.server.seats.release(self)
             self._finish_text(f"aoe serve: cannot start the spectator view: {err.strerror}\n", 1)
             return
         log.info("session start addr=%s key=%s term=%s size=%dx%d pid=%s sessions=%d/%d", self.conn.addr,
@@ -466,7 +466,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
         finally:
             self._stop_reading()
         rc = await self.child.terminate()
-        self.server._release_seat(self)
+        self.server.seats.release(self)
         if self.chan is not None and not self._closed:
             # flush what is left, then report the exit status
             self._exit(0 if rc in (0, None) else 1)

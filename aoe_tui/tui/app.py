@@ -30,11 +30,14 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from aoe_tui.replay.matchdir import LoadedMatch
+from aoe_tui.errors import AoeError
+from aoe_tui.replay.matchdir import LoadedMatch, load_match
 from aoe_tui.tui.live import LiveFeed, RecordsPending
 from aoe_tui.tui.screens import HeatScreen, HelpScreen, ReplayScreen
-from aoe_tui.tui.viewmodel import ActivitySource, ArenaInfo, HeatModel, ReplayCursor, folder_activity
-from aoe_tui.tui.watch import TAIL_COALESCE_S, TAIL_POLL_S, TAIL_SAFETY_POLL_S, FolderWatch
+from aoe_tui.tui.season_screens import QuitScreen, SeasonScreen, StandingsScreen
+from aoe_tui.tui.seasonmodel import SeasonModel, attempt_title
+from aoe_tui.tui.viewmodel import ActivitySource, ArenaView, HeatModel, ReplayCursor, folder_activity
+from aoe_tui.tui.watch import TAIL_COALESCE_S, TAIL_POLL_S, TAIL_SAFETY_POLL_S, FolderWatch, SeasonTailer
 
 DARK_THEME = "textual-dark"
 LIGHT_THEME = "textual-light"
@@ -108,7 +111,7 @@ class AoeApp(App):
         title = None
         if loaded.provenance and isinstance(loaded.provenance, dict):
             title = loaded.provenance.get("match_name") or loaded.provenance.get("name")
-        model = HeatModel(ArenaInfo.from_arena(loaded.arena), title=title or source.name, activity=activity)
+        model = HeatModel(ArenaView.from_arena(loaded.arena), title=title or source.name, activity=activity)
         cursor = ReplayCursor(loaded.records, model)
         if at_end:
             cursor.seek_position(cursor.total)
@@ -138,9 +141,6 @@ class AoeApp(App):
         ``tailer``: polled on the app loop (``aoe watch``; see :meth:`_tail`). ``read_only`` hides
         keys that write into the season folder.
         """
-        from aoe_tui.tui.season import SeasonScreen
-        from aoe_tui.tui.seasonmodel import SeasonModel
-
         app = cls(feed=feed, theme=theme)
         app.season = SeasonModel()
         app.season_dir = Path(season_dir)
@@ -232,8 +232,6 @@ class AoeApp(App):
             return
         season = self.feed.drain_season()
         if season and self.season is not None:
-            from aoe_tui.errors import AoeError
-
             for rec in season:
                 try:
                     self.season.apply(rec)
@@ -299,9 +297,6 @@ class AoeApp(App):
     def open_attempt(self, folder: str) -> None:
         """Open attempt ``folder`` (relative to the season folder): the heat screen when the
         app follows it, else a replay paused at its end loaded from the folder."""
-        from aoe_tui.errors import AoeError
-        from aoe_tui.replay.matchdir import load_match
-
         if folder in self.heats:
             self.push_screen(HeatScreen(folder))
             return
@@ -316,10 +311,8 @@ class AoeApp(App):
             except AoeError as err:
                 self.notify(str(err), severity="error")
                 return
-            from aoe_tui.tui.seasonmodel import attempt_title
-
             info = self.season.state.info if self.season is not None else None
-            model = HeatModel(ArenaInfo.from_arena(loaded.arena), title=attempt_title(info, folder),
+            model = HeatModel(ArenaView.from_arena(loaded.arena), title=attempt_title(info, folder),
                               activity=folder_activity(path), season_arena=self.season_arena(folder))
             cursor = ReplayCursor(loaded.records, model)
             cursor.seek_position(cursor.total)
@@ -335,8 +328,6 @@ class AoeApp(App):
 
     def action_standings(self) -> None:
         """Show the season standings (season mode)."""
-        from aoe_tui.tui.season import StandingsScreen
-
         if self.season is None:
             self.notify("standings need a season (aoe run / aoe watch)", severity="warning")
             return
@@ -350,8 +341,6 @@ class AoeApp(App):
 
     async def action_quit(self) -> None:
         """Quit; while ``aoe run``'s season is running, ask: stop, detach or cancel."""
-        from aoe_tui.tui.season import QuitScreen
-
         host = self.host
         if host is None or host.done:
             self.exit(result="finished" if host is not None else None)
@@ -397,3 +386,16 @@ class AoeApp(App):
             if cmd.title == "Screenshot" and self.spectator:
                 continue  # it would be saved on the server, out of the spectator's reach
             yield cmd
+
+
+def watch_app(season_dir: Path, theme: str | None = None, *, follow: bool = True):
+    """The ``aoe watch`` app: catch up from ``season_dir`` now (raises :class:`AoeError`
+    on a missing or bad ``season.jsonl``), then follow it every 0.25 s when ``follow``."""
+    season_dir = Path(season_dir)
+    if not (season_dir / "season.jsonl").is_file():
+        raise AoeError(f"{season_dir}: not a season folder (no season.jsonl)")
+    feed = LiveFeed()
+    tailer = SeasonTailer(season_dir, feed)
+    tailer.poll()
+    return AoeApp.season_view(feed, season_dir, tailer=tailer if follow else None, read_only=True,
+                              theme=theme or DARK_THEME)

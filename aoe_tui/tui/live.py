@@ -26,8 +26,8 @@ from textual.message import Message
 
 from aoe_tui.domain.events import EventRecord
 from aoe_tui.domain.world import WorldState
-from aoe_tui.season.runner import SeasonObserver
-from aoe_tui.tui.viewmodel import ActivitySource, ArenaInfo
+from aoe_tui.season.observer import SeasonObserver
+from aoe_tui.tui.viewmodel import ActivitySource, ArenaView
 
 
 class RecordsPending(Message):
@@ -43,7 +43,7 @@ class HeatOpened:
     """A heat announced by the engine: key, arena manifest dict, title, activity source."""
 
     key: str
-    arena: ArenaInfo
+    arena: ArenaView
     title: str | None
     activity: ActivitySource | None
 
@@ -68,10 +68,10 @@ class LiveFeed:
         """Set the notifier (``lambda: app.post_message(RecordsPending())``)."""
         self._notify = notify
 
-    def open_heat(self, key: str, *, arena: Mapping[str, Any] | ArenaInfo | None = None,
+    def open_heat(self, key: str, *, arena: Mapping[str, Any] | ArenaView | None = None,
                   title: str | None = None, activity: ActivitySource | None = None) -> None:
         """Announce heat ``key`` before its first record (arena = ``arena.json`` dict)."""
-        info = arena if isinstance(arena, ArenaInfo) else ArenaInfo.from_arena(arena)
+        info = arena if isinstance(arena, ArenaView) else ArenaView.from_arena(arena)
         with self._lock:
             self._opened.append(HeatOpened(key, info, title, activity))
         self._ping()
@@ -121,7 +121,7 @@ class LiveFeed:
 
 
 class FeedObserver(SeasonObserver):
-    """The :class:`~aoe_tui.season.runner.SeasonObserver` of ``aoe run``'s TUI: posts the
+    """The :class:`~aoe_tui.season.observer.SeasonObserver` of ``aoe run``'s TUI: posts the
     season's records and every attempt's events to a :class:`LiveFeed` (heat key = attempt
     folder, ``round-R/heat-H/attempt-A``), and serves live agent activity from the
     referee's seats (``AgentRun.activity``, newest last)."""

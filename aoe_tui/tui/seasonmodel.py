@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 from aoe_tui.domain import season_events as se
 from aoe_tui.replay.season_reducer import AttemptState, HeatState, SeasonState, apply_season_record
-from aoe_tui.season.standings import ArenaBreakdown, SeasonStanding, season_standings
-from aoe_tui.tui.viewmodel import HeatModel, fmt_clock, fmt_cost, fmt_tokens
+from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
+from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens, summarize_season_event
+from aoe_tui.tui.viewmodel import HeatModel
 
 LOG_LIMIT = 200
 #: below this terminal width the season screen uses its compact forms
@@ -117,7 +118,7 @@ class SeasonModel:
             self.closed_ms += max(0, (self.last_ms or t) - self.session_ms)
             self.session_ms = t
         self.last_ms = t
-        line = summarize_season(record, multi_arena=self.state.multi_arena)
+        line = summarize_season_event(record.event, multi_arena=self.state.multi_arena)
         if line:
             self.log.append(f"{fmt_clock(record.time_unix_ms - self.first_ms)}  {line}")
 
@@ -284,45 +285,10 @@ class SeasonModel:
         return rows
 
     def standings(self) -> list[SeasonStanding]:
-        """Season standings (:func:`aoe_tui.season.standings.season_standings`), cached per version."""
+        """Season standings (:func:`aoe_tui.season.season_standings.season_standings`), cached per version."""
         if self._standings is None or self._standings[0] != self.version:
             self._standings = (self.version, season_standings(self.state) if self.state.info else [])
         return self._standings[1]
-
-
-def summarize_season(record: se.SeasonRecord, multi_arena: bool = False) -> str | None:
-    """One log line for a season record (None for nothing worth a line); ``multi_arena``
-    names the arena a round races (as the runner's own progress line does)."""
-    e = record.event
-    k = e.kind
-    if k == "season_started":
-        return f"season {e.season} · {e.label} started: {len(e.entrants)} entrants"
-    if k == "season_resumed":
-        return f"resumed (pid {e.pid}): {e.detail}"
-    if k == "stale_territories_cleaned":
-        return f"tore down {len(e.territories)} leftover territories"
-    if k == "round_scheduled":
-        heats = "; ".join(f"h{h.heat}: " + " vs ".join(x for x in h.seats if x) for h in e.heats)
-        on = f" on {e.arena}" if multi_arena and e.arena else ""
-        return f"round {e.round} scheduled{' (final)' if e.final else ''}{on}: {heats}" + (
-            f"; byes {', '.join(e.byes)}" if e.byes else "")
-    if k == "attempt_started":
-        return f"r{e.round}h{e.heat}a{e.attempt} started"
-    if k == "attempt_interrupted":
-        return f"r{e.round}h{e.heat}a{e.attempt} interrupted, kept as {e.renamed_to}"
-    if k == "attempt_finished":
-        tag = f"r{e.round}h{e.heat}a{e.attempt}"
-        if e.outcome == "counted":
-            return f"{tag} finished in {fmt_clock(e.elapsed_ms)}: winner {e.winner or 'none (tie)'}"
-        first = e.detail.splitlines()[0] if e.detail else ""
-        return f"{tag} spoiled by {e.failure_source}: {first} → " + ("retry" if e.outcome == "retry" else "void")
-    if k == "heat_finished":
-        return None
-    if k == "round_finished":
-        return f"round {e.round} finished" + (f": advanced {', '.join(e.advanced)}" if e.advanced else "")
-    if k == "season_finished":
-        return f"season finished: champion {', '.join(e.champions) or 'none'}"
-    return None
 
 
 # --------------------------------------------------------------------------- standings

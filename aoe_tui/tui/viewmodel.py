@@ -19,8 +19,6 @@ widgets only format those.
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from aoe_tui.domain.display import fmt_clock, sanitize_line, short_line, summarize_event
 from aoe_tui.domain.events import EventRecord
 from aoe_tui.domain.world import WorldState
 from aoe_tui.replay.reducer import apply_event
@@ -40,84 +39,6 @@ ActivitySource = Callable[[str], Sequence[str]]
 FEED_LIMIT = 400
 #: a live heat clock runs on at most this long past the last event received (ms)
 LIVE_CLOCK_CAP_MS = 15 * 60 * 1000
-
-
-def fmt_clock(ms: int | None) -> str:
-    """``MM:SS`` (or ``H:MM:SS`` past an hour) of a match clock in **milliseconds**."""
-    if ms is None:
-        return "--:--"
-    s = max(0, int(ms)) // 1000
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
-
-
-def fmt_tokens(n: int | None) -> str:
-    """Compact token count (``12.3k``, ``1.2M``) or ``n/a`` when unknown (None)."""
-    if n is None:
-        return "n/a"
-    if n >= 1_000_000:
-        return f"{n / 1_000_000:.1f}M"
-    if n >= 10_000:
-        return f"{n / 1000:.0f}k"
-    if n >= 1000:
-        return f"{n / 1000:.1f}k"
-    return str(n)
-
-
-def fmt_cost(microusd: int | None) -> str:
-    """``$X.XXXX`` from micro-USD (§8.2) or ``n/a`` when unknown (None)."""
-    if microusd is None:
-        return "n/a"
-    return f"${microusd / 1_000_000:.4f}"
-
-
-#: ANSI/VT escape sequences (CSI, OSC, other ESC-introduced) an adapter may write
-_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
-#: longest activity line kept (characters); longer lines end in "…"
-ACTIVITY_LINE_LIMIT = 200
-
-
-def sanitize_line(text: object, limit: int = ACTIVITY_LINE_LIMIT, collapse: bool = False) -> str:
-    """One safe display line from arbitrary adapter output (activity lines, details).
-
-    Removes ANSI escape sequences; turns tabs/newlines/carriage returns into spaces (one
-    line always; ``collapse`` also folds runs of spaces, else only the ends are trimmed); drops other control, format (bidi overrides, zero-width), surrogate,
-    private-use and unassigned characters; folds runs of U+FFFD (undecodable bytes) into
-    one. A line that is mostly undecodable becomes ``‹binary output, N chars›``. The
-    result is plain text — callers append it to ``rich.text.Text`` (never parsed as
-    markup). Cut to ``limit`` characters with a trailing ``…``.
-    """
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    raw = _ANSI_RE.sub("", str(text))
-    out: list[str] = []
-    bad = 0
-    for ch in raw:
-        if ch in "\t\n\r\v\f":
-            out.append(" ")
-            continue
-        cat = unicodedata.category(ch)
-        if ch == "\ufffd" or cat in ("Cs", "Co", "Cn"):
-            bad += 1
-            if not out or out[-1] != "\ufffd":
-                out.append("\ufffd")
-            continue
-        if cat in ("Cc", "Cf"):
-            bad += 1
-            continue
-        out.append(ch)
-    line = "".join(out)
-    line = " ".join(line.split()) if collapse else line.strip()
-    if raw and bad * 3 > len(raw):
-        return f"‹binary output, {len(raw)} chars›"
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _short(text: str | None, limit: int = 160) -> str:
-    if not text:
-        return ""
-    return sanitize_line(text, limit, collapse=True)
 
 
 # --------------------------------------------------------------------------- arena
@@ -144,11 +65,11 @@ class MilestoneMeta:
 
 
 @dataclass(frozen=True)
-class ArenaInfo:
+class ArenaView:
     """What the panels need from ``arena.json`` (§1, §2.7); every field optional.
 
     Built by :meth:`from_arena` from the manifest dict (``LoadedMatch.arena``);
-    ``ArenaInfo()`` (no manifest) makes the ladder list only evaluated milestones.
+    ``ArenaView()`` (no manifest) makes the ladder list only evaluated milestones.
     """
 
     name: str | None = None
@@ -160,7 +81,7 @@ class ArenaInfo:
     territories: tuple[str, ...] = ()
 
     @classmethod
-    def from_arena(cls, arena: Mapping[str, Any] | None) -> ArenaInfo:
+    def from_arena(cls, arena: Mapping[str, Any] | None) -> ArenaView:
         """Parse leniently (older files miss keys); never raises on odd shapes."""
         if not isinstance(arena, Mapping):
             return cls()
@@ -211,84 +132,6 @@ class FeedEntry:
         return f"{fmt_clock(self.elapsed_ms)}  #{self.sequence:<4} {self.text}"
 
 
-def _usage_text(e: Any) -> str:
-    parts = []
-    if e.input_tokens is not None or e.output_tokens is not None:
-        parts.append(f"+{fmt_tokens(e.input_tokens or 0)} in / +{fmt_tokens(e.output_tokens or 0)} out")
-    if e.cost_microusd is not None:
-        parts.append(f"+{fmt_cost(e.cost_microusd)}")
-    parts.append(f"{e.resource_units} units")
-    return f"{e.agent} usage " + ", ".join(parts)
-
-
-def summarize(record: EventRecord) -> tuple[str, str, tuple | None, str | None] | None:
-    """Feed summary of one record: (text, style, collapse key, territory) or None to skip.
-
-    Skipped: healthy conquest ticks (``health_observed`` healthy, ``resources_changed``
-    "healthy tick"), ``milestone_evaluation_started`` (the ladder shows it), and usage
-    checkpoints that charge nothing. The collapse key makes identical consecutive
-    failures of one territory's milestone fold into one line.
-    """
-    e = record.event
-    k = e.kind
-    if k == "milestone_evaluation_started":
-        return None
-    if k == "health_observed":
-        if e.healthy:
-            return None
-        status = "transport error" if e.status is None else str(e.status)
-        return (f"{e.territory} health down ({status}): {_short(e.detail, 100)}", "bad",
-                ("health", e.territory, e.status, _short(e.detail, 100)), e.territory)
-    if k == "resources_changed":
-        if e.reason == "healthy tick":
-            return None
-        return (f"{e.territory} resources {e.delta:+d} → {e.remaining} ({e.reason})", "", None, e.territory)
-    if k == "usage_charged":
-        if not (e.input_tokens or e.output_tokens or e.cost_microusd):
-            return None
-        return (_usage_text(e), "dim", None, None)
-    if k == "milestone_passed":
-        return (f"{e.territory} passed {e.milestone} (+{e.points})", "good", None, e.territory)
-    if k == "milestone_failed":
-        detail = _short(e.detail, 120)
-        return (f"{e.territory} failed {e.milestone}: {detail}", "bad",
-                ("failed", e.territory, e.milestone, e.category, detail), e.territory)
-    if k == "milestone_revoked":
-        return (f"{e.territory} lost {e.milestone}: {_short(e.reason)}", "bad", None, e.territory)
-    if k == "competitor_state_changed":
-        return (f"{e.territory} {e.from_} → {e.to} ({_short(e.reason, 80)})", "state", None, e.territory)
-    if k == "durable_deployment_completed":
-        return (f"{e.territory} completed a durable deployment at {fmt_clock(e.elapsed_ms)}", "good", None, e.territory)
-    if k == "match_state_changed":
-        return (f"match {e.from_} → {e.to}", "state", None, None)
-    if k == "match_finished":
-        return (f"match finished, winner {e.winner or 'none'}: {e.reason}", "win", None, None)
-    if k == "territory_registered":
-        return (f"{e.territory} registered ({e.class_}) for {e.agent}", "dim", None, e.territory)
-    if k == "territory_state_changed":
-        return (f"{e.territory} {e.from_} → {e.to} ({_short(e.reason, 80)})", "state", None, e.territory)
-    if k == "agent_started":
-        return (f"{e.agent} started on {e.territory} ({e.model})", "dim", None, e.territory)
-    if k == "agent_finished":
-        verb = "finished" if e.success else f"failed ({e.source})"
-        return (f"{e.agent} {verb}: {_short(e.detail, 100)}", "good" if e.success else "bad", None, None)
-    if k == "agent_interrupted":
-        return (f"{e.agent} interrupted ({e.source}): {_short(e.detail, 100)}", "warn", None, None)
-    if k == "agent_terminated":
-        return (f"{e.agent} terminated: {_short(e.reason, 100)}", "warn", None, None)
-    if k == "agent_outraced":
-        return (f"{e.agent} outraced: {_short(e.reason, 100)}", "dim", None, None)
-    if k == "post_match_drain_started":
-        return (f"post-match drain: {e.pending_agents} agent(s), {e.timeout_ms // 1000} s", "dim", None, None)
-    if k == "post_match_drain_finished":
-        return (f"drain done: {e.captured_agents} captured, {e.terminated_agents} terminated", "dim", None, None)
-    if k == "territory_eliminated":
-        return (f"{e.territory} eliminated ({e.source}): {_short(e.detail, 100)}", "bad", None, e.territory)
-    if k == "infrastructure_failure":
-        return (f"infrastructure failure {e.component} ({e.source}): {_short(e.detail, 100)}", "bad", None, None)
-    return (k, "", None, None)  # pragma: no cover - every kind handled above
-
-
 # --------------------------------------------------------------------------- model
 
 
@@ -311,9 +154,9 @@ class HeatModel:
     its last record was applied. :meth:`clock_ms` then extrapolates between events.
     """
 
-    def __init__(self, arena: ArenaInfo | None = None, *, title: str | None = None,
+    def __init__(self, arena: ArenaView | None = None, *, title: str | None = None,
                  activity: ActivitySource | None = None, season_arena: str | None = None) -> None:
-        self.arena = arena or ArenaInfo()
+        self.arena = arena or ArenaView()
         self.title = title
         self.activity = activity
         #: the season arena id this heat races, named in the header in a cup across
@@ -386,10 +229,10 @@ class HeatModel:
                 seen_u.cost = True
         elif k == "agent_started":
             self.usage_seen[e.agent] = _UsageSeen()
-        summary = summarize(record)
+        summary = summarize_event(record.event)
         if summary is None:
             return
-        text, style, key, terr = summary
+        text, style, key, terr = summary.text, summary.tone, summary.key, summary.territory
         if key is not None:
             for i in range(len(self.feed) - 1, max(-1, len(self.feed) - 12), -1):
                 prev = self.feed[i]
@@ -535,7 +378,7 @@ def panel_view(model: HeatModel, tid: str, activity_lines: int = 6, clock_ms: in
             status, pts, detail = "pending", (mm.points if mm else None), None
         since = model.eval_ms.get((tid, mid)) if status == "evaluating" else None
         ladder.append(LadderRow(mid, label, status, pts, model.pass_ms.get((tid, mid)),
-                                model.fail_count.get((tid, mid), 0), _short(detail, 200) or None,
+                                model.fail_count.get((tid, mid), 0), short_line(detail, 200) or None,
                                 None if since is None else max(0, now_ms - since)))
 
     if av is None:

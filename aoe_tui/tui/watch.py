@@ -25,14 +25,14 @@ Nothing here writes into the season folder.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aoe_tui.errors import AoeError
-from aoe_tui.replay.log import iter_events_from
-from aoe_tui.replay.season_log import parse_season_line
+from aoe_tui.replay.jsonl import LogTail
+from aoe_tui.replay.log import EVENT_LOG
+from aoe_tui.replay.season_log import SEASON_LOG
 from aoe_tui.replay.season_reducer import SeasonState, apply_season_record
 from aoe_tui.tui.live import LiveFeed
 from aoe_tui.tui.seasonmodel import attempt_title
@@ -104,19 +104,10 @@ class FolderWatch:
         self._inotify.close()
 
 
-def _grown(path: Path, offset: int) -> bool:
-    """Whether ``path`` holds bytes past ``offset`` (False when it does not exist)."""
-    try:
-        return os.stat(path).st_size > offset
-    except OSError:
-        return False
-
-
 @dataclass
 class _Tail:
     folder: str
-    offset: int = 0
-    next_sequence: int = 0
+    log: LogTail | None = None  # events.jsonl, once the folder is open
     opened: bool = False
     final: bool = False
     broken: bool = False
@@ -134,39 +125,17 @@ class SeasonTailer:
         self.dir = Path(season_dir)
         self.feed = feed
         self.log = self.dir / "season.jsonl"
-        self.offset = 0
-        self.line = 0
+        self._season = LogTail(SEASON_LOG, self.log)
         self.state = SeasonState()
         self.tails: dict[str, _Tail] = {}
         self.errors: list[str] = []
 
     def _read_season(self) -> list[Any]:
-        if not _grown(self.log, self.offset):
+        if not self._season.grown():
             return []
-        try:
-            with open(self.log, "rb") as fh:
-                fh.seek(self.offset)
-                raw = fh.read()
-        except FileNotFoundError:
-            return []
-        except OSError as err:
-            raise AoeError(f"{self.log}: cannot read season log: {err.strerror}") from None
-        cut = raw.rfind(b"\n") + 1
-        out = []
-        for line in raw[:cut].split(b"\n")[:-1]:
-            self.line += 1
-            self.offset += len(line) + 1
-            if not line.strip():
-                continue
-            try:
-                rec = parse_season_line(line)
-            except (ValueError, UnicodeDecodeError) as err:
-                raise AoeError(f"{self.log}:{self.line}: invalid season event: {err}") from None
-            expected = 0 if self.state.last_sequence is None else self.state.last_sequence + 1
-            if rec.sequence != expected:
-                raise AoeError(f"{self.log}:{self.line}: sequence {rec.sequence} but expected {expected}")
+        out = self._season.read()
+        for rec in out:
             apply_season_record(self.state, rec)
-            out.append(rec)
         return out
 
     def poll(self) -> int:
@@ -207,16 +176,16 @@ class SeasonTailer:
                     return 0  # the runner has not written the headers yet
             self.feed.open_heat(t.folder, arena=arena if isinstance(arena, dict) else None, title=attempt_title(self.state.info, t.folder))
             t.opened = True
-        if not _grown(folder / "events.jsonl", t.offset):
+        if t.log is None:
+            t.log = LogTail(EVENT_LOG, folder / "events.jsonl")
+        if not t.log.grown():
             return 0
         try:
-            records, t.offset = iter_events_from(folder / "events.jsonl", t.offset, next_sequence=t.next_sequence,
-                                                 first_line=t.next_sequence + 1)
+            records = t.log.read()
         except AoeError as err:
             self.errors.append(str(err))
             t.broken = True
             return 0
         for rec in records:
             self.feed.post_record(rec, t.folder)
-        t.next_sequence += len(records)
         return len(records)

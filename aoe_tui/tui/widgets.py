@@ -26,15 +26,8 @@ from textual.visual import Visual, visualize
 from textual.widget import Widget
 from textual.widgets import Static
 
-from aoe_tui.tui.viewmodel import (
-    FeedEntry,
-    HeatFrame,
-    HeatModel,
-    PanelView,
-    fmt_clock,
-    fmt_cost,
-    fmt_tokens,
-)
+from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens
+from aoe_tui.tui.viewmodel import FeedEntry, HeatFrame, HeatModel, PanelView
 
 _STATUS_GLYPH = {"passed": "✓", "failed": "✗", "evaluating": "…", "pending": "·"}
 _STATUS_STYLE = {"passed": "bold green", "failed": "red", "evaluating": "yellow", "pending": "dim"}

@@ -1,5 +1,5 @@
-"""Season screens: the bracket (season screen), the standings table, the quit dialog,
-and :func:`watch_app` for ``aoe watch``.
+"""Season screens: the bracket (season screen), the standings table, the quit dialog
+(``aoe watch`` builds the app with :func:`aoe_tui.tui.app.watch_app`).
 
 Both screens render a :class:`~aoe_tui.tui.seasonmodel.SeasonModel` held by the app
 (``app.season``). They redraw when the model's version (or a running heat's) changed,
@@ -18,7 +18,6 @@ per entrant and arena, entrants in the current sort order (fewer columns below
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -47,7 +46,7 @@ from aoe_tui.tui.widgets import TextView
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.tui.app import AoeApp
 
-__all__ = ["QuitScreen", "SeasonScreen", "StandingsScreen", "watch_app"]
+__all__ = ["QuitScreen", "SeasonScreen", "StandingsScreen"]
 
 STATE_STYLE = {
     "finished": "green",
@@ -428,7 +427,7 @@ class StandingsScreen(Screen):
 
     def action_export(self) -> None:
         """Write ``standings.{csv,json,md,html}`` into the season folder and say which files."""
-        from aoe_tui.export.season import FORMATS, write_all
+        from aoe_tui.export.standings_files import FORMATS, write_all
 
         app: AoeApp = self.app  # type: ignore[assignment]
         if app.read_only or app.season_dir is None:
@@ -475,24 +474,6 @@ class QuitScreen(ModalScreen[str | None]):
     def action_choose(self, choice: str) -> None:
         """Dismiss with ``choice`` (empty = cancel → None)."""
         self.dismiss(choice or None)
-
-
-def watch_app(season_dir: Path, theme: str | None = None, *, follow: bool = True):
-    """The ``aoe watch`` app: catch up from ``season_dir`` now (raises :class:`AoeError`
-    on a missing or bad ``season.jsonl``), then follow it every 0.25 s when ``follow``."""
-    from aoe_tui.errors import AoeError
-    from aoe_tui.tui.app import DARK_THEME, AoeApp
-    from aoe_tui.tui.live import LiveFeed
-    from aoe_tui.tui.watch import SeasonTailer
-
-    season_dir = Path(season_dir)
-    if not (season_dir / "season.jsonl").is_file():
-        raise AoeError(f"{season_dir}: not a season folder (no season.jsonl)")
-    feed = LiveFeed()
-    tailer = SeasonTailer(season_dir, feed)
-    tailer.poll()
-    return AoeApp.season_view(feed, season_dir, tailer=tailer if follow else None, read_only=True,
-                              theme=theme or DARK_THEME)
 
 
 def wall_ms() -> int:

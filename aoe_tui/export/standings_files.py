@@ -1,14 +1,14 @@
 """Season exports: standings as CSV, JSON, Markdown and a self-contained HTML page.
 
 All four read a reduced :class:`~aoe_tui.replay.season_reducer.SeasonState` and its
-standings (:func:`aoe_tui.season.standings.season_standings`), so they agree with the
+standings (:func:`aoe_tui.season.season_standings.season_standings`), so they agree with the
 live runner. Times are shown as ``m:ss.s`` (from ms); costs as ``$x.xxxx`` (from
 micro-USD). The HTML page has no external resources: inline CSS and inline SVG only
 (bracket, standings table ``<table id="standings">``, a time-to-milestone chart, links
 to each heat's bundle relative to the season folder).
 
 Cups across arenas (a season of more than one arena): the per-arena breakdown
-(:class:`~aoe_tui.season.standings.ArenaBreakdown`, §7.2) is in the JSON (every
+(:class:`~aoe_tui.season.season_standings.ArenaBreakdown`, §7.2) is in the JSON (every
 standing's ``arenas``; also the season's ``arenas`` list and each heat's ``arena``, for
 one-arena seasons too), in a Markdown table after the main one, and in the HTML page
 (``<table id="arena-breakdown">``, the arenas in the header, each round's arena in the
@@ -25,12 +25,13 @@ import csv
 import html
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from aoe_tui.domain.display import fmt_clock
+from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_reducer import SeasonState
-from aoe_tui.season.standings import ArenaBreakdown, SeasonStanding, season_standings
+from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
 
 __all__ = ["COLUMNS", "FORMATS", "render", "write_all"]
 
@@ -45,10 +46,7 @@ COLUMNS = (
 
 
 def _clock(ms: int | None) -> str:
-    if ms is None:
-        return "—"
-    s = ms / 1000
-    return f"{int(s // 60)}:{s % 60:04.1f}"
+    return fmt_clock(ms, "m:ss.d", none="—")
 
 
 def _usd(micro: int | None) -> str:
@@ -328,7 +326,4 @@ def render(state: SeasonState, fmt: str) -> str:
 def write_all(season_dir: Path, state: SeasonState) -> None:
     """Write ``standings.{csv,json,md,html}`` into ``season_dir`` atomically."""
     for fmt in FORMATS:
-        path = Path(season_dir) / f"standings.{fmt}"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(render(state, fmt), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(Path(season_dir) / f"standings.{fmt}", render(state, fmt), fsync=False)

@@ -59,8 +59,6 @@ such a section when they build from it.
 from __future__ import annotations
 
 import hashlib
-import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +66,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from aoe_tui.domain.arena import Budget, Problem, _schema_problems, is_valid_id, read_toml_source
+from aoe_tui.domain.arena import Budget, is_valid_id
+from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source, schema_problems
 from aoe_tui.domain.tomlpos import TomlPositions
 from aoe_tui.errors import AoeError
 
@@ -165,7 +164,7 @@ def section_problems(section: str, raw: Any) -> tuple[BaseModel | None, list[tup
     try:
         return model.model_validate({**raw, "kind": kind}), []
     except ValidationError as err:
-        return None, [(f"{section}.{p}" if p else section, m) for p, m in _schema_problems(err)]
+        return None, [(f"{section}.{p}" if p else section, m) for p, m in schema_problems(err)]
 
 
 class ArenaOverrides(_Model):
@@ -300,14 +299,7 @@ class LoadedSeason:
 
 def parse_season_text(text: str, file: str) -> SeasonFile:
     """Parse + validate season TOML ``text``; raise :class:`SeasonFileError` naming lines."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        msg = str(err)
-        m = re.search(r"\(at line (\d+), column \d+\)", msg)
-        line = int(m.group(1)) if m else None
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", msg)
-        raise SeasonFileError([Problem(file, line, "", f"invalid TOML: {msg}")]) from None
+    data = parse_toml(text, file, SeasonFileError)
     pos = TomlPositions(text)
     sections: dict[str, BaseModel] = {}
     found: list[tuple[str, str]] = []
@@ -319,7 +311,7 @@ def parse_season_text(text: str, file: str) -> SeasonFile:
     try:
         season = SeasonFile.model_validate(data)
     except ValidationError as err:
-        found = _schema_problems(err) + found
+        found = schema_problems(err) + found
     if found:
         raise SeasonFileError([Problem(file, pos.line_of(p), p, m) for p, m in found])
     season = season.model_copy(update=sections)

@@ -14,12 +14,12 @@ was flushed (used for update-latency measurements).
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
 
-from aoe_tui.replay.log import dump_record
+from aoe_tui.replay.jsonl import LogAppender
+from aoe_tui.replay.log import EVENT_LOG, dump_record
 from aoe_tui.replay.matchdir import LoadedMatch, load_match
 
 __all__ = ["SeasonFeeder"]
@@ -88,17 +88,18 @@ class SeasonFeeder:
         path = self.out / FOLDER / "events.jsonl"
         prev_ms = 0
         done = []
-        with open(path, "ab") as fh:
+        log = LogAppender(EVENT_LOG, path)
+        try:
             for rec in self.loaded.records:
                 gap = max(0.0, (rec.elapsed_ms - prev_ms) / 1000.0 / self.speed)
                 prev_ms = rec.elapsed_ms
                 if self._stop.wait(min(gap, self.max_gap_s)):
                     break
-                fh.write((dump_record(rec) + "\n").encode("utf-8"))
-                fh.flush()
-                os.fsync(fh.fileno())
+                log.append_line(dump_record(rec), "full")
                 self.written[rec.sequence] = time.monotonic()
                 done.append(rec)
+        finally:
+            log.close()
         if self.finish and not self._stop.is_set() and done:
             world = reduce_match(done)
             seat_of = dict(zip(self.territories, self.seats))

@@ -1,0 +1,362 @@
+"""Pure formatting of match times and events for people: the TUI, exports and the
+headless progress lines all format through here (no I/O).
+
+- :func:`fmt_clock`: a match clock from **milliseconds**, in one of the styles below.
+- :func:`fmt_tokens`, :func:`fmt_cost`: token counts and micro-USD costs.
+- :func:`sanitize_line`: one safe display line from arbitrary adapter output.
+- :func:`summarize_event`: one event (§2) → one human line (:class:`EventLine`), in the
+  voice of the TUI feed (``"feed"``), ``aoe match run``'s progress lines (``"match"``) or
+  ``aoe run``'s headless season lines (``"season"``); :func:`summarize_season_event`: one
+  season event (``season.jsonl``) → one line of the TUI's season log.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "ACTIVITY_LINE_LIMIT",
+    "ClockStyle",
+    "EventLine",
+    "fmt_clock",
+    "fmt_cost",
+    "fmt_tokens",
+    "first_line",
+    "RepeatedFailures",
+    "sanitize_line",
+    "short_line",
+    "summarize_event",
+    "summarize_season_event",
+]
+
+#: ``"mm:ss"``: ``MM:SS``, ``H:MM:SS`` past an hour (TUI clocks, feed, season log);
+#: ``"mm:ss.d"``: ``MM:SS.d``, tenths cut, minutes past 59 kept (``aoe match run`` lines);
+#: ``"m:ss.d"``: ``M:SS.d``, tenths rounded (exports' median durable times);
+#: ``"s.d"``: ``12.3s``, seconds with rounded tenths (``aoe run`` headless lines, ``aoe inspect``).
+ClockStyle = Literal["mm:ss", "mm:ss.d", "m:ss.d", "s.d"]
+
+
+def fmt_clock(ms: int | None, style: ClockStyle = "mm:ss", *, none: str = "--:--") -> str:
+    """A match clock from ``ms`` (milliseconds; negative counts as 0 in the ``mm:ss``
+    styles) in ``style`` (see :data:`ClockStyle`); ``none`` when ``ms`` is None.
+    Raises ``ValueError`` for an unknown style."""
+    if ms is None:
+        return none
+    if style == "mm:ss":
+        s = max(0, int(ms)) // 1000
+        h, rem = divmod(s, 3600)
+        m, sec = divmod(rem, 60)
+        return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+    if style == "mm:ss.d":
+        ms = max(0, int(ms))
+        return f"{ms // 60000:02d}:{(ms // 1000) % 60:02d}.{(ms % 1000) // 100}"
+    if style == "m:ss.d":
+        s = ms / 1000
+        minutes, secs = int(s // 60), f"{s % 60:04.1f}"
+        if secs == "60.0":  # 59.96 s rounds up to the next minute, not to "0:60.0"
+            minutes, secs = minutes + 1, "00.0"
+        return f"{minutes}:{secs}"
+    if style == "s.d":
+        return f"{ms / 1000:.1f}s"
+    raise ValueError(f"unknown clock style {style!r}")
+
+
+def fmt_tokens(n: int | None) -> str:
+    """Compact token count (``12.3k``, ``1.2M``) or ``n/a`` when unknown (None)."""
+    if n is None:
+        return "n/a"
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
+    if n >= 10_000:
+        return f"{n / 1000:.0f}k"
+    if n >= 1000:
+        return f"{n / 1000:.1f}k"
+    return str(n)
+
+
+def fmt_cost(microusd: int | None) -> str:
+    """``$X.XXXX`` from micro-USD (§8.2) or ``n/a`` when unknown (None)."""
+    if microusd is None:
+        return "n/a"
+    return f"${microusd / 1_000_000:.4f}"
+
+
+#: ANSI/VT escape sequences (CSI, OSC, other ESC-introduced) an adapter may write
+_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+#: longest activity line kept (characters); longer lines end in "…"
+ACTIVITY_LINE_LIMIT = 200
+
+
+def sanitize_line(text: object, limit: int = ACTIVITY_LINE_LIMIT, collapse: bool = False) -> str:
+    """One safe display line from arbitrary adapter output (activity lines, details).
+
+    Removes ANSI escape sequences; turns tabs/newlines/carriage returns into spaces (one
+    line always; ``collapse`` also folds runs of spaces, else only the ends are trimmed); drops other control, format (bidi overrides, zero-width), surrogate,
+    private-use and unassigned characters; folds runs of U+FFFD (undecodable bytes) into
+    one. A line that is mostly undecodable becomes ``‹binary output, N chars›``. The
+    result is plain text — callers append it to ``rich.text.Text`` (never parsed as
+    markup). Cut to ``limit`` characters with a trailing ``…``.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    raw = _ANSI_RE.sub("", str(text))
+    out: list[str] = []
+    bad = 0
+    for ch in raw:
+        if ch in "\t\n\r\v\f":
+            out.append(" ")
+            continue
+        cat = unicodedata.category(ch)
+        if ch == "\ufffd" or cat in ("Cs", "Co", "Cn"):
+            bad += 1
+            if not out or out[-1] != "\ufffd":
+                out.append("\ufffd")
+            continue
+        if cat in ("Cc", "Cf"):
+            bad += 1
+            continue
+        out.append(ch)
+    line = "".join(out)
+    line = " ".join(line.split()) if collapse else line.strip()
+    if raw and bad * 3 > len(raw):
+        return f"‹binary output, {len(raw)} chars›"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def first_line(text: str | None, limit: int | None = 160) -> str:
+    """The first line of ``text`` cut to ``limit`` characters (None: not cut; ``""`` for
+    None/empty); the headless lines' form of a failure detail."""
+    return text.splitlines()[0][:limit] if text else ""
+
+
+def short_line(text: str | None, limit: int = 160) -> str:
+    """:func:`sanitize_line` of ``text`` with spaces folded (``""`` for None/empty)."""
+    if not text:
+        return ""
+    return sanitize_line(text, limit, collapse=True)
+
+
+@dataclass(frozen=True)
+class EventLine:
+    """One event as a human line.
+
+    ``text``: the line (no clock); ``tone``: ``good``, ``bad``, ``warn``, ``state``,
+    ``dim``, ``win`` or ``""`` (the TUI styles it); ``key``: equal keys of consecutive
+    lines mean "the same failure again" (the feed folds them, headless output prints a
+    failure again only when its detail changed); ``territory`` the line is about, if any.
+    """
+
+    text: str
+    tone: str = ""
+    key: tuple | None = None
+    territory: str | None = None
+
+
+Voice = Literal["feed", "match", "season"]
+
+
+def summarize_event(event: Any, voice: Voice = "feed", *, name: Callable[[str], str] | None = None,
+                    elapsed_ms: int = 0, world: Any = None) -> EventLine | None:
+    """One event (§2, a model of :mod:`aoe_tui.domain.events`) as a line, or None when
+    the voice skips it.
+
+    ``"feed"`` (TUI feed, ``aoe watch``): every kind except healthy conquest ticks,
+    verifier starts and usage checkpoints that charge nothing; details sanitized.
+    ``"match"`` (``aoe match run``): milestones, competitor/agent/match changes, usage
+    totals (needs ``world``: the reduced world after the event), infrastructure failures,
+    the drain; ``elapsed_ms`` (of the record) skips the start-of-match state changes.
+    ``"season"`` (``aoe run`` headless): milestones, durable deployments and
+    infrastructure failures, territories named by ``name`` (e.g. territory → entrant).
+    """
+    if voice == "feed":
+        return _feed_line(event)
+    if voice == "match":
+        return _match_line(event, elapsed_ms, world)
+    if voice == "season":
+        return _season_line(event, name or (lambda t: t))
+    raise ValueError(f"unknown voice {voice!r}")
+
+
+def _usage_text(e: Any) -> str:
+    parts = []
+    if e.input_tokens is not None or e.output_tokens is not None:
+        parts.append(f"+{fmt_tokens(e.input_tokens or 0)} in / +{fmt_tokens(e.output_tokens or 0)} out")
+    if e.cost_microusd is not None:
+        parts.append(f"+{fmt_cost(e.cost_microusd)}")
+    parts.append(f"{e.resource_units} units")
+    return f"{e.agent} usage " + ", ".join(parts)
+
+
+def _feed_line(e: Any) -> EventLine | None:
+    k = e.kind
+    if k == "milestone_evaluation_started":
+        return None
+    if k == "health_observed":
+        if e.healthy:
+            return None
+        status = "transport error" if e.status is None else str(e.status)
+        return EventLine(f"{e.territory} health down ({status}): {short_line(e.detail, 100)}", "bad",
+                         ("health", e.territory, e.status, short_line(e.detail, 100)), e.territory)
+    if k == "resources_changed":
+        if e.reason == "healthy tick":
+            return None
+        return EventLine(f"{e.territory} resources {e.delta:+d} → {e.remaining} ({e.reason})", "", None, e.territory)
+    if k == "usage_charged":
+        if not (e.input_tokens or e.output_tokens or e.cost_microusd):
+            return None
+        return EventLine(_usage_text(e), "dim", None, None)
+    if k == "milestone_passed":
+        return EventLine(f"{e.territory} passed {e.milestone} (+{e.points})", "good", None, e.territory)
+    if k == "milestone_failed":
+        detail = short_line(e.detail, 120)
+        return EventLine(f"{e.territory} failed {e.milestone}: {detail}", "bad",
+                         ("failed", e.territory, e.milestone, e.category, detail), e.territory)
+    if k == "milestone_revoked":
+        return EventLine(f"{e.territory} lost {e.milestone}: {short_line(e.reason)}", "bad", None, e.territory)
+    if k == "competitor_state_changed":
+        return EventLine(f"{e.territory} {e.from_} → {e.to} ({short_line(e.reason, 80)})", "state", None, e.territory)
+    if k == "durable_deployment_completed":
+        return EventLine(f"{e.territory} completed a durable deployment at {fmt_clock(e.elapsed_ms)}", "good", None, e.territory)
+    if k == "match_state_changed":
+        return EventLine(f"match {e.from_} → {e.to}", "state", None, None)
+    if k == "match_finished":
+        return EventLine(f"match finished, winner {e.winner or 'none'}: {e.reason}", "win", None, None)
+    if k == "territory_registered":
+        return EventLine(f"{e.territory} registered ({e.class_}) for {e.agent}", "dim", None, e.territory)
+    if k == "territory_state_changed":
+        return EventLine(f"{e.territory} {e.from_} → {e.to} ({short_line(e.reason, 80)})", "state", None, e.territory)
+    if k == "agent_started":
+        return EventLine(f"{e.agent} started on {e.territory} ({e.model})", "dim", None, e.territory)
+    if k == "agent_finished":
+        verb = "finished" if e.success else f"failed ({e.source})"
+        return EventLine(f"{e.agent} {verb}: {short_line(e.detail, 100)}", "good" if e.success else "bad", None, None)
+    if k == "agent_interrupted":
+        return EventLine(f"{e.agent} interrupted ({e.source}): {short_line(e.detail, 100)}", "warn", None, None)
+    if k == "agent_terminated":
+        return EventLine(f"{e.agent} terminated: {short_line(e.reason, 100)}", "warn", None, None)
+    if k == "agent_outraced":
+        return EventLine(f"{e.agent} outraced: {short_line(e.reason, 100)}", "dim", None, None)
+    if k == "post_match_drain_started":
+        return EventLine(f"post-match drain: {e.pending_agents} agent(s), {e.timeout_ms // 1000} s", "dim", None, None)
+    if k == "post_match_drain_finished":
+        return EventLine(f"drain done: {e.captured_agents} captured, {e.terminated_agents} terminated", "dim", None, None)
+    if k == "territory_eliminated":
+        return EventLine(f"{e.territory} eliminated ({e.source}): {short_line(e.detail, 100)}", "bad", None, e.territory)
+    if k == "infrastructure_failure":
+        return EventLine(f"infrastructure failure {e.component} ({e.source}): {short_line(e.detail, 100)}", "bad", None, None)
+    return EventLine(k, "", None, None)  # pragma: no cover - every kind handled above
+
+
+
+
+def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
+    """One season-log line (TUI season screen, ``aoe watch``) for a season event (a model
+    of :mod:`aoe_tui.domain.season_events`), None for nothing worth a line; ``multi_arena``
+    names the arena a round races (as the runner's own progress line does)."""
+    k = e.kind
+    if k == "season_started":
+        return f"season {e.season} · {e.label} started: {len(e.entrants)} entrants"
+    if k == "season_resumed":
+        return f"resumed (pid {e.pid}): {e.detail}"
+    if k == "stale_territories_cleaned":
+        return f"tore down {len(e.territories)} leftover territories"
+    if k == "round_scheduled":
+        heats = "; ".join(f"h{h.heat}: " + " vs ".join(x for x in h.seats if x) for h in e.heats)
+        on = f" on {e.arena}" if multi_arena and e.arena else ""
+        return f"round {e.round} scheduled{' (final)' if e.final else ''}{on}: {heats}" + (
+            f"; byes {', '.join(e.byes)}" if e.byes else "")
+    if k == "attempt_started":
+        return f"r{e.round}h{e.heat}a{e.attempt} started"
+    if k == "attempt_interrupted":
+        return f"r{e.round}h{e.heat}a{e.attempt} interrupted, kept as {e.renamed_to}"
+    if k == "attempt_finished":
+        tag = f"r{e.round}h{e.heat}a{e.attempt}"
+        if e.outcome == "counted":
+            return f"{tag} finished in {fmt_clock(e.elapsed_ms)}: winner {e.winner or 'none (tie)'}"
+        first = e.detail.splitlines()[0] if e.detail else ""
+        return f"{tag} spoiled by {e.failure_source}: {first} → " + ("retry" if e.outcome == "retry" else "void")
+    if k == "heat_finished":
+        return None
+    if k == "round_finished":
+        return f"round {e.round} finished" + (f": advanced {', '.join(e.advanced)}" if e.advanced else "")
+    if k == "season_finished":
+        return f"season finished: champion {', '.join(e.champions) or 'none'}"
+    return None
+
+
+def _match_line(e: Any, elapsed_ms: int, world: Any) -> EventLine | None:
+    k = e.kind
+    if k == "milestone_passed":
+        return EventLine(f"{e.territory} passed {e.milestone} (+{e.points})", "good", None, e.territory)
+    if k == "milestone_failed":
+        detail = first_line(e.detail)
+        return EventLine(f"{e.territory} failed {e.milestone}: {detail}", "bad",
+                         ("failed", e.territory, e.milestone, detail), e.territory)
+    if k == "competitor_state_changed" and elapsed_ms > 0:
+        return EventLine(f"{e.territory} is {e.to.value}: {e.reason}", "state", None, e.territory)
+    if k == "agent_finished":
+        return EventLine(f"agent {e.agent} {'completed' if e.success else 'failed'} ({e.source.value}): "
+                         f"{first_line(e.detail)}")
+    if k == "agent_interrupted":
+        return EventLine(f"agent {e.agent} interrupted ({e.source.value}): {e.detail[:160]}", "warn")
+    if k in ("agent_terminated", "agent_outraced"):
+        return EventLine(f"agent {e.agent} {k.split('_')[1]}: {e.reason}", "warn")
+    if k == "usage_charged" and (e.input_tokens or e.output_tokens or e.cost_microusd):
+        a = world.agents.get(e.agent) if world is not None else None
+        if a is not None:
+            return EventLine(f"agent {e.agent} usage: {a.input_tokens + a.output_tokens} tokens, "
+                             f"${a.cost_microusd / 1e6:.4f}", "dim")
+        return None
+    if k == "infrastructure_failure":
+        return EventLine(f"INFRASTRUCTURE FAILURE {e.component} ({e.source.value}): {e.detail}", "bad")
+    if k == "match_state_changed" and e.to.value == "running":
+        return EventLine("match running", "state")
+    if k == "match_finished":
+        return EventLine(f"match finished: winner={e.winner or 'none'} ({e.reason})", "win")
+    if k == "post_match_drain_started":
+        return EventLine(f"post-match drain: waiting up to {e.timeout_ms / 1000:.0f} s for {e.pending_agents} agent(s)",
+                         "dim")
+    if k == "post_match_drain_finished":
+        return EventLine(f"drain finished: {e.captured_agents} captured, {e.terminated_agents} terminated", "dim")
+    return None
+
+
+def _season_line(e: Any, name: Callable[[str], str]) -> EventLine | None:
+    k = e.kind
+    if k == "milestone_passed":
+        return EventLine(f"{name(e.territory)} passed {e.milestone}", "good", None, e.territory)
+    if k == "milestone_failed":
+        detail = first_line(e.detail)
+        return EventLine(f"{name(e.territory)} failed {e.milestone}: {detail}", "bad",
+                         ("failed", e.territory, e.milestone, detail), e.territory)
+    if k == "durable_deployment_completed":
+        return EventLine(f"{name(e.territory)} is durable", "good", None, e.territory)
+    if k == "infrastructure_failure":
+        return EventLine(f"infrastructure failure ({e.source}): {first_line(e.detail, None)}", "bad")
+    return None
+
+
+class RepeatedFailures:
+    """Headless output prints a failing milestone again only when its detail changed
+    (verifiers retry every tick); a pass forgets it. ``scope`` separates heats."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple, str] = {}
+
+    def fresh(self, line: EventLine, scope: Any = None) -> bool:
+        """False when ``line`` repeats the last failure of its milestone word for word."""
+        if line.key is None or line.key[0] != "failed":
+            return True
+        where, detail = (scope, *line.key[1:3]), line.key[-1]
+        if self._last.get(where) == detail:
+            return False
+        self._last[where] = detail
+        return True
+
+    def passed(self, territory: str, milestone: str, scope: Any = None) -> None:
+        """``territory`` passed ``milestone``: its next failure is news again."""
+        self._last.pop((scope, territory, milestone), None)

@@ -1,0 +1,122 @@
+"""File-system helpers every layer may use (the bottom of the import graph: imports no
+``aoe_tui`` module).
+
+- :func:`write_atomic` replaces a file with new text or bytes so a reader never sees a torn
+  file: a temporary file in the same folder, optionally fsynced, renamed over the target,
+  then (with ``fsync``) the folder fsynced so the rename survives a host crash.
+- :func:`write_json_atomic`: the same for one JSON value (``indent=2``, UTF-8, one final newline).
+- :class:`SubPath`: a read-only attribute naming a file inside an object's folder.
+
+Line-oriented logs (``events.jsonl``, ``season.jsonl``) use :mod:`aoe_tui.replay.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SubPath", "fsync_dir", "leftover_temps", "write_atomic", "write_json_atomic"]
+
+
+def fsync_dir(folder: Path) -> None:
+    """fsync ``folder`` so a rename or create inside it is durable (errors are ignored:
+    some file systems cannot open or fsync a folder)."""
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def write_atomic(path: Path | str, data: str | bytes, *, fsync: bool = True, mode: int | None = None,
+                 durable_dir: bool | None = None) -> Path:
+    """Replace ``path`` with ``data`` (``str`` is written as UTF-8) atomically; returns ``path``.
+
+    The data goes to ``.<name>.<pid>.<random>.tmp`` next to ``path`` (the folder must
+    exist), which is renamed over ``path``; on any error the temporary file is removed and
+    the error re-raised (``OSError`` for an unwritable folder).
+
+    Args:
+        fsync: fsync the file before the rename (data survives a host crash).
+        mode: exact permission bits of the new file (e.g. ``0o600`` for secrets, ``0o644``
+            for published artifacts); ``None``: ``0o666`` minus the umask, like ``open()``.
+        durable_dir: also fsync the folder after the rename (default: the value of ``fsync``).
+    """
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666 if mode is None else mode)
+    try:
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)  # exact bits, whatever the umask
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if fsync if durable_dir is None else durable_dir:
+        fsync_dir(path.parent)
+    return path
+
+
+def leftover_temps(path: Path | str) -> list[Path]:
+    """The temporary files of :func:`write_atomic` for ``path`` that a killed writer left
+    behind (``.<name>.<pid>.<random>.tmp`` next to it), e.g. to delete them with a secret."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{path.name}.*.tmp"))
+
+
+def write_json_atomic(path: Path | str, data: Any, *, fsync: bool = True, indent: int | None = 2,
+                      mode: int | None = None) -> Path:
+    """Write ``data`` as JSON (``indent``, non-ASCII kept, one final newline) with
+    :func:`write_atomic`; the parent folder is created if missing. Returns ``path``.
+    Raises ``TypeError`` for a value JSON cannot encode, ``OSError`` for an unwritable folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=indent, ensure_ascii=False) + "\n"
+    return write_atomic(path, text, fsync=fsync, mode=mode)
+
+
+class SubPath:
+    """A read-only path attribute: ``getattr(obj, folder) / name``.
+
+    ::
+
+        @dataclass
+        class Seat:
+            dir: Path
+            console = SubPath("dir", "console.log", "The guest's console log.")
+
+        Seat(Path("/w")).console  # Path("/w/console.log")
+
+    ``folder`` names the attribute holding the folder (a :class:`~pathlib.Path`); ``doc``
+    becomes the attribute's docstring.
+    """
+
+    def __init__(self, folder: str, name: str, doc: str = "") -> None:
+        self.folder = folder
+        self.name = name
+        self.__doc__ = doc or f"``<{folder}>/{name}``."
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj, self.folder) / self.name

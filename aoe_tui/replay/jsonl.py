@@ -1,0 +1,195 @@
+"""JSON Lines logs: the framing, torn-tail and sequence rules shared by ``events.jsonl``
+(:mod:`aoe_tui.replay.log`) and ``season.jsonl`` (:mod:`aoe_tui.replay.season_log`), §2.1.
+
+- One record per ``\\n``-terminated line, contiguous ``sequence`` from 0; blank lines are
+  skipped (they still count for line numbers).
+- A bad last line without its ``\\n`` is a torn append (``kill -9`` mid-write): readers
+  ignore it, a writer resuming the log cuts it off. A good last line without its ``\\n``
+  is kept (a writer resuming the log adds the ``\\n``).
+- Any other bad line, or a sequence gap, raises the format's error naming ``path:line``.
+
+A :class:`LogFormat` says how to parse one line and how to word errors; :func:`read_log`
+reads a whole log, :class:`LogTail` follows a growing one (complete lines only), and
+:class:`LogAppender` appends lines with the durability each log needs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Generic, Literal, TypeVar
+
+from aoe_tui.errors import AoeError
+
+__all__ = ["LogAppender", "LogFormat", "LogTail", "parse_log_bytes", "read_log"]
+
+R = TypeVar("R")
+
+#: ``"none"``: flush only; ``"data"``: ``fdatasync`` (the data, not the metadata);
+#: ``"full"``: ``fsync``.
+Sync = Literal["none", "data", "full"]
+
+
+@dataclass(frozen=True)
+class LogFormat(Generic[R]):
+    """How one kind of log is read.
+
+    ``parse(line_bytes) -> record`` raises ``ValueError`` / ``UnicodeDecodeError`` with a
+    short reason; the record has an int ``sequence``. ``error`` is raised with one line
+    (``path:line: invalid <noun>: reason``, ``path: cannot read <what>: ...``).
+    """
+
+    parse: Callable[[bytes], R]
+    error: type[AoeError]
+    noun: str  # "event", "season event"
+    what: str  # "event log", "season log"
+
+
+def _lines(raw: bytes) -> Iterator[tuple[bytes, bool]]:
+    """Yield (line without newline, had_newline)."""
+    start, n = 0, len(raw)
+    while start < n:
+        end = raw.find(b"\n", start)
+        if end == -1:
+            yield raw[start:], False
+            return
+        yield raw[start:end], True
+        start = end + 1
+
+
+def parse_log_bytes(fmt: LogFormat[R], path: Path, raw: bytes, *, next_sequence: int = 0,
+                    first_line: int = 1) -> tuple[list[R], int, int]:
+    """Parse ``raw`` (the log from some line on): returns ``(records, bytes consumed,
+    newline-terminated lines consumed)``. A torn tail (bad, no newline) or a blank tail is
+    not consumed. ``next_sequence``: the sequence the first record must have;
+    ``first_line``: the 1-based line number of ``raw``'s first line (for errors)."""
+    records: list[R] = []
+    consumed = lines = 0
+    for i, (line, had_nl) in enumerate(_lines(raw)):
+        if not line.strip():
+            if had_nl:
+                consumed += len(line) + 1
+                lines += 1
+            continue
+        try:
+            rec = fmt.parse(line)
+        except (ValueError, UnicodeDecodeError) as err:
+            if not had_nl:
+                break  # torn tail: ignore
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise fmt.error(f"{path}:{first_line + i}: invalid {fmt.noun}: {reason}") from None
+        seq: Any = getattr(rec, "sequence", None)
+        if seq != next_sequence:
+            raise fmt.error(f"{path}:{first_line + i}: sequence {seq} but expected {next_sequence}")
+        next_sequence += 1
+        records.append(rec)
+        consumed += len(line) + (1 if had_nl else 0)
+        lines += 1 if had_nl else 0
+    return records, consumed, lines
+
+
+def read_log(fmt: LogFormat[R], path: Path | str) -> list[R]:
+    """Every record of the log at ``path`` (a missing file is an empty log; a torn last
+    line is ignored). Raises ``fmt.error`` for an unreadable file or a bad line."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        raise fmt.error(f"{path}: cannot read {fmt.what}: {err.strerror}") from None
+    return parse_log_bytes(fmt, path, raw)[0]
+
+
+class LogTail(Generic[R]):
+    """Follows a growing log: each :meth:`read` returns the records of the complete lines
+    appended since the last call (a half-written last line waits for the next call).
+
+    ``offset`` (bytes), ``line`` (lines consumed) and ``next_sequence`` say how far it got.
+    Raises ``fmt.error`` for an unreadable file or a bad complete line (the tail then
+    stays before that line).
+    """
+
+    def __init__(self, fmt: LogFormat[R], path: Path | str, *, offset: int = 0, line: int = 0,
+                 next_sequence: int = 0) -> None:
+        self.fmt = fmt
+        self.path = Path(path)
+        self.offset = offset
+        self.line = line
+        self.next_sequence = next_sequence
+
+    def grown(self) -> bool:
+        """Whether the file holds bytes past :attr:`offset` (False when it does not exist)."""
+        try:
+            return os.stat(self.path).st_size > self.offset
+        except OSError:
+            return False
+
+    def read(self) -> list[R]:
+        """The new complete records (``[]`` while the file does not exist)."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                raw = fh.read()
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            raise self.fmt.error(f"{self.path}: cannot read {self.fmt.what}: {err.strerror}") from None
+        raw = raw[: raw.rfind(b"\n") + 1]
+        records, consumed, lines = parse_log_bytes(self.fmt, self.path, raw, next_sequence=self.next_sequence,
+                                                   first_line=self.line + 1)
+        self.offset += consumed
+        self.line += lines
+        self.next_sequence += len(records)
+        return records
+
+
+class LogAppender(Generic[R]):
+    """Appends lines to a log, resuming an existing one.
+
+    Opening reads the existing log (:attr:`records`), cuts off a torn tail and ends a
+    complete last line that lacks its newline, then opens the file for appending (the
+    parent folder is created). Raises ``fmt.error`` for a bad line of the existing log.
+    """
+
+    def __init__(self, fmt: LogFormat[R], path: Path | str) -> None:
+        self.path = Path(path)
+        self.records: list[R] = []
+        if self.path.exists():
+            raw = self.path.read_bytes()
+            self.records, consumed, _ = parse_log_bytes(fmt, self.path, raw)
+            if consumed < len(raw):
+                with open(self.path, "r+b") as fh:
+                    fh.truncate(consumed)
+            elif raw and not raw.endswith(b"\n"):
+                with open(self.path, "ab") as fh:  # complete last line without newline
+                    fh.write(b"\n")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[bytes] | None = open(self.path, "ab")
+
+    @property
+    def closed(self) -> bool:
+        return self._fh is None
+
+    def append_line(self, line: str, sync: Sync = "none") -> None:
+        """Write ``line`` (no newline; UTF-8) plus ``\\n``, flush, and sync as asked.
+        Raises ``ValueError`` if closed, ``OSError`` if the write fails."""
+        if self._fh is None:
+            raise ValueError(f"{self.path}: log is closed")
+        self._fh.write((line + "\n").encode("utf-8"))
+        self._fh.flush()
+        if sync == "data":
+            os.fdatasync(self._fh.fileno())
+        elif sync == "full":
+            os.fsync(self._fh.fileno())
+
+    def close(self, *, fsync: bool = False) -> None:
+        """Flush (and ``fsync``) and close the file (idempotent)."""
+        if self._fh is not None:
+            self._fh.flush()
+            if fsync:
+                os.fsync(self._fh.fileno())
+            self._fh.close()
+            self._fh = None
