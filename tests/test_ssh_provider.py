@@ -51,7 +51,7 @@ password_file = "one.pw"
         ('[territories.a]\nhost = "h"\npassword = "x"\n', r"hosts\.toml:territories\.a\.password: unknown key \(inline secrets"),
         ('[territories.a]\nhost = "h"\n', r"hosts\.toml:territories\.a: Value error, set exactly one of password_env or password_file"),
         ('[territories.a]\nhost = "h"\nport = 70000\npassword_env = "X"\n', r"hosts\.toml:territories\.a\.port: Input should be less than or equal to 65535"),
-        ('[territories.a\nhost = "h"\n', r"hosts\.toml: invalid TOML"),
+        ('[territories.a\nhost = "h"\n', r"hosts\.toml:1: invalid TOML: Expected"),
         ('colour = 1\n', r"hosts\.toml:colour: unknown key"),
     ],
 )

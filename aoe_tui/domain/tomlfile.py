@@ -2,8 +2,9 @@
 and turning what is wrong with them into :class:`Problem` lines.
 
 Every loader reports errors the same way: ``file:line: field: message`` (one
-:class:`Problem` each), raised together in the loader's own error class (any
-:class:`~aoe_tui.errors.AoeError` subclass whose constructor takes ``list[Problem]``).
+:class:`Problem` each), raised together as the loader's own error: ``error(problems)``,
+where ``error`` is an :class:`~aoe_tui.errors.AoeError` subclass whose constructor takes
+``list[Problem]`` (or any callable from ``list[Problem]`` to such an error).
 
 - :func:`read_toml_source`: the file's bytes and UTF-8 text, or one problem (missing,
   a folder, unreadable, not UTF-8 — with the line of the first bad byte).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,10 @@ from pydantic import ValidationError
 
 from aoe_tui.errors import AoeError
 
-__all__ = ["Problem", "parse_toml", "read_toml_source", "schema_problems"]
+__all__ = ["ErrorFactory", "Problem", "parse_toml", "read_toml_source", "schema_problems"]
+
+#: Builds a loader's error from its problems: an ``AoeError`` subclass taking ``list[Problem]``.
+ErrorFactory = Callable[[list["Problem"]], AoeError]
 
 _AT_RE = re.compile(r"\s*\(at line (\d+), column \d+\)")
 
@@ -47,7 +52,7 @@ class Problem:
         return f"{loc}: {self.field}: {self.message}" if self.field else f"{loc}: {self.message}"
 
 
-def read_toml_source(path: Path, file: str, error: type[AoeError], noun: str) -> tuple[bytes, str]:
+def read_toml_source(path: Path, file: str, error: ErrorFactory, noun: str) -> tuple[bytes, str]:
     """Read a TOML source file as ``(raw bytes, UTF-8 text)`` for a loader.
 
     Raises:
@@ -70,7 +75,7 @@ def read_toml_source(path: Path, file: str, error: type[AoeError], noun: str) ->
         raise error([Problem(file, line, "", "not valid UTF-8")]) from None  # type: ignore[call-arg]
 
 
-def parse_toml(text: str, file: str, error: type[AoeError]) -> dict[str, Any]:
+def parse_toml(text: str, file: str, error: ErrorFactory) -> dict[str, Any]:
     """``tomllib.loads(text)``; a syntax error raises ``error([Problem(file, line, "",
     "invalid TOML: <tomllib's message without its position>")])`` — ``line`` is the
     error's line, or the last line for an error at the end of the document."""

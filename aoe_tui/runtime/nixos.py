@@ -24,11 +24,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source
 from aoe_tui.runtime.provider import (
     DoctorCheck,
     ProviderError,
@@ -177,6 +177,10 @@ def plan_launches(
     return launches
 
 
+def _manifest_error(problems: list[Problem]) -> ProviderError:
+    return ProviderError("; ".join(map(str, problems)))
+
+
 def read_nixos_configs(manifest_dir: Path) -> dict[str, str]:
     """``{territory id: nixos_config}`` from ``<manifest_dir>/arena.toml`` (spec §1.8).
 
@@ -184,12 +188,8 @@ def read_nixos_configs(manifest_dir: Path) -> dict[str, str]:
         ProviderError: the manifest is missing or not TOML, or a territory lacks ``nixos_config``.
     """
     manifest = Path(manifest_dir) / "arena.toml"
-    try:
-        data = tomllib.loads(manifest.read_text())
-    except FileNotFoundError:
-        raise ProviderError(f"{manifest}: arena manifest not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as err:
-        raise ProviderError(f"{manifest}: cannot read manifest: {err}") from None
+    _, text = read_toml_source(manifest, str(manifest), _manifest_error, "arena manifest")
+    data = parse_toml(text, str(manifest), _manifest_error)
     out: dict[str, str] = {}
     for k, t in enumerate(data.get("territories", [])):
         cfg = t.get("nixos_config") if isinstance(t, dict) else None

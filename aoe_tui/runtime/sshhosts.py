@@ -31,12 +31,12 @@ import asyncio
 import contextlib
 import os
 import stat
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source
 from aoe_tui.runtime.provider import (
     DoctorCheck,
     ProviderError,
@@ -50,7 +50,13 @@ from aoe_tui.runtime.provider import (
 
 
 class InventoryError(ProviderError):
-    """The inventory TOML is missing, malformed, or names an unusable credential (file:field: message)."""
+    """The inventory TOML is missing, malformed, or names an unusable credential (file:field: message).
+
+    Takes one message, or the :class:`~aoe_tui.domain.tomlfile.Problem` list of the shared
+    TOML reader (joined with ``; ``)."""
+
+    def __init__(self, message: str | list[Problem]) -> None:
+        super().__init__(message if isinstance(message, str) else "; ".join(map(str, message)))
 
 
 class HostEntry(BaseModel):
@@ -89,16 +95,8 @@ def load_inventory(path: Path) -> Inventory:
     Raises:
         InventoryError: missing file, TOML syntax error, or schema error, as ``<file>:<field>: <message>``.
     """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InventoryError(f"{path}: inventory file not found") from None
-    except OSError as err:
-        raise InventoryError(f"{path}: cannot read inventory: {err.strerror}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise InventoryError(f"{path}: invalid TOML: {err}") from None
+    _, text = read_toml_source(path, str(path), InventoryError, "inventory file")
+    data = parse_toml(text, str(path), InventoryError)
     try:
         return Inventory.model_validate(data)
     except ValidationError as err:
