@@ -224,3 +224,42 @@ def test_notes_matcher() -> None:
         "/etc/t/notes.txt",
     ]
     assert [bool(NOTES_RE.search(x)) for x in lines] == [True, True, True, True, False, False]
+
+
+#: A source file named in backticks in the docs: ``referee/rules.py``, ``aoe_tui/fsio.py``,
+#: ``season/runner.load_season_file`` (a module path with an attribute), ``fsio.py``.
+DOC_PATH_RE = re.compile(r"`((?:[a-z_]+/)*[a-z_]+)(?:\.py|\.(?!(?:md|sh|toml|json|jsonl|txt|log|tcss|nix|service)`)"
+                         r"[A-Za-z_]\w*)`")
+
+
+def _doc_sources() -> set[str]:
+    """Every module of the repository as ``a/b/c`` without ``.py``, with and without the
+    ``aoe_tui/`` prefix, and every bare module name."""
+    out: set[str] = set()
+    for p in ROOT.glob("**/*.py"):
+        rel = p.relative_to(ROOT)
+        if rel.parts[0].startswith(".") or "venv" in rel.parts[0]:
+            continue
+        stem = rel.with_suffix("").as_posix()
+        out |= {stem, stem.removeprefix("aoe_tui/"), rel.stem}
+    return out
+
+
+def test_docs_name_only_modules_that_exist():
+    """A module the docs name in backticks (``referee/rules.py``, ``season/runner.SeasonRunner``)
+    exists, so the map stays true when code moves."""
+    known = _doc_sources()
+    bad = []
+    for doc in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
+        for i, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for m in DOC_PATH_RE.finditer(line):
+                name = m.group(1)
+                if ("/" in name or m.group(0).endswith(".py`")) and name not in known:
+                    bad.append(f"{doc.relative_to(ROOT)}:{i}: {m.group(0)}")
+    assert bad == []
+
+
+def test_doc_module_matcher():
+    assert DOC_PATH_RE.findall("`referee/rules.py` and `season/runner.load_season_file` `fsio.py` `x`") == [
+        "referee/rules", "season/runner", "fsio"]
+    assert "referee/rules" in _doc_sources() and "aoe_tui/referee/rules" in _doc_sources()

@@ -234,3 +234,66 @@ async def test_a_heat_panel_is_one_class_and_one_compose_line():
         panel = app.screen.query_one("#points", PointsPanel)
         assert panel.frames and panel.frames[-1].heat == "replay"
         assert "builder-two=100" in str(panel.content)
+
+
+def test_cli_options_build_a_provider_or_fail_in_one_line(plugin, tmp_path):
+    """``aoe match run``'s own path (commands.match.make_provider): the plugin provider is
+    built from the CLI's options; a missing or bad option is one UsageError line."""
+    from aoe_tui.commands.match import make_provider
+    from aoe_tui.domain.arena import load_manifest
+    from aoe_tui.errors import UsageError
+    from aoe_tui.plugins import load_plugins
+    from aoe_tui.runtime.registry import provider_config
+
+    load_plugins()
+    arena = load_manifest(REPO / "arenas" / "first-build" / "arena.toml")
+    fake = make_provider("fake", arena, tmp_path, None)
+    assert isinstance(fake, FakeProvider) and fake.ctx.workdir == tmp_path / "territories"
+    with pytest.raises(UsageError, match=r"^--provider ssh needs --inventory FILE"):
+        make_provider("ssh", arena, tmp_path, None)
+    with pytest.raises(UsageError, match=r"^provider\.memory_mib: Input should be a valid integer"):
+        provider_config("qemu", {"memory_mib": "lots"})
+
+
+def test_a_season_runner_names_the_file_for_a_bad_format_or_provider(tmp_path):
+    """Loaded by the domain alone (no kind tables installed yet: a fresh interpreter), a bad
+    [format] or [provider] is still one AoeError line naming the season file when the
+    runner is built."""
+    code = (
+        "import sys\n"
+        "from aoe_tui.domain.season_file import load_season\n"
+        "loaded = load_season(sys.argv[1])\n"
+        "from aoe_tui.errors import AoeError\n"
+        "from aoe_tui.season.runner import SeasonRunner\n"
+        "try:\n"
+        "    SeasonRunner(loaded, sys.argv[2])\n"
+        "except AoeError as err:\n"
+        "    print(err)\n"
+    )
+    fmt = _season(tmp_path, 'kind = "container"\n', 'kind = "league"\nheats_per_entrant = "three"\n')
+    res = subprocess.run([sys.executable, "-c", code, str(fmt), str(tmp_path / "out")], capture_output=True,
+                         text=True, timeout=60, cwd=REPO)
+    assert res.stdout.strip() == f"{fmt}: format.heats_per_entrant: Input should be a valid integer (got 'three')", res
+    (tmp_path / "p").mkdir()
+    prov = _season(tmp_path / "p", 'kind = "container"\nboot_timeout_s = "soon"\n')
+    res = subprocess.run([sys.executable, "-c", code, str(prov), str(tmp_path / "out2")], capture_output=True,
+                         text=True, timeout=60, cwd=REPO)
+    assert res.stdout.strip().startswith(f"{prov}: provider.boot_timeout_s: "), res
+
+
+def test_a_broken_plugin_cleanup_is_one_line_and_checkless_providers_are_ready(tmp_path, capsys):
+    def broken(workdir: Path) -> list[str]:
+        raise RuntimeError("disk on fire")
+
+    register_provider("broken", FakeProvider, config=FakeOptions, cleanup=broken)
+    try:
+        (tmp_path / "territories").mkdir()
+        assert main(["cleanup", str(tmp_path)]) == 1
+        err = capsys.readouterr().err
+        assert f"{tmp_path / 'territories'}: cleanup of provider 'broken' failed: RuntimeError: disk on fire" in err
+        assert "Traceback" not in err
+        rc = main(["doctor", "--json", "--provider", "broken"])
+        data = json.loads(capsys.readouterr().out)
+        assert rc == 0 and data["providers"]["broken"] is True
+    finally:
+        unregister_provider("broken")

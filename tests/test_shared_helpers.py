@@ -12,7 +12,8 @@ import pytest
 from aoe_tui.domain import events as ev
 from aoe_tui.domain.display import RepeatedFailures, fmt_clock, summarize_event
 from aoe_tui.fsio import SubPath, leftover_temps, write_atomic, write_json_atomic
-from aoe_tui.replay.log import EventLogWriter, read_events
+from aoe_tui.replay.jsonl import LogTail
+from aoe_tui.replay.log import EVENT_LOG, EventLogError, EventLogWriter, read_events
 from aoe_tui.serve.seats import SeatPool
 
 
@@ -72,6 +73,23 @@ def test_resumed_event_log_cuts_a_torn_tail(tmp_path):
     with EventLogWriter(p, resume=True) as log:
         assert log.next_sequence == 1
     assert p.read_bytes() == good
+
+
+def test_tail_delivers_the_good_records_before_a_bad_line_then_stops_there(tmp_path):
+    """A tailer (aoe watch) gets every good record before a bad complete line; then every
+    read raises, naming that line, and the tail does not move past it."""
+    p = tmp_path / "events.jsonl"
+    with EventLogWriter(p) as log:
+        log.append(ev.MatchStateChanged(from_="preparing", to="running"), 0)
+        log.append(ev.MatchFinished(winner=None, reason="timer"), 5)
+    p.write_bytes(p.read_bytes() + b"not json\n")
+    tail = LogTail(EVENT_LOG, p)
+    assert [r.sequence for r in tail.read()] == [0, 1]
+    offset = tail.offset
+    for _ in range(2):
+        with pytest.raises(EventLogError, match=r"events\.jsonl:3: invalid event"):
+            tail.read()
+        assert tail.offset == offset and tail.next_sequence == 2
 
 
 @pytest.mark.parametrize(("ms", "style", "out"), [

@@ -58,7 +58,8 @@ def check_host() -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     """Check the host, build the image if missing (progress bar), run the demo season."""
     from aoe_tui.commands.image import build_image_with_progress
-    from aoe_tui.commands.season import load_season_file, run_season
+    from aoe_tui.commands.season import run_season
+    from aoe_tui.season.runner import load_season_file
     from aoe_tui.runtime.image import find_image
 
     check_host()

@@ -20,7 +20,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from aoe_tui.commands.serve import add_run_args, serving
 from aoe_tui.errors import AoeError, UsageError
@@ -49,18 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_cmd_standings)
 
 
-def load_season_file(path: Path | str) -> Any:
-    """:func:`aoe_tui.domain.season_file.load_season` with the ``[provider]`` and ``[format]``
-    kinds installed (the provider registry and the formats; see the domain's "Kinds")."""
-    import aoe_tui.runtime.registry  # noqa: F401 - installs the [provider] kinds
-    import aoe_tui.season.formats  # noqa: F401 - installs the [format] kinds
-    from aoe_tui.domain.season_file import load_season
-
-    return load_season(path)
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
-    from aoe_tui.season.runner import safe_label
+    from aoe_tui.season.runner import load_season_file, safe_label
 
     loaded = load_season_file(args.season_file)
     out = Path(args.output) if args.output else Path(f"season-{loaded.season.id}-{safe_label(loaded.season.label)}")

@@ -78,10 +78,10 @@ def fmt_tokens(n: int | None) -> str:
     return str(n)
 
 
-def fmt_cost(microusd: int | None) -> str:
-    """``$X.XXXX`` from micro-USD (§8.2) or ``n/a`` when unknown (None)."""
+def fmt_cost(microusd: int | None, *, none: str = "n/a") -> str:
+    """``$X.XXXX`` from micro-USD (§8.2), or ``none`` when unknown (None)."""
     if microusd is None:
-        return "n/a"
+        return none
     return f"${microusd / 1_000_000:.4f}"
 
 

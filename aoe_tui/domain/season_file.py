@@ -327,6 +327,9 @@ def load_season(path: Path | str) -> LoadedSeason:
     Raises :class:`SeasonFileError` (an :class:`AoeError`) for a missing/unreadable file,
     non-UTF-8 text, broken TOML, or any schema/semantic problem (all listed, with lines).
     The arena manifest itself is not loaded here (see :mod:`aoe_tui.season.runner`).
+    ``[provider]`` / ``[format]`` are checked against the kinds installed so far; with none
+    installed they stay raw tables (module docstring, "Kinds"): commands load season files
+    with :func:`aoe_tui.season.runner.load_season_file`, which installs them first.
     """
     file = str(path)
     path = Path(path)

@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aoe_tui.domain.display import fmt_clock
+from aoe_tui.domain.display import fmt_clock, fmt_cost
 from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_reducer import SeasonState
 from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
@@ -50,7 +50,7 @@ def _clock(ms: int | None) -> str:
 
 
 def _usd(micro: int | None) -> str:
-    return "—" if micro is None else f"${micro / 1e6:.4f}"
+    return fmt_cost(micro, none="—")
 
 
 def _cell(v: Any) -> str:

@@ -196,7 +196,7 @@ async def run_heat(
     name: str | None = None,
     slug: str | None = None,
     write_bundle_file: bool = True,
-    on_referee: Callable[[HeatSupervisor], None] | None = None,
+    on_supervisor: Callable[[HeatSupervisor], None] | None = None,
 ) -> WorldState:
     """Run one heat and write its match folder; return the final world.
 
@@ -220,7 +220,7 @@ async def run_heat(
         on_phase: called with short progress lines ("provisioning 3 territories (container)", …).
         name, slug: bundle ``match.name`` / ``match.slug`` (default: the folder name).
         write_bundle_file: write ``<output>/<slug>.match.json`` (Appendix B).
-        on_referee: called once with the :class:`HeatSupervisor` right after it is built
+        on_supervisor: called once with the :class:`HeatSupervisor` right after it is built
             (territories ready, before the first event), so live views can read each
             seat's adapter activity (``supervisor.seats[i].run.activity``, newest last).
             Exceptions it raises are ignored.
@@ -325,9 +325,9 @@ async def run_heat(
             duration_s=duration_s,
         )
         world = supervisor.world
-        if on_referee is not None:
+        if on_supervisor is not None:
             with contextlib.suppress(Exception):
-                on_referee(supervisor)
+                on_supervisor(supervisor)
         forward = asyncio.ensure_future(_forward_abort(abort_event, supervisor))
         try:
             world = await supervisor.run()

@@ -484,6 +484,8 @@ class BuildRaceRules:
         (the supervisor stops them all; see :meth:`terminated` with
         ``REASONS["aborted_agent"]`` for those still running after)."""
         self.silence(list(self.agent_of.values()))
+        for c in self._pending:
+            c.accepted = False  # never applied: the match is over
         self._pending.clear()
         state = self.world.match_state
         if state not in (MatchState.running, MatchState.preparing):

@@ -65,7 +65,6 @@ _EPSILON_MS = 0.001
 class _Seat:
     """One territory + its agent (resources only; state lives in the world)."""
 
-    index: int
     territory: Territory
     agent: AgentDef
     adapter: Adapter
@@ -129,7 +128,7 @@ class HeatSupervisor:
         self.world = WorldState()
         by_id = {t.id: t for t in territories}
         self.seats: list[_Seat] = []
-        for i, tdef in enumerate(m.territories):
+        for tdef in m.territories:
             if tdef.id not in by_id:
                 raise ValueError(f"no provisioned territory for {tdef.id!r}")
             agent = m.agent_for(tdef.id)
@@ -138,7 +137,7 @@ class HeatSupervisor:
             if agent.id not in adapters:
                 raise ValueError(f"no adapter for agent {agent.id!r}")
             self.seats.append(
-                _Seat(i, by_id[tdef.id], agent, adapters[agent.id], self.output_dir / "agents" / agent.id)
+                _Seat(by_id[tdef.id], agent, adapters[agent.id], self.output_dir / "agents" / agent.id)
             )
         self.rules = BuildRaceRules(m, self.world, drain_ms=int(round(self.drain_seconds * 1000)))
         self._sem = asyncio.Semaphore(max(1, verifier_concurrency))

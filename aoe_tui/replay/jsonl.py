@@ -59,12 +59,10 @@ def _lines(raw: bytes) -> Iterator[tuple[bytes, bool]]:
         start = end + 1
 
 
-def parse_log_bytes(fmt: LogFormat[R], path: Path, raw: bytes, *, next_sequence: int = 0,
-                    first_line: int = 1) -> tuple[list[R], int, int]:
-    """Parse ``raw`` (the log from some line on): returns ``(records, bytes consumed,
-    newline-terminated lines consumed)``. A torn tail (bad, no newline) or a blank tail is
-    not consumed. ``next_sequence``: the sequence the first record must have;
-    ``first_line``: the 1-based line number of ``raw``'s first line (for errors)."""
+def _parse(fmt: LogFormat[R], path: Path, raw: bytes, next_sequence: int,
+           first_line: int) -> tuple[list[R], int, int, AoeError | None]:
+    """:func:`parse_log_bytes`, but a bad line ends the parse and is returned as the error
+    (the records before it and what they consumed are kept)."""
     records: list[R] = []
     consumed = lines = 0
     for i, (line, had_nl) in enumerate(_lines(raw)):
@@ -79,14 +77,28 @@ def parse_log_bytes(fmt: LogFormat[R], path: Path, raw: bytes, *, next_sequence:
             if not had_nl:
                 break  # torn tail: ignore
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise fmt.error(f"{path}:{first_line + i}: invalid {fmt.noun}: {reason}") from None
+            return records, consumed, lines, fmt.error(f"{path}:{first_line + i}: invalid {fmt.noun}: {reason}")
         seq: Any = getattr(rec, "sequence", None)
         if seq != next_sequence:
-            raise fmt.error(f"{path}:{first_line + i}: sequence {seq} but expected {next_sequence}")
+            return records, consumed, lines, fmt.error(
+                f"{path}:{first_line + i}: sequence {seq} but expected {next_sequence}")
         next_sequence += 1
         records.append(rec)
         consumed += len(line) + (1 if had_nl else 0)
         lines += 1 if had_nl else 0
+    return records, consumed, lines, None
+
+
+def parse_log_bytes(fmt: LogFormat[R], path: Path, raw: bytes, *, next_sequence: int = 0,
+                    first_line: int = 1) -> tuple[list[R], int, int]:
+    """Parse ``raw`` (the log from some line on): returns ``(records, bytes consumed,
+    newline-terminated lines consumed)``. A torn tail (bad, no newline) or a blank tail is
+    not consumed. ``next_sequence``: the sequence the first record must have;
+    ``first_line``: the 1-based line number of ``raw``'s first line (for errors).
+    Raises ``fmt.error`` for a bad complete line or a sequence gap."""
+    records, consumed, lines, error = _parse(fmt, path, raw, next_sequence, first_line)
+    if error is not None:
+        raise error
     return records, consumed, lines
 
 
@@ -108,8 +120,9 @@ class LogTail(Generic[R]):
     appended since the last call (a half-written last line waits for the next call).
 
     ``offset`` (bytes), ``line`` (lines consumed) and ``next_sequence`` say how far it got.
-    Raises ``fmt.error`` for an unreadable file or a bad complete line (the tail then
-    stays before that line).
+    Raises ``fmt.error`` for an unreadable file or a bad complete line: the good records
+    before a bad line are returned first, and the tail stays before that line, so the next
+    call raises (and every later one, until the line is mended).
     """
 
     def __init__(self, fmt: LogFormat[R], path: Path | str, *, offset: int = 0, line: int = 0,
@@ -138,8 +151,9 @@ class LogTail(Generic[R]):
         except OSError as err:
             raise self.fmt.error(f"{self.path}: cannot read {self.fmt.what}: {err.strerror}") from None
         raw = raw[: raw.rfind(b"\n") + 1]
-        records, consumed, lines = parse_log_bytes(self.fmt, self.path, raw, next_sequence=self.next_sequence,
-                                                   first_line=self.line + 1)
+        records, consumed, lines, error = _parse(self.fmt, self.path, raw, self.next_sequence, self.line + 1)
+        if error is not None and not records:
+            raise error
         self.offset += consumed
         self.line += lines
         self.next_sequence += len(records)

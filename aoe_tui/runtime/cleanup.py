@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aoe_tui.runtime.provider import ProviderError
 from aoe_tui.runtime.registry import providers
 
 
@@ -22,12 +23,20 @@ def cleanup_under(root: Path) -> list[tuple[Path, str]]:
     Returns ``(territories folder, territory id)`` for each territory removed.
 
     Raises:
-        aoe_tui.runtime.provider.ProviderError: a leftover could not be removed (names it).
+        aoe_tui.runtime.provider.ProviderError: a leftover could not be removed (names it),
+            or a provider's cleanup could not be imported or failed unexpectedly (names the
+            provider, the folder and the error, in one line).
     """
     root = Path(root)
     dirs = [root] if root.name == "territories" else sorted(p for p in root.glob("**/territories") if p.is_dir())
     cleaned: list[tuple[Path, str]] = []
     for tdir in dirs:
         for entry in providers():
-            cleaned += [(tdir, ident) for ident in entry.cleanup_stale(tdir)]
+            try:
+                cleaned += [(tdir, ident) for ident in entry.cleanup_stale(tdir)]
+            except ProviderError:
+                raise
+            except Exception as err:  # noqa: BLE001 - a plugin's bug becomes one clear line
+                raise ProviderError(f"{tdir}: cleanup of provider {entry.name!r} failed: "
+                                    f"{type(err).__name__}: {err}") from None
     return cleaned

@@ -11,8 +11,7 @@ is kept, each check carrying upstream's ``name``/``available``/``detail`` plus
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,18 +81,16 @@ class DoctorReport:
 
 def _module_checks(provider: str, target: Any) -> list[DoctorCheck]:
     """The checks of one provider; ``target`` is a callable, ``"module:function"`` or a
-    module name (its ``doctor_checks``). Failures become failed checks, never exceptions."""
-    if callable(target):
-        fn: Callable[[], list[DoctorCheck]] | None = target
-    else:
-        module_name, _, attr = str(target).partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as err:
-            return [DoctorCheck(provider, "provider module", False, f"{module_name} unavailable: {err}", "./setup.sh")]
-        fn = getattr(module, attr or "doctor_checks", None)
-        if fn is None:
-            return [DoctorCheck(provider, "provider module", False, f"{module_name} has no {attr or 'doctor_checks'}()", "")]
+    module name (its ``doctor_checks``); ``None``: the provider registered no checks (one
+    passing line says so). Failures become failed checks, never exceptions."""
+    if target is None:
+        return [DoctorCheck(provider, "checks", True, "none registered (nothing to check)", "")]
+    try:
+        fn = registry.resolve_lazy(target, "doctor_checks")
+    except ImportError as err:
+        return [DoctorCheck(provider, "provider module", False, f"{target} unavailable: {err}", "./setup.sh")]
+    except AttributeError:
+        return [DoctorCheck(provider, "provider module", False, f"{target}: no such doctor checks function", "")]
     try:
         return list(fn())
     except Exception as err:  # noqa: BLE001 - the doctor reports, it never crashes
@@ -104,10 +101,10 @@ def run_checks(
     providers: Sequence[tuple[str, Any]] | None = None, default_provider: str = DEFAULT_PROVIDER
 ) -> DoctorReport:
     """Run the doctor checks of ``providers`` (``(name, target)`` pairs as
-    :func:`_module_checks` takes; default: every registered provider that has checks);
+    :func:`_module_checks` takes; default: every registered provider);
     modules are imported lazily and an absent one is a failed check."""
     if providers is None:
-        providers = [(e.name, e.doctor) for e in registry.providers() if e.doctor is not None]
+        providers = [(e.name, e.doctor) for e in registry.providers()]
     checks: list[DoctorCheck] = []
     for provider, target in providers:
         checks.extend(_module_checks(provider, target))

@@ -30,14 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from aoe_tui.domain.season_file import DEFAULT_PROVIDER_KIND, SectionConfig, install_kinds
+from aoe_tui.domain.tomlfile import schema_problems
 from aoe_tui.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.domain.arena import LoadedManifest
-    from aoe_tui.runtime.provider import DoctorCheck, TerritoryProvider
+    from aoe_tui.runtime.provider import TerritoryProvider
 
 __all__ = [
     "DEFAULT_PROVIDER",
@@ -108,26 +109,23 @@ class ProviderEntry:
 
     def make(self, ctx: ProviderContext) -> TerritoryProvider:
         """Build the provider for one heat (the factory's errors pass through)."""
-        return _resolve(self.factory)(ctx)
-
-    def doctor_checks(self) -> list[DoctorCheck]:
-        """The entry's ``aoe doctor`` lines (``[]`` without checks; import errors raise)."""
-        return list(_resolve(self.doctor)()) if self.doctor is not None else []
+        return resolve_lazy(self.factory)(ctx)
 
     def cleanup_stale(self, workdir: Path) -> list[str]:
         """Tear down what a dead runner left in ``workdir``; returns the territory ids removed."""
-        return list(_resolve(self.cleanup)(Path(workdir))) if self.cleanup is not None else []
+        return list(resolve_lazy(self.cleanup)(Path(workdir))) if self.cleanup is not None else []
 
 
 _PROVIDERS: dict[str, ProviderEntry] = {}
 
 
-def _resolve(target: Lazy) -> Callable[..., Any]:
-    """A callable, or ``"module:attribute"`` imported now (ImportError/AttributeError raise)."""
+def resolve_lazy(target: Lazy, default_attr: str = "") -> Callable[..., Any]:
+    """A callable as it is, or ``"module:attribute"`` imported now (``"module"`` alone names
+    its ``default_attr``). Raises ``ImportError`` / ``AttributeError`` when it is not there."""
     if not isinstance(target, str):
         return target
     module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return getattr(importlib.import_module(module), attr or default_attr)
 
 
 def register_provider(
@@ -215,14 +213,10 @@ def provider_config(name: str, options: Any = None) -> SectionConfig:
         data = options.model_dump()
     else:
         data = {k: v for k, v in dict(options or {}).items() if k in entry.config.model_fields and v is not None}
-    from pydantic import ValidationError
-
-    from aoe_tui.domain.arena import _schema_problems
-
     try:
         return entry.config.model_validate({**data, "kind": name})
     except ValidationError as err:
-        raise UsageError("; ".join(f"provider.{p}: {m}" for p, m in _schema_problems(err))) from None
+        raise UsageError("; ".join(f"provider.{p}: {m}" for p, m in schema_problems(err))) from None
 
 
 def build_provider(name: str, options: Any, workdir: Path, arena: LoadedManifest, *, heat_id: str | None = None,

@@ -68,11 +68,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from pydantic import ValidationError
+
 from aoe_tui.domain.season_file import KnockoutFormat, LeagueFormat, SectionConfig, install_kinds
+from aoe_tui.domain.tomlfile import schema_problems
+from aoe_tui.errors import AoeError
 
 __all__ = [
     "FORMATS",
     "Format",
+    "FormatConfigError",
     "HeatPlan",
     "HeatResult",
     "Knockout",
@@ -539,22 +544,25 @@ def _improve(groups: list[list[str]], met: Mapping[str, Counter]) -> None:
                         break
 
 
+class FormatConfigError(AoeError, ValueError):
+    """A season's ``[format]`` table names no registered kind or has options its kind refuses."""
+
+
 def make_format(config: object, heat_size: int, min_heat_size: int) -> Format:
     """A :class:`Format` from a season file's ``[format]`` model (its kind's
     ``config_model``, or a raw :class:`~aoe_tui.domain.season_file.AnySection`, validated here).
 
     Raises:
-        ValueError: no registered kind, or options its model refuses.
+        FormatConfigError: no registered kind, or options its model refuses (one line,
+            ``format.<field>: <message>`` per problem).
     """
     cls = format_class(getattr(config, "kind", None))
     if cls is Format:
-        raise ValueError(f"unknown format {getattr(config, 'kind', None)!r} (known: {', '.join(FORMATS)})")
+        raise FormatConfigError(f"format.kind: unknown format {getattr(config, 'kind', None)!r} "
+                                f"(known: {', '.join(FORMATS)})")
     if not isinstance(config, cls.config_model):
-        from pydantic import ValidationError
-
         try:
             config = cls.config_model.model_validate(config.model_dump())  # type: ignore[attr-defined]
         except ValidationError as err:
-            bad = "; ".join(f"format.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-            raise ValueError(bad) from None
+            raise FormatConfigError("; ".join(f"format.{p}: {m}" for p, m in schema_problems(err))) from None
     return cls.from_config(config, heat_size, min_heat_size)

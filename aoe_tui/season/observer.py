@@ -29,5 +29,5 @@ class SeasonObserver:
     def heat_event(self, folder: str, record: Any) -> None:
         """One event record (§2) of the attempt in ``folder``."""
 
-    def referee_ready(self, folder: str, referee: Any) -> None:
+    def supervisor_ready(self, folder: str, supervisor: Any) -> None:
         """The attempt's :class:`aoe_tui.referee.supervisor.HeatSupervisor` exists (activity source)."""

@@ -37,7 +37,7 @@ from typing import Any
 from aoe_tui.domain import season_events as se
 from aoe_tui.domain.arena import AgentDef, LoadedManifest, load_manifest
 from aoe_tui.domain.display import RepeatedFailures, fmt_clock, summarize_event
-from aoe_tui.domain.season_file import LoadedSeason
+from aoe_tui.domain.season_file import LoadedSeason, load_season
 from aoe_tui.errors import AoeError
 from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_log import SeasonLogWriter
@@ -119,6 +119,19 @@ def _takes_arena(factory: Callable[..., Any]) -> bool:
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         return True
     return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
+
+
+def load_season_file(path: Path | str) -> LoadedSeason:
+    """:func:`aoe_tui.domain.season_file.load_season` with the ``[provider]`` and ``[format]``
+    kinds installed (the provider registry and the formats), so both tables are checked
+    against what is registered, with their lines (see the season file's "Kinds").
+
+    Raises:
+        SeasonFileError: as ``load_season``.
+    """
+    import aoe_tui.runtime.registry  # noqa: F401 - installs the [provider] kinds
+
+    return load_season(path)
 
 
 def load_season_arenas(loaded: LoadedSeason) -> tuple[list[LoadedManifest], list[int]]:
@@ -239,7 +252,7 @@ class SeasonRunner:
             season's ``[adapters]`` registrations).
         run_heat: the heat runner (default :func:`aoe_tui.referee.heat.run_heat`).
         observer: optional :class:`~aoe_tui.season.observer.SeasonObserver` (the TUI); when
-            set, ``run_heat`` is also given ``on_referee=``.
+            set, ``run_heat`` is also given ``on_supervisor=``.
         write_exports: ``(season_dir, state) -> None``, called after every heat and at the
             end (``aoe run`` passes :func:`aoe_tui.export.write_all`: standings files);
             its exceptions are swallowed. ``None``: no exports.
@@ -270,7 +283,10 @@ class SeasonRunner:
         if len(self.season.entrants) < self.min_heat:
             raise AoeError(f"{loaded.path}: entrants: {len(self.season.entrants)} entrants but a heat needs "
                            f"{self.min_heat} (arena rules.minimum_territories; see [arena_overrides])")
-        self.format: Format = make_format(self.season.format, self.heat_size, self.min_heat)
+        try:
+            self.format: Format = make_format(self.season.format, self.heat_size, self.min_heat)
+        except AoeError as err:
+            raise AoeError(f"{loaded.path}: {err}") from None
         self.entrants = {e.id: e for e in self.season.entrants}
         base = loaded.path.parent
         self.registered = {k: (Path(v) if Path(v).is_absolute() else base / v) for k, v in self.season.adapters.items()}
@@ -292,8 +308,11 @@ class SeasonRunner:
                 except AoeError as err:
                     where = f" (arena {arena.manifest.arena.id})" if len(self.arenas) > 1 else ""
                     raise AoeError(f"{loaded.path}: entrants[{i}].adapter{where}: {err}") from None
-        self.provider_factory = provider_factory or _default_provider_factory(
-            self.season.provider.kind, self.season.provider)
+        try:
+            self.provider_factory = provider_factory or _default_provider_factory(
+                self.season.provider.kind, self.season.provider)
+        except AoeError as err:
+            raise AoeError(f"{loaded.path}: {err}") from None
         self._factory_takes_arena = _takes_arena(self.provider_factory)
         if run_heat is None:
             from aoe_tui.referee.heat import run_heat
@@ -442,7 +461,7 @@ class SeasonRunner:
 
                     with contextlib.suppress(Exception):
                         self.observer.attempt_started(rel, arena_json(loaded.manifest), name)
-                    extra["on_referee"] = lambda referee, r=rel: self._observe("referee_ready", r, referee)
+                    extra["on_supervisor"] = lambda supervisor, r=rel: self._observe("supervisor_ready", r, supervisor)
                 world = await self.run_heat(
                     loaded, provider, adapters, folder, drain_seconds=float(self.season.drain_seconds),
                     registered_adapters=self.registered, name=name, slug=slug,

@@ -128,7 +128,7 @@ class FeedObserver(SeasonObserver):
 
     def __init__(self, feed: LiveFeed) -> None:
         self.feed = feed
-        self._referees: dict[str, Any] = {}
+        self._supervisors: dict[str, Any] = {}
 
     def season_record(self, record: Any) -> None:
         self.feed.post_season_record(record)
@@ -140,12 +140,12 @@ class FeedObserver(SeasonObserver):
     def heat_event(self, folder: str, record: Any) -> None:
         self.feed.post_record(record, folder)
 
-    def referee_ready(self, folder: str, referee: Any) -> None:
-        self._referees[folder] = referee
+    def supervisor_ready(self, folder: str, supervisor: Any) -> None:
+        self._supervisors[folder] = supervisor
 
     def activity(self, folder: str, agent: str) -> Sequence[str]:
         """Latest activity lines of ``agent`` in attempt ``folder`` (``()`` before it starts)."""
-        ref = self._referees.get(folder)
+        ref = self._supervisors.get(folder)
         if ref is None:
             return ()
         for seat in getattr(ref, "seats", ()):
