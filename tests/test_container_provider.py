@@ -465,6 +465,32 @@ async def test_reboot_that_never_returns_is_a_reboot_error(tmp_path, guest_image
 
 
 @amod
+async def test_relaunch_that_exits_at_once_fails_the_reboot_fast(tmp_path, guest_image):
+    """Issue #18 item 8: the relaunch after a reboot exits at once (its network namespace is
+    gone, so nspawn cannot start); the reboot fails as soon as that happens — not at the
+    SSH timeout — with the exit status and the console's last lines."""
+    _need_container_host()
+    provider = ContainerProvider(tmp_path, image=guest_image, reboot_timeout_s=20)
+    try:
+        (t,) = await provider.provision(specs(["builder-one"]))
+        netns = t.extra["netns"]
+        # the running guest keeps its namespace alive; only the relaunch needs /run/netns/<ns>
+        subprocess.run(["ip", "netns", "delete", netns], check=True)
+        t0 = time.monotonic()
+        with pytest.raises(RebootError) as info:
+            await provider.reboot(t)
+        took = time.monotonic() - t0
+        msg = str(info.value)
+        assert took < 8, f"noticed after {took:.1f} s: {msg}"
+        assert msg.startswith("territory builder-one: container exited with status 1 right after its relaunch"), msg
+        assert "console:" in msg and netns in msg  # nspawn's own error names the namespace
+    finally:
+        await provider.teardown()
+    boxes = list(provider._boxes.values())
+    assert leftovers(tmp_path, [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
+
+
+@amod
 async def test_teardown_during_stuck_reboot_is_not_raced(tmp_path, guest_image):
     """Teardown begun while a reboot waits out its grace: the reboot never signals the guest."""
     _need_container_host()

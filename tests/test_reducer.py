@@ -148,3 +148,23 @@ def test_reducer_rules() -> None:
     ap(MatchFinished(winner=None, reason="operator interrupt"), 13)
     assert w.match_state == "aborted" and w.finish_reason == "operator interrupt"
     assert (w.last_sequence, w.elapsed_ms) == (12, 13)
+
+
+def test_an_upstream_style_overrun_finish_still_reduces(fixtures_dir: Path) -> None:
+    """Our referee no longer overruns the deadline (§3.6 "Ours"), but the reducer still takes
+    upstream's late finishes as they are: a verifier result applied after the deadline and a
+    timer finish 23.6 s past it (as upstream's durable-job-queue-20260814-194238-round-001)."""
+    src = read_events(fixtures_dir / "upstream/matches/durable-job-queue-20260814-194238-round-002/events.jsonl")
+    kept = [r for r in src if r.elapsed_ms < 150_000 and r.event.kind != "match_finished"]
+    late = 900_000 + 23_600
+    seq = kept[-1].sequence + 1
+    tail = [
+        EventRecord(sequence=seq, elapsed_ms=late - 1, event=MilestonePassed(
+            territory="queue-three", milestone="service-up", points=10, evidence={"late": True})),
+        EventRecord(sequence=seq + 1, elapsed_ms=late, event=MatchStateChanged(from_="running", to="finished")),
+        EventRecord(sequence=seq + 2, elapsed_ms=late, event=MatchFinished(winner=None, reason="match timer expired")),
+    ]
+    world = reduce_match(kept + tail)
+    assert world.elapsed_ms == late and world.match_state == "finished"
+    assert world.territories["queue-three"].milestones["service-up"].passed
+    assert world.territories["queue-three"].milestone_points == 10 and world.finish_reason == "match timer expired"

@@ -31,7 +31,11 @@ SEATS = ["builder-one", "builder-two", "builder-three"]
 
 
 def write_arena(root: Path, *, duration=20, tick_ms=100, stop_on_first_durable=True, timeouts=None) -> Path:
-    """A first-build-shaped arena whose verifiers pass when ``$FAKE_STATE/<territory>/<milestone>`` exists."""
+    """A first-build-shaped arena whose verifiers pass when ``$FAKE_STATE/<territory>/<milestone>`` exists.
+
+    With ``$FAKE_STATE/<territory>/hang-<milestone>`` a verifier writes its evidence, then
+    sleeps 60 s in a child (``pids-<milestone>``: the shell's and the sleep's pids) and would
+    pass when it returned. ``timeouts``: milestone id → ``timeout_seconds`` (s, default 5)."""
     timeouts = timeouts or {}
     (root / "verify").mkdir(parents=True)
     for m in MILESTONES:
@@ -39,7 +43,10 @@ def write_arena(root: Path, *, duration=20, tick_ms=100, stop_on_first_durable=T
         v.write_text(
             "#!/bin/sh\n"
             'm=$(basename "$0" .sh)\n'
-            'if [ -f "$FAKE_STATE/$AOE_TERRITORY_ID/hang-$m" ]; then sleep 60; fi\n'
+            'if [ -f "$FAKE_STATE/$AOE_TERRITORY_ID/hang-$m" ]; then\n'
+            '  echo \'{"hung":true}\' > "$AOE_EVIDENCE_FILE"; sleep 60 & echo "$$ $!" > "$FAKE_STATE/$AOE_TERRITORY_ID/pids-$m"\n'
+            '  wait; exit 0\n'
+            'fi\n'
             'if [ -f "$FAKE_STATE/$AOE_TERRITORY_ID/$m" ]; then\n'
             '  printf \'{"milestone":"%s","seen":%s}\' "$m" "$(cat "$AOE_PREVIOUS_EVIDENCE" | tr -d "\\n ")" > "$AOE_EVIDENCE_FILE"; exit 0\n'
             "fi\n"
@@ -363,6 +370,56 @@ async def test_hung_verifier_does_not_delay_other_seats(tmp_path):
     started = [r for r in kinds(records, "milestone_evaluation_started") if r.event.territory == "builder-one"]
     assert started and started[0].elapsed_ms < world.territories["builder-two"].durable_at_ms
     assert not [r for r in kinds(records, "milestone_passed") if r.event.territory == "builder-one"]
+
+
+def _proc_state(pid: int) -> str | None:
+    """``pid``'s state letter from ``/proc`` (``Z`` zombie, ...), None when it no longer exists."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+async def test_deadline_kills_the_in_flight_verifier_and_finishes_on_time(tmp_path):
+    """Issue #18 item 3: a 12 s heat; builder-one's verifier (timeout 12 s) starts at about
+    9 s and sleeps. The match finishes at the deadline plus at most one tick (not at ~21 s),
+    the verifier's process group is killed and reaped, it earns nothing, and the drain
+    starts from the frozen clock."""
+    tick_ms = 100
+    hang_at_9s = {"delay": 8.9, "steps": [("hang-service-up", None)]}
+    world, records, out, _ = await supervise(
+        tmp_path, [hang_at_9s, {"steps": ALL[:2]}, {}],
+        arena_kw={"duration": 12, "tick_ms": tick_ms, "timeouts": {"service-up": 12}},
+    )
+    fin = kinds(records, "match_finished")
+    assert len(fin) == 1 and fin[0].event.reason == "match timer expired"
+    assert 12_000 <= fin[0].elapsed_ms <= 12_000 + tick_ms
+    assert world.winner == "builder-two"
+    # builder-one's last check started at about 9 s and was still running at the finish
+    one = [r for r in records if getattr(r.event, "territory", None) == "builder-one"
+           and r.event.kind.startswith("milestone_")]
+    last = one[-1]
+    assert last.event.kind == "milestone_evaluation_started" and 8_900 <= last.elapsed_ms < 10_000
+    assert all(r.event.kind == "milestone_failed" for r in one[:-1] if r.event.kind != "milestone_evaluation_started")
+    assert not [r for r in one if r.event.kind == "milestone_passed"]
+    view = world.territories["builder-one"].milestones["service-up"]
+    assert view.evaluating and not view.passed and view.evidence is None
+    assert world.territories["builder-one"].milestone_points == 0
+    assert not (out / "evidence" / "builder-one" / "service-up.json").exists()  # nothing credited
+    # killed with its process group: the verifier (our child) reaped, its sleeping child
+    # dead (reparented to init, which reaps it in its own time)
+    shell, child = (int(p) for p in (tmp_path / "state" / "builder-one" / "pids-service-up").read_text().split())
+    for _ in range(50):
+        if _proc_state(shell) is None and _proc_state(child) in (None, "Z", "X"):
+            break
+        await asyncio.sleep(0.02)
+    assert _proc_state(shell) is None and _proc_state(child) in (None, "Z", "X")
+    # the finish, then the drain, all at the frozen clock
+    i = records.index(fin[0])
+    assert [r.event.kind for r in records[i + 1 :]][0] == "post_match_drain_started"
+    assert {r.elapsed_ms for r in records[i:]} == {fin[0].elapsed_ms}
+    assert world.elapsed_ms == fin[0].elapsed_ms
 
 
 async def test_agent_crash_is_harness_failure(tmp_path):

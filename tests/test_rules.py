@@ -272,15 +272,38 @@ def test_timer_standings_winner():
     h.reduced()
 
 
-def test_deadline_lets_in_flight_results_complete():
+def test_deadline_finishes_at_once_and_in_flight_checks_earn_nothing():
+    """A 12 s heat: builder-one's verifier (timeout 12 s) starts at 9 s and sleeps past the
+    deadline. The match finishes at the deadline (plus the ms the timer took to fire), not
+    when the verifier returns; a check completed just before the finish still counts."""
     h = Heat()
-    h.check(T1, "service-up", 599_000, 601_500)  # started before the deadline
-    h.rules.close()  # the timer expired at 600 000
-    assert not h.rules.accepting()
-    h.settle(601_501)  # the match overruns, as upstream
-    assert h.world.territories[T1].milestones["service-up"].passed
-    h.emit(h.rules.timer_expired(601_501))
-    assert h.records[-1].elapsed_ms == 601_501 and h.world.winner == T1
+    h.pass_all(T2, "service-up", 100)  # builder-two: 10 points
+    slow = h.check(T1, "service-up", 9_000, 21_000)  # would return at 21 s (sleeps)
+    just_in = h.check(T3, "service-up", 11_900, 12_001)  # completed before the finish ms
+    deadline, fired = 12_000, 12_002
+    h.rules.close()
+    assert not h.rules.accepting() and h.rules.running()
+    n = len(h.records)
+    h.settle(fired)  # what completed before the finish millisecond is applied first
+    assert just_in.accepted is True and h.world.territories[T3].milestones["service-up"].passed
+    h.emit(h.rules.timer_expired(fired))
+    assert h.kinds(n) == ["milestone_passed", "match_state_changed", "match_finished"]
+    fin = h.records[-1]
+    assert deadline <= fin.elapsed_ms <= deadline + MANIFEST.rules.tick_ms
+    assert h.world.winner is None  # builder-two and builder-three tie on (None, 10, 1)
+    # the sleeping verifier: discarded, never applied, no pass/fail, nothing credited
+    assert slow.accepted is False
+    assert h.rules.due(10**9) == [] and h.rules.apply(slow) == []
+    t1 = h.world.territories[T1].milestones["service-up"]
+    assert t1.evaluating and not t1.passed and t1.evidence is None and t1.failure_category is None
+    assert not [r for r in h.records if r.event.kind in ("milestone_passed", "milestone_failed")
+                and r.event.territory == T1]
+    assert h.world.territories[T1].milestone_points == 0
+    # the drain starts from the frozen clock
+    plan = h.rules.start_drain(25_000)
+    h.emit(plan.events)
+    h.emit(h.rules.finish_drain(h.rules.drain_deadline(), 55_000))
+    assert {r.elapsed_ms for r in h.records[n + 3:]} == {fin.elapsed_ms}
     h.reduced()
 
 

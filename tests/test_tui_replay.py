@@ -14,7 +14,9 @@ from aoe_tui.replay.reducer import reduce_match
 from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, AoeApp
 from aoe_tui.tui.live import LiveFeed, RecordsPending
 from aoe_tui.tui.screens import SPEEDS, GotoScreen, HeatScreen, HelpScreen, ReplayScreen
+from aoe_tui.domain import events as ev
 from aoe_tui.domain.display import fmt_cost
+from aoe_tui.domain.events import MatchState
 from aoe_tui.tui.viewmodel import ArenaView, HeatModel, ReplayCursor, panel_view
 from aoe_tui.tui.widgets import EventFeed, TerritoryPanel, WinnerBanner, render_scoreboard
 
@@ -83,6 +85,19 @@ def test_timer_finish_partial_ladders():
     assert statuses["queue-three"][-1] == "evaluating"
     assert all("pending" in s or "evaluating" in s for s in statuses.values())
     assert "match timer expired" in model.winner_line()
+
+
+def test_winner_line_of_a_tied_timer_finish():
+    loaded = timer_finish_match(150_000)  # queue-one and queue-two: 10 points each
+    model = HeatModel(ArenaView.from_arena(loaded.arena))
+    model.extend(loaded.records)
+    assert model.winner_line() == "NO WINNER (tie) · queue-one, queue-two · 10 points · match timer expired"
+    aborted = HeatModel(ArenaView.from_arena(loaded.arena))
+    aborted.extend(loaded.records[:-2])
+    aborted.apply(loaded.records[-2].model_copy(update={"event": ev.MatchStateChanged(
+        from_=MatchState.running, to=MatchState.aborted)}))
+    aborted.apply(loaded.records[-1].model_copy(update={"event": ev.MatchFinished(winner=None, reason="operator interrupt")}))
+    assert aborted.winner_line() == "NO WINNER · operator interrupt"  # an abort is no tie
 
 
 def test_cursor_is_incremental_and_scrubs(seed):

@@ -49,6 +49,16 @@ def test_timer_finish_partial_ladders(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_timer_finish_tie(snap_compare, size):
+    """A timer finish with the top two tied (queue-one and queue-two, 10 points each at
+    150 s): the banner says "NO WINNER (tie)" and names them."""
+    match = timer_finish_match(150_000)
+    assert match.world.winner is None
+    app = AoeApp.replay(match, at_end=True)
+    assert snap_compare(app, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
 def test_conquest_timer_fixture(snap_compare, size):
     """The upstream timer-finish fixture (conquest prototype): health and resources."""
     app = AoeApp.replay(load_match(TIMER_CONQUEST), at_end=True)

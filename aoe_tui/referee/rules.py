@@ -35,10 +35,22 @@ Phases (the supervisor drives them; see :meth:`HeatSupervisor.run`):
    verifying→durable "completion milestone passed", ``durable_deployment_completed``,
    and with ``stop_on_first_durable`` running→finished + ``match_finished``
    (winner territory, "first durable deployment"); in-flight results are then
-   discarded. At ``duration_seconds`` no new evaluations start
-   (:meth:`BuildRaceRules.close`); in-flight ones complete (the match may overrun, as
-   upstream), then "match timer expired" with the §3.6 standings winner (null on a
-   tie, :meth:`BuildRaceRules.timer_expired`).
+   discarded. At ``duration_seconds`` (the deadline, ``duration_seconds * 1000`` ms)
+   the match finishes at once, unlike upstream, which waits for in-flight verifiers
+   and so overruns: no new evaluation starts (:meth:`BuildRaceRules.close`), the checks
+   that completed in a millisecond before the finish are applied (:meth:`due` /
+   :meth:`apply`), then "match timer expired" with the §3.6 standings winner (null on a
+   tie, :meth:`BuildRaceRules.timer_expired`), stamped at the clock given (the
+   supervisor passes the clock when its deadline timer fires: the deadline plus a few
+   ms, well under one tick unless the event loop is starved). **Killed at the finish**
+   (the same rule for a first durable finish and the timer): a check still in flight when the match finishes —
+   its verifier running, its ``host_reboot`` under way, or its completion not yet in a
+   millisecond before the finish — earns nothing: no ``milestone_passed`` or
+   ``milestone_failed`` is written for it, its evidence is not credited, and its
+   milestone keeps ``evaluating: true`` in the final world (as upstream's discarded
+   same-batch results do). The supervisor kills its verifier's process group, reaps it
+   and removes the evidence file it may have written (:func:`~aoe_tui.referee.verifier.run_verifier`
+   on cancellation). See ``docs/formats.md`` §3.6.
 4. **Drain** at the frozen clock (§3.7, Appendix B; :meth:`BuildRaceRules.start_drain`,
    :meth:`BuildRaceRules.finish_drain`): ``post_match_drain_started``; agents of
    territories beaten to a durable winner are stopped at once and get
@@ -238,7 +250,8 @@ class BuildRaceRules:
         return self.world.match_state == MatchState.running
 
     def close(self) -> None:
-        """The timer expired (``duration_seconds``): no new evaluation may start (§3.6)."""
+        """The timer expired (``duration_seconds``): no new evaluation may start (§3.6); the
+        caller then applies :meth:`due` and calls :meth:`timer_expired` at the same ms."""
         self.closed = True
 
     def accepting(self) -> bool:
@@ -359,9 +372,18 @@ class BuildRaceRules:
 
     def timer_expired(self, now_ms: int) -> list[Stamped]:
         """Finish at the timer (§3.6): "match timer expired", winner by standings (null on a
-        tie). Nothing if the match already finished."""
+        tie), stamped ``now_ms`` (ms; never before the world's last event). Nothing if the
+        match already finished.
+
+        Call it after :meth:`close` and after applying :meth:`due` ``(now_ms)``: every
+        completion still handed over (its ms not before ``now_ms``) is discarded
+        (``accepted`` False), and so is any later one (:meth:`apply` of a finished match).
+        A check in flight at the finish earns nothing (module docstring, phase 3)."""
         if not self.running():
             return []
+        for c in self._pending:
+            c.accepted = False
+        self._pending.clear()
         return self._out(self.stamp(now_ms), *_finish_events(winner_of(self.world), REASONS["timer"]))
 
     # ------------------------------------------------------------------ agents + usage

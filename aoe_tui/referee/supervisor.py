@@ -18,6 +18,15 @@ ms (:meth:`BuildRaceRules.complete`); the task that ran it sleeps once, to the e
 millisecond, and then applies every handed-over result of earlier milliseconds in the
 order the rules give ((ms, seat), :meth:`BuildRaceRules.due`).
 
+Finish (first durable deployment or the deadline, ``duration_s``): the match finishes at
+once — at the deadline the rules get the clock when the deadline timer fires, so
+``match_finished`` is a few ms (well under one tick unless the loop is starved) after
+``duration_s * 1000`` ms. The tick loops are then cancelled: a verifier still running is
+killed with its whole process group and reaped, its evidence file is removed, and its
+check earns nothing (the rules write no ``milestone_passed`` / ``milestone_failed``
+for it; see :mod:`aoe_tui.referee.rules`, phase 3). The drain starts after that, at
+the frozen clock.
+
 Abort (:meth:`HeatSupervisor.abort`, or cancellation of :meth:`HeatSupervisor.run`):
 in-flight verifiers are killed, the rules' abort events are written, agents are
 stopped (``agent_terminated`` "match aborted by operator" for those still running).
@@ -291,16 +300,15 @@ class HeatSupervisor:
             await asyncio.wait({deadline, finished, aborted}, return_when=asyncio.FIRST_COMPLETED)
             if finished.done() or aborted.done():
                 return
-            # Deadline: no new evaluations; in-flight ones complete (overrun, as upstream).
+            # Deadline (§3.6, ours): finish now, no overrun. Checks completed in an earlier
+            # millisecond count; the rest are discarded, and run() kills their verifiers
+            # (cancelling the tick loops) before the drain. No await until the finish.
+            now = self._now_ms()
             self.rules.close()
-            loops = [t for t in self._tasks[: len(self.seats)]]
-            waiter = asyncio.gather(*loops, return_exceptions=True)
-            await asyncio.wait({waiter, aborted, finished}, return_when=asyncio.FIRST_COMPLETED)
-            if aborted.done() and not finished.done():
-                return
+            self._flush(now)
             if self.rules.running():
-                self._checkpoint_usage()
-                self._emit_all(self.rules.timer_expired(self._now_ms()))
+                self._checkpoint_usage(now)
+                self._emit_all(self.rules.timer_expired(now))
         finally:
             for t in (deadline, finished, aborted):
                 t.cancel()
@@ -421,8 +429,9 @@ class HeatSupervisor:
             raise
         return bool(done.accepted)
 
-    def _flush(self) -> None:
-        for done in self.rules.due(self._now_ms()):
+    def _flush(self, now_ms: int | None = None) -> None:
+        """Apply the handed-over results of milliseconds before ``now_ms`` (ms; default now)."""
+        for done in self.rules.due(self._now_ms() if now_ms is None else now_ms):
             if self._abort_evt.is_set():
                 self.rules.discard(done)
             else:
@@ -430,14 +439,16 @@ class HeatSupervisor:
 
     # ------------------------------------------------------------------ usage
 
-    def _checkpoint_usage(self) -> None:
+    def _checkpoint_usage(self, now_ms: int | None = None) -> None:
+        """Read every ``usage.json`` and log the deltas at ``now_ms`` (ms; default now)."""
         from aoe_tui.domain.adapter_io import read_usage_checkpoint
 
         for seat in self.seats:
             usage = read_usage_checkpoint(seat.agent_dir / "usage.json", seat.agent.id, seat.territory.id)
             if usage is None:
                 continue
-            self._emit_all(self.rules.usage_checkpoint(seat.agent.id, usage, self._now_ms()))
+            at = self._now_ms() if now_ms is None else now_ms
+            self._emit_all(self.rules.usage_checkpoint(seat.agent.id, usage, at))
 
     async def _usage_loop(self) -> None:
         tick_ms = self.tick_s * 1000.0

@@ -155,6 +155,15 @@ def _abandon(started: tuple[subprocess.Popen, Any]) -> None:
     proc.wait()
 
 
+def _reap_cancelled(proc: subprocess.Popen, evidence_file: Path) -> None:
+    """A verifier killed because its task was cancelled (the match finished or was
+    aborted): reap it, then remove the evidence it may have written — a run that was
+    not judged credits nothing, so it leaves no evidence file (on a starter thread)."""
+    proc.wait()
+    with contextlib.suppress(OSError):
+        evidence_file.unlink()
+
+
 _starter: Starter | None = None
 _starter_lock = threading.Lock()
 #: verifier starter threads: starts are short (milliseconds), so a few serve every heat
@@ -213,7 +222,10 @@ async def run_verifier(
 
     Returns a :class:`VerifierOutcome`; never raises for verifier misbehaviour (a
     missing or non-executable file is a failed outcome with a clear detail). If the
-    awaiting task is cancelled, the process group is killed before re-raising.
+    awaiting task is cancelled (the match finished or was aborted while the verifier ran),
+    the process group is killed with SIGKILL before re-raising; the process is then
+    reaped off the loop and ``<milestone>.json`` removed, so an unjudged run leaves no
+    evidence.
     """
     previous_file = evidence_dir / "previous.json"
     evidence_file = evidence_dir / f"{milestone_id}.json"
@@ -259,7 +271,7 @@ async def run_verifier(
             _kill_group(pgid)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            verifier_starter().submit(proc.wait)  # reaped off the loop
+            verifier_starter().submit(_reap_cancelled, proc, evidence_file)  # off the loop
             raise
         if code != 0:
             err_fh.seek(0)

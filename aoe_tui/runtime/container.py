@@ -775,6 +775,9 @@ class ContainerProvider(TerritoryProvider):
 
         Raises:
             RebootError: unknown territory; the container did not exit even after SIGKILL;
+                the container is gone for good — its relaunch exited at once, could not
+                start, or it exited without asking for a reboot (noticed as soon as it
+                happens, not at ``reboot_timeout_s``; the message gives the exit status);
                 or SSH not back within ``reboot_timeout_s`` after the container exited
                 (message names the territory and the console tail).
         """
@@ -793,14 +796,27 @@ class ContainerProvider(TerritoryProvider):
             if not await self._wait_exit(proc, grace):
                 await self._force_reboot(b, proc)
         t0 = time.monotonic()
+        ready = asyncio.ensure_future(
+            ssh.wait_ready(b.address, SSH_PORT, b.spec.password, timeout_s=self.reboot_timeout_s,
+                           interval_s=0.5, connect_timeout_s=5.0)  # spec §3.4: every 500 ms
+        )
         try:
-            await ssh.wait_ready(b.address, SSH_PORT, b.spec.password, timeout_s=self.reboot_timeout_s,
-                                 interval_s=0.5, connect_timeout_s=5.0)  # spec §3.4: every 500 ms
+            watch = b.supervisor
+            if watch is not None and not self._closing:
+                # the supervisor task ends only when the container is gone for good (an exit
+                # that is not a reboot, e.g. a relaunch exiting at once, or a failed launch)
+                await asyncio.wait({ready, watch}, return_when=asyncio.FIRST_COMPLETED)
+                if not ready.done() and watch.done() and not self._closing:
+                    ready.cancel()
+                    raise RebootError(self._relaunch_failure(b, launches))
+            await ready
         except TimeoutError:
             raise RebootError(
                 f"territory {territory.id}: SSH unavailable after reboot ({self.reboot_timeout_s:.0f} s); "
                 f"console: {self._console_tail(b)}"
             ) from None
+        finally:
+            ready.cancel()
         if b.launches == launches:
             log.info("territory %s: ssh answered again %.1f s after the reboot without a relaunch",
                      territory.id, time.monotonic() - t0)
@@ -808,6 +824,23 @@ class ContainerProvider(TerritoryProvider):
         await asyncio.to_thread(self._save_state, b)
         territory.extra["nspawn_pid"] = b.proc.pid if b.proc else None
         territory.extra["leader_pid"] = b.leader_pid
+
+    def _relaunch_failure(self, b: _Box, launches_before: int) -> str:
+        """The one-line reason a rebooting container is gone for good (its supervisor task
+        ended): the relaunch exited at once (its exit status), could not start, or the
+        container exited without asking for a reboot; then the console log's last lines
+        (nspawn's own error and the guest's last messages)."""
+        tid = b.spec.id
+        sup = b.supervisor
+        err = sup.exception() if sup is not None and sup.done() and not sup.cancelled() else None
+        rc = b.exits[-1] if b.exits else None
+        if err is not None:
+            what = f"relaunch after the reboot failed: {type(err).__name__}: {err}"
+        elif b.launches > launches_before:
+            what = f"container exited with status {rc} right after its relaunch (launch {b.launches})"
+        else:
+            what = f"container exited with status {rc} during the reboot and was not relaunched"
+        return f"territory {tid}: {what}; console: {self._console_tail(b, 5)}"
 
     @staticmethod
     async def _wait_exit(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:

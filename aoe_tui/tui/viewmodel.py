@@ -265,11 +265,20 @@ class HeatModel:
         return ids
 
     def winner_line(self) -> str | None:
-        """Banner text once the match is finished/aborted, else None."""
+        """Banner text once the match is finished/aborted, else None.
+
+        ``WINNER <territory> (<agent>) · <points> points[ at <durable clock>] · <reason>``;
+        a finished build race without a winner because the top rows tie (§3.6, e.g. a timer
+        finish) says ``NO WINNER (tie) · <tied territories> · <points> points · <reason>``;
+        any other finish without a winner (an abort) ``NO WINNER · <reason>``."""
         w = self.world
         if w.match_state.value not in ("finished", "aborted") or w.finish_reason is None:
             return None
         if w.winner is None:
+            tied = self._tied_leaders()
+            if tied:
+                pts = tied[0].points
+                return f"NO WINNER (tie) · {', '.join(r.territory for r in tied)} · {pts} points · {w.finish_reason}"
             return f"NO WINNER · {w.finish_reason}"
         terr = w.territories.get(w.winner)
         agent = terr.agent if terr else None
@@ -277,6 +286,15 @@ class HeatModel:
         who = f"{w.winner} ({agent})" if agent else w.winner
         at = f" at {fmt_clock(terr.durable_at_ms)}" if terr and terr.durable_at_ms is not None else ""
         return f"WINNER {who} · {pts} points{at} · {w.finish_reason}"
+
+    def _tied_leaders(self) -> list:
+        """The §3.6 rows tied for first of a finished build race (two or more), else []."""
+        w = self.world
+        if w.match_state.value != "finished" or self.arena.mode != "build_race":
+            return []
+        rows = compute_standings(w)
+        top = [r for r in rows if r.rank == 1]
+        return top if len(top) > 1 else []
 
     def panel(self, territory: str) -> PanelView:
         """The :class:`PanelView` of one territory (see :func:`panel_view`)."""
