@@ -143,6 +143,15 @@ async def test_unknown_model_on_stderr_is_the_providers_and_quotes_stderr(tmp_pa
     assert "'prov/model-x'" in summary and line in summary and "\x1b" not in summary
 
 
+async def test_model_unknown_to_the_endpoint_is_the_providers(tmp_path):
+    """opencode 1.18.33 against an endpoint answering 404 model_not_found (recorded)."""
+    err = {"event": {"type": "error", "timestamp": T0, "sessionID": SID, "error": {"name": "APIError", "data": {
+        "message": "The model `model-x` does not exist", "statusCode": 404, "isRetryable": False}}}}
+    (status, summary), _, _ = await run_stub(tmp_path, [err, {"exit": 1}])
+    assert (status, status.failure_source) == (AdapterStatus.UNAVAILABLE, "provider")
+    assert summary == "model 'prov/model-x' is unknown to the provider: The model `model-x` does not exist"
+
+
 async def test_exit_without_answer_carries_the_stderr_line(tmp_path):
     (status, summary), _, _ = await run_stub(tmp_path, [ev("step_start"), {"stderr": "panic: database is locked"},
                                                         {"exit": 0}])
