@@ -28,6 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from aoe_tui.domain.adapter_io import transcript_problem
 from aoe_tui.fsio import write_json_atomic
 
 __all__ = ["ANALYZER", "analyze_trace", "classify", "command_of", "write_analysis"]
@@ -198,14 +199,22 @@ def write_analysis(
     """Read ``transcript_file`` (a transcript with ``tool_trace``, §2.7), write ``analysis_file`` (§9.2).
 
     ``outcome`` defaults to the transcript's ``outcome.status``. Returns the analysis, or
-    ``None`` (nothing written) when the transcript is unreadable or its trace is empty —
-    as upstream, failures are skipped silently.
+    ``None`` (nothing written) when the transcript is missing/unreadable or its trace is
+    empty. A transcript that is not valid JSON is not skipped silently (upstream does): the
+    analysis written is a stub whose ``unavailable`` says ``"transcript unavailable (invalid
+    JSON at byte N)"``.
     """
     try:
         raw = Path(transcript_file).read_bytes()
-        data = json.loads(raw)
-    except (OSError, ValueError):
+    except OSError:
         return None
+    problem = transcript_problem(Path(transcript_file))
+    if problem is not None:  # said, not skipped: the bundle's slot and the TUI show it
+        result = {"schema_version": 1, "analyzer": ANALYZER, "source_sha256": hashlib.sha256(raw).hexdigest(),
+                  "agent": agent, "territory": territory, "model": model, "outcome": outcome, "unavailable": problem}
+        write_json_atomic(Path(analysis_file), result)
+        return result
+    data = json.loads(raw)
     trace = data.get("tool_trace") if isinstance(data, dict) else None
     if not isinstance(trace, list) or not trace:
         return None

@@ -22,11 +22,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aoe_tui.domain.agent_usage import Usage
+from aoe_tui.errors import AoeError
 from aoe_tui.fsio import SubPath
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.domain.arena import AgentDef
     from aoe_tui.runtime.provider import Territory
+
+
+class PreflightError(AoeError):
+    """An entrant's model or credentials did not answer the preflight request.
+
+    The message names the entrant and the model, never a credential value.
+    ``failure_source`` (spec §3.9) says whose fault it is — ``provider`` for a refused key, an
+    unknown model or an unreachable endpoint — so the season records the spoiled attempt with
+    that source instead of blaming the player.
+    """
+
+    def __init__(self, message: str, failure_source: str = "provider") -> None:
+        super().__init__(message)
+        self.failure_source = failure_source
 
 
 class AdapterStatus(StrEnum):
@@ -136,6 +151,14 @@ class Adapter(abc.ABC):
             aoe_tui.errors.AoeError: one line saying what is missing (e.g. a model key).
         """
 
+    async def preflight_model(self, model: str, *, timeout_s: float = 30.0) -> None:
+        """Check, before any territory is provisioned, that ``model`` and the credentials answer
+        one request (at most ``timeout_s`` seconds). Adapters without a model endpoint do nothing.
+
+        Raises:
+            PreflightError: one line naming the model and what failed (never a credential value).
+        """
+
     @abc.abstractmethod
     async def start(self, ctx: AgentContext) -> AgentRun:
         """Start the agent in the background and return its :class:`AgentRun` at once."""
@@ -143,3 +166,22 @@ class Adapter(abc.ABC):
     def sha256(self) -> str | None:
         """sha256 of the adapter's file for provenance ``adapter_sha256`` (spec §7.3), if any."""
         return None
+
+
+async def preflight_entrants(checks: list[tuple[str, Adapter, str]], *, timeout_s: float = 30.0) -> None:
+    """Run :meth:`Adapter.preflight_model` for each ``(who, adapter, model)``, one at a time.
+
+    Called by ``aoe match run`` before its territories are provisioned and by the season runner
+    before each attempt's territories are provisioned.
+
+    Raises:
+        PreflightError: ``"<who> (model <model>): <what failed>"`` for the first that fails.
+    """
+    for who, adapter, model in checks:
+        check = getattr(adapter, "preflight_model", None)
+        if check is None:
+            continue
+        try:
+            await check(model, timeout_s=timeout_s)
+        except PreflightError as err:
+            raise PreflightError(f"{who} (model {model}): {err}", err.failure_source) from None

@@ -34,18 +34,36 @@ How a run works (facts from ``docs/opencode.md``):
    counts are a second source (per field, the larger of the two wins); ``tool_use`` →
    ``tool_trace`` entries and activity lines.
 
-Watchdog and limits (all ours, opencode's own step limit is soft): ``wall_clock_s`` (default
-the heat deadline) → ``timed_out``; ``max_steps`` → ``budget_exceeded``; no event for
-``idle_timeout_s`` → ``harness_error`` (hang); a final ``step_finish`` (reason ``stop``)
-followed by ``exit_grace_s`` without exit → the run is ended and counted ``completed``.
+Watchdog and limits (all ours, opencode's own step limit is soft; every value in seconds):
+``wall_clock_s`` (default the heat deadline) → ``timed_out``; ``max_steps`` → ``budget_exceeded``;
+no sign of life for ``idle_timeout_s`` → ``harness_error`` (hang) — signs of life are
+opencode's JSON events and model traffic through the credential proxy
+(:attr:`~aoe_tui.agents.proxy.ProxyStats.last_activity`: a request or streamed response
+bytes), so a reasoning model streaming a long turn is alive; a final ``step_finish`` (reason
+``stop``) followed by ``exit_grace_s`` (default 10) without exit → the run is ended and
+counted ``completed``. Each limit that fires is named in the summary and the activity lines
+with its configured value and the elapsed time (``idle_timeout_s limit of 600 s fired after
+600.4 s without an opencode event or model traffic (run time 1312.0 s)``).
 Stopping kills the whole scope (``systemctl kill -s KILL``), so shells the agent's tools
 started die too; a service the agent started through systemd lives in its own unit and stays.
 
-Failure mapping (§3.9): an ``error`` event that is retryable / HTTP 401, 403, 408, 429, ≥500
-/ "Cannot connect to API", or a proxy that saw only upstream failures → ``unavailable``
-(source ``provider``); opencode crashing, being killed, exiting without a final answer,
-or any other error → ``harness_error`` (``harness``); the SSH session cut while the referee
-rebooted the guest (``agents/<id>/referee-reboot`` exists) → ``interrupted`` (``arena``).
+Failure source rule (§3.9; :meth:`OpencodeRun._classify` has it in order): classify by what
+happened. A **final answer** (last ``step_finish`` ``stop`` with a text) is the player's
+outcome — ``completed`` even after an ``error`` event opencode recovered from, exit status
+1, a session cut while exiting or our ``exit_grace_s`` kill (the summary notes them). Without
+one: the referee's reboot cutting the session → ``interrupted`` (``arena``); the idle limit →
+``harness_error`` (``harness``), naming the permission when opencode's log shows one it asked
+for (a non-interactive run cannot answer it: never the player's); an ``error`` event that is
+retryable / HTTP 401, 402, 403, 404-model, 408, 429, ≥500 / "Cannot connect to API" / an
+unknown model, a model that stderr says is unknown, or a proxy that saw only upstream failures
+→ ``unavailable`` (``provider``); opencode crashing, being killed, exiting without a final
+answer, or any other error → ``harness_error`` (``harness``). Summaries carry the relevant
+stderr line (:meth:`OpencodeRun.stderr_line`).
+
+Preflight (:meth:`OpencodeAdapter.preflight_model`): one ``max_tokens`` 1 request for the
+model through a credential proxy, before any territory is provisioned — by ``aoe match run``
+and by the season runner before each attempt's provisioning; a failure spoils the attempt with
+source ``provider`` and names the entrant and the model, never the key.
 """
 
 from __future__ import annotations
@@ -63,6 +81,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncssh
 
@@ -181,6 +200,43 @@ def _rg_binary() -> Path:
     return Path(rg)
 
 
+async def _post_json(port: int, path: str, body: dict[str, Any]) -> tuple[int, str]:
+    """POST ``body`` as JSON to ``127.0.0.1:port`` (the credential proxy) and read the whole
+    answer (the proxy closes the connection); returns (HTTP status, body text)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        data = json.dumps(body).encode()
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data)
+        await writer.drain()
+        raw = await reader.read(-1)
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    return status, rest.decode("utf-8", "replace")
+
+
+def _error_message(text: str) -> str:
+    """``error.message`` of a JSON error body, else the body's first 200 chars, one line."""
+    with contextlib.suppress(ValueError):
+        obj = json.loads(text)
+        err = obj.get("error") if isinstance(obj, dict) else None
+        msg = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else None
+        if msg:
+            text = str(msg)
+    return " ".join(text.split())[:200]
+
+
+def _scrub(text: str, key: str | None) -> str:
+    """``text`` without the key value or anything that looks like a key (``sk-…``)."""
+    if key:
+        text = text.replace(key, "***")
+    return re.sub(r"\b(sk|key|pk)-[A-Za-z0-9_\-*]{6,}", r"\1-***", text)
+
+
 # ----------------------------------------------------------------------------- options
 
 
@@ -193,8 +249,12 @@ class OpencodeOptions:
         api_key_env: NAME of the runner environment variable with the key (``None`` = no key).
         max_steps: our step cap (count of ``step_finish``) → ``budget_exceeded``.
         wall_clock_s: our wall-clock limit (s); ``None`` = the heat deadline.
-        idle_timeout_s: no JSON event for this long (s) → hang → ``harness_error``.
-        exit_grace_s: after the final answer, how long opencode may take to exit (s).
+        idle_timeout_s: no sign of life for this long (s) → hang → ``harness_error``. Signs of
+            life are opencode's JSON events **and** model traffic through the credential proxy
+            (a request, or any response bytes streamed back), so a reasoning model that streams
+            for minutes before its first event is not taken for a hang.
+        exit_grace_s: after the final answer, how long opencode may take to exit (s, at most
+            10 by default); past it the run is ended and still counted ``completed``.
         context_tokens, output_tokens: the model's ``limit.context`` / ``limit.output``.
         cost_input_per_mtok, cost_output_per_mtok: USD per 1M tokens (opencode computes cost).
         upload_timeout_s: timeout of the binary upload (s).
@@ -205,7 +265,7 @@ class OpencodeOptions:
     max_steps: int = 150
     wall_clock_s: float | None = None
     idle_timeout_s: float = 600.0
-    exit_grace_s: float = 20.0
+    exit_grace_s: float = 10.0
     context_tokens: int = 200_000
     output_tokens: int = 16_000
     cost_input_per_mtok: float | None = None
@@ -272,6 +332,36 @@ def _num(v: Any) -> int:
 
 
 _READ_ONLY = {"read", "glob", "grep", "list", "ls", "webfetch", "todoread"}
+_STDERR_TAIL = 8192
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: Provider/opencode wording for a model id nobody serves.
+_UNKNOWN_MODEL_RE = re.compile(
+    r"model[^\n]{0,80}?(not found|does not exist|unknown|not supported|invalid)|unknown model|ProviderModelNotFound"
+    r"|model_not_found", re.I)
+#: opencode's log line for a permission check (docs/opencode.md §5): ``message=evaluated
+#: permission=<class> pattern=<what> … action.action=<allow|deny|ask>``.
+_PERMISSION_RE = re.compile(r'message=evaluated permission=(\S+) pattern=("(?:[^"\\]|\\.)*"|\S+).*?action\.action=ask\b')
+
+
+def pending_permission(log_text: str) -> str | None:
+    """The last permission opencode asked for in its log (``"<class> <pattern>"``, e.g.
+    ``external_directory "/etc/*"``), or ``None``: a non-interactive run cannot answer it."""
+    found = None
+    for m in _PERMISSION_RE.finditer(log_text or ""):
+        found = f"{m.group(1)} {m.group(2)}"[:200]
+    return found
+
+
+def _limit_note(name: str, value_s: float, elapsed_s: float, what: str, run_s: float) -> str:
+    """One line naming the limit that fired, its configured value and the elapsed times (s)."""
+    return f"{name} limit of {value_s:g} s fired after {elapsed_s:.1f} s {what} (run time {run_s:.1f} s)"
+
+
+def _error_text(err: dict[str, Any], *, name: bool = True) -> str:
+    """One line (≤ 300 chars) for an opencode ``error`` event: ``[name: ]message``."""
+    data = err.get("data") if isinstance(err.get("data"), dict) else {}
+    message = " ".join(str(data.get("message") or err.get("name") or "unknown error").split())[:300]
+    return f"{err.get('name')}: {message}" if name and err.get("name") and err.get("name") != message else message
 
 
 class OpencodeRun(AgentRun):
@@ -281,6 +371,13 @@ class OpencodeRun(AgentRun):
         stopped: True once :meth:`stop` was called.
         proxy_stats: the credential proxy's :class:`~aoe_tui.agents.proxy.ProxyStats` (after start).
     """
+
+    #: opencode's last stderr bytes (≤ 8 kB), for the relevant line in summaries.
+    _stderr_tail: bytes = b""
+    #: the limit line of the watchdog cut, if one fired (:func:`_limit_note`).
+    _cut_note: str | None = None
+    #: watchdog period (s).
+    _tick_s: float = 1.0
 
     def __init__(self, ctx: AgentContext, adapter: OpencodeAdapter) -> None:
         super().__init__(ctx)
@@ -572,10 +669,16 @@ class OpencodeRun(AgentRun):
                     await self._collect_logs()
             await proxy.close()
 
-    async def _follow(self, conn: asyncssh.SSHClientConnection, proc: asyncssh.SSHClientProcess) -> tuple[AdapterStatus, str]:
-        """Read events until opencode exits or the watchdog ends it; return (status, summary)."""
+    async def _follow(self, conn: Any, proc: Any) -> tuple[AdapterStatus, str]:
+        """Read events until opencode exits or the watchdog ends it; return (status, summary).
+
+        ``conn`` needs ``is_closed()``; ``proc`` is an asyncssh-like process (``stdout.readline``,
+        ``stderr.read``, ``wait_closed``, ``returncode``, ``exit_status``, ``exit_signal``) —
+        tests drive it with a local opencode stub.
+        """
         ctx = self.ctx
         cut: str | None = None
+        started = time.monotonic()
 
         async def pump_out() -> None:
             with open(ctx.stdout_file, "ab") as log:
@@ -598,17 +701,23 @@ class OpencodeRun(AgentRun):
                         return
                     log.write(data)
                     log.flush()
+                    self._stderr_tail = (self._stderr_tail + bytes(data))[-_STDERR_TAIL:]
 
         async def watchdog() -> str:
             while True:
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(self._tick_s)
                 s, now = self.state, time.monotonic()
                 self._checkpoint()
                 if s.steps > self.opts.max_steps:
                     return "steps"
                 if s.final_seen_at is not None and now - s.final_seen_at > self.opts.exit_grace_s:
+                    self._cut_note = _limit_note("exit_grace_s", self.opts.exit_grace_s, now - s.final_seen_at,
+                                                 "after the final answer without exiting", now - started)
                     return "no-exit"
-                if now - s.last_event_at > self.opts.idle_timeout_s:
+                quiet = now - self.last_alive()
+                if quiet > self.opts.idle_timeout_s:
+                    self._cut_note = _limit_note("idle_timeout_s", self.opts.idle_timeout_s, quiet,
+                                                 "without an opencode event or model traffic", now - started)
                     return "idle"
 
         pumps = asyncio.gather(pump_out(), pump_err())
@@ -618,6 +727,7 @@ class OpencodeRun(AgentRun):
             await asyncio.wait({exit_task, dog}, return_when=asyncio.FIRST_COMPLETED)
             if dog.done() and not exit_task.done():
                 cut = dog.result()
+                self.activity.append(f"watchdog: {self._cut_note or cut}; killing opencode")
                 await self._kill_scope()
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(exit_task), 10)
@@ -631,48 +741,129 @@ class OpencodeRun(AgentRun):
             with contextlib.suppress(BaseException):
                 await pumps
         self._checkpoint()
-        s = self.state
         rc = proc.exit_status if proc.returncode is not None else None
         signal_ = proc.exit_signal[0] if proc.exit_signal else None
-        self.activity.append(f"opencode ended: rc={rc} signal={signal_} steps={s.steps}")
+        self.activity.append(f"opencode ended: rc={rc} signal={signal_} steps={self.state.steps}")
+        permission = None
+        final = self.state.last_reason == "stop" and self.state.final_text is not None
+        if cut == "idle" or (cut is None and rc == 0 and not final):
+            permission = pending_permission(await self._guest_log_tail())
+        return self._classify(cut=cut, rc=rc, signal_=signal_, lost=conn.is_closed() or (rc is None and signal_ is None),
+                              permission=permission)
+
+    def last_alive(self) -> float:
+        """``time.monotonic()`` (s) of the last sign of life: an opencode JSON event or model traffic
+        through the credential proxy (:attr:`ProxyStats.last_activity`), whichever is later."""
+        alive = self.state.last_event_at
+        ps = self.proxy_stats
+        last = getattr(ps, "last_activity", None)
+        return max(alive, last) if isinstance(last, (int, float)) else alive
+
+    def stderr_line(self) -> str | None:
+        """The most relevant line of opencode's stderr (one line, ANSI colours removed, ≤ 300
+        chars): the last line naming an error, else the last non-empty line; ``None`` if empty."""
+        text = _ANSI_RE.sub("", self._stderr_tail.decode("utf-8", "replace"))
+        lines = [" ".join(x.split()) for x in text.splitlines() if x.strip()]
+        if not lines:
+            return None
+        errs = [x for x in lines if re.search(r"error|not found|unknown|invalid|denied|fail", x, re.I)]
+        return (errs or lines)[-1][:300]
+
+    def _classify(self, *, cut: str | None, rc: int | None, signal_: str | None, lost: bool,
+                  permission: str | None = None) -> tuple[AdapterStatus, str]:
+        """The run's (status, summary) from what happened (the failure source follows the status, §3.9).
+
+        Rule, first match wins:
+
+        1. our step cap fired → ``budget_exceeded`` (player);
+        2. opencode gave a final answer (its last ``step_finish`` is ``stop`` with a text) →
+           ``completed`` (player), whatever came before or after it: an ``error`` event that
+           opencode recovered from, exit status 1, a session cut while exiting, or our
+           ``exit_grace_s`` kill — the summary notes the recovered error / the kill;
+        3. the session was cut while the referee rebooted the guest → ``interrupted`` (arena);
+        4. the idle watchdog fired → ``harness_error`` (harness): a hang, or — when opencode's
+           log shows a permission it asked for and nobody can answer — a permission stall
+           naming the permission; never the player;
+        5. an ``error`` event without a later final answer → :meth:`_classify_error`
+           (provider for retryable / auth / rate / 5xx / unknown-model errors, else harness);
+        6. stderr says the model is unknown → ``unavailable`` (provider), naming the model;
+        7. the proxy saw only upstream failures and no step finished → ``unavailable`` (provider);
+        8. anything else (lost session, exit without an answer, crash) → ``harness_error``
+           (harness), with the relevant stderr line.
+        """
+        s = self.state
+        err_line = self.stderr_line()
+        tail = f" (stderr: {err_line})" if err_line else ""
         if cut == "steps":
             return AdapterStatus.BUDGET_EXCEEDED, f"opencode exceeded the step cap of {self.opts.max_steps} steps"
-        if cut == "idle":
-            return AdapterStatus.HARNESS_ERROR, f"opencode produced no event for {self.opts.idle_timeout_s:.0f} s (hung); killed"
-        lost = conn.is_closed() or (rc is None and signal_ is None)
-        final = s.last_reason == "stop" and s.final_text is not None
-        if final and s.error is None and (rc == 0 or lost or cut == "no-exit"):
-            # the agent gave its final answer; a session cut (e.g. the referee's reboot) while
-            # opencode was exiting does not undo finished work
-            return AdapterStatus.COMPLETED, self._summary()
-        if lost and ctx.reboot_marker.exists():
+        if s.last_reason == "stop" and s.final_text is not None:
+            summary = self._summary()
+            notes = []
+            if s.error is not None:
+                notes.append(f"recovered from an error: {_error_text(s.error)}")
+            if cut == "no-exit" and self._cut_note:
+                notes.append(f"opencode did not exit: {self._cut_note}; killed")
+            elif rc not in (0, None):
+                notes.append(f"opencode exit status {rc}")
+            return AdapterStatus.COMPLETED, summary + (f" [{'; '.join(notes)}]" if notes else "")
+        if lost and self.ctx.reboot_marker.exists():
             return AdapterStatus.INTERRUPTED, "agent session was interrupted by the referee's host reboot"
+        if cut == "idle":
+            if permission:
+                return (AdapterStatus.HARNESS_ERROR,
+                        f"opencode stalled on a permission prompt ({permission}) that a non-interactive run cannot "
+                        f"answer: {self._cut_note}; killed")
+            return AdapterStatus.HARNESS_ERROR, f"opencode hung: {self._cut_note}; killed{tail}"
+        if permission and cut is None and rc == 0 and s.error is None:
+            return (AdapterStatus.HARNESS_ERROR, f"opencode stopped after {s.steps} steps when a permission it asked for "
+                                                 f"({permission}) was refused by the non-interactive run")
         if s.error is not None:
-            return self._classify_error(s.error)
+            status, summary = self._classify_error(s.error)
+            return status, summary + (tail if err_line and err_line not in summary else "")
+        if err_line and _UNKNOWN_MODEL_RE.search(err_line):
+            return AdapterStatus.UNAVAILABLE, f"model {self.ctx.agent.model!r} is unknown to the provider: {err_line}"
         ps = self.proxy_stats
         if ps is not None and (ps.connect_failures or ps.error_statuses) and ps.responses_with_usage == 0 and s.steps == 0:
-            return AdapterStatus.UNAVAILABLE, f"model endpoint unavailable: {ps.last_error}"
+            return AdapterStatus.UNAVAILABLE, f"model endpoint unavailable: {ps.last_error}{tail}"
         if lost:
-            return AdapterStatus.HARNESS_ERROR, "the SSH session to the territory was lost while opencode ran"
+            return AdapterStatus.HARNESS_ERROR, f"the SSH session to the territory was lost while opencode ran{tail}"
         how = f"signal {signal_}" if signal_ else f"exit status {rc}"
         if rc == 0:
-            return AdapterStatus.HARNESS_ERROR, f"opencode exited without a final answer after {s.steps} steps"
-        return AdapterStatus.HARNESS_ERROR, f"opencode crashed ({how}) after {s.steps} steps without a result"
+            return AdapterStatus.HARNESS_ERROR, f"opencode exited without a final answer after {s.steps} steps{tail}"
+        return AdapterStatus.HARNESS_ERROR, f"opencode crashed ({how}) after {s.steps} steps without a result{tail}"
 
     def _summary(self) -> str:
         text = " ".join((self.state.final_text or "").split())
         return text[:1000] or "opencode finished"
 
     def _classify_error(self, err: dict[str, Any]) -> tuple[AdapterStatus, str]:
+        """An ``error`` event → (status, summary): ``unavailable`` (provider) when retryable, HTTP
+        401/402/403/404/408/429/≥500, "Cannot connect to API" or an unknown model; else
+        ``harness_error`` (harness)."""
         data = err.get("data") if isinstance(err.get("data"), dict) else {}
-        message = " ".join(str(data.get("message") or err.get("name") or "unknown error").split())[:300]
+        message = _error_text(err, name=False)
         status = data.get("statusCode")
+        if _UNKNOWN_MODEL_RE.search(message) or (status == 404 and "model" in message.lower()):
+            return AdapterStatus.UNAVAILABLE, f"model {self.ctx.agent.model!r} is unknown to the provider: {message}"
         provider = bool(data.get("isRetryable")) or (isinstance(status, int) and (status in (401, 402, 403, 408, 429) or status >= 500))
         provider = provider or "cannot connect to api" in message.lower()
         if provider:
             code = f" (HTTP {status})" if isinstance(status, int) else ""
             return AdapterStatus.UNAVAILABLE, f"model provider unavailable{code}: {message}"
         return AdapterStatus.HARNESS_ERROR, f"opencode error {err.get('name') or ''}: {message}".replace("  ", " ")
+
+    async def _guest_log_tail(self) -> str:
+        """The tail (≤ 200 kB) of opencode's own log in the guest, or "" (best effort, bounded)."""
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            return ""
+        with contextlib.suppress(Exception):
+            res = await asyncio.wait_for(
+                conn.run(f"cat {self._run_dir}/home/.local/share/opencode/log/*.log 2>/dev/null | tail -c 200000",
+                         check=False), 5)
+            out = res.stdout
+            return out if isinstance(out, str) else bytes(out or b"").decode("utf-8", "replace")
+        return ""
 
     async def _collect_logs(self) -> None:
         """Copy opencode's own log from the guest to ``agents/<id>/opencode.log`` (best effort)."""
@@ -695,8 +886,10 @@ class OpencodeRun(AgentRun):
         with contextlib.suppress(Exception):
             from aoe_tui.agents.analysis import write_analysis
 
-            write_analysis(transcript_path, ctx.agent_dir / "analysis.json", agent=ctx.agent.id,
-                           territory=ctx.territory.id, model=ctx.agent.model, outcome=str(status))
+            made = write_analysis(transcript_path, ctx.agent_dir / "analysis.json", agent=ctx.agent.id,
+                                  territory=ctx.territory.id, model=ctx.agent.model, outcome=str(status))
+            if isinstance(made, dict) and made.get("unavailable"):
+                self.activity.append(str(made["unavailable"]))
         transcript = str(transcript_path) if transcript_path.exists() else None
         with contextlib.suppress(OSError):
             write_result_file(ctx.result_file, agent=ctx.agent.id, territory=ctx.territory.id, status=status,
@@ -705,13 +898,21 @@ class OpencodeRun(AgentRun):
 
     async def _supervise(self) -> AgentOutcome:
         limit = self.opts.wall_clock_s if self.opts.wall_clock_s is not None else self.ctx.deadline_s
+        started = time.monotonic()
         try:
             try:
                 status, summary = await asyncio.wait_for(self._body(), timeout=max(0.0, float(limit)))
             except asyncio.TimeoutError:
-                self.activity.append("wall-clock limit reached")
+                note = _limit_note("wall_clock_s", float(limit), time.monotonic() - started, "since the run started",
+                                   time.monotonic() - started)
+                self.activity.append(f"watchdog: {note}; killing opencode")
+                permission = pending_permission(await self._guest_log_tail())
                 await self._kill_scope()
-                return self._finish(AdapterStatus.TIMED_OUT, DEADLINE_SUMMARY)
+                if permission:
+                    return self._finish(AdapterStatus.HARNESS_ERROR,
+                                        f"opencode stalled on a permission prompt ({permission}) that a non-interactive "
+                                        f"run cannot answer: {note}; killed")
+                return self._finish(AdapterStatus.TIMED_OUT, f"{DEADLINE_SUMMARY} ({note})")
             except asyncio.CancelledError:
                 if self.stopped:
                     await self._kill_scope()
@@ -785,6 +986,49 @@ class OpencodeAdapter(Adapter):
             raise OpencodeError(
                 f"environment variable {self.options.api_key_env} (the model API key) is not set on the runner"
             )
+
+    async def preflight_model(self, model: str, *, timeout_s: float = 30.0) -> None:
+        """One tiny chat request (``max_tokens`` 1, no tools) for ``model`` through a
+        :class:`~aoe_tui.agents.proxy.CredentialProxy` holding the runner's key, exactly the way a
+        run reaches the model — before any territory is provisioned.
+
+        ``timeout_s`` (s) bounds the whole request. Every failure is the provider's (source
+        ``provider``): the key refused (HTTP 401/403), the model unknown (HTTP 404, or a 400
+        whose message names the model), the endpoint unreachable, rate-limited or failing (429,
+        5xx, connection errors). The message names the model and the endpoint's host, and its
+        error text with the key value removed — never the key.
+
+        Raises:
+            PreflightError: as above.
+        """
+        from aoe_tui.agents.base import PreflightError
+        from aoe_tui.agents.proxy import CredentialProxy
+
+        self.preflight()
+        key = os.environ.get(self.options.api_key_env) if self.options.api_key_env else None
+        model_id = model.split("/", 1)[1] if "/" in model else model
+        proxy = CredentialProxy(self.options.base_url, key)
+        host = urlsplit(self.options.base_url).netloc.rsplit("@", 1)[-1]
+        body = {"model": model_id, "messages": [{"role": "user", "content": "Reply with OK."}], "max_tokens": 1,
+                "stream": False}
+        await proxy.start()
+        try:
+            status, text = await asyncio.wait_for(_post_json(proxy.port, "/v1/chat/completions", body), timeout_s)
+        except (OSError, asyncio.TimeoutError, ValueError) as exc:
+            raise PreflightError(f"model endpoint {host} did not answer within {timeout_s:g} s "
+                                 f"({type(exc).__name__})") from None
+        finally:
+            await proxy.close()
+            del key
+        if 200 <= status < 300:
+            return
+        message = _scrub(_error_message(text), os.environ.get(self.options.api_key_env or "") or None)
+        detail = f"HTTP {status}" + (f": {message}" if message else "")
+        if status in (401, 403):
+            raise PreflightError(f"credentials refused by {host} ({detail})")
+        if status == 404 or (status in (400, 422) and _UNKNOWN_MODEL_RE.search(message or "")):
+            raise PreflightError(f"model {model_id!r} unknown to {host} ({detail})")
+        raise PreflightError(f"model endpoint {host} failed the preflight request ({detail})")
 
     async def start(self, ctx: AgentContext) -> AgentRun:
         """Start the run in the background (install/upload happen inside it) and return it at once."""

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import ssl
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -64,6 +65,9 @@ class ProxyStats:
         connect_failures: upstream connections that failed (answered 502).
         error_statuses: HTTP status → count, for upstream statuses ≥ 400.
         last_error: one line describing the last upstream failure (no credentials in it).
+        last_activity: ``time.monotonic()`` (s) of the last model traffic: a request received
+            or response bytes relayed back (``None`` before any). The opencode watchdog counts
+            it as liveness, so a model streaming a long answer is not taken for a hang.
     """
 
     requests: int = 0
@@ -76,6 +80,11 @@ class ProxyStats:
     connect_failures: int = 0
     error_statuses: dict[int, int] = field(default_factory=dict)
     last_error: str | None = None
+    last_activity: float | None = None
+
+    def touch(self) -> None:
+        """Record model traffic now (see :attr:`last_activity`)."""
+        self.last_activity = time.monotonic()
 
     def add_usage(self, usage: dict[str, Any]) -> None:
         """Add one OpenAI-style ``usage`` object (missing or non-integer fields count 0)."""
@@ -251,6 +260,7 @@ class CredentialProxy:
             out.append(f"Authorization: Bearer {self.__key}")
         out += ["Accept-Encoding: identity", "Connection: close", f"Content-Length: {len(body)}", "", ""]
         self.stats.requests += 1
+        self.stats.touch()
         try:
             ctx = ssl.create_default_context() if self._scheme == "https" else None
             up_r, up_w = await asyncio.wait_for(
@@ -300,6 +310,7 @@ class CredentialProxy:
         sniffer = _UsageSniffer("event-stream" in hmap.get("content-type", ""))
 
         async def emit(data: bytes) -> None:
+            self.stats.touch()
             sniffer.feed(data)
             writer.write(data)
             await writer.drain()

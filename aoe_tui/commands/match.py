@@ -197,6 +197,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.drain_seconds < 0:
         raise UsageError("--drain-seconds must be >= 0")
     adapters = build_adapters(loaded, args.agent, registered)
+    from aoe_tui.agents.base import preflight_entrants
+
+    agents = {a.id: a for a in loaded.manifest.agents}  # each model answers one request before provisioning
+    asyncio.run(preflight_entrants([(f"agent {aid}", ad, agents[aid].model) for aid, ad in adapters.items()]))
     from aoe_tui.commands.image import prepare_provider_images
 
     prepare_provider_images(args.provider, [loaded.arena_dir])

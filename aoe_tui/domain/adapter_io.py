@@ -27,6 +27,8 @@ from aoe_tui.fsio import write_json_atomic
 
 __all__ = [
     "AdapterFileError",
+    "invalid_json_note",
+    "transcript_problem",
     "ResultFile",
     "UsageCheckpoint",
     "UsageReport",
@@ -220,3 +222,31 @@ def read_result_file(path: Path, agent: str, territory: str) -> ResultFile:
             _one_line(f"adapter result file {path} names territory {model.territory!r}, expected {territory!r}")
         )
     return model
+
+
+def invalid_json_note(raw: bytes) -> str | None:
+    """``"invalid JSON at byte N"`` (N = the 0-based byte offset where parsing failed) when
+    ``raw`` is not one JSON document, else ``None``."""
+    import json
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return f"invalid JSON at byte {err.start}"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as err:
+        return f"invalid JSON at byte {len(text[:err.pos].encode('utf-8'))}"
+    return None
+
+
+def transcript_problem(path: Path) -> str | None:
+    """``"transcript unavailable (invalid JSON at byte N)"`` for a damaged transcript file
+    (e.g. a live transcript copied mid-write), ``None`` when it parses or does not exist.
+    Shown in a bundle's ``analyses`` slot and in the TUI instead of a silently missing analysis."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return None
+    note = invalid_json_note(raw)
+    return f"transcript unavailable ({note})" if note else None

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from aoe_tui.domain.adapter_io import transcript_problem
 from aoe_tui.domain.events import EVENT_KINDS, DurableDeploymentCompleted, EventRecord
 from aoe_tui.domain.world import WorldState, sort_json, world_dict
 from aoe_tui.errors import AoeError
@@ -89,7 +90,27 @@ def collect_analyses(match_dir: Path) -> dict[str, Any]:
             out[p.parent.name] = _read_json(p)
     for p in sorted(match_dir.glob("*-analysis.json")):
         out.setdefault(p.name[: -len("-analysis.json")], _read_json(p))
+    for aid, problem in damaged_transcripts(match_dir).items():
+        out.setdefault(aid, {"agent": aid, "unavailable": problem})
     return out
+
+
+def damaged_transcripts(match_dir: Path) -> dict[str, str]:
+    """Agent id → ``"transcript unavailable (invalid JSON at byte N)"`` for each agent whose
+    transcript does not parse: ``agents/<id>/transcript.json`` or upstream's
+    ``<id>-transcript.json``, else (no final one) the live ``transcript.live.json`` /
+    ``<id>-transcript.live.json``."""
+    match_dir = Path(match_dir)
+    found: dict[str, str] = {}
+    finals = {p.parent.name: p for p in (match_dir / "agents").glob("*/transcript.json")}
+    finals.update({p.name[: -len("-transcript.json")]: p for p in match_dir.glob("*-transcript.json")})
+    lives = {p.parent.name: p for p in (match_dir / "agents").glob("*/transcript.live.json")}
+    lives.update({p.name[: -len("-transcript.live.json")]: p for p in match_dir.glob("*-transcript.live.json")})
+    for aid in sorted(set(finals) | set(lives)):
+        problem = transcript_problem(finals.get(aid) or lives[aid])  # the final one when there is one
+        if problem is not None:
+            found[aid] = problem
+    return found
 
 
 def write_bundle(

@@ -4,7 +4,9 @@ Retry rule (design "failure sources decide retries", spec §3.9): an attempt is 
 attempt N+1 on fresh territories (up to ``max_attempts``) when
 
 * running it raised (provisioning/teardown error from the provider → source
-  ``provider``; any other crash of our harness → ``harness``);
+  ``provider``; a failed model preflight — an entrant's model or credentials did not answer
+  before the territories were provisioned, :class:`aoe_tui.agents.base.PreflightError` → its
+  ``failure_source``, ``provider``; any other crash of our harness → ``harness``);
 * its log has an ``infrastructure_failure`` (a territory that could not be provisioned,
   a host reboot that failed, …) → that event's source (``arena``/``provider``/…);
 * the match ended ``aborted`` for another reason than an operator interrupt → ``harness``;
@@ -52,7 +54,9 @@ def judge_attempt(world: WorldState | None, records: Sequence[EventRecord], erro
     if error is not None:
         from aoe_tui.runtime.provider import ProviderError
 
-        source = "provider" if isinstance(error, ProviderError) else "harness"
+        source = getattr(error, "failure_source", None)  # a failed model preflight says whose it is
+        if source not in INFRA_SOURCES:
+            source = "provider" if isinstance(error, ProviderError) else "harness"
         return AttemptVerdict(True, source, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".strip())
     for rec in records:
         if rec.event.kind == "infrastructure_failure":

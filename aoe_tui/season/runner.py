@@ -450,6 +450,11 @@ class SeasonRunner:
             try:
                 loaded = heat_manifest(arena, heat.seats, self.entrants, self.season.arena_overrides)
                 adapters = {e: self._make_adapter(self.entrants[e], arena) for e in heat.entrants}
+                # before provisioning: each entrant's model and credentials answer one request; a
+                # failure spoils the attempt with its source (provider), never the player's
+                from aoe_tui.agents.base import preflight_entrants
+
+                await preflight_entrants([(f"entrant {e}", adapters[e], self.entrants[e].model) for e in heat.entrants])
                 heat_id = f"{self.season.id}-{tag}-{os.getpid()}"
                 if self._factory_takes_arena:
                     provider = self.provider_factory(folder / "territories", heat_id, arena)

@@ -62,7 +62,9 @@ class ScriptStep:
     """One model turn: ``tool_calls`` (non-empty) or a final ``text``, plus its usage (tokens).
 
     ``prompt_tokens`` includes ``cached_tokens``; ``completion_tokens`` includes
-    ``reasoning_tokens`` (OpenAI semantics). ``delay_s`` is slept before answering.
+    ``reasoning_tokens`` (OpenAI semantics). ``delay_s`` (s) is slept before answering. A
+    streamed text answer is sent in ``stream_chunks`` pieces with ``chunk_delay_s`` (s) between
+    them: a slow reasoning model that streams for a long time before its turn ends.
     """
 
     tool_calls: tuple[ToolCall, ...] = ()
@@ -72,6 +74,8 @@ class ScriptStep:
     cached_tokens: int = 0
     reasoning_tokens: int = 0
     delay_s: float = 0.0
+    stream_chunks: int = 1
+    chunk_delay_s: float = 0.0
 
 
 def script_totals(steps: list[ScriptStep]) -> dict[str, int]:
@@ -162,6 +166,7 @@ class _State:
     retry_after_ms: int
     expect_key: str | None
     model: str
+    served: frozenset[str] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -216,6 +221,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if not auth_ok:
             self._json(401, {"error": {"message": "invalid API key", "type": "invalid_request_error"}})
+            return
+        if st.served is not None and body.get("model") not in st.served:
+            self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist",
+                                       "type": "invalid_request_error", "code": "model_not_found"}})
             return
         if st.mode in ("429", "500"):
             status = int(st.mode)
@@ -272,10 +281,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
-        delta: dict[str, Any] = {"role": "assistant", "content": "" if tool_calls else (step.text or "")}
-        if tool_calls:
-            delta["tool_calls"] = tool_calls
-        chunk({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        text = "" if tool_calls else (step.text or "")
+        n = max(1, step.stream_chunks) if not tool_calls else 1
+        size = -(-len(text) // n) if text else 0
+        pieces = [text[i * size:(i + 1) * size] for i in range(n)] if size else [text]
+        for i, piece in enumerate(pieces):
+            if i:
+                time.sleep(step.chunk_delay_s)
+            delta: dict[str, Any] = {"content": piece} if i else {"role": "assistant", "content": piece}
+            if tool_calls:
+                delta["tool_calls"] = tool_calls
+            chunk({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
         chunk({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if usage and (body.get("stream_options") or {}).get("include_usage", True):
             chunk({**base, "choices": [], "usage": self._usage(step)})
@@ -294,6 +310,8 @@ class ScriptedModelServer:
         retry_after_ms: ``retry-after-ms`` header value on failures.
         expect_key: require ``Authorization: Bearer <expect_key>`` (else 401).
         model: model id reported by ``GET /v1/models``.
+        served: model ids the server knows (``None``: any); a chat request for another model
+            gets 404 ``model_not_found`` ("The model `x` does not exist"), as OpenAI answers.
 
     Attributes:
         requests: one dict per request received (path, auth_ok, stream, has_tools,
@@ -302,10 +320,11 @@ class ScriptedModelServer:
 
     def __init__(self, steps: list[ScriptStep] | None = None, *, mode: str = "ok", host: str = "127.0.0.1",
                  port: int = 0, retry_after_ms: int = 200, expect_key: str | None = None,
-                 model: str = "scripted-model") -> None:
+                 model: str = "scripted-model", served: set[str] | None = None) -> None:
         if mode not in ("ok", "429", "500"):
             raise ValueError(f"unknown mode {mode!r} (ok, 429, 500)")
-        self._state = _State(list(steps or []), mode, retry_after_ms, expect_key, model)
+        self._state = _State(list(steps or []), mode, retry_after_ms, expect_key, model,
+                             frozenset(served) if served is not None else None)
         handler = type("ScriptedHandler", (_Handler,), {"state": self._state})
         self._httpd = ThreadingHTTPServer((host, port), handler)
         self._httpd.daemon_threads = True

@@ -474,14 +474,16 @@ def folder_activity(match_dir: Path) -> ActivitySource | None:
     """Activity source reading ``agents/<id>/activity.log`` of a match folder, or None.
 
     Returns None when the folder has no ``agents/*/activity.log`` at all (replays of
-    upstream folders), so panels show "no activity". Reads are cached per agent
+    upstream folders), so panels show "no activity" — unless a transcript is damaged: its
+    agent's last line then says "transcript unavailable (invalid JSON at byte N)". Reads are cached per agent
     (the caller loads this once for a finished match; call in a worker for I/O).
     """
+    from aoe_tui.replay.bundle import damaged_transcripts
+
     agents = Path(match_dir) / "agents"
-    if not agents.is_dir():
-        return None
-    logs = {p.parent.name: p for p in agents.glob("*/activity.log")}
-    if not logs:
+    logs = {p.parent.name: p for p in agents.glob("*/activity.log")} if agents.is_dir() else {}
+    damaged = damaged_transcripts(Path(match_dir))
+    if not logs and not damaged:
         return None
     cache: dict[str, list[str]] = {}
     for aid, p in logs.items():
@@ -489,6 +491,8 @@ def folder_activity(match_dir: Path) -> ActivitySource | None:
             cache[aid] = [ln for ln in p.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
         except OSError:
             cache[aid] = []
+    for aid, problem in damaged.items():  # said where the analysis would be, not silently missing
+        cache.setdefault(aid, []).append(problem)
     return lambda aid: cache.get(aid, ())
 
 
