@@ -217,12 +217,12 @@ def provider_config(name: str, options: Any = None) -> SectionConfig:
         data = {k: v for k, v in dict(options or {}).items() if k in entry.config.model_fields and v is not None}
     from pydantic import ValidationError
 
-    from aoe_tui.domain.arena import _schema_problems
+    from aoe_tui.domain.tomlfile import schema_problems
 
     try:
         return entry.config.model_validate({**data, "kind": name})
     except ValidationError as err:
-        raise UsageError("; ".join(f"provider.{p}: {m}" for p, m in _schema_problems(err))) from None
+        raise UsageError("; ".join(f"provider.{p}: {m}" for p, m in schema_problems(err))) from None
 
 
 def build_provider(name: str, options: Any, workdir: Path, arena: LoadedManifest, *, heat_id: str | None = None,
