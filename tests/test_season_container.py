@@ -289,6 +289,7 @@ async def test_retry_void_reruns_heats_the_infrastructure_voided(tmp_path):
     assert any(line.startswith("adapter failed every attempt: o2 (adapter scripted:volatile, 1/1 attempts: provider)")
                for line in lines), lines
     assert not any("adapter failed every attempt: o1" in line for line in lines)
+    assert state.finished.adapters_failed == {"o2": "adapter scripted:volatile, 1/1 attempts: provider"}
     rows = {r["entrant"]: r for r in json.loads((out / "standings.json").read_text())["standings"]}
     assert rows["o1"]["infra_failures"] == rows["o2"]["infra_failures"] == 1
 

@@ -172,6 +172,11 @@ def test_resume_refusal_names_the_changed_fields(tmp_path):
 # ----------------------------------------------------------------------------- reducer
 
 
+class _Ent:
+    def __init__(self, adapter: str) -> None:
+        self.adapter = adapter
+
+
 def _rec(seq: int, ev) -> object:
     from aoe_tui.domain import season_events as se
 
@@ -196,6 +201,14 @@ def test_heats_reopened_opens_only_void_heats_and_counts_attempts_on():
     ]
     records = [_rec(i, e) for i, e in enumerate(evs)]
     state = reduce_season(records)
+    from aoe_tui.domain.display import summarize_season_event
+    from aoe_tui.season.runner import adapters_that_always_failed
+
+    failed = adapters_that_always_failed(state, {"x": _Ent("oracle"), "y": _Ent("opencode")})
+    assert failed == {"y": "adapter opencode, 1/1 attempts: provider"}
+    done = se.SeasonFinished(champions=["x", "y"], rounds=1, adapters_failed=failed)
+    assert summarize_season_event(done) == ("season finished: champion x, y; adapter failed every attempt: "
+                                            "y (adapter opencode, 1/1 attempts: provider)")
     assert [r.infra_failures for r in season_standings(state)] == [1, 1]
     reopen = se.HeatsReopened(heats=[(1, 1)], max_attempts=2, season_sha256="1")
     state = reduce_season(records + [_rec(7, reopen)])
@@ -214,3 +227,25 @@ def test_heats_reopened_opens_only_void_heats_and_counts_attempts_on():
     # a counted heat cannot be reopened
     with pytest.raises(SeasonStateError, match="not a void heat"):
         reduce_season(records + [_rec(7, reopen)] + [_rec(8 + i, e) for i, e in enumerate(more)] + [_rec(13, reopen)])
+
+
+def test_proxy_and_event_counts_that_disagree_are_said_once_per_heat(tmp_path):
+    from aoe_tui.replay.season_reducer import HeatState
+    from aoe_tui.season.runner import SeasonRunner
+
+    f = tmp_path / "s.toml"
+    f.write_text(_season_text())
+    lines: list[str] = []
+    runner = SeasonRunner(load_season(f), tmp_path / "out", say=lines.append)
+    agree = {"events_input_tokens": 360_000, "events_output_tokens": 20_000,
+             "proxy_input_tokens": 360_000, "proxy_output_tokens": 20_000}
+    differ = {**agree, "proxy_input_tokens": 361_500}
+    heat, other = HeatState(1, 1, ("e0", "e1")), HeatState(1, 2, ("e0", "e1"))
+    runner._say_mismatch(heat, {"e0": agree, "e1": {"cache_read_tokens": 5}}, "r1h1a1")
+    assert lines == []
+    runner._say_mismatch(heat, {"e0": differ}, "r1h1a1")
+    runner._say_mismatch(heat, {"e0": differ}, "r1h1a2")  # the same heat again: not repeated
+    runner._say_mismatch(other, {"e1": differ}, "r1h2a1")
+    said = "token counts disagree (the larger is charged)"
+    assert lines == [f"r1h1a1: {said}: e0: proxy 361500 in / 20000 out, events 360000 in / 20000 out (tokens)",
+                     f"r1h2a1: {said}: e1: proxy 361500 in / 20000 out, events 360000 in / 20000 out (tokens)"]

@@ -35,7 +35,7 @@ UsdPerMtok = Annotated[float | int, Field(ge=0, le=1_000_000)]
 
 def microusd_per_mtok(usd_per_mtok: float) -> int:
     """USD per million tokens → integer µUSD per million tokens (``round(usd × 10⁶)``)."""
-    return int(round(float(usd_per_mtok) * 1_000_000))
+    return round(float(usd_per_mtok) * 1_000_000)
 
 
 def cost_microusd(*terms: tuple[int, int]) -> int:

@@ -215,11 +215,14 @@ class RoundFinished(_Ev):
 
 class SeasonFinished(_Ev):
     """The format has no more rounds. ``champions``: knockout final winners (or league
-    leaders by the standings order)."""
+    leaders by the standings order); ``adapters_failed``: entrant → one line (its adapter,
+    attempts, sources) for every entrant whose own adapter failed (source ``provider`` /
+    ``harness``) in every attempt it was seated in."""
 
     kind: Literal["season_finished"] = "season_finished"
     champions: list[str]
     rounds: int
+    adapters_failed: dict[str, str] = Field(default_factory=dict)
 
 
 SEASON_EVENT_TYPES = (

@@ -673,12 +673,14 @@ class SeasonRunner:
                     champs = self.format.champions(list(self.entrants), results)
                     if champs is None:  # the standings decide
                         champs = [r.entrant for r in season_standings(self.state) if r.rank == 1]
-                    self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds)))
+                    failed = adapters_that_always_failed(self.state, self.entrants)
+                    self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds),
+                                                   adapters_failed=failed))
                     raced = {r.arena for r in self.state.rounds.values()}
                     unraced = [a.manifest.arena.id for a in self.arenas if a.manifest.arena.id not in raced]
                     self.say(f"season finished: champion {', '.join(champs) or 'none'}"
                              + (f"; never raced: {', '.join(unraced)}" if unraced else ""))
-                    for e, line in adapters_that_always_failed(self.state, self.entrants).items():
+                    for e, line in failed.items():
                         self.say(f"adapter failed every attempt: {e} ({line})")
                     break
                 arena_id = self.arena_of_round(plan.round).manifest.arena.id
