@@ -187,3 +187,130 @@ async def test_injected_provisioning_failure_retries_that_heat_only(tmp_path):
     assert (tmp_path / "out" / "round-1" / "heat-1" / "attempt-1" / "events.jsonl").is_file()
     assert (tmp_path / "out" / "round-1" / "heat-1" / "attempt-2" / "world.json").is_file()
     assert any("spoiled by arena" in line for line in lines)
+
+
+def _small_season(tmp_path: Path, entrants: list[tuple[str, str, str]], *, max_attempts: int = 2,
+                  extra: str = "", name: str = "small.toml") -> Path:
+    """A one-heat league on first-build (two entrants, 30 s clock): ``entrants`` are
+    ``(id, adapter, model)``."""
+    text = (f'id = "small"\nlabel = "w1"\narena = "{REPO / "arenas" / "first-build" / "arena.toml"}"\n'
+            f'seed = 1\nmax_attempts = {max_attempts}\ndrain_seconds = 3\n[provider]\nkind = "container"\n'
+            'ready_timeout_s = 90\n[arena_overrides]\nduration_seconds = 30\nminimum_territories = 2\n'
+            '[format]\nkind = "league"\nheats_per_entrant = 1\n'
+            + "".join(f'[[entrants]]\nid = "{i}"\nadapter = "{a}"\nmodel = "{m}"\n' for i, a, m in entrants) + extra)
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+async def test_prices_cache_tokens_and_cost_source_in_a_real_season(tmp_path):
+    """Issue #18 item 6: token totals agree across usage.json, the events, world.json and the
+    standings; cache tokens are kept apart (aoe-extra.json, standings), never in upstream
+    files; a priced model's cost is ours (µUSD from the price table), the other keeps its
+    adapter's, and the standings say which."""
+    from aoe_tui.agents.scripted import scripted_usage
+    from aoe_tui.commands.season import load_season_file
+    from aoe_tui.export import write_all
+    from aoe_tui.season.runner import SeasonRunner
+
+    f = _small_season(tmp_path, [("priced", "scripted:memory", "m-priced"), ("own", "scripted:memory", "m-own")],
+                      extra='[prices."m-priced"]\ninput_per_mtok = 0.60\noutput_per_mtok = 2.50\n'
+                            'cache_read_per_mtok = 0.15\ncache_write_per_mtok = 0.75\n')
+    loaded = load_season_file(f)
+    out = tmp_path / "out"
+    state = await SeasonRunner(loaded, out, write_exports=write_all).run()
+    heat = state.rounds[1].heats[1]
+    assert heat.result is not None and not heat.result.void
+    folder = out / heat.counted.folder
+    u = scripted_usage(4)
+    rates = loaded.season.prices["m-priced"].rates()
+    ours = rates.cost(u.input_tokens - u.cache_read_tokens - u.cache_write_tokens, u.output_tokens,
+                      u.cache_read_tokens, u.cache_write_tokens)
+    expected_cost = {"priced": ours, "own": u.cost_microusd}
+    assert ours != u.cost_microusd
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+    world = json.loads((folder / "world.json").read_text())
+    extra = json.loads((folder / "aoe-extra.json").read_text())
+    rows = {r["entrant"]: r for r in json.loads((out / "standings.json").read_text())["standings"]}
+    for e in ("priced", "own"):
+        usage = json.loads((folder / "agents" / e / "usage.json").read_text())["usage"]
+        assert set(usage) <= {"rounds", "tool_calls", "input_tokens", "output_tokens", "cost_microusd",
+                              "resource_units"}
+        charged = [ev for ev in events if ev["kind"] == "usage_charged" and ev["agent"] == e]
+        assert usage["input_tokens"] == u.input_tokens == sum(ev["input_tokens"] or 0 for ev in charged)
+        assert usage["cost_microusd"] == expected_cost[e] == sum(ev["cost_microusd"] or 0 for ev in charged)
+        assert world["agents"][e]["input_tokens"] == u.input_tokens == rows[e]["input_tokens"]
+        assert world["agents"][e]["cost_microusd"] == expected_cost[e] == rows[e]["cost_microusd"]
+        x = extra["agents"][e]["usage"]
+        assert (x["cache_read_tokens"], x["cache_write_tokens"]) == (u.cache_read_tokens, u.cache_write_tokens)
+        assert (rows[e]["cache_read_tokens"], rows[e]["cache_write_tokens"]) == (u.cache_read_tokens,
+                                                                                u.cache_write_tokens)
+    assert rows["priced"]["cost_source"] == "price table" and rows["own"]["cost_source"] == "adapter"
+    assert extra["agents"]["priced"]["usage"]["adapter_cost_microusd"] == u.cost_microusd
+    for name in ("events.jsonl", "world.json"):
+        assert "cache" not in (folder / name).read_text()
+    csv_head = (out / "standings.csv").read_text().splitlines()[0].split(",")
+    assert {"cache_read_tokens", "cache_write_tokens", "cost_source", "infra_failures"} <= set(csv_head)
+    assert "| price table |" in (out / "standings.md").read_text()
+
+
+async def test_retry_void_reruns_heats_the_infrastructure_voided(tmp_path):
+    """Issue #18 item 7: an entrant whose adapter is unavailable in every attempt voids the
+    heat; the summary names it with its adapter; raising max_attempts alone is refused
+    naming the field; ``--retry-void`` re-runs the void heat, which then counts; the
+    standings count the infrastructure failures."""
+    from aoe_tui.agents.base import AdapterStatus
+    from aoe_tui.agents.oracle import BuilderRun, OracleAdapter
+    from aoe_tui.agents.registry import resolve_adapter
+    from aoe_tui.commands.season import load_season_file
+    from aoe_tui.export import write_all
+    from aoe_tui.season.runner import SeasonMismatchError, SeasonRunner
+
+    class DownRun(BuilderRun):
+        async def body(self):
+            return AdapterStatus.UNAVAILABLE, "injected: the model endpoint is unreachable"
+
+    class DownAdapter(OracleAdapter):
+        name = "scripted:volatile"
+        run_class = DownRun
+
+    def broken(spec: str):
+        return DownAdapter() if spec == "scripted:volatile" else resolve_adapter(spec)
+
+    entrants = [("o1", "oracle", "oracle"), ("o2", "scripted:volatile", "scripted")]
+    f = _small_season(tmp_path, entrants, max_attempts=1)
+    out = tmp_path / "out"
+    lines: list[str] = []
+    state = await SeasonRunner(load_season_file(f), out, say=lines.append, adapter_factory=broken,
+                               write_exports=write_all).run()
+    heat = state.rounds[1].heats[1]
+    assert heat.result.void and state.finished is not None
+    assert heat.attempts[0].finished.adapter_failures == {"o2": "provider"}
+    assert any(line.startswith("adapter failed every attempt: o2 (adapter scripted:volatile, 1/1 attempts: provider)")
+               for line in lines), lines
+    assert not any("adapter failed every attempt: o1" in line for line in lines)
+    assert state.finished.adapters_failed == {"o2": "adapter scripted:volatile, 1/1 attempts: provider"}
+    rows = {r["entrant"]: r for r in json.loads((out / "standings.json").read_text())["standings"]}
+    assert rows["o1"]["infra_failures"] == rows["o2"]["infra_failures"] == 1
+
+    f = _small_season(tmp_path, entrants, max_attempts=2)
+    with pytest.raises(SeasonMismatchError, match="fields that differ: max_attempts") as err:
+        await SeasonRunner(load_season_file(f), out).run()
+    assert err.value.fields == ["max_attempts"]
+
+    lines.clear()
+    state = await SeasonRunner(load_season_file(f), out, say=lines.append, retry_void=True,
+                               write_exports=write_all).run()
+    heat = state.rounds[1].heats[1]
+    assert [a.attempt for a in heat.attempts] == [1, 2] and heat.reopened == 1
+    assert heat.result is not None and not heat.result.void and heat.result.attempt == 2
+    assert state.finished is not None and state.finished.champions
+    assert any("retry-void: re-running 1 void heat(s): r1h1" in line for line in lines), lines
+    assert (out / "season.toml").read_text() == f.read_text()
+    rows = {r["entrant"]: r for r in json.loads((out / "standings.json").read_text())["standings"]}
+    assert rows["o1"]["heats"] == rows["o2"]["heats"] == 1 and rows["o1"]["infra_failures"] == 1
+    assert "infra failures" in (out / "standings.md").read_text()
+    # nothing void is left: a second --retry-void has nothing to do
+    lines.clear()
+    await SeasonRunner(load_season_file(f), out, say=lines.append, retry_void=True).run()
+    assert any("retry-void: no void heats to re-run" in line for line in lines)

@@ -379,7 +379,8 @@ def _bd(arena, heats=0, wins=0, times=(), points=0, passes=0, available=0, usage
         median_durable_ms=upper_median(list(times)), milestone_passes=passes, milestones_available=available,
         coverage=round(passes / available, 4) if available else 0.0, usage_recorded=usage, input_tokens=tin,
         output_tokens=tout, cost_microusd=cost,
-        cost_per_durable_microusd=cost // len(times) if cost is not None and times else None, milestone_ms=ms or {})
+        cost_per_durable_microusd=cost // len(times) if cost is not None and times else None, milestone_ms=ms or {},
+        cost_source="adapter" if usage else None)  # logs before [prices]: a recorded cost is the adapter's
 
 
 def test_standings_per_arena_breakdown_exact(multi_state):
@@ -469,7 +470,8 @@ def test_multi_arena_exports_json_csv_md(multi_state):
         "arena": DJQ, "heats": 1, "wins": 0, "durable": 0, "points": 30, "durable_times_ms": [],
         "median_durable_ms": None, "milestone_passes": 2, "milestones_available": 5, "coverage": 0.4,
         "usage_recorded": 1, "input_tokens": 300, "output_tokens": 30, "cost_microusd": 3000,
-        "cost_per_durable_microusd": None, "milestone_ms": {"recover-accepted": 8000, "service-up": 4000}}
+        "cost_per_durable_microusd": None, "milestone_ms": {"recover-accepted": 8000, "service-up": 4000},
+        "cache_read_tokens": None, "cache_write_tokens": None, "cost_source": "adapter"}
     # CSV: exactly the documented columns, one row per entrant
     text = render(multi_state, "csv")
     assert text.splitlines()[0] == ",".join(COLUMNS)

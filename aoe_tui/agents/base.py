@@ -19,13 +19,14 @@ import collections
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.errors import AoeError
 from aoe_tui.fsio import SubPath
 
 if TYPE_CHECKING:  # pragma: no cover
+    from aoe_tui.domain.prices import PriceRates
     from aoe_tui.domain.arena import AgentDef
     from aoe_tui.runtime.provider import Territory
 
@@ -131,6 +132,17 @@ class AgentRun(abc.ABC):
         Safe to call at any time and more than once.
         """
 
+    def usage_detail(self) -> dict[str, Any] | None:
+        """Ours, beyond §5.5: what the upstream usage fields cannot hold, for the agent's
+        ``usage`` entry in ``aoe-extra.json`` (None: nothing). Keys (all optional):
+        ``cache_read_tokens`` / ``cache_write_tokens`` (tokens, included in the reported
+        ``input_tokens``), ``cost_source`` (``"price table"`` or ``"adapter"``: who
+        computed the reported ``cost_microusd``), ``adapter_cost_microusd`` (µUSD, the
+        adapter's own figure), ``events_input_tokens`` / ``events_output_tokens`` and
+        ``proxy_input_tokens`` / ``proxy_output_tokens`` (tokens: the two counts of an
+        adapter behind the credential proxy). Never a credential."""
+        return None
+
 
 class Adapter(abc.ABC):
     """Starts agents of one kind (``oracle``, ``scripted:memory``, ``command:PATH``, ``opencode``)."""
@@ -143,6 +155,12 @@ class Adapter(abc.ABC):
     #: ``scripted:memory`` seat is not shown with the manifest's ``oracle`` model. ``None``
     #: keeps the manifest's model (command adapters, opencode).
     builtin_model: str | None = None
+
+    #: The model's prices when the season file's ``[prices]`` has them
+    #: (:class:`aoe_tui.domain.prices.PriceRates`, µUSD per million tokens; set by the
+    #: season runner). An adapter that honours it reports its ``cost_microusd`` at these
+    #: rates (built-in builders, opencode); ``None``: the adapter's own cost.
+    price: PriceRates | None = None
 
     def preflight(self) -> None:
         """Check, before any territory is provisioned, what the adapter needs on the runner.

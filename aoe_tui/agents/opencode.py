@@ -29,7 +29,8 @@ How a run works (facts from ``docs/opencode.md``):
    model's ``options.reasoningEffort`` (sent as ``reasoning_effort``).
 5. The JSON events are read live: ``step_finish`` tokens/cost → cumulative usage
    checkpoints (``input_tokens`` = input + cache read + cache write, ``output_tokens`` =
-   output + reasoning, ``cost_microusd`` = round(cost × 1e6), ``rounds`` = steps,
+   output + reasoning, ``cost_microusd`` = round(cost × 1e6) µUSD — or, when the season's
+   ``[prices]`` has the model, ours from the token counts — ``rounds`` = steps,
    ``tool_calls`` = finished tool calls, ``resource_units`` = 1); the proxy's own token
    counts are a second source (per field, the larger of the two wins); ``tool_use`` →
    ``tool_trace`` entries and activity lines.
@@ -397,7 +398,15 @@ class OpencodeRun(AgentRun):
     # ------------------------------------------------------------------ usage + transcript
 
     def usage(self) -> Usage:
-        """Current cumulative usage: opencode's ``step_finish`` sums, raised to the proxy's counts."""
+        """Current cumulative usage: opencode's ``step_finish`` sums, raised to the proxy's counts.
+
+        Tokens are token counts: ``input_tokens`` = input + cache read + cache write (the
+        cache counts are also kept apart in ``cache_read_tokens`` / ``cache_write_tokens``),
+        ``output_tokens`` = output + reasoning. ``cost_microusd`` (µUSD) is ours when the
+        season prices the model (:attr:`Adapter.price`: uncached input, cache reads, cache
+        writes and output at its rates), else opencode's own figure (no cache term), raised
+        to the proxy's when the provider reports one.
+        """
         s = self.state
         inp = s.input_tokens + s.cache_read + s.cache_write
         out = s.output_tokens + s.reasoning
@@ -407,8 +416,30 @@ class OpencodeRun(AgentRun):
             inp = max(inp, ps.prompt_tokens)
             out = max(out, ps.completion_tokens)
             cost = max(cost, ps.cost_usd)
+        rates = getattr(self.adapter, "price", None)
+        cost_micro = int(round(cost * 1e6)) if rates is None else rates.cost(
+            max(0, inp - s.cache_read - s.cache_write), out, s.cache_read, s.cache_write)
         return Usage(rounds=s.steps, tool_calls=s.tool_calls, input_tokens=inp, output_tokens=out,
-                     cost_microusd=int(round(cost * 1e6)), resource_units=1)
+                     cost_microusd=cost_micro, resource_units=1,
+                     cache_read_tokens=s.cache_read, cache_write_tokens=s.cache_write)
+
+    def usage_detail(self) -> dict[str, Any] | None:
+        """Ours, for ``aoe-extra.json`` (see :meth:`AgentRun.usage_detail`): cache tokens,
+        who computed the cost, opencode's own cost (µUSD), and the two token counts —
+        opencode's ``step_finish`` events and the credential proxy's (tokens)."""
+        s = self.state
+        detail: dict[str, Any] = {
+            "cache_read_tokens": s.cache_read, "cache_write_tokens": s.cache_write,
+            "cost_source": "adapter" if getattr(self.adapter, "price", None) is None else "price table",
+            "adapter_cost_microusd": int(round(s.cost_usd * 1e6)),
+            "events_input_tokens": s.input_tokens + s.cache_read + s.cache_write,
+            "events_output_tokens": s.output_tokens + s.reasoning,
+        }
+        ps = self.proxy_stats
+        if ps is not None and ps.responses_with_usage:
+            detail["proxy_input_tokens"] = ps.prompt_tokens
+            detail["proxy_output_tokens"] = ps.completion_tokens
+        return detail
 
     def _checkpoint(self) -> None:
         u = self.usage()

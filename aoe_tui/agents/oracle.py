@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 from importlib import resources
 from pathlib import Path
+from typing import Any
 import asyncssh
 
 from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun
@@ -113,9 +114,37 @@ class BuilderRun(AgentRun):
     # -- helpers for subclasses -------------------------------------------------------
 
     def checkpoint(self, usage: Usage) -> None:
-        """Record cumulative ``usage`` and atomically rewrite ``usage.json`` (spec §5.5)."""
+        """Record cumulative ``usage`` and atomically rewrite ``usage.json`` (spec §5.5).
+
+        With a price (:attr:`aoe_tui.agents.base.Adapter.price`) and known tokens, the
+        reported ``cost_microusd`` (µUSD) is ours: uncached input, cache reads, cache writes
+        and output tokens at the model's rates; the builder's own figure stays in
+        :meth:`usage_detail`."""
+        self._adapter_cost = usage.cost_microusd
+        self._priced = False
+        rates = getattr(self.adapter, "price", None)
+        if rates is not None and usage.input_tokens is not None and usage.output_tokens is not None:
+            import dataclasses
+
+            cr, cw = usage.cache_read_tokens or 0, usage.cache_write_tokens or 0
+            usage = dataclasses.replace(usage, cost_microusd=rates.cost(
+                usage.input_tokens - cr - cw, usage.output_tokens, cr, cw))
+            self._priced = True
         self.usage = usage
         write_usage_file(self.ctx.usage_file, agent=self.ctx.agent.id, territory=self.ctx.territory.id, usage=usage)
+
+    def usage_detail(self) -> dict[str, Any] | None:
+        """Cache tokens (tokens) and who computed the cost (see :meth:`AgentRun.usage_detail`)."""
+        u = self.usage
+        if u.input_tokens is None and u.cost_microusd is None:
+            return None
+        detail: dict[str, Any] = {"cost_source": "price table" if getattr(self, "_priced", False) else "adapter",
+                                  "adapter_cost_microusd": getattr(self, "_adapter_cost", u.cost_microusd)}
+        if u.cache_read_tokens is not None:
+            detail["cache_read_tokens"] = u.cache_read_tokens
+        if u.cache_write_tokens is not None:
+            detail["cache_write_tokens"] = u.cache_write_tokens
+        return detail
 
     async def connect(self) -> asyncssh.SSHClientConnection:
         """One root SSH connection to the territory (password auth); raises ``_Unreachable``."""

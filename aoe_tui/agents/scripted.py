@@ -63,13 +63,17 @@ def scripted_usage(step: int) -> Usage:
     """Cumulative usage after ``step`` (1-based) agent steps: deterministic, monotone.
 
     Step ``i`` adds ``2100 + 700*i`` input tokens and ``180 + 90*i`` output tokens, one
-    round and one tool call; cost is 1 micro-USD per input token and 4 per output token;
-    ``resource_units`` is 1 (as claux reports).
+    round and one tool call; of step ``i``'s input tokens, ``700*(i-1)`` are read from the
+    prompt cache and 700 written to it (both included in ``input_tokens``); the builder's
+    own cost is 1 micro-USD per input token and 4 per output token (no cache term, like
+    opencode's; a season ``[prices]`` row replaces it); ``resource_units`` is 1 (as claux
+    reports).
     """
     inp = sum(2100 + 700 * i for i in range(1, step + 1))
     out = sum(180 + 90 * i for i in range(1, step + 1))
     return Usage(
-        rounds=step, tool_calls=step, input_tokens=inp, output_tokens=out, cost_microusd=inp + 4 * out, resource_units=1
+        rounds=step, tool_calls=step, input_tokens=inp, output_tokens=out, cost_microusd=inp + 4 * out, resource_units=1,
+        cache_read_tokens=sum(700 * (i - 1) for i in range(1, step + 1)), cache_write_tokens=700 * step,
     )
 
 

@@ -8,7 +8,8 @@ the same command resumes) or **detach** (the UI closes; the same process keeps r
 the season and prints the headless lines until it ends; Ctrl+C then stops it).
 ``--headless`` (or no terminal on stdout) prints one line per state change instead.
 SIGINT/SIGTERM stop it cleanly (territories torn down; the running attempts are
-re-run on the next ``aoe run`` of the same file and folder).
+re-run on the next ``aoe run`` of the same file and folder). ``--retry-void`` re-runs the
+heats the infrastructure voided (see :mod:`aoe_tui.season.runner`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="season folder (default: ./season-<id>-<label>); an existing one is resumed")
     r.add_argument("--headless", action="store_true", help="no TUI: print one line per state change")
     r.add_argument("--light", action="store_true", help="light theme")
+    r.add_argument("--retry-void", action="store_true",
+                   help="re-run the heats in which the infrastructure spoiled every attempt (each gets up to "
+                   "max_attempts new attempts; the season file may differ from the folder's season.toml in "
+                   "max_attempts only)")
     add_priority_arg(r)
     add_run_args(r)  # --serve-ssh PORT: spectators over SSH while the season runs
     r.set_defaults(func=_cmd_run)
@@ -56,7 +61,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     headless = args.headless or not sys.stdout.isatty()
     with serving(args, out, headless=headless) as server:
         rc = run_season(loaded, out, headless=headless, light=getattr(args, "light", False),
-                        priority=args.engine_priority)
+                        priority=args.engine_priority,
+                        runner_kwargs={"retry_void": True} if getattr(args, "retry_void", False) else None)
         if server is not None:
             server.finished = rc == 0  # spectators keep the final view a while
         return rc

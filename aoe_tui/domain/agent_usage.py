@@ -12,7 +12,15 @@ __all__ = ["Usage"]
 class Usage:
     """Cumulative usage (spec §5.3 ``usage``): ``None`` means unknown, never zero.
 
-    ``cost_microusd`` is in micro-USD (1e-6 USD); ``resource_units`` defaults to 0.
+    Tokens are counts of tokens; ``cost_microusd`` is in micro-USD (1e-6 USD);
+    ``resource_units`` defaults to 0.
+
+    ``cache_read_tokens`` / ``cache_write_tokens`` (ours, not in §5.3): how many of the
+    ``input_tokens`` the provider read from / wrote to its prompt cache (they are
+    **included** in ``input_tokens``, so the upstream total stays the total). They are never
+    written to upstream files (``usage.json``, ``result.json``, events): adapters that know
+    them report them through :meth:`aoe_tui.agents.base.AgentRun.usage_detail` into our
+    ``aoe-extra.json``.
     """
 
     rounds: int | None = None
@@ -21,3 +29,5 @@ class Usage:
     output_tokens: int | None = None
     cost_microusd: int | None = None
     resource_units: int = 0
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None

@@ -284,7 +284,12 @@ def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
     if k == "round_finished":
         return f"round {e.round} finished" + (f": advanced {', '.join(e.advanced)}" if e.advanced else "")
     if k == "season_finished":
-        return f"season finished: champion {', '.join(e.champions) or 'none'}"
+        failed = "".join(f"; adapter failed every attempt: {x} ({line})"
+                         for x, line in getattr(e, "adapters_failed", {}).items())
+        return f"season finished: champion {', '.join(e.champions) or 'none'}{failed}"
+    if k == "heats_reopened":
+        return (f"retry-void: reopened {', '.join(f'r{r}h{h}' for r, h in e.heats)} "
+                f"(up to {e.max_attempts} new attempt(s) each)")
     return None
 
 

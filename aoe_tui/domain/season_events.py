@@ -10,7 +10,9 @@ Lifecycle of a heat: ``round_scheduled`` (all heats of a round in one line, so a
 never leave half a round scheduled) → ``attempt_started`` → ``attempt_finished``
 (``outcome`` ``counted`` / ``retry`` / ``void``) or, on resume, ``attempt_interrupted`` →
 … → ``heat_finished``. Rounds end with ``round_finished`` (knockout: who advanced), the
-season with ``season_finished``.
+season with ``season_finished``. ``heats_reopened`` (``aoe run --retry-void``) opens void
+heats again: new attempts, then a new ``heat_finished``, ``round_finished`` and
+``season_finished``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,11 @@ class EntrantHeatStats(_Ev):
     ``durable_at_ms`` (ms, match clock) or None; ``milestones`` = milestone id → match-clock
     ms when it (last) passed, for milestones passed at the end; token/cost sums;
     ``usage_recorded`` = at least one usage checkpoint with tokens or cost (§7.1);
-    ``terminal_state``/``failure_source`` of its agent.
+    ``terminal_state``/``failure_source`` of its agent. Tokens are token counts, costs
+    µUSD. ``cache_read_tokens`` / ``cache_write_tokens``: how many of ``input_tokens``
+    the provider read from / wrote to its prompt cache (null: the adapter did not say);
+    ``cost_source``: who computed ``cost_microusd`` — ``"price table"`` (the season's
+    ``[prices]``), ``"adapter"`` (the adapter's own figure, e.g. opencode's) or null (no cost).
     """
 
     territory: str
@@ -54,6 +60,9 @@ class EntrantHeatStats(_Ev):
     usage_recorded: bool = False
     terminal_state: str | None = None
     failure_source: str | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cost_source: str | None = None
 
 
 class SeasonArena(_Ev):
@@ -150,7 +159,9 @@ class AttemptFinished(_Ev):
     the infrastructure; attempt N+1 follows) or ``void`` (spoiled, no attempts left).
     ``failure_source`` is the infrastructure source that spoiled it (``arena``/``provider``/
     ``harness``) or null; ``ranks`` entrant → 1-based rank (§3.6 ties share a rank);
-    ``winner`` the winning entrant or null; ``bundle`` the heat bundle path (relative)."""
+    ``winner`` the winning entrant or null; ``bundle`` the heat bundle path (relative);
+    ``adapter_failures`` entrant → the infrastructure source (``provider``/``harness``) its
+    own agent ended with in this attempt (its adapter failed, not the race)."""
 
     kind: Literal["attempt_finished"] = "attempt_finished"
     round: int
@@ -166,6 +177,7 @@ class AttemptFinished(_Ev):
     stats: dict[str, EntrantHeatStats] = Field(default_factory=dict)
     bundle: str | None = None
     elapsed_ms: int = 0
+    adapter_failures: dict[str, str] = Field(default_factory=dict)
 
 
 class HeatFinished(_Ev):
@@ -180,6 +192,18 @@ class HeatFinished(_Ev):
     winner: str | None = None
 
 
+class HeatsReopened(_Ev):
+    """``aoe run --retry-void``: void ``heats`` (``[round, heat]`` pairs; the infrastructure
+    spoiled every attempt) are open again and get up to ``max_attempts`` new attempts,
+    numbered on from their last; their rounds and the season are no longer finished.
+    ``season_sha256`` is the season file run from now on (it may differ from the first
+    only in ``max_attempts``)."""
+    kind: Literal["heats_reopened"] = "heats_reopened"
+    heats: list[tuple[int, int]]
+    max_attempts: int
+    season_sha256: str
+
+
 class RoundFinished(_Ev):
     """Every heat of a round is finished; knockout: ``advanced`` go on, ``eliminated`` are out."""
 
@@ -191,11 +215,14 @@ class RoundFinished(_Ev):
 
 class SeasonFinished(_Ev):
     """The format has no more rounds. ``champions``: knockout final winners (or league
-    leaders by the standings order)."""
+    leaders by the standings order); ``adapters_failed``: entrant → one line (its adapter,
+    attempts, sources) for every entrant whose own adapter failed (source ``provider`` /
+    ``harness``) in every attempt it was seated in."""
 
     kind: Literal["season_finished"] = "season_finished"
     champions: list[str]
     rounds: int
+    adapters_failed: dict[str, str] = Field(default_factory=dict)
 
 
 SEASON_EVENT_TYPES = (
@@ -207,6 +234,7 @@ SEASON_EVENT_TYPES = (
     AttemptInterrupted,
     AttemptFinished,
     HeatFinished,
+    HeatsReopened,
     RoundFinished,
     SeasonFinished,
 )

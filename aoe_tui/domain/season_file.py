@@ -31,6 +31,12 @@ Seasons are ours (upstream has no tournaments, spec §10.2). A season file::
     heats_per_entrant = 3           # league only
     # advance = 2                   # knockout only: top N of each heat go on
 
+    [prices."opencode-go/kimi-k3"]  # optional, per model: USD per 1M tokens (aoe_tui.domain.prices)
+    input_per_mtok = 0.60           # uncached input
+    output_per_mtok = 2.50          # output (reasoning included)
+    cache_read_per_mtok = 0.15      # input read from the cache (default: the input price)
+    cache_write_per_mtok = 0.60     # input written to the cache (default: the input price)
+
     [[entrants]]
     id = "oracle"
     adapter = "oracle"              # oracle | scripted:NAME | command:PATH | registered NAME
@@ -67,6 +73,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aoe_tui.domain.arena import Budget, is_valid_id
+from aoe_tui.domain.prices import ModelPrice
 from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source, schema_problems
 from aoe_tui.domain.tomlpos import TomlPositions
 from aoe_tui.errors import AoeError
@@ -82,6 +89,7 @@ __all__ = [
     "SectionConfig",
     "SeasonFile",
     "SeasonFileError",
+    "changed_fields",
     "install_kinds",
     "load_season",
     "parse_season_text",
@@ -210,6 +218,9 @@ class SeasonFile(_Model):
     adapters: dict[str, str] = Field(default_factory=dict)
     format: AnySection
     entrants: list[Entrant]
+    #: model (as entrants name it) → its prices; a priced entrant's cost is ours, not its
+    #: adapter's (see :mod:`aoe_tui.domain.prices`)
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
 
 
 def semantic_problems(s: SeasonFile) -> list[tuple[str, str]]:
@@ -261,6 +272,11 @@ def semantic_problems(s: SeasonFile) -> list[tuple[str, str]]:
             out.append((f"{p}.model", "must not be blank"))
         if e.budget.resource_units == 0:
             out.append((f"{p}.budget.resource_units", "must be greater than 0"))
+    models = {e.model for e in s.entrants}
+    for model in s.prices:
+        if model not in models:
+            out.append((f"prices.{model}", f"no entrant races model {model!r} "
+                                           f"(entrants' models: {', '.join(sorted(models)) or 'none'})"))
     for name, path in s.adapters.items():
         if not name.strip() or not path.strip():
             out.append((f"adapters.{name}", "needs a non-empty NAME = PATH"))
@@ -346,3 +362,37 @@ def load_season(path: Path | str) -> LoadedSeason:
     return LoadedSeason(season=season, path=path, raw=raw, sha256=hashlib.sha256(raw).hexdigest(),
                         arena_paths=tuple(resolve(a, True) for a in names),
                         suite_path=resolve(season.suite, False) if season.suite is not None else None)
+
+
+def _flatten(value: Any, path: str, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(v, f"{path}.{k}" if path else str(k), out)
+        if not value and path:
+            out[path] = {}
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        for i, v in enumerate(value):
+            _flatten(v, f"{path}[{i}]", out)
+    else:
+        out[path] = value
+
+
+def changed_fields(old_text: str, new_text: str) -> list[str]:
+    """The fields (dotted paths such as ``max_attempts``, ``format.advance``,
+    ``entrants[2].model``) whose values differ between two season file texts, sorted;
+    added and removed keys count. ``[]`` when only comments or layout differ. A text that
+    is not TOML counts as the one field ``(not TOML)``."""
+    import tomllib
+
+    try:
+        old, new = tomllib.loads(old_text), tomllib.loads(new_text)
+    except tomllib.TOMLDecodeError:
+        return ["(not TOML)"]
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    _flatten(old, "", a)
+    _flatten(new, "", b)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k, _MISSING) != b.get(k, _MISSING))
+
+
+_MISSING = object()

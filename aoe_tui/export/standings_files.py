@@ -40,9 +40,16 @@ FORMATS = ("csv", "json", "md", "html")
 #: Exported columns, in order (CSV header = these names; the same in a cup across arenas).
 COLUMNS = (
     "rank", "entrant", "model", "heats", "wins", "durable", "points", "coverage", "median_durable_ms",
-    "mean_rank", "usage_recorded", "input_tokens", "output_tokens", "cost_microusd",
-    "cost_per_durable_microusd", "mu", "sigma", "ordinal", "round_reached", "champion",
+    "mean_rank", "usage_recorded", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+    "cost_microusd", "cost_source", "cost_per_durable_microusd", "mu", "sigma", "ordinal", "round_reached",
+    "champion", "infra_failures",
 )
+
+
+_COST_NOTE = ("Cache read/write: input tokens read from / written to the provider's prompt cache (included in "
+              "tokens in). Cost by: price table = the season file's [prices], adapter = the adapter's own "
+              "figure (opencode's has no cache term). Infra failures: attempts of the entrant's heats the "
+              "infrastructure spoiled.")
 
 
 def _clock(ms: int | None) -> str:
@@ -51,6 +58,15 @@ def _clock(ms: int | None) -> str:
 
 def _usd(micro: int | None) -> str:
     return fmt_cost(micro, none="—")
+
+
+def _cache(r: SeasonStanding) -> str:
+    """``read/write`` cache tokens, or ``—`` when unknown."""
+    return "—" if r.cache_read_tokens is None else f"{r.cache_read_tokens}/{r.cache_write_tokens}"
+
+
+#: How the Markdown and HTML pages name a :attr:`SeasonStanding.cost_source`.
+COST_BY = {"price table": "price table", "adapter": "adapter", "mixed": "mixed", None: "—"}
 
 
 def _cell(v: Any) -> str:
@@ -73,6 +89,7 @@ def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
             "attempts": [{"attempt": a.attempt, "folder": a.folder, "status": a.status,
                           "outcome": a.finished.outcome if a.finished else None,
                           "failure_source": a.finished.failure_source if a.finished else None,
+                          "adapter_failures": dict(a.finished.adapter_failures) if a.finished else {},
                           "bundle": a.finished.bundle if a.finished else None,
                           "interrupted_as": a.interrupted_as} for a in h.attempts],
             "ranks": dict(h.result.ranks) if h.result else None,
@@ -139,17 +156,20 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
     ``## Per arena`` breakdown table after it."""
     info = state.info
     title = f"# {info.season} · {info.label} — standings\n\n" if info else "# standings\n\n"
-    head = "| # | entrant | model | heats | wins | durable | points | coverage | median durable | rating μ | σ | ordinal | tokens in/out | cost | cost/durable |\n"
-    sep = "|" + "---|" * 15 + "\n"
+    head = ("| # | entrant | model | heats | wins | durable | points | coverage | median durable | rating μ | σ | "
+            "ordinal | tokens in/out | cache read/write | cost | cost by | cost/durable | infra failures |\n")
+    sep = "|" + "---|" * 18 + "\n"
     lines = []
     for r in rows:
         tokens = "—" if r.input_tokens is None else f"{r.input_tokens}/{r.output_tokens}"
         lines.append(
             f"| {r.rank} | {r.entrant}{' 🏆' if r.champion else ''} | {r.model or ''} | {r.heats} | {r.wins} | {r.durable} | "
             f"{r.points} | {r.coverage:.0%} | {_clock(r.median_durable_ms)} | {r.mu:.2f} | {r.sigma:.2f} | "
-            f"{r.ordinal:.2f} | {tokens} | {_usd(r.cost_microusd)} | {_usd(r.cost_per_durable_microusd)} |\n"
+            f"{r.ordinal:.2f} | {tokens} | {_cache(r)} | {_usd(r.cost_microusd)} | {COST_BY.get(r.cost_source, r.cost_source)} | "
+            f"{_usd(r.cost_per_durable_microusd)} | {r.infra_failures} |\n"
         )
-    tail = "\nTie-break order: wins, durable deployments, points, median time to durable, rating ordinal, cost, id.\n"
+    tail = ("\n" + _COST_NOTE + "\n"
+            "\nTie-break order: wins, durable deployments, points, median time to durable, rating ordinal, cost, id.\n")
     per_arena = ""
     if state.multi_arena:
         per_arena = (f"\n## Per arena\n\nArenas: {_arena_list(state)}.\n\n"
@@ -278,14 +298,15 @@ def to_html(state: SeasonState, rows: list[SeasonStanding]) -> str:
     info = state.info
     title = f"{info.season} · {info.label}" if info else "season"
     heads = ("#", "entrant", "model", "heats", "wins", "durable", "points", "coverage", "median durable", "μ", "σ",
-             "ordinal", "tokens in", "tokens out", "cost", "cost/durable")
+             "ordinal", "tokens in", "tokens out", "cache read/write", "cost", "cost by", "cost/durable",
+             "infra failures")
     body = []
     for r in rows:
         body.append([r.rank, r.entrant + (" 🏆" if r.champion else ""), r.model or "", r.heats, r.wins, r.durable,
                      r.points, f"{r.coverage:.0%}", _clock(r.median_durable_ms), f"{r.mu:.2f}", f"{r.sigma:.2f}",
                      f"{r.ordinal:.2f}", "—" if r.input_tokens is None else r.input_tokens,
-                     "—" if r.output_tokens is None else r.output_tokens, _usd(r.cost_microusd),
-                     _usd(r.cost_per_durable_microusd)])
+                     "—" if r.output_tokens is None else r.output_tokens, _cache(r), _usd(r.cost_microusd),
+                     COST_BY.get(r.cost_source, r.cost_source), _usd(r.cost_per_durable_microusd), r.infra_failures])
     status = "finished" if state.finished else "in progress"
     champs = ", ".join(state.finished.champions) if state.finished else ""
     return f"""<!DOCTYPE html>
@@ -300,7 +321,7 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:nth-child(2),
 <p>{_html_arenas(state)} · format <b>{html.escape(str(info.format.get("kind")) if info else "")}</b> · {status}{(" · champion " + html.escape(champs)) if champs else ""}</p>
 <h2>Standings</h2>
 {_table("standings", heads, body)}
-<p class="muted">Tie-break order: wins, durable deployments, points, median time to durable, rating ordinal (OpenSkill Plackett–Luce μ−3σ), cost, entrant id.</p>
+<p class="muted">Tie-break order: wins, durable deployments, points, median time to durable, rating ordinal (OpenSkill Plackett–Luce μ−3σ), cost, entrant id. {html.escape(_COST_NOTE)}</p>
 {_html_breakdown(state, rows)}<h2>Time to each milestone (median)</h2>
 {_charts(state, rows)}
 <h2>Bracket</h2>

@@ -14,7 +14,9 @@ runner. It writes a complete upstream-format match folder:
                             and our ``activity.log``
 ``evidence/<territory>/``   verifier evidence and ``previous.json``
 ``world.json``              the final reduced world — also after an abort
-``aoe-extra.json``          ours: provider, wall-clock timings, verifier durations
+``aoe-extra.json``          ours: provider, wall-clock timings, verifier durations,
+                            each agent's adapter and ``usage`` beyond §5.5 (cache
+                            tokens, who computed the cost, proxy/event token counts)
 ``<slug>.match.json``       the single-file bundle (Appendix B)
 ==========================  ==================================================
 

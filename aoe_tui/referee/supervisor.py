@@ -538,14 +538,25 @@ class HeatSupervisor:
                 write_atomic(seat.agent_dir / "activity.log", "\n".join(seat.run.activity) + "\n", fsync=False)
 
     def extra(self) -> dict[str, Any]:
-        """Our own per-match facts for ``aoe-extra.json`` (never in upstream files)."""
+        """Our own per-match facts for ``aoe-extra.json`` (never in upstream files).
+
+        ``agents[id].usage`` (when the run reports one): what §5.5 cannot hold — cache
+        tokens, who computed the cost, the proxy's and the events' counts
+        (:meth:`aoe_tui.agents.base.AgentRun.usage_detail`; tokens and µUSD)."""
+        agents: dict[str, Any] = {}
+        for s in self.seats:
+            entry: dict[str, Any] = {"adapter": s.adapter.name or s.agent.adapter, "territory": s.territory.id}
+            detail = None
+            if s.run is not None:
+                with contextlib.suppress(Exception):
+                    detail = s.run.usage_detail()
+            if detail:
+                entry["usage"] = dict(detail)
+            agents[s.agent.id] = entry
         return {
             "timings": dict(self.timings),
             "verifier_durations_ms": {s.territory.id: s.verifier_ms for s in self.seats},
-            "agents": {
-                s.agent.id: {"adapter": s.adapter.name or s.agent.adapter, "territory": s.territory.id}
-                for s in self.seats
-            },
+            "agents": agents,
         }
 
 

@@ -52,6 +52,11 @@ class HeatState:
     attempts: list[AttemptState] = field(default_factory=list)
     result: se.HeatFinished | None = None
     arena: str = ""
+    #: attempts numbered before the last ``heats_reopened`` (``--retry-void``): the heat's
+    #: attempt budget counts from here
+    attempt_base: int = 0
+    #: how many times ``--retry-void`` reopened this heat
+    reopened: int = 0
 
     @property
     def key(self) -> tuple[int, int]:
@@ -111,6 +116,8 @@ class SeasonState:
     cleaned: list[str] = field(default_factory=list)
     finish_order: list[tuple[int, int]] = field(default_factory=list)
     last_sequence: int | None = None
+    #: ``max_attempts`` of the last ``heats_reopened`` (None: the season file's first one)
+    max_attempts: int | None = None
 
     @property
     def entrants(self) -> list[str]:
@@ -207,6 +214,21 @@ def apply_season_record(state: SeasonState, rec: se.SeasonRecord) -> None:
         return
     if e.kind == "season_finished":
         state.finished = e
+        return
+    if e.kind == "heats_reopened":
+        for r, h in e.heats:
+            heat = state.rounds[r].heats.get(h) if r in state.rounds else None
+            if heat is None:
+                raise _err(rec, f"reopens r{r}h{h}, which was never scheduled")
+            if heat.result is None or not heat.result.void:
+                raise _err(rec, f"reopens r{r}h{h}, which is not a void heat")
+            heat.result = None
+            heat.attempt_base = heat.next_attempt_number() - 1
+            heat.reopened += 1
+            state.finish_order.remove(heat.key)
+            state.rounds[r].finished = None
+        state.finished = None
+        state.max_attempts = e.max_attempts
         return
     rnd = state.rounds.get(e.round)
     if rnd is None:

@@ -31,7 +31,7 @@ from aoe_tui.domain.season_events import EntrantHeatStats
 from aoe_tui.domain.world import WorldState
 from aoe_tui.replay.standings import compute_standings, winner_of
 
-__all__ = ["AttemptVerdict", "INFRA_SOURCES", "attempt_stats", "judge_attempt"]
+__all__ = ["AttemptVerdict", "INFRA_SOURCES", "adapter_failures", "attempt_stats", "judge_attempt", "usage_mismatches"]
 
 INFRA_SOURCES = frozenset({FailureSource.arena.value, FailureSource.provider.value, FailureSource.harness.value})
 OPERATOR_INTERRUPT = "operator interrupt"
@@ -79,14 +79,47 @@ def judge_attempt(world: WorldState | None, records: Sequence[EventRecord], erro
     return AttemptVerdict(False)
 
 
+def adapter_failures(world: WorldState | None, entrant_of: Mapping[str, str]) -> dict[str, str]:
+    """Entrant → ``provider``/``harness``: the entrants whose own agent ended with an
+    infrastructure failure source in ``world`` (its adapter failed; §3.9). ``entrant_of``
+    maps territory id → entrant id."""
+    if world is None:
+        return {}
+    out = {}
+    for t, e in entrant_of.items():
+        terr = world.territories.get(t)
+        agent = world.agents.get(terr.agent or e) if terr is not None else world.agents.get(e)
+        src = agent.failure_source.value if agent is not None and agent.failure_source else None
+        if src in ("provider", "harness"):
+            out[e] = src
+    return dict(sorted(out.items()))
+
+
+def usage_mismatches(usage_extra: Mapping[str, Mapping]) -> dict[str, str]:
+    """Agent id → one line, for agents whose credential proxy counted other token totals
+    than their adapter's events (``aoe-extra.json`` ``agents[id].usage``: tokens)."""
+    out = {}
+    for aid, u in sorted(usage_extra.items()):
+        if not isinstance(u, Mapping) or "proxy_input_tokens" not in u:
+            continue
+        ev = (u.get("events_input_tokens"), u.get("events_output_tokens"))
+        px = (u.get("proxy_input_tokens"), u.get("proxy_output_tokens"))
+        if ev != px:
+            out[aid] = f"proxy {px[0]} in / {px[1]} out, events {ev[0]} in / {ev[1]} out (tokens)"
+    return out
+
+
 def attempt_stats(
-    world: WorldState, records: Sequence[EventRecord], entrant_of: Mapping[str, str]
+    world: WorldState, records: Sequence[EventRecord], entrant_of: Mapping[str, str],
+    usage_extra: Mapping[str, Mapping] | None = None,
 ) -> tuple[dict[str, int], str | None, dict[str, EntrantHeatStats]]:
     """``(ranks, winner, stats)`` of one attempt, keyed by **entrant**.
 
     ``entrant_of`` maps territory id → entrant id (the heat's seats). Ranks follow §3.6
     (:func:`aoe_tui.replay.standings.compute_standings`; ties share a rank); ``winner`` is
-    the winning territory's entrant or None.
+    the winning territory's entrant or None. ``usage_extra`` maps agent id → its
+    ``aoe-extra.json`` ``usage`` entry (cache tokens, ``cost_source``); without one an
+    entrant's cache tokens are unknown and a recorded cost is the adapter's.
     """
     passed_at: dict[tuple[str, str], int] = {}
     usage: set[str] = set()
@@ -113,6 +146,9 @@ def attempt_stats(
             for mid, view in sorted(terr.milestones.items())
             if view.passed
         }
+        ux = (usage_extra or {}).get(agent_id) or {}
+        cost_known = any(r.event.kind == "usage_charged" and r.event.agent == agent_id
+                         and r.event.cost_microusd is not None for r in records)
         stats[e] = EntrantHeatStats(
             territory=row.territory,
             rank=row.rank,
@@ -126,6 +162,14 @@ def attempt_stats(
             usage_recorded=agent_id in usage,
             terminal_state=agent.terminal_state.value if agent and agent.terminal_state else None,
             failure_source=agent.failure_source.value if agent and agent.failure_source else None,
+            cache_read_tokens=_count(ux.get("cache_read_tokens")),
+            cache_write_tokens=_count(ux.get("cache_write_tokens")),
+            cost_source=(ux.get("cost_source") if ux.get("cost_source") in ("price table", "adapter") else "adapter")
+            if cost_known else None,
         )
     win_t = winner_of(world)
     return ranks, entrant_of.get(win_t) if win_t else None, stats
+
+
+def _count(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None

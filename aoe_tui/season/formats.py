@@ -247,6 +247,10 @@ class Format:
     #: True when the season's ``champions`` (``season_finished``) head the standings and
     #: each row's ``champion`` flag is set from them.
     crowns_champions: ClassVar[bool] = False
+    #: True when a round's draw depends on earlier heats' ranks (knockout: who advanced);
+    #: ``aoe run --retry-void`` then re-runs only void heats of the last round, since later
+    #: rounds were drawn on the earlier void results.
+    draws_on_ranks: ClassVar[bool] = False
 
     def __init__(self, heat_size: int = 3, min_heat_size: int = 2) -> None:
         if heat_size < 2:
@@ -337,6 +341,7 @@ class Knockout(Format):
     kind = "knockout"
     config_model = KnockoutFormat
     crowns_champions = True
+    draws_on_ranks = True
 
     def __init__(self, advance: int = 2, heat_size: int = 3, min_heat_size: int = 2) -> None:
         super().__init__(heat_size, min_heat_size)

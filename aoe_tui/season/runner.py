@@ -17,11 +17,23 @@ heat has fewer territories). ``[arena_overrides]`` of the season file replace
 ``minimum_territories = 2`` they race 3+2+2).
 
 Resume (same command again, after ``kill -9`` at any moment): the season file must be
-byte-identical to ``season.toml``; leftover territories of every attempt folder are torn
+byte-identical to ``season.toml`` (a refusal names the fields that differ); leftover territories of every attempt folder are torn
 down (``cleanup_stale`` of the container and QEMU providers on ``territories/``); every
 attempt the log shows as started but not finished is renamed ``attempt-A.interrupted-K``
 (first free K) and re-run with the same number; finished heats are kept; a round is
 scheduled in one ``round_scheduled`` line, so nobody is ever scheduled twice.
+
+Void heats (``retry_void``, ``aoe run --retry-void``): heats in which the infrastructure
+spoiled every attempt are opened again in one ``heats_reopened`` line and each gets up to
+``max_attempts`` new attempts, numbered on from its last; the season file may differ from
+``season.toml`` in ``max_attempts`` only (``season.toml`` is then replaced). A format whose
+draws depend on ranks (knockout) re-runs only void heats of its last round.
+
+Prices (``[prices]``): a priced entrant's adapter is given the model's rates
+(:attr:`aoe_tui.agents.base.Adapter.price`, µUSD per million tokens); cache tokens and who
+computed the cost come from each attempt's ``aoe-extra.json`` (``agents[id].usage``). When
+the credential proxy's token counts and the adapter's events disagree, one line per heat
+says so.
 """
 
 from __future__ import annotations
@@ -41,8 +53,8 @@ from aoe_tui.domain.season_file import LoadedSeason, load_season
 from aoe_tui.errors import AoeError
 from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_log import SeasonLogWriter
-from aoe_tui.replay.season_reducer import HeatState, SeasonState, apply_season_record, reduce_season
-from aoe_tui.season.attempts import attempt_stats, judge_attempt
+from aoe_tui.replay.season_reducer import HeatState, RoundState, SeasonState, apply_season_record, reduce_season
+from aoe_tui.season.attempts import adapter_failures, attempt_stats, judge_attempt, usage_mismatches
 from aoe_tui.season.formats import Format, HeatResult, make_format
 from aoe_tui.season.observer import SeasonObserver
 from aoe_tui.season.season_standings import season_standings
@@ -53,7 +65,16 @@ Say = Callable[[str], None]
 
 
 class SeasonMismatchError(AoeError):
-    """The output folder holds another season (its ``season.toml`` differs)."""
+    """The output folder holds another season (its ``season.toml`` differs); ``fields``
+    lists the fields that differ (dotted paths)."""
+
+    def __init__(self, message: str, fields: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.fields = list(fields or [])
+
+
+#: Season-file fields ``--retry-void`` lets differ from the folder's ``season.toml``.
+RETRY_VOID_FIELDS = frozenset({"max_attempts"})
 
 
 def attempt_folder(r: int, h: int, a: int) -> str:
@@ -266,8 +287,10 @@ class SeasonRunner:
                  adapter_factory: Callable[[str], Any] | None = None,
                  run_heat: Callable[..., Any] | None = None,
                  observer: SeasonObserver | None = None,
-                 write_exports: Callable[[Path, SeasonState], None] | None = None) -> None:
+                 write_exports: Callable[[Path, SeasonState], None] | None = None,
+                 retry_void: bool = False) -> None:
         self.write_exports = write_exports
+        self.retry_void = retry_void
         self.loaded = loaded
         self.season = loaded.season
         self.dir = Path(output_dir)
@@ -288,6 +311,10 @@ class SeasonRunner:
         except AoeError as err:
             raise AoeError(f"{loaded.path}: {err}") from None
         self.entrants = {e.id: e for e in self.season.entrants}
+        #: model → its rates (µUSD per million tokens), from the season's [prices]
+        self.rates = {m: p.rates() for m, p in self.season.prices.items()}
+        #: heats whose proxy/events token mismatch was already said (once per heat)
+        self._mismatch_said: set[tuple[int, int]] = set()
         base = loaded.path.parent
         self.registered = {k: (Path(v) if Path(v).is_absolute() else base / v) for k, v in self.season.adapters.items()}
         #: True when the factory also takes the entrant's ``options`` (the default one does).
@@ -329,8 +356,14 @@ class SeasonRunner:
         its ``[[entrants]].options`` and the arena package go to the default factory."""
         arena = arena or self.arenas[0]
         if self._factory_takes_options:
-            return self.adapter_factory(entrant.adapter, dict(entrant.options or {}), arena.arena_dir)
-        return self.adapter_factory(entrant.adapter)
+            adapter = self.adapter_factory(entrant.adapter, dict(entrant.options or {}), arena.arena_dir)
+        else:
+            adapter = self.adapter_factory(entrant.adapter)
+        rates = self.rates.get(entrant.model)
+        if rates is not None:
+            with contextlib.suppress(AttributeError, TypeError):
+                adapter.price = rates
+        return adapter
 
     def arena_of_round(self, rnd: int) -> LoadedManifest:
         """The arena round ``rnd`` (1-based) races: the season's arenas in cycle order."""
@@ -364,11 +397,11 @@ class SeasonRunner:
         log_path = self.dir / "season.jsonl"
         copy = self.dir / "season.toml"
         resuming = log_path.exists() and log_path.stat().st_size > 0
+        self._replace_copy = False
         if resuming:
-            if not copy.is_file() or copy.read_bytes() != self.loaded.raw:
-                raise SeasonMismatchError(
-                    f"{self.dir}: holds another season (season.toml differs from {self.loaded.path}); "
-                    "choose a new --output folder")
+            old = copy.read_bytes() if copy.is_file() else None
+            if old != self.loaded.raw:
+                self._check_changes(old)
         else:
             write_atomic(copy, self.loaded.raw)
         self.log = SeasonLogWriter(log_path)
@@ -392,6 +425,52 @@ class SeasonRunner:
             ))
         return resuming
 
+    def _check_changes(self, old: bytes | None) -> None:
+        """The season file differs from the folder's ``season.toml`` (``old``; None when
+        missing): allowed only for ``--retry-void`` and :data:`RETRY_VOID_FIELDS`; else
+        :class:`SeasonMismatchError` naming the fields that differ."""
+        from aoe_tui.domain.season_file import changed_fields
+
+        if old is None:
+            raise SeasonMismatchError(f"{self.dir}: holds a season log but no season.toml; choose a new --output folder")
+        try:
+            fields = changed_fields(old.decode("utf-8"), self.loaded.raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            fields = ["(not UTF-8)"]
+        if self.retry_void and fields and set(fields) <= RETRY_VOID_FIELDS:
+            self._replace_copy = True
+            return
+        what = (f"fields that differ: {', '.join(fields)}" if fields else "only comments or layout differ")
+        hint = ("; --retry-void allows a new " + ", ".join(sorted(RETRY_VOID_FIELDS)) + " only"
+                if self.retry_void else
+                "; to re-run void heats with more attempts: aoe run --retry-void" if set(fields) <= RETRY_VOID_FIELDS
+                and fields else "")
+        raise SeasonMismatchError(
+            f"{self.dir}: holds another season (season.toml differs from {self.loaded.path}: {what}){hint}; "
+            "choose a new --output folder", fields)
+
+    def _reopen_void(self) -> None:
+        """``--retry-void``: open the void heats again (one ``heats_reopened`` line)."""
+        heats = [h for h in self.state.finished_heats() if h.result is not None and h.result.void]
+        skipped: list[HeatState] = []
+        if heats and self.format.draws_on_ranks:
+            last = max(self.state.rounds)
+            skipped = [h for h in heats if h.round != last]
+            heats = [h for h in heats if h.round == last]
+        if skipped:
+            self.say("retry-void: not re-running " + ", ".join(f"r{h.round}h{h.heat}" for h in skipped)
+                     + f": later rounds of this {self.format.kind} were drawn on their void results")
+        if self._replace_copy:
+            write_atomic(self.dir / "season.toml", self.loaded.raw)
+        if not heats:
+            self.say("retry-void: no void heats to re-run")
+            return
+        self._append(se.HeatsReopened(heats=[(h.round, h.heat) for h in heats],
+                                      max_attempts=self.season.max_attempts, season_sha256=self.loaded.sha256))
+        self.say(f"retry-void: re-running {len(heats)} void heat(s): "
+                 + ", ".join(f"r{h.round}h{h.heat}" for h in heats)
+                 + f" (up to {self.season.max_attempts} new attempt(s) each)")
+
     def _recover(self) -> None:
         """Resume bookkeeping: stale territories, interrupted attempts, half-logged heats."""
         self._append(se.SeasonResumed(pid=os.getpid(), detail=f"{len(self.state.open_attempts())} attempt(s) interrupted"))
@@ -413,7 +492,8 @@ class SeasonRunner:
             self._append(se.AttemptInterrupted(round=heat.round, heat=heat.heat, attempt=att.attempt, renamed_to=dest))
         for heat in self.state.pending_heats():  # attempt finished, heat_finished not yet logged
             last = heat.attempts[-1] if heat.attempts else None
-            if last and last.status == "finished" and last.finished and last.finished.outcome != "retry":
+            if (last and last.status == "finished" and last.finished and last.finished.outcome != "retry"
+                    and last.attempt > heat.attempt_base):  # not a heat --retry-void just reopened
                 self._finish_heat(heat, last.finished)
 
     # ------------------------------------------------------------------ heats
@@ -488,24 +568,28 @@ class SeasonRunner:
             seat_of = {arena.manifest.territories[i].id: e for i, e in enumerate(heat.seats) if e is not None}
             bundle = f"{rel}/{slug}.match.json"
             bundle = bundle if (self.dir / bundle).exists() else None
+            usage_extra = self._usage_extra(folder)
+            self._say_mismatch(heat, usage_extra, tag)
+            failed_adapters = adapter_failures(world, seat_of)
             if not verdict.spoiled and world is not None:
-                ranks, winner, stats = attempt_stats(world, records, seat_of)
+                ranks, winner, stats = attempt_stats(world, records, seat_of, usage_extra)
                 fin = se.AttemptFinished(
                     round=heat.round, heat=heat.heat, attempt=a, outcome="counted",
                     match_state=str(world.match_state.value), finish_reason=world.finish_reason,
-                    winner=winner, ranks=ranks, stats=stats, bundle=bundle, elapsed_ms=world.elapsed_ms)
+                    winner=winner, ranks=ranks, stats=stats, bundle=bundle, elapsed_ms=world.elapsed_ms,
+                    adapter_failures=failed_adapters)
                 self._append(fin)
                 self.say(f"{tag}: finished ({world.finish_reason}): winner {winner or 'none (tie)'}; "
                          + ", ".join(f"{e} #{r}" for e, r in sorted(ranks.items(), key=lambda x: x[1])))
                 self._finish_heat(heat, fin)
             else:
-                outcome = "retry" if a < self.season.max_attempts and verdict.retryable else "void"
+                outcome = "retry" if a - heat.attempt_base < self.season.max_attempts and verdict.retryable else "void"
                 fin = se.AttemptFinished(
                     round=heat.round, heat=heat.heat, attempt=a, outcome=outcome,
                     match_state=str(world.match_state.value) if world else None,
                     finish_reason=world.finish_reason if world else None,
                     failure_source=verdict.source, detail=verdict.detail, bundle=bundle,
-                    elapsed_ms=world.elapsed_ms if world else 0)
+                    elapsed_ms=world.elapsed_ms if world else 0, adapter_failures=failed_adapters)
                 self._append(fin)
                 self.say(f"{tag}: spoiled by {verdict.source}: {verdict.detail} → "
                          + ("attempt " + str(a + 1) if outcome == "retry"
@@ -514,6 +598,30 @@ class SeasonRunner:
                 if outcome == "void":
                     self._finish_heat(heat, fin)
             self._export()
+
+    @staticmethod
+    def _usage_extra(folder: Path) -> dict[str, Any]:
+        """Agent id → its ``usage`` entry of the attempt's ``aoe-extra.json`` (``{}`` when
+        there is none)."""
+        import json
+
+        try:
+            agents = json.loads((folder / "aoe-extra.json").read_text(encoding="utf-8")).get("agents") or {}
+        except (OSError, ValueError, AttributeError):
+            return {}
+        if not isinstance(agents, dict):
+            return {}
+        return {a: v["usage"] for a, v in agents.items() if isinstance(v, dict) and isinstance(v.get("usage"), dict)}
+
+    def _say_mismatch(self, heat: HeatState, usage_extra: dict[str, Any], tag: str) -> None:
+        """One line per heat when a proxy's token counts and the adapter's events disagree."""
+        if heat.key in self._mismatch_said:
+            return
+        found = usage_mismatches(usage_extra)
+        if found:
+            self._mismatch_said.add(heat.key)
+            self.say(f"{tag}: token counts disagree (the larger is charged): "
+                     + "; ".join(f"{a}: {line}" for a, line in found.items()))
 
     def _on_event(self, tag: str, heat: HeatState, rec: Any, rel: str | None = None) -> None:
         if rel is not None:
@@ -527,9 +635,7 @@ class SeasonRunner:
             self.say(f"{tag}: {fmt_clock(rec.elapsed_ms, 's.d')} {line.text}")
 
     async def _run_round_heats(self) -> None:
-        cur = self.state.current_round
-        assert cur is not None
-        pending = [h for h in cur.heats.values() if h.result is None]
+        pending = self.state.pending_heats()  # the current round's (and heats --retry-void reopened)
         sem = asyncio.Semaphore(self.season.concurrent_heats)
 
         async def one(h: HeatState) -> None:
@@ -545,9 +651,7 @@ class SeasonRunner:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    def _close_round(self) -> None:
-        cur = self.state.current_round
-        assert cur is not None
+    def _close_round(self, cur: RoundState) -> None:
         racing = [e for h in cur.heats.values() for e in h.entrants] + list(cur.byes)
         advanced, eliminated = self.format.round_outcome(list(self.entrants), season_results(self.state), racing,
                                                          cur.final)
@@ -578,24 +682,30 @@ class SeasonRunner:
                         self.say(f"note: the rounds cycle through {len(self.arena_cycle)} arena slots, but a league "
                                  f"of {hpe} heats per entrant has about {hpe} rounds: "
                                  f"{', '.join(later)} may never be raced (raise heats_per_entrant)")
+            if self.retry_void:
+                self._reopen_void()
             while self.state.finished is None:
-                cur = self.state.current_round
-                if cur is not None and not cur.done:
+                if self.state.pending_heats():
                     await self._run_round_heats()
                     continue
-                if cur is not None and cur.finished is None:
-                    self._close_round()
+                for rnd in self.state.rounds.values():
+                    if rnd.finished is None:
+                        self._close_round(rnd)
                 results = season_results(self.state)
                 plan = self.format.next_round(list(self.entrants), results, self.season.seed)
                 if plan is None:
                     champs = self.format.champions(list(self.entrants), results)
                     if champs is None:  # the standings decide
                         champs = [r.entrant for r in season_standings(self.state) if r.rank == 1]
-                    self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds)))
+                    failed = adapters_that_always_failed(self.state, self.entrants)
+                    self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds),
+                                                   adapters_failed=failed))
                     raced = {r.arena for r in self.state.rounds.values()}
                     unraced = [a.manifest.arena.id for a in self.arenas if a.manifest.arena.id not in raced]
                     self.say(f"season finished: champion {', '.join(champs) or 'none'}"
                              + (f"; never raced: {', '.join(unraced)}" if unraced else ""))
+                    for e, line in failed.items():
+                        self.say(f"adapter failed every attempt: {e} ({line})")
                     break
                 arena_id = self.arena_of_round(plan.round).manifest.arena.id
                 self._append(se.RoundScheduled(
@@ -610,6 +720,30 @@ class SeasonRunner:
         finally:
             if self.log is not None:
                 self.log.close()
+
+
+def adapters_that_always_failed(state: SeasonState, entrants: dict[str, Any]) -> dict[str, str]:
+    """Entrant → ``"adapter ADAPTER, N/N attempts: SOURCE"`` for every entrant whose own
+    adapter ended with an infrastructure failure (``provider``/``harness``) in **every**
+    attempt it was seated in (at least one). ``entrants`` maps id → season-file entrant."""
+    tried: dict[str, int] = {}
+    failed: dict[str, list[str]] = {}
+    for h in state.heats():
+        for a in h.attempts:
+            if a.finished is None:
+                continue
+            for e in h.entrants:
+                tried[e] = tried.get(e, 0) + 1
+                src = a.finished.adapter_failures.get(e)
+                if src is not None:
+                    failed.setdefault(e, []).append(src)
+    out = {}
+    for e, n in tried.items():
+        srcs = failed.get(e, [])
+        if n and len(srcs) == n:
+            adapter = entrants[e].adapter if e in entrants else "?"
+            out[e] = f"adapter {adapter}, {n}/{n} attempts: {', '.join(sorted(set(srcs)))}"
+    return out
 
 
 def safe_label(text: str) -> str:

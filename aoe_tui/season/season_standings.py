@@ -13,6 +13,14 @@ charged with it):
   recorded in every heat** (usage is "unavailable", never zero — §7.1);
   ``cost_per_durable_microusd`` = cost ÷ durable (integer division) when both are known
   and durable > 0;
+* ``cache_read_tokens``, ``cache_write_tokens``: how many of the input tokens the
+  provider read from / wrote to its prompt cache (sums, included in ``input_tokens``;
+  null unless every heat's adapter reported them);
+* ``cost_source``: who computed ``cost_microusd`` — ``"price table"`` (the season's
+  ``[prices]``), ``"adapter"`` (the adapter's own figure, e.g. opencode's, which has no
+  cache term), ``"mixed"`` (both, in different heats) or null (no cost);
+* ``infra_failures``: attempts of the entrant's heats that the infrastructure spoiled
+  (outcome ``retry`` or ``void``; void heats included);
 * rating ``mu``, ``sigma``, ``ordinal`` (OpenSkill Plackett–Luce, :mod:`.ratings`): one
   rating per entrant over every heat of every arena;
 * ``milestone_ms``: milestone id → median ms (upper median) to pass it, over heats where
@@ -88,6 +96,9 @@ class ArenaBreakdown:
     cost_microusd: int | None
     cost_per_durable_microusd: int | None
     milestone_ms: dict[str, int] = field(default_factory=dict)
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cost_source: str | None = None
 
 
 @dataclass
@@ -117,6 +128,10 @@ class SeasonStanding:
     champion: bool
     milestone_ms: dict[str, int] = field(default_factory=dict)
     arenas: dict[str, ArenaBreakdown] = field(default_factory=dict)
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cost_source: str | None = None
+    infra_failures: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (``arenas`` as nested dicts)."""
@@ -139,6 +154,10 @@ class _Tally:
     tokens_out: int = 0
     cost: int = 0
     ms: dict[str, list[int]] = field(default_factory=dict)
+    cache_known: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cost_sources: set[str] = field(default_factory=set)
 
     def add(self, won: bool, rank: int | None, s: EntrantHeatStats | None, n_milestones: int) -> None:
         """Count one heat: won or not, its rank, the entrant's stats (None: none
@@ -158,6 +177,13 @@ class _Tally:
         self.tokens_in += s.input_tokens
         self.tokens_out += s.output_tokens
         self.cost += s.cost_microusd
+        if s.cache_read_tokens is not None and s.cache_write_tokens is not None:
+            self.cache_known += 1
+            self.cache_read += s.cache_read_tokens
+            self.cache_write += s.cache_write_tokens
+        source = s.cost_source or ("adapter" if s.usage_recorded else None)  # logs before [prices]: the adapter's
+        if source is not None:
+            self.cost_sources.add(source)
         for mid, ms in s.milestones.items():
             self.ms.setdefault(mid, []).append(ms)
 
@@ -178,6 +204,10 @@ class _Tally:
             "output_tokens": self.tokens_out if complete else None,
             "cost_microusd": cost,
             "cost_per_durable_microusd": (cost // durable) if cost is not None and durable else None,
+            "cache_read_tokens": self.cache_read if self.heats and self.cache_known == self.heats else None,
+            "cache_write_tokens": self.cache_write if self.heats and self.cache_known == self.heats else None,
+            "cost_source": (next(iter(self.cost_sources)) if len(self.cost_sources) == 1
+                            else "mixed" if self.cost_sources else None),
         }
 
     def milestone_medians(self) -> dict[str, int]:
@@ -205,10 +235,13 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
     # one round are independent, so (round, heat) is canonical and the same seed gives the
     # same ratings however the heats were interleaved.
     finished = sorted(state.heats_in_finish_order(), key=lambda h: h.key)
+    spoiled = dict.fromkeys(entrants, 0)
     for heat in state.heats():
+        n = sum(1 for a in heat.attempts if a.finished is not None and a.finished.outcome in ("retry", "void"))
         for e in heat.entrants:
             if e in reached:
                 reached[e] = max(reached[e], heat.round)
+                spoiled[e] += n
     for heat in finished:
         res = heat.result
         if res is None or res.void:
@@ -241,6 +274,7 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
             champion=e in champions,
             milestone_ms={} if state.multi_arena else t.milestone_medians(),
             arenas={a: tally.breakdown(a) for a, tally in by_arena[e].items()},
+            infra_failures=spoiled[e],
             **t.figures(),
         ))
     def key(r: SeasonStanding) -> tuple:

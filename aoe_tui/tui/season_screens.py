@@ -300,6 +300,10 @@ class SeasonScreen(Screen):
         self.app.open_attempt(row.folder)  # type: ignore[attr-defined]
 
 
+#: the standings note explains the ``Cost by`` and ``Infra`` columns from this width (columns)
+NOTE_LEGEND_WIDTH = 120
+
+
 class StandingsScreen(Screen):
     """Season standings: sortable table, ``e`` exports csv/json/md/html into the season folder."""
 
@@ -395,7 +399,9 @@ class StandingsScreen(Screen):
                 shown = [(r.entrant, r, standings_cells(r)) for r in rows]
             for key, r, cells in shown:
                 table.add_row(*(Text(c, style="bold" if r.champion else "") for c in cells), key=key)
-            note = ("ranking: wins, durable, points, median time, rating, cost · n/a = usage not reported · "
+            legend = ("cost by: table = season [prices], adapter = its own figure · infra = spoiled attempts · "
+                      if width >= NOTE_LEGEND_WIDTH else "")  # narrow: the columns are off screen anyway
+            note = ("ranking: wins, durable, points, median time, rating, cost · n/a = usage not reported · " + legend
                     + ("read-only view" if self.app.read_only else "e exports to the season folder"))  # type: ignore[attr-defined]
             self.query_one("#standings-note", TextView).set_text(Text(note, style="dim"))
 

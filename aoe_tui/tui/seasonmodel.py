@@ -305,8 +305,11 @@ SORTS: dict[str, tuple[str, object, bool]] = {
     "rating": ("Rating", lambda r: r.ordinal, True),
 }
 
-STANDINGS_COLUMNS = ("#", "Entrant", "Points", "Wins", "Durable", "Rating μ±σ", "Median", "Tokens in/out", "Cost",
-                     "Heats")
+STANDINGS_COLUMNS = ("#", "Entrant", "Points", "Wins", "Durable", "Rating μ±σ", "Median", "Tokens in/out",
+                     "Cache r/w", "Cost", "Cost by", "Heats", "Infra")
+
+#: how the ``Cost by`` column names :attr:`SeasonStanding.cost_source`
+COST_BY = {"price table": "table", "adapter": "adapter", "mixed": "mixed", None: "—"}
 
 
 def sort_standings(rows: list[SeasonStanding], key: str, reverse: bool = False) -> list[SeasonStanding]:
@@ -323,11 +326,16 @@ def sort_standings(rows: list[SeasonStanding], key: str, reverse: bool = False) 
 
 
 def standings_cells(r: SeasonStanding) -> tuple[str, ...]:
-    """Display cells of one standings row, in :data:`STANDINGS_COLUMNS` order (n/a = unknown)."""
+    """Display cells of one standings row, in :data:`STANDINGS_COLUMNS` order (n/a = unknown):
+    tokens in/out and cache read/write (tokens), cost (from µUSD), who computed it
+    (:data:`COST_BY`), heats and infrastructure-spoiled attempts."""
     tokens = "n/a" if r.input_tokens is None else f"{fmt_tokens(r.input_tokens)}/{fmt_tokens(r.output_tokens)}"
+    cache = ("n/a" if r.cache_read_tokens is None or r.cache_write_tokens is None
+             else f"{fmt_tokens(r.cache_read_tokens)}/{fmt_tokens(r.cache_write_tokens)}")
     return (str(r.rank), r.entrant + (" ★" if r.champion else ""), str(r.points), str(r.wins), str(r.durable),
             f"{r.mu:.1f}±{r.sigma:.1f}", fmt_clock(r.median_durable_ms) if r.median_durable_ms is not None else "—",
-            tokens, fmt_cost(r.cost_microusd), str(r.heats))
+            tokens, cache, fmt_cost(r.cost_microusd), COST_BY.get(r.cost_source, str(r.cost_source)), str(r.heats),
+            str(r.infra_failures))
 
 
 #: per-arena breakdown columns of the standings screen (``a``), one row per entrant and arena
