@@ -42,6 +42,7 @@ COLUMNS = (
     "rank", "entrant", "model", "heats", "wins", "durable", "points", "coverage", "median_durable_ms",
     "mean_rank", "usage_recorded", "input_tokens", "output_tokens", "cost_microusd",
     "cost_per_durable_microusd", "mu", "sigma", "ordinal", "round_reached", "champion",
+    "byes",
 )
 
 
@@ -139,15 +140,15 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
     ``## Per arena`` breakdown table after it."""
     info = state.info
     title = f"# {info.season} · {info.label} — standings\n\n" if info else "# standings\n\n"
-    head = "| # | entrant | model | heats | wins | durable | points | coverage | median durable | rating μ | σ | ordinal | tokens in/out | cost | cost/durable |\n"
-    sep = "|" + "---|" * 15 + "\n"
+    head = "| # | entrant | model | heats | wins | durable | points | coverage | median durable | rating μ | σ | ordinal | tokens in/out | cost | cost/durable | byes |\n"
+    sep = "|" + "---|" * 16 + "\n"
     lines = []
     for r in rows:
         tokens = "—" if r.input_tokens is None else f"{r.input_tokens}/{r.output_tokens}"
         lines.append(
             f"| {r.rank} | {r.entrant}{' 🏆' if r.champion else ''} | {r.model or ''} | {r.heats} | {r.wins} | {r.durable} | "
             f"{r.points} | {r.coverage:.0%} | {_clock(r.median_durable_ms)} | {r.mu:.2f} | {r.sigma:.2f} | "
-            f"{r.ordinal:.2f} | {tokens} | {_usd(r.cost_microusd)} | {_usd(r.cost_per_durable_microusd)} |\n"
+            f"{r.ordinal:.2f} | {tokens} | {_usd(r.cost_microusd)} | {_usd(r.cost_per_durable_microusd)} | {r.byes} |\n"
         )
     tail = "\nTie-break order: wins, durable deployments, points, median time to durable, rating ordinal, cost, id.\n"
     per_arena = ""
@@ -278,14 +279,14 @@ def to_html(state: SeasonState, rows: list[SeasonStanding]) -> str:
     info = state.info
     title = f"{info.season} · {info.label}" if info else "season"
     heads = ("#", "entrant", "model", "heats", "wins", "durable", "points", "coverage", "median durable", "μ", "σ",
-             "ordinal", "tokens in", "tokens out", "cost", "cost/durable")
+             "ordinal", "tokens in", "tokens out", "cost", "cost/durable", "byes")
     body = []
     for r in rows:
         body.append([r.rank, r.entrant + (" 🏆" if r.champion else ""), r.model or "", r.heats, r.wins, r.durable,
                      r.points, f"{r.coverage:.0%}", _clock(r.median_durable_ms), f"{r.mu:.2f}", f"{r.sigma:.2f}",
                      f"{r.ordinal:.2f}", "—" if r.input_tokens is None else r.input_tokens,
                      "—" if r.output_tokens is None else r.output_tokens, _usd(r.cost_microusd),
-                     _usd(r.cost_per_durable_microusd)])
+                     _usd(r.cost_per_durable_microusd), r.byes])
     status = "finished" if state.finished else "in progress"
     champs = ", ".join(state.finished.champions) if state.finished else ""
     return f"""<!DOCTYPE html>

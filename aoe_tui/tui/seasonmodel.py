@@ -306,7 +306,7 @@ SORTS: dict[str, tuple[str, object, bool]] = {
 }
 
 STANDINGS_COLUMNS = ("#", "Entrant", "Points", "Wins", "Durable", "Rating μ±σ", "Median", "Tokens in/out", "Cost",
-                     "Heats")
+                     "Heats", "Byes")
 
 
 def sort_standings(rows: list[SeasonStanding], key: str, reverse: bool = False) -> list[SeasonStanding]:
@@ -327,7 +327,7 @@ def standings_cells(r: SeasonStanding) -> tuple[str, ...]:
     tokens = "n/a" if r.input_tokens is None else f"{fmt_tokens(r.input_tokens)}/{fmt_tokens(r.output_tokens)}"
     return (str(r.rank), r.entrant + (" ★" if r.champion else ""), str(r.points), str(r.wins), str(r.durable),
             f"{r.mu:.1f}±{r.sigma:.1f}", fmt_clock(r.median_durable_ms) if r.median_durable_ms is not None else "—",
-            tokens, fmt_cost(r.cost_microusd), str(r.heats))
+            tokens, fmt_cost(r.cost_microusd), str(r.heats), str(r.byes))
 
 
 #: per-arena breakdown columns of the standings screen (``a``), one row per entrant and arena
