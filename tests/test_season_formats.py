@@ -325,10 +325,10 @@ def test_each_heat_is_seated_as_evenly_as_it_allows(n, fmt, seed, sim_seed):
 def test_league_seats_balanced_when_planned(n, h, size, min_size, seed, sim_seed):
     """A league seats its whole season at round 1 (its draw reads only who raced). Exactly
     what holds: when that plan exists (:func:`_plan_seats` finds one within its budget), every
-    later round follows it and every entrant's seat counts differ by at most one — and each
-    entrant sits on each seat at most once in each run of ``heat_size`` heats and never on the
-    seat of its previous heat. Without a plan the rounds are seated heat by heat
-    (``test_each_heat_is_seated_as_evenly_as_it_allows``)."""
+    later round follows it, every entrant's seat counts differ by at most one and nobody sits
+    on the seat of its previous heat; with a cycle plan (tried first) also each entrant sits on
+    each seat at most once in each run of ``heat_size`` heats of its own. Without a plan the
+    rounds are seated heat by heat (``test_each_heat_is_seated_as_evenly_as_it_allows``)."""
     from aoe_tui.season.formats import _plan_seats
 
     fmt = League(h, size, min_size)
@@ -338,6 +338,9 @@ def test_league_seats_balanced_when_planned(n, h, size, min_size, seed, sim_seed
         return
     heats = [list(x.entrants) for p in plans for x in p.heats]
     planned = _plan_seats(heats, size, {}, {})
+    cycles = planned is not None
+    if planned is None:
+        planned = _plan_seats(heats, size, {}, {}, cycles=False)
     if planned is None:
         return
     assert [x.seats for p in plans for x in p.heats] == planned
@@ -351,19 +354,20 @@ def test_league_seats_balanced_when_planned(n, h, size, min_size, seed, sim_seed
                     seq.setdefault(e, []).append(i)
     for e, s in seq.items():
         assert all(a != b for a, b in itertools.pairwise(s))
-        assert all(len(set(s[k:k + size])) == len(s[k:k + size]) for k in range(0, len(s), size))
+        if cycles:
+            assert all(len(set(s[k:k + size])) == len(s[k:k + size]) for k in range(0, len(s), size))
 
 
-def test_league_plan_found_for_small_leagues():
-    """The plan exists (so seats are balanced) for every league of 2–8 entrants in heats of 3
-    with 1–6 heats each, at this seed. (Larger leagues: see the property above; the search
-    finds no plan for 9 entrants with 6 heats, and often none from about 22 entrants.)"""
-    for n in range(2, 9):
+def test_league_plan_found_up_to_21_entrants():
+    """A plan exists (so seats are balanced) for every league of 2–21 entrants in heats of 3
+    (of 2–3 and of exactly 3) with 1–6 heats each, at this seed. (Larger leagues: see the
+    property above; from about 22 entrants the search often finds none with 3 or 6 heats.)"""
+    for n in range(2, 22):
         for h in range(1, 7):
             for min_size in (2, 3):
                 fmt = League(h, 3, min_size)
                 entrants = [f"e{i:02d}" for i in range(n)]
-                plans, _ = simulate(fmt, entrants, 11, random.Random(0), void_rate=0.0)
+                plans, _ = simulate(fmt, entrants, 7, random.Random(0), void_rate=0.0)
                 if not plans:
                     continue
                 counts = seat_counts(plans, 3)

@@ -22,9 +22,10 @@ the rest of the season and seats them all at once (:func:`_plan_seats`, a depth-
 search with conflict-directed backjumping, budget :data:`PLAN_BUDGET`): every entrant, in
 each run of ``heat_size`` consecutive heats of its own (its **cycle**), sits on each seat at
 most once and never on the seat of its previous heat, so its seat counts differ by at most
-one at every point of the season. When no such plan exists (or the budget runs out: seen
-from about 22 entrants in heats of 3, and for 9 entrants with 6 heats each), the plan for the
-next two rounds, then this round alone, is tried; failing those, and always in a knockout
+one at every point of the season. When there is no such plan, the same search asks only that
+the season *end* balanced (seat counts within one, never the previous seat); when that too
+fails (or the budget runs out: seen from about 22 entrants in heats of 3 with 3 or 6 heats
+each), the cycle plan for the next two rounds, then this round alone, is tried; failing those, and always in a knockout
 (whose heats depend on results), each heat is seated on its own (:func:`assign_seats`)
 minimising, in order: (1) entrants who keep the seat of their previous heat, (2) entrants
 whose seat counts would differ by more than one, (3) pairs of entrants left lacking the
@@ -519,6 +520,8 @@ class League(Format):
                 continue
             heats = [list(g) for g in groups] + [g for r in future[:ahead] for g in r]
             planned = _plan_seats(heats, self.heat_size, last, used)
+            if planned is None and ahead == len(future):
+                planned = _plan_seats(heats, self.heat_size, last, used, cycles=False)
             if planned is not None:
                 plan = tuple(HeatPlan(rnd, i + 1, planned[i]) for i in range(len(groups)))
                 return RoundPlan(rnd, plan, tuple(e for e in entrants if e in bye_list))
@@ -575,22 +578,34 @@ PLAN_BUDGET = 10_000
 
 
 def _plan_seats(heats: Sequence[Sequence[str]], heat_size: int, last_seat: Mapping[str, int],
-                seat_use: Mapping[str, Counter]) -> list[tuple[str | None, ...]] | None:
+                seat_use: Mapping[str, Counter], cycles: bool = True) -> list[tuple[str | None, ...]] | None:
     """Seat ``heats`` (members, in the order they race) after the history ``last_seat`` /
     ``seat_use`` so that every entrant sits, in each of its cycles of ``heat_size``
     consecutive heats, on each seat at most once and never on the seat of its previous
-    heat: each member takes a seat among its least-used ones other than its last. A
-    depth-first search (seatings of a heat in :func:`_seat_key` order); returns the seats
+    heat: each member takes a seat among its least-used ones other than its last. With
+    ``cycles=False`` only the end counts: each member takes a seat other than its last whose
+    count may still end within one of its others (each seat at most ``ceil(T / heat_size)``
+    times, at most ``T mod heat_size`` seats that often, ``T`` = its heats so far and in
+    ``heats``). A depth-first search (seatings of a heat in :func:`_seat_key` order); returns the seats
     of every heat, or None when there is none (or beyond :data:`PLAN_BUDGET`)."""
     last = dict(last_seat)
     used = {e: Counter(c) for e, c in seat_use.items()}
     out: list[tuple[str | None, ...]] = []
     budget = [PLAN_BUDGET]
 
+    total: Counter = Counter({e: sum(c.values()) for e, c in used.items()})
+    for members in heats:
+        total.update(members)
+
     def allowed(e: str) -> set[int]:
         c = used.get(e) or Counter()
-        low = min(c[j] for j in range(heat_size))
-        return {j for j in range(heat_size) if c[j] == low and j != last.get(e)}
+        if cycles:
+            low = min(c[j] for j in range(heat_size))
+            return {j for j in range(heat_size) if c[j] == low and j != last.get(e)}
+        q, rem = divmod(total[e], heat_size)
+        full = sum(1 for j in range(heat_size) if c[j] > q)
+        return {j for j in range(heat_size)
+                if j != last.get(e) and (c[j] < q or (c[j] == q and full < rem))}
 
     # Conflict-directed backjumping: a heat with no seating blames the earlier heats of its
     # members; the search returns to the latest of those, skipping unrelated heats.
