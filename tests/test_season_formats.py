@@ -244,3 +244,147 @@ def test_make_format_from_season_models():
     assert isinstance(lg, League) and lg.heats_per_entrant == 4 and lg.min_heat_size == 3
     with pytest.raises(ValueError):
         make_format(object(), 3, 2)
+
+
+# --------------------------------------------------------------------------- issue #18: seats and byes
+
+
+def seat_counts(plans, heat_size):
+    counts: dict[str, list[int]] = {}
+    for plan in plans:
+        for h in plan.heats:
+            for i, e in enumerate(h.seats):
+                if e is not None:
+                    counts.setdefault(e, [0] * heat_size)[i] += 1
+    return counts
+
+
+@pytest.mark.parametrize("min_size,seed", [(3, 2026), (3, 0), (2, 2026), (2, 7)])
+@pytest.mark.parametrize("per_entrant", [3, 6])
+def test_seven_entrants_sit_on_every_seat_evenly(per_entrant, min_size, seed):
+    """The issue's scenario: 7 entrants in heats of 3, 3 or 6 heats each. Before, ``e02``
+    sat ``[0, 2, 1]`` times per seat (seed 2026, 3 heats) and ``[1, 2, 3]`` (seed 0, 6 heats)."""
+    fmt = League(per_entrant, 3, min_size)
+    entrants = [f"e{i:02d}" for i in range(7)]
+    plans, _ = simulate(fmt, entrants, seed, random.Random(seed), void_rate=0.0)
+    counts = seat_counts(plans, 3)
+    assert all(max(c) - min(c) <= 1 for c in counts.values()), counts
+    if min_size == 3:  # 3+3 and one bye: nobody races a filler heat
+        assert counts["e02"] == [per_entrant // 3] * 3
+
+
+def test_five_entrants_byes_not_back_to_back():
+    """The issue's scenario: 5 entrants, heats of exactly 3 (two byes a round). Before,
+    ``e00`` had byes in rounds 2 and 3 (seed 2026); every entrant can rest between byes."""
+    fmt = League(3, 3, 3)
+    entrants = [f"e{i:02d}" for i in range(5)]
+    for seed in (2026, 0, 1, 2, 3):
+        plans, _ = simulate(fmt, entrants, seed, random.Random(seed), void_rate=0.0)
+        for a, b in itertools.pairwise(plans):
+            assert not set(a.byes) & set(b.byes), (seed, a.round, a.byes, b.byes)
+
+
+def seat_key(members, perm, heat_size, last, used):
+    """(keep, over): members on their previous seat; members whose seat counts then differ by
+    more than one."""
+    keep = sum(1 for e, s in zip(members, perm) if last.get(e) == s)
+    over = 0
+    for e, s in zip(members, perm):
+        c = [used.get(e, Counter())[j] + (j == s) for j in range(heat_size)]
+        over += max(c) - min(c) > 1
+    return keep, over
+
+
+@SETTINGS
+@given(n=st.integers(2, 40), fmt=formats(), seed=st.integers(0, 2**32), sim_seed=st.integers(0, 2**16))
+def test_each_heat_is_seated_as_evenly_as_it_allows(n, fmt, seed, sim_seed):
+    """Exactly what every heat of every format guarantees: its seating has the fewest members
+    keeping their previous seat and, among those seatings, the fewest members whose seat
+    counts would differ by more than one (given the seats of all earlier heats)."""
+    entrants = [f"e{i:02d}" for i in range(n)]
+    plans, _ = simulate(fmt, entrants, seed, random.Random(sim_seed))
+    last: dict[str, int] = {}
+    used: dict[str, Counter] = {}
+    for plan in plans:
+        for h in plan.heats:
+            members = list(h.entrants)
+            got = seat_key(members, [h.seats.index(e) for e in members], fmt.heat_size, last, used)
+            best = min(seat_key(members, p, fmt.heat_size, last, used)
+                       for p in itertools.permutations(range(fmt.heat_size), len(members)))
+            assert got == best, f"round {plan.round} heat {h.heat}: {got} > {best}"
+        for h in plan.heats:
+            for i, e in enumerate(h.seats):
+                if e is not None:
+                    last[e] = i
+                    used.setdefault(e, Counter())[i] += 1
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 40), h=st.integers(1, 6), size=st.integers(2, 4), min_size=st.integers(2, 4),
+       seed=st.integers(0, 2**32), sim_seed=st.integers(0, 2**16))
+def test_league_seats_balanced_when_planned(n, h, size, min_size, seed, sim_seed):
+    """A league seats its whole season at round 1 (its draw reads only who raced). Exactly
+    what holds: when that plan exists (:func:`_plan_seats` finds one within its budget), every
+    later round follows it, every entrant's seat counts differ by at most one and nobody sits
+    on the seat of its previous heat; with a cycle plan (tried first) also each entrant sits on
+    each seat at most once in each run of ``heat_size`` heats of its own. Without a plan the
+    rounds are seated heat by heat (``test_each_heat_is_seated_as_evenly_as_it_allows``)."""
+    from aoe_tui.season.formats import _plan_seats
+
+    fmt = League(h, size, min_size)
+    entrants = [f"e{i:02d}" for i in range(n)]
+    plans, _ = simulate(fmt, entrants, seed, random.Random(sim_seed))
+    if not plans:
+        return
+    heats = [list(x.entrants) for p in plans for x in p.heats]
+    planned = _plan_seats(heats, size, {}, {})
+    cycles = planned is not None
+    if planned is None:
+        planned = _plan_seats(heats, size, {}, {}, cycles=False)
+    if planned is None:
+        return
+    assert [x.seats for p in plans for x in p.heats] == planned
+    counts = seat_counts(plans, size)
+    assert all(max(c) - min(c) <= 1 for c in counts.values())
+    seq: dict[str, list[int]] = {}
+    for p in plans:
+        for x in p.heats:
+            for i, e in enumerate(x.seats):
+                if e is not None:
+                    seq.setdefault(e, []).append(i)
+    for e, s in seq.items():
+        assert all(a != b for a, b in itertools.pairwise(s))
+        if cycles:
+            assert all(len(set(s[k:k + size])) == len(s[k:k + size]) for k in range(0, len(s), size))
+
+
+def test_league_plan_found_up_to_21_entrants():
+    """A plan exists (so seats are balanced) for every league of 2–21 entrants in heats of 3
+    (of 2–3 and of exactly 3) with 1–6 heats each, at this seed. (Larger leagues: see the
+    property above; from about 22 entrants the search often finds none with 3 or 6 heats.)"""
+    for n in range(2, 22):
+        for h in range(1, 7):
+            for min_size in (2, 3):
+                fmt = League(h, 3, min_size)
+                entrants = [f"e{i:02d}" for i in range(n)]
+                plans, _ = simulate(fmt, entrants, 7, random.Random(0), void_rate=0.0)
+                if not plans:
+                    continue
+                counts = seat_counts(plans, 3)
+                assert all(max(c) - min(c) <= 1 for c in counts.values()), (n, h, min_size, counts)
+
+
+@SETTINGS
+@given(n=st.integers(2, 40), fmt=formats(), seed=st.integers(0, 2**32), sim_seed=st.integers(0, 2**16))
+def test_byes_back_to_back_only_when_forced(n, fmt, seed, sim_seed):
+    """Exactly what holds in both formats: an entrant has byes in two consecutive rounds only
+    when that round's byes outnumber its entrants (racing or not) who raced the round before,
+    i.e. no other choice of the round's byes avoids it."""
+    entrants = [f"e{i:02d}" for i in range(n)]
+    plans, _ = simulate(fmt, entrants, seed, random.Random(sim_seed))
+    for prev, plan in itertools.pairwise(plans):
+        again = set(prev.byes) & set(plan.byes)
+        if again:
+            placed = {e for x in plan.heats for e in x.entrants} | set(plan.byes)
+            rested = placed - set(prev.byes)
+            assert len(plan.byes) > len(rested), (plan.round, again)

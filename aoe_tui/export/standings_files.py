@@ -42,7 +42,7 @@ COLUMNS = (
     "rank", "entrant", "model", "heats", "wins", "durable", "points", "coverage", "median_durable_ms",
     "mean_rank", "usage_recorded", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
     "cost_microusd", "cost_source", "cost_per_durable_microusd", "mu", "sigma", "ordinal", "round_reached",
-    "champion", "infra_failures",
+    "champion", "infra_failures", "byes",
 )
 
 
@@ -157,8 +157,8 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
     info = state.info
     title = f"# {info.season} · {info.label} — standings\n\n" if info else "# standings\n\n"
     head = ("| # | entrant | model | heats | wins | durable | points | coverage | median durable | rating μ | σ | "
-            "ordinal | tokens in/out | cache read/write | cost | cost by | cost/durable | infra failures |\n")
-    sep = "|" + "---|" * 18 + "\n"
+            "ordinal | tokens in/out | cache read/write | cost | cost by | cost/durable | infra failures | byes |\n")
+    sep = "|" + "---|" * 19 + "\n"
     lines = []
     for r in rows:
         tokens = "—" if r.input_tokens is None else f"{r.input_tokens}/{r.output_tokens}"
@@ -166,7 +166,7 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
             f"| {r.rank} | {r.entrant}{' 🏆' if r.champion else ''} | {r.model or ''} | {r.heats} | {r.wins} | {r.durable} | "
             f"{r.points} | {r.coverage:.0%} | {_clock(r.median_durable_ms)} | {r.mu:.2f} | {r.sigma:.2f} | "
             f"{r.ordinal:.2f} | {tokens} | {_cache(r)} | {_usd(r.cost_microusd)} | {COST_BY.get(r.cost_source, r.cost_source)} | "
-            f"{_usd(r.cost_per_durable_microusd)} | {r.infra_failures} |\n"
+            f"{_usd(r.cost_per_durable_microusd)} | {r.infra_failures} | {r.byes} |\n"
         )
     tail = ("\n" + _COST_NOTE + "\n"
             "\nTie-break order: wins, durable deployments, points, median time to durable, rating ordinal, cost, id.\n")
@@ -299,14 +299,14 @@ def to_html(state: SeasonState, rows: list[SeasonStanding]) -> str:
     title = f"{info.season} · {info.label}" if info else "season"
     heads = ("#", "entrant", "model", "heats", "wins", "durable", "points", "coverage", "median durable", "μ", "σ",
              "ordinal", "tokens in", "tokens out", "cache read/write", "cost", "cost by", "cost/durable",
-             "infra failures")
+             "infra failures", "byes")
     body = []
     for r in rows:
         body.append([r.rank, r.entrant + (" 🏆" if r.champion else ""), r.model or "", r.heats, r.wins, r.durable,
                      r.points, f"{r.coverage:.0%}", _clock(r.median_durable_ms), f"{r.mu:.2f}", f"{r.sigma:.2f}",
                      f"{r.ordinal:.2f}", "—" if r.input_tokens is None else r.input_tokens,
                      "—" if r.output_tokens is None else r.output_tokens, _cache(r), _usd(r.cost_microusd),
-                     COST_BY.get(r.cost_source, r.cost_source), _usd(r.cost_per_durable_microusd), r.infra_failures])
+                     COST_BY.get(r.cost_source, r.cost_source), _usd(r.cost_per_durable_microusd), r.infra_failures, r.byes])
     status = "finished" if state.finished else "in progress"
     champs = ", ".join(state.finished.champions) if state.finished else ""
     return f"""<!DOCTYPE html>

@@ -17,11 +17,25 @@ that way, the fewest entrants possible get a bye (with ``min_heat_size == heat_s
 7 → 3+3 and one bye). An unfillable seat is left **empty** — the heat's manifest then has
 fewer territories; it is never filled with a fake player.
 
-Seat rotation (:func:`assign_seats`): within a heat, seats are assigned to minimise, in
-order: (1) entrants who keep the seat of their previous heat, (2) the sum of how often
-each entrant already sat on its new seat, (3) the lexicographic seat tuple. When an
-entrant must keep its seat (e.g. all three last sat on seat 1), (1) is the minimum
-possible, never more.
+Seat rotation. A league's draw reads only who raced, so at each round it knows the heats of
+the rest of the season and seats them all at once (:func:`_plan_seats`, a depth-first
+search with conflict-directed backjumping, budget :data:`PLAN_BUDGET`): every entrant, in
+each run of ``heat_size`` consecutive heats of its own (its **cycle**), sits on each seat at
+most once and never on the seat of its previous heat, so its seat counts differ by at most
+one at every point of the season. When there is no such plan, the same search asks only that
+the season *end* balanced (seat counts within one, never the previous seat); when that too
+fails (or the budget runs out: seen from about 22 entrants in heats of 3 with 3 or 6 heats
+each), the cycle plan for the next two rounds, then this round alone, is tried; failing those, and always in a knockout
+(whose heats depend on results), each heat is seated on its own (:func:`assign_seats`)
+minimising, in order: (1) entrants who keep the seat of their previous heat, (2) entrants
+whose seat counts would differ by more than one, (3) pairs of entrants left lacking the
+same single seat of their cycle, (4) the sum of how often each entrant already sat on its
+new seat, (5) the lexicographic seat tuple. When an entrant must keep its seat (e.g. all
+three last sat on seat 1), (1) is the minimum possible, never more.
+
+Byes. In both formats an entrant who had a bye in the previous round gets another only when
+the round's byes outnumber the entrants who raced the previous round (no other choice of
+byes exists then); standings count each entrant's byes.
 
 Formats:
 
@@ -31,13 +45,13 @@ Formats:
   file). If fewer than ``min_heat_size`` (but more than one) would go on, the best
   eliminated entrants (rank in their heat, then seed order) return as **lucky losers**.
   When the active entrants fit in one heat, that heat is the **final**; its rank 1 is the
-  champion (tied rank 1 → co-champions). Byes go to entrants with the fewest byes so far,
-  then by draw. Heats are dealt snake-wise by the previous round's rank (then draw), so
-  previous heat winners meet late.
+  champion (tied rank 1 → co-champions). Byes go to entrants without a bye in the previous
+  round, then with the fewest byes so far, then by draw. Heats are dealt snake-wise by the
+  previous round's rank (then draw), so previous heat winners meet late.
 * :class:`League` — every entrant races ``heats_per_entrant`` heats. Each round seats the
-  entrants that still need heats; byes go to those furthest ahead, then fewest byes, then
-  draw. Opponents rotate: heats are filled greedily from a seeded order, each slot taking
-  (from a window of the next 16 candidates) the one who has met the heat's members least
+  entrants that still need heats; byes go to those who raced the previous round, then those
+  furthest ahead, then fewest byes, then draw. Opponents rotate: heats are filled greedily
+  from a seeded order, each slot taking (from a window of the next 16 candidates) the one who has met the heat's members least
   often; then members are swapped between heats while that lowers repeat meetings
   (the greedy fill can be left with forced repeats in its last heats), until the round is
   **swap-stable**: no exchange of two entrants between two of its heats lowers its number
@@ -63,6 +77,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -192,11 +207,35 @@ def _seat_history(results: Sequence[HeatResult]) -> tuple[dict[str, int], dict[s
     return last, used
 
 
+def _seat_key(members: Sequence[str], perm: Sequence[int], heat_size: int, last_seat: Mapping[str, int],
+              seat_use: Mapping[str, Counter]) -> tuple:
+    """The order of preference of seating ``members`` on seats ``perm`` (smaller is better):
+    ``(keep, over, clash, use)`` — members keeping their previous seat; members whose seat
+    counts would then differ by more than one; pairs of members left needing the same one
+    seat next (each then lacks exactly one seat of its current cycle of ``heat_size``
+    heats, the same one); the summed earlier uses of the chosen seats."""
+    keep = over = use = 0
+    need: list[int] = []
+    for e, s in zip(members, perm):
+        used = seat_use.get(e) or Counter()
+        keep += last_seat.get(e) == s
+        use += used[s]
+        counts = [used[j] + (j == s) for j in range(heat_size)]
+        low = min(counts)
+        over += max(counts) - low > 1
+        lacking = [j for j, c in enumerate(counts) if c == low]
+        if len(lacking) == 1:
+            need.append(lacking[0])
+    clash = len(need) - len(set(need))
+    return (keep, over, clash, use)
+
+
 def assign_seats(
     members: Sequence[str], heat_size: int, last_seat: Mapping[str, int], seat_use: Mapping[str, Counter]
 ) -> tuple[str | None, ...]:
     """Seat ``members`` on ``heat_size`` seats (see the module docstring for the order of
-    preference); returns the seats tuple with ``None`` for empty seats.
+    preference); returns the seats tuple with ``None`` for empty seats. ``last_seat``:
+    entrant → seat of its previous heat; ``seat_use``: entrant → Counter of seat → heats.
 
     Exhaustive for heats up to 6 seats, greedy beyond.
     """
@@ -204,15 +243,8 @@ def assign_seats(
     if k > heat_size:
         raise ValueError(f"{k} entrants do not fit {heat_size} seats")
     if heat_size <= 6:
-        best: tuple | None = None
-        best_perm: tuple[int, ...] = ()
-        for perm in itertools.permutations(range(heat_size), k):
-            keep = sum(1 for e, s in zip(members, perm) if last_seat.get(e) == s)
-            use = sum(seat_use.get(e, Counter())[s] for e, s in zip(members, perm))
-            key = (keep, use, perm)
-            if best is None or key < best:
-                best, best_perm = key, perm
-        perm = best_perm
+        perm = min(itertools.permutations(range(heat_size), k),
+                   key=lambda p: (_seat_key(members, p, heat_size, last_seat, seat_use), p))
     else:
         free = set(range(heat_size))
         chosen = []
@@ -419,7 +451,9 @@ class Knockout(Format):
         if len(active) <= self.heat_size:
             return self._build(rnd, [sorted(active, key=lambda e: draw[e])], [], results, final=True)
         sizes, nbyes = heat_sizes(len(active), self.heat_size, self.min_heat_size)
-        bye_list = sorted(active, key=lambda e: (byes[e], draw[e]))[:nbyes]
+        rounds = _rounds(results)
+        seated_last = {e for h in rounds[max(rounds)] for e in h.entrants} if rounds else set(active)
+        bye_list = sorted(active, key=lambda e: (e not in seated_last, byes[e], draw[e]))[:nbyes]
         racing = sorted((e for e in active if e not in bye_list), key=lambda e: (prev_rank.get(e, 1), draw[e]))
         groups: list[list[str]] = [[] for _ in sizes]
         # snake deal: heat order 0..k-1, k-1..0, ... skipping full heats
@@ -474,22 +508,57 @@ class League(Format):
     def next_round(self, entrants: Sequence[str], results: Sequence[HeatResult], seed: int) -> RoundPlan | None:
         rounds = _rounds(results)
         rnd = (max(rounds) + 1) if rounds else 1
+        history = [[h.entrants for h in heats] for heats in rounds.values()]
+        drawn = self._draw(entrants, history, seed, rnd)
+        if drawn is None:
+            return None
+        groups, bye_list = drawn
+        # The rest of the season's heats: a league's draw reads only who raced, so the
+        # future rounds are known now (unless the recorded heats differ from the draw).
+        future: list[list[list[str]]] = []
+        sim = history + [[tuple(g) for g in groups]]
+        for _ in range(2 * self.heats_per_entrant + 4):
+            nxt = self._draw(entrants, sim, seed, rnd + len(sim) - len(history))
+            if nxt is None:
+                break
+            future.append(nxt[0])
+            sim.append([tuple(g) for g in nxt[0]])
+        last, used = _seat_history(results)
+        # The whole rest of the season if the search finds it, else the next rounds only.
+        for ahead in sorted({len(future), 2, 1, 0}, reverse=True):
+            if ahead > len(future):
+                continue
+            heats = [list(g) for g in groups] + [g for r in future[:ahead] for g in r]
+            planned = _plan_seats(heats, self.heat_size, last, used)
+            if planned is None and ahead == len(future):
+                planned = _plan_seats(heats, self.heat_size, last, used, cycles=False)
+            if planned is not None:
+                plan = tuple(HeatPlan(rnd, i + 1, planned[i]) for i in range(len(groups)))
+                return RoundPlan(rnd, plan, tuple(e for e in entrants if e in bye_list))
+        return self._build(rnd, groups, [e for e in entrants if e in bye_list], results)
+
+    def _draw(self, entrants: Sequence[str], history: Sequence[Sequence[Sequence[str]]], seed: int,
+              rnd: int) -> tuple[list[list[str]], set[str]] | None:
+        """Round ``rnd``'s heats (members, unseated) and byes after the rounds ``history``
+        (each: its heats' entrants), or None when the league is over."""
         count: Counter = Counter()
         met: dict[str, Counter] = defaultdict(Counter)
         byes: Counter = Counter()
-        for heats in rounds.values():
+        last_byes: set[str] = set()
+        for heats in history:
             seated = set()
-            for h in heats:
-                es = h.entrants
+            for es in heats:
                 seated.update(es)
                 for e in es:
                     count[e] += 1
                     for o in es:
                         if o != e:
                             met[e][o] += 1
+            last_byes = set()
             for e in entrants:
                 if e not in seated and count[e] < self.heats_per_entrant:
                     byes[e] += 1
+                    last_byes.add(e)
         need = [e for e in entrants if count[e] < self.heats_per_entrant]
         if not need or len(entrants) < self.min_heat_size:
             return None
@@ -500,7 +569,7 @@ class League(Format):
             others = sorted((e for e in entrants if e not in need), key=lambda e: (count[e], draw[e]))
             pool += others[: self.min_heat_size - len(pool)]
         sizes, nbyes = heat_sizes(len(pool), self.heat_size, self.min_heat_size)
-        bye_list = set(sorted(pool, key=lambda e: (-count[e], byes[e], draw[e]))[:nbyes])
+        bye_list = set(sorted(pool, key=lambda e: (e in last_byes, -count[e], byes[e], draw[e]))[:nbyes])
         order = sorted((e for e in pool if e not in bye_list), key=lambda e: draw[e])
         groups: list[list[str]] = []
         for size in sizes:
@@ -511,7 +580,99 @@ class League(Format):
                 g.append(order.pop(best))
             groups.append(g)
         _improve(groups, met)
-        return self._build(rnd, groups, [e for e in entrants if e in bye_list], results)
+        return groups, bye_list
+
+
+#: Search budget of :func:`_plan_seats` (heats tried); beyond it the round is seated greedily.
+PLAN_BUDGET = 10_000
+
+
+def _plan_seats(heats: Sequence[Sequence[str]], heat_size: int, last_seat: Mapping[str, int],
+                seat_use: Mapping[str, Counter], cycles: bool = True) -> list[tuple[str | None, ...]] | None:
+    """Seat ``heats`` (members, in the order they race) after the history ``last_seat`` /
+    ``seat_use`` so that every entrant sits, in each of its cycles of ``heat_size``
+    consecutive heats, on each seat at most once and never on the seat of its previous
+    heat: each member takes a seat among its least-used ones other than its last. With
+    ``cycles=False`` only the end counts: each member takes a seat other than its last whose
+    count may still end within one of its others (each seat at most ``ceil(T / heat_size)``
+    times, at most ``T mod heat_size`` seats that often, ``T`` = its heats so far and in
+    ``heats``). A depth-first search (seatings of a heat in :func:`_seat_key` order); returns the seats
+    of every heat, or None when there is none (or beyond :data:`PLAN_BUDGET`)."""
+    last = dict(last_seat)
+    used = {e: Counter(c) for e, c in seat_use.items()}
+    out: list[tuple[str | None, ...]] = []
+    budget = [PLAN_BUDGET]
+
+    total: Counter = Counter({e: sum(c.values()) for e, c in used.items()})
+    for members in heats:
+        total.update(members)
+
+    def allowed(e: str) -> set[int]:
+        c = used.get(e) or Counter()
+        if cycles:
+            low = min(c[j] for j in range(heat_size))
+            return {j for j in range(heat_size) if c[j] == low and j != last.get(e)}
+        q, rem = divmod(total[e], heat_size)
+        full = sum(1 for j in range(heat_size) if c[j] > q)
+        return {j for j in range(heat_size)
+                if j != last.get(e) and (c[j] < q or (c[j] == q and full < rem))}
+
+    # Conflict-directed backjumping: a heat with no seating blames the earlier heats of its
+    # members; the search returns to the latest of those, skipping unrelated heats.
+    before: list[set[int]] = []
+    seen: dict[str, list[int]] = {}
+    for i, members in enumerate(heats):
+        before.append({j for e in members for j in seen.get(e, ())})
+        for e in members:
+            seen.setdefault(e, []).append(i)
+    SOLVED: set[int] = set()
+    OUT_OF_BUDGET: set[int] = {-1}
+
+    def go(i: int) -> set[int]:
+        """SOLVED (the empty set, with ``out`` filled) or the conflict set of heat ``i``."""
+        if i == len(heats):
+            return SOLVED
+        budget[0] -= 1
+        if budget[0] < 0:
+            return OUT_OF_BUDGET
+        members = list(heats[i])
+        ok = [allowed(e) for e in members]
+        perms = [p for p in itertools.permutations(range(heat_size), len(members))
+                 if all(s in a for s, a in zip(p, ok))]
+        perms.sort(key=lambda p: (_seat_key(members, p, heat_size, last, used), p))
+        conflict = set(before[i])
+        for p in perms:
+            saved = [(e, last.get(e)) for e in members]
+            for e, s in zip(members, p):
+                last[e] = s
+                used.setdefault(e, Counter())[s] += 1
+            seats: list[str | None] = [None] * heat_size
+            for e, s in zip(members, p):
+                seats[s] = e
+            out.append(tuple(seats))
+            got = go(i + 1)
+            if got is SOLVED or got is OUT_OF_BUDGET:
+                return got
+            out.pop()
+            for (e, prev), s in zip(saved, p):
+                used[e][s] -= 1
+                if prev is None:
+                    del last[e]
+                else:
+                    last[e] = prev
+            if i not in got:
+                return got
+            conflict |= got - {i}
+        return conflict
+
+    if heat_size > 6:
+        return None
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, len(heats) + 200))
+    try:
+        return out if go(0) is SOLVED else None
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _improve(groups: list[list[str]], met: Mapping[str, Counter]) -> None:

@@ -3,7 +3,8 @@
 Figures per entrant (only **counted**, non-void heats; a void heat's entrants are not
 charged with it):
 
-* ``heats`` raced, ``wins`` (heats whose §3.6 winner is this entrant; a tied top has no
+* ``heats`` raced, ``byes`` (rounds the entrant was scheduled a bye: seated in no heat of a
+  round that listed it as a bye), ``wins`` (heats whose §3.6 winner is this entrant; a tied top has no
   winner), ``durable`` deployments (``durable_at_ms`` present, winner or not),
   ``points`` (sum of passed milestone points), ``coverage`` = passed milestones ÷
   milestones available (each heat counts its own arena's milestones, so a cup across
@@ -110,6 +111,7 @@ class SeasonStanding:
     entrant: str
     model: str | None
     heats: int
+    byes: int
     wins: int
     durable: int
     points: int
@@ -230,6 +232,11 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
     total = {e: _Tally() for e in entrants}
     by_arena = {e: {a: _Tally() for a in arena_ids} for e in entrants}
     reached = dict.fromkeys(entrants, 0)
+    byes = dict.fromkeys(entrants, 0)
+    for rnd in state.rounds.values():
+        for e in rnd.byes:
+            if e in byes:
+                byes[e] += 1
     rated = []
     # Rate in bracket order, not in the order concurrent heats happened to finish: heats of
     # one round are independent, so (round, heat) is canonical and the same seed gives the
@@ -266,6 +273,7 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
             rank=0,
             entrant=e,
             model=info.models.get(e),
+            byes=byes[e],
             mean_rank=round(statistics.fmean(t.ranks), 3) if t.ranks else None,
             mu=round(rating.mu, 4),
             sigma=round(rating.sigma, 4),

@@ -306,7 +306,7 @@ SORTS: dict[str, tuple[str, object, bool]] = {
 }
 
 STANDINGS_COLUMNS = ("#", "Entrant", "Points", "Wins", "Durable", "Rating μ±σ", "Median", "Tokens in/out",
-                     "Cache r/w", "Cost", "Cost by", "Heats", "Infra")
+                     "Cache r/w", "Cost", "Cost by", "Heats", "Infra", "Byes")
 
 #: how the ``Cost by`` column names :attr:`SeasonStanding.cost_source`
 COST_BY = {"price table": "table", "adapter": "adapter", "mixed": "mixed", None: "—"}
@@ -335,7 +335,7 @@ def standings_cells(r: SeasonStanding) -> tuple[str, ...]:
     return (str(r.rank), r.entrant + (" ★" if r.champion else ""), str(r.points), str(r.wins), str(r.durable),
             f"{r.mu:.1f}±{r.sigma:.1f}", fmt_clock(r.median_durable_ms) if r.median_durable_ms is not None else "—",
             tokens, cache, fmt_cost(r.cost_microusd), COST_BY.get(r.cost_source, str(r.cost_source)), str(r.heats),
-            str(r.infra_failures))
+            str(r.infra_failures), str(r.byes))
 
 
 #: per-arena breakdown columns of the standings screen (``a``), one row per entrant and arena
