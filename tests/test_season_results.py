@@ -249,3 +249,39 @@ def test_proxy_and_event_counts_that_disagree_are_said_once_per_heat(tmp_path):
     said = "token counts disagree (the larger is charged)"
     assert lines == [f"r1h1a1: {said}: e0: proxy 361500 in / 20000 out, events 360000 in / 20000 out (tokens)",
                      f"r1h2a1: {said}: e1: proxy 361500 in / 20000 out, events 360000 in / 20000 out (tokens)"]
+
+
+async def test_a_season_whose_heats_all_went_void_crowns_nobody_and_says_how_to_rerun(tmp_path):
+    """Every attempt spoiled by the infrastructure (territories that never boot): the season
+    ends with no champion (nobody has a counted heat) and names the void heats with the
+    ``--retry-void`` hint. Real heat runner and season log; only the provider fails."""
+    from aoe_tui.domain.season_events import SeasonFinished
+    from aoe_tui.replay.season_log import read_season_log
+    from aoe_tui.runtime.provider import ProvisionError, TerritoryProvider
+    from aoe_tui.season.runner import SeasonRunner
+
+    class NeverBoots(TerritoryProvider):
+        name = "never"
+
+        async def provision(self, specs):
+            raise ProvisionError("injected: no territory boots")
+
+        async def reboot(self, territory):
+            raise NotImplementedError
+
+        async def teardown(self):
+            return None
+
+    f = tmp_path / "void.toml"
+    f.write_text(_season_text(max_attempts=2))
+    lines: list[str] = []
+    runner = SeasonRunner(load_season(f), tmp_path / "out", say=lines.append,
+                          provider_factory=lambda workdir, heat_id: NeverBoots())
+    state = await runner.run()
+    assert [h.result.void for h in state.heats()] == [True]
+    finished = [r.event for r in read_season_log(tmp_path / "out" / "season.jsonl")
+                if isinstance(r.event, SeasonFinished)]
+    assert finished and finished[0].champions == []
+    assert "season finished: champion none" in lines
+    assert "1 void heat(s) (the infrastructure spoiled every attempt): r1h1; " \
+           "aoe run SEASON_FILE --retry-void re-runs them" in lines

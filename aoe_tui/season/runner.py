@@ -695,8 +695,9 @@ class SeasonRunner:
                 plan = self.format.next_round(list(self.entrants), results, self.season.seed)
                 if plan is None:
                     champs = self.format.champions(list(self.entrants), results)
-                    if champs is None:  # the standings decide
-                        champs = [r.entrant for r in season_standings(self.state) if r.rank == 1]
+                    if champs is None:  # the standings decide; an entrant with no counted heat
+                        champs = [r.entrant for r in season_standings(self.state)  # is nobody's champion
+                                  if r.rank == 1 and r.heats > 0]
                     failed = adapters_that_always_failed(self.state, self.entrants)
                     self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds),
                                                    adapters_failed=failed))
@@ -706,6 +707,11 @@ class SeasonRunner:
                              + (f"; never raced: {', '.join(unraced)}" if unraced else ""))
                     for e, line in failed.items():
                         self.say(f"adapter failed every attempt: {e} ({line})")
+                    void = [f"r{h.round}h{h.heat}" for rnd in self.state.rounds.values() for h in rnd.heats.values()
+                            if h.result is not None and h.result.void]
+                    if void:
+                        self.say(f"{len(void)} void heat(s) (the infrastructure spoiled every attempt): "
+                                 f"{', '.join(void)}; aoe run SEASON_FILE --retry-void re-runs them")
                     break
                 arena_id = self.arena_of_round(plan.round).manifest.arena.id
                 self._append(se.RoundScheduled(
