@@ -253,6 +253,15 @@ def test_cli_options_build_a_provider_or_fail_in_one_line(plugin, tmp_path):
         make_provider("ssh", arena, tmp_path, None)
     with pytest.raises(UsageError, match=r"^provider\.memory_mib: Input should be a valid integer"):
         provider_config("qemu", {"memory_mib": "lots"})
+    # a plugin's class need not repeat its registered name: the registry gives it (log lines)
+    class Nameless(FakeProvider):
+        name = ""
+
+    register_provider("nameless", Nameless, config=FakeOptions)
+    try:
+        assert make_provider("nameless", arena, tmp_path, None).name == "nameless"
+    finally:
+        unregister_provider("nameless")
 
 
 def test_a_season_runner_names_the_file_for_a_bad_format_or_provider(tmp_path):

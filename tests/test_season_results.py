@@ -67,6 +67,12 @@ def test_season_file_price_table(tmp_path):
     f.write_text(_season_text('[prices."m-a"]\ninput_per_mtok = -1\noutput_per_mtok = 2.5\n'))
     with pytest.raises(SeasonFileError, match="input_per_mtok"):
         load_season(f)
+    # a price written as a string is one line naming the field (whole numbers are prices too)
+    f.write_text(_season_text('[prices."m-a"]\ninput_per_mtok = "1.0"\noutput_per_mtok = 3\n'))
+    with pytest.raises(SeasonFileError) as ei:
+        load_season(f)
+    assert [line.split(": ", 1)[1] for line in str(ei.value).splitlines()] == [
+        "prices.m-a.input_per_mtok: Input should be a valid number (got '1.0')"]
 
 
 def test_opencode_cup_documents_example_prices():
@@ -285,3 +291,18 @@ async def test_a_season_whose_heats_all_went_void_crowns_nobody_and_says_how_to_
     assert "season finished: champion none" in lines
     assert "1 void heat(s) (the infrastructure spoiled every attempt): r1h1; " \
            "aoe run SEASON_FILE --retry-void re-runs them" in lines
+
+
+async def test_a_season_refuses_a_match_folder_as_its_output(tmp_path):
+    from aoe_tui.errors import AoeError
+    from aoe_tui.season.runner import SeasonRunner
+
+    f = tmp_path / "s.toml"
+    f.write_text(_season_text())
+    out = tmp_path / "m1"
+    out.mkdir()
+    (out / "events.jsonl").write_text("")
+    (out / "world.json").write_text("{}")
+    with pytest.raises(AoeError, match=r"m1: is a match folder \(events\.jsonl, world\.json\), not a season folder"):
+        await SeasonRunner(load_season(f), out).run()
+    assert sorted(p.name for p in out.iterdir()) == ["events.jsonl", "world.json"]

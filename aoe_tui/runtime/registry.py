@@ -235,7 +235,10 @@ def build_provider(name: str, options: Any, workdir: Path, arena: LoadedManifest
         from aoe_tui.runtime.layers import image_for_arena
 
         image = image_for_arena(arena.arena_dir, qemu=entry.image == "qcow2", build=build_image)
-    return entry.make(ProviderContext(Path(workdir), arena, config, image, heat_id, cli))
+    provider = entry.make(ProviderContext(Path(workdir), arena, config, image, heat_id, cli))
+    if not getattr(provider, "name", ""):
+        provider.name = name  # a plugin's class need not repeat its registered name (logs, failures)
+    return provider
 
 
 def season_provider_factory(config: Any) -> Callable[[Path, str, LoadedManifest], TerritoryProvider]:

@@ -403,6 +403,10 @@ class SeasonRunner:
             if old != self.loaded.raw:
                 self._check_changes(old)
         else:
+            match_files = [n for n in ("events.jsonl", "world.json", "match.json") if (self.dir / n).exists()]
+            if match_files:
+                raise SeasonMismatchError(f"{self.dir}: is a match folder ({', '.join(match_files)}), not a season "
+                                          "folder; choose a new --output folder")
             write_atomic(copy, self.loaded.raw)
         self.log = SeasonLogWriter(log_path)
         self.state = reduce_season(self.log.records)
