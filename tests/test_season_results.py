@@ -169,7 +169,9 @@ def test_resume_refusal_names_the_changed_fields(tmp_path):
     # --retry-void accepts a new max_attempts, and only that
     r = SeasonRunner(load_season(f), out, retry_void=True)
     r._open()
+    r._reopen_void()  # nothing is void: the folder keeps its season.toml, a plain resume still works
     r.log.close()
+    assert (out / "season.toml").read_text() == _season_text(max_attempts=1)
     f.write_text(_season_text(max_attempts=3, models=("m-a", "m-z")))
     with pytest.raises(SeasonMismatchError, match="entrants\\[1\\].model.*--retry-void allows a new max_attempts only"):
         SeasonRunner(load_season(f), out, retry_void=True)._open()

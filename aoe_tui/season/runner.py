@@ -464,11 +464,11 @@ class SeasonRunner:
         if skipped:
             self.say("retry-void: not re-running " + ", ".join(f"r{h.round}h{h.heat}" for h in skipped)
                      + f": later rounds of this {self.format.kind} were drawn on their void results")
-        if self._replace_copy:
-            write_atomic(self.dir / "season.toml", self.loaded.raw)
-        if not heats:
+        if not heats:  # nothing reopened: the folder keeps its season.toml (a plain resume still works)
             self.say("retry-void: no void heats to re-run")
             return
+        if self._replace_copy:
+            write_atomic(self.dir / "season.toml", self.loaded.raw)
         self._append(se.HeatsReopened(heats=[(h.round, h.heat) for h in heats],
                                       max_attempts=self.season.max_attempts, season_sha256=self.loaded.sha256))
         self.say(f"retry-void: re-running {len(heats)} void heat(s): "
