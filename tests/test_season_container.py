@@ -209,7 +209,7 @@ async def test_prices_cache_tokens_and_cost_source_in_a_real_season(tmp_path):
     files; a priced model's cost is ours (µUSD from the price table), the other keeps its
     adapter's, and the standings say which."""
     from aoe_tui.agents.scripted import scripted_usage
-    from aoe_tui.commands.season import load_season_file
+    from aoe_tui.season.runner import load_season_file
     from aoe_tui.export import write_all
     from aoe_tui.season.runner import SeasonRunner
 
@@ -262,7 +262,7 @@ async def test_retry_void_reruns_heats_the_infrastructure_voided(tmp_path):
     from aoe_tui.agents.base import AdapterStatus
     from aoe_tui.agents.oracle import BuilderRun, OracleAdapter
     from aoe_tui.agents.registry import resolve_adapter
-    from aoe_tui.commands.season import load_season_file
+    from aoe_tui.season.runner import load_season_file
     from aoe_tui.export import write_all
     from aoe_tui.season.runner import SeasonMismatchError, SeasonRunner
 
