@@ -104,3 +104,11 @@ def test_inspect_bad_log_names_line(fixtures_dir: Path, tmp_path: Path) -> None:
     r = aoe("inspect", str(tmp_path))
     assert r.returncode == 1
     assert f"{tmp_path / 'events.jsonl'}:4: invalid event" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_inspect_on_a_season_folder_points_to_standings(tmp_path: Path) -> None:
+    (tmp_path / "season.jsonl").write_text("")
+    r = aoe("inspect", str(tmp_path))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == (f"aoe: error: {tmp_path}: a season folder, not a match folder: `aoe standings {tmp_path}` "
+                                f"shows its standings, `aoe inspect {tmp_path}/round-R/heat-H/attempt-A` one heat attempt")

@@ -136,6 +136,11 @@ def test_plugin_provider_is_a_season_provider_kind(plugin, tmp_path):
         load_season(_season(tmp_path, 'kind = "vmware"\n'))
     assert str(ei.value) == (f"{tmp_path / 's.toml'}:6: provider.kind: unknown provider kind 'vmware' "
                              "(known: container, qemu, fake)")
+    # a provider that exists but is for `aoe match run` only says so, not "unknown"
+    with pytest.raises(SeasonFileError) as ei:
+        load_season(_season(tmp_path, 'kind = "ssh"\n'))
+    assert str(ei.value) == (f"{tmp_path / 's.toml'}:6: provider.kind: provider kind 'ssh' is for "
+                             "`aoe match run --provider` only; a season file takes: container, qemu, fake")
 
 
 def test_plugin_provider_checks_show_in_doctor(plugin, capsys):

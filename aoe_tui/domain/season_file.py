@@ -143,12 +143,21 @@ class AnySection(BaseModel):
 #: ``() -> {kind: config model}`` of one section, in the order they are listed to users.
 KindModels = Callable[[], Mapping[str, type[BaseModel]]]
 _KINDS: dict[str, KindModels] = {}
+#: ``() -> {kind: why a season file may not name it}`` per section (kinds that exist but
+#: are refused here, e.g. providers for ``aoe match run`` only).
+_REFUSED: dict[str, Callable[[], Mapping[str, str]]] = {}
 
 
-def install_kinds(section: str, models: KindModels) -> None:
+def install_kinds(section: str, models: KindModels, refused: Callable[[], Mapping[str, str]] | None = None) -> None:
     """Validate ``[section]`` (``"provider"`` or ``"format"``) against ``models()``: called
-    once by the layer that owns the section's registry (replaces an earlier table)."""
+    once by the layer that owns the section's registry (replaces an earlier table).
+    ``refused()`` names kinds that exist but that a season file may not use, each with the
+    reason given in the error line instead of "unknown"."""
     _KINDS[section] = models
+    if refused is None:
+        _REFUSED.pop(section, None)
+    else:
+        _REFUSED[section] = refused
 
 
 def section_problems(section: str, raw: Any) -> tuple[BaseModel | None, list[tuple[str, str]]]:
@@ -168,7 +177,11 @@ def section_problems(section: str, raw: Any) -> tuple[BaseModel | None, list[tup
     models = table()
     model = models.get(kind)
     if model is None:
-        return None, [(f"{section}.kind", f"unknown {section} kind {kind!r} (known: {', '.join(models) or 'none'})")]
+        known = ", ".join(models) or "none"
+        why = _REFUSED[section]().get(kind) if section in _REFUSED else None
+        if why:
+            return None, [(f"{section}.kind", f"{section} kind {kind!r} {why}; a season file takes: {known}")]
+        return None, [(f"{section}.kind", f"unknown {section} kind {kind!r} (known: {known})")]
     try:
         return model.model_validate({**raw, "kind": kind}), []
     except ValidationError as err:

@@ -52,6 +52,9 @@ def load_match(path: Path | str) -> LoadedMatch:
     if path.is_dir():
         events = path / "events.jsonl"
         if not events.is_file():
+            if (path / "season.jsonl").is_file():
+                raise MatchLoadError(f"{path}: a season folder, not a match folder: `aoe standings {path}` shows "
+                                     f"its standings, `aoe inspect {path}/round-R/heat-H/attempt-A` one heat attempt")
             raise MatchLoadError(f"{path}: not a match folder (no events.jsonl)")
         records = read_events(events)
         return LoadedMatch(

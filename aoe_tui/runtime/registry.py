@@ -257,7 +257,9 @@ def season_provider_factory(config: Any) -> Callable[[Path, str, LoadedManifest]
     return make
 
 
-install_kinds("provider", lambda: {e.name: e.config for e in _PROVIDERS.values() if e.seasons})
+install_kinds("provider", lambda: {e.name: e.config for e in _PROVIDERS.values() if e.seasons},
+              refused=lambda: {e.name: "is for `aoe match run --provider` only" for e in _PROVIDERS.values()
+                               if not e.seasons})
 
 
 # ---------------------------------------------------------------------------- built-ins
