@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aoe_tui.referee.verifier import run_verifier
+from aoe_tui.referee.verifier import end_leftover_verifiers, run_verifier, verifier_tmpdir
 
 
 def _script(path: Path, body: str, mode: int = 0o755) -> Path:
@@ -136,6 +136,21 @@ async def test_timeout_kills_whole_process_group(tmp_path):
             except OSError:
                 continue
             assert str(v).encode() not in cmd
+
+
+async def test_scratch_of_a_killed_verifier_is_removed_at_heat_end(tmp_path):
+    """A verifier killed at its timeout never runs its exit trap: what it made under its
+    TMPDIR (one folder per heat, outside the match folder) goes when the heat ends."""
+    v = _script(tmp_path / "scratch.sh",
+                'work=$(mktemp -d); trap \'rm -rf "$work"\' EXIT\n'
+                'echo "$work" > "$AOE_EVIDENCE_FILE.work"\nsleep 300\n')
+    out = await _run(tmp_path, v, timeout_s=1.0)
+    assert out.timed_out
+    work = Path((tmp_path / "evidence" / "builder-one" / "service-up.json.work").read_text().strip())
+    heat_tmp = verifier_tmpdir(tmp_path / "evidence")
+    assert work.parent == heat_tmp and work.is_dir()  # the trap never ran
+    assert end_leftover_verifiers(tmp_path / "evidence") == 0
+    assert not heat_tmp.exists()
 
 
 async def test_background_child_holding_stderr_does_not_stall(tmp_path):

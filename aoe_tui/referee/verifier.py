@@ -17,6 +17,9 @@ first, so a verifier never sees stale values):
 ``AOE_EVIDENCE_FILE``   ``evidence/<territory>/<milestone>.json`` (the verifier writes it)
 ======================  ==========================================================
 
+``TMPDIR`` is set to the heat's scratch folder (:func:`verifier_tmpdir`), removed at the
+heat's end.
+
 Pass iff the process exits 0 **and** the evidence file parses as JSON (any value).
 Failure details follow §3.9 exactly: ``"verifier timed out"``,
 ``"verifier produced no evidence: <io error>"``, ``"invalid evidence: <json error>"``,
@@ -40,8 +43,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -54,7 +59,8 @@ from typing import Any
 from aoe_tui.fsio import write_atomic
 from aoe_tui.runtime.procs import Starter, wait_exited
 
-__all__ = ["VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "run_verifier", "verifier_env"]
+__all__ = ["VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "run_verifier", "verifier_env",
+           "verifier_tmpdir"]
 
 #: Upper bound on the stderr kept as a failure detail (characters).
 MAX_DETAIL_CHARS = 4000
@@ -125,11 +131,22 @@ def verifier_env(
     return env
 
 
+def verifier_tmpdir(evidence_root: Path) -> Path:
+    """The ``TMPDIR`` every verifier of one heat gets: ``<tmp>/aoe-verifiers-<12 hex>``,
+    named after the heat's absolute ``evidence/`` folder. A verifier killed at its timeout
+    or at the finish (SIGKILL: its exit traps never run) leaves its scratch files there;
+    :func:`end_leftover_verifiers` removes the folder when the heat ends."""
+    digest = hashlib.sha256(str(Path(evidence_root).absolute()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"aoe-verifiers-{digest}"
+
+
 def _start(verifier: Path, env: dict[str, str], previous_file: Path, previous_text: str,
            evidence_file: Path) -> tuple[subprocess.Popen, Any]:
     """The blocking part of a verifier run (on a starter thread): write ``previous.json``
-    (text made on the loop, from the world as it was), remove stale evidence, start the
-    process. Returns it and its stderr file."""
+    (text made on the loop, from the world as it was), remove stale evidence, make the
+    heat's ``TMPDIR``, start the process. Returns it and its stderr file."""
+    if "TMPDIR" in env:
+        os.makedirs(env["TMPDIR"], mode=0o700, exist_ok=True)
     evidence_file.parent.mkdir(parents=True, exist_ok=True)
     previous_file.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(previous_file, previous_text, fsync=False)
@@ -238,6 +255,7 @@ async def run_verifier(
         previous_evidence=previous_file,
         evidence_file=evidence_file,
     )
+    env["TMPDIR"] = str(verifier_tmpdir(evidence_dir.parent))
     started = time.monotonic()
 
     def elapsed() -> int:
@@ -306,7 +324,8 @@ def end_leftover_verifiers(evidence_root: Path) -> int:
     continuity monitor), which the runner neither waits for nor kills at the verifier's
     exit. When the heat ends, whatever is left is found by its environment: processes
     (and their children, which inherit it) whose ``AOE_EVIDENCE_FILE`` lies under
-    ``evidence_root`` (the heat's ``evidence/`` folder). Nothing else is touched.
+    ``evidence_root`` (the heat's ``evidence/`` folder). Nothing else is touched, except
+    the heat's verifier ``TMPDIR`` (:func:`verifier_tmpdir`), which is then removed.
     """
     root = str(Path(evidence_root).absolute()).encode() + b"/"
     needle = b"AOE_EVIDENCE_FILE=" + root
@@ -328,4 +347,5 @@ def end_leftover_verifiers(evidence_root: Path) -> int:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
+    shutil.rmtree(verifier_tmpdir(evidence_root), ignore_errors=True)
     return killed
