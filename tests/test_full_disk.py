@@ -249,8 +249,13 @@ def test_disk_filling_mid_heat_stops_the_season_resumably(tmp_path, guest_image)
             assert heat.result is None and list(state.rounds) == [1] and state.finished is None
             assert state.stopped is not None and (state.stopped.round, state.stopped.heat, state.stopped.attempt) \
                 == (1, 1, 1)
-            # space freed: the same command re-runs that heat (same attempt number) to its end
+            # space freed (and a torn line left at the end of season.jsonl, as a kill mid-append
+            # leaves it): the same command re-runs that heat (same attempt number) to its end
             filler.unlink()
+            log = out / "season.jsonl"
+            off = log.stat().st_size
+            with open(log, "ab") as fh:
+                fh.write(b'{"schema_version":1,"sequence":99,"ti')
             t1 = time.monotonic()
             proc = aoe_run(f, out, AOE_SCRIPTED_SLOW_DELAY_S="1", AOE_MIN_FREE_MIB="")
             stdout, stderr = proc.communicate(timeout=240)
@@ -264,6 +269,10 @@ def test_disk_filling_mid_heat_stops_the_season_resumably(tmp_path, guest_image)
             assert heat.attempts[0].interrupted_as == ["round-1/heat-1/attempt-1.interrupted-1"]
             assert (out / "round-1/heat-1/attempt-1.interrupted-1/events.jsonl").is_file()
             assert state.resumes == 1 and state.stopped is None and state.finished is not None
+            assert (out / f"season.jsonl.torn-{off}").read_bytes() == b'{"schema_version":1,"sequence":99,"ti'
+            resumed = [r.event for r in read_season_log(log) if r.event.kind == "season_resumed"]
+            assert f"torn last line cut at byte {off}, its bytes kept in season.jsonl.torn-{off}" in resumed[0].detail
+            assert f"season.jsonl: torn last line cut at byte {off}" in stdout
             assert heat_processes(out) == [] and mounts_under(out) == []
             print(f"first run to the fill {t_fill - t0:.1f} s, fill to stop {t_stop:.1f} s, resume {t_resume:.1f} s")
         finally:

@@ -35,7 +35,8 @@ Full disks: before each attempt the runner checks the season folder's file syste
 ``season_stopped`` line) naming the folder, the free and the needed space, before
 provisioning. A disk that fills while a heat runs ends that attempt
 (:class:`aoe_tui.referee.heat.DiskFullError`: an ``infrastructure_failure`` in its log, its
-territories torn down) and stops the season the same way; the attempt gets no
+territories torn down) and stops the season the same way (so does an attempt spoiled some
+other way while under 1 MiB is free: a provider that could not write); the attempt gets no
 ``attempt_finished`` (it does not count against ``max_attempts``; other running heats are
 stopped too), so the next ``aoe run`` marks it interrupted and re-runs it with the same
 number. A torn last line of ``season.jsonl`` cut on resume is kept beside it
@@ -575,6 +576,17 @@ class SeasonRunner:
             raise _Stop(f"{self.dir}: {fmt_bytes(free)} free, a heat needs {fmt_bytes(self.min_free_bytes)} "
                         f"({MIN_FREE_ENV} sets it)", heat, None)
 
+    def _low_space(self) -> str | None:
+        """``"N KiB free"`` when the season folder's file system has less than a running
+        heat keeps in reserve (:data:`aoe_tui.referee.supervisor.DISK_RESERVE_BYTES`), else None."""
+        from aoe_tui.referee.supervisor import DISK_RESERVE_BYTES
+
+        try:
+            free = free_bytes(self.dir)
+        except OSError:
+            return None
+        return f"{fmt_bytes(free)} free" if free < DISK_RESERVE_BYTES else None
+
     def _stopped(self, stop: _Stop) -> SeasonStopped:
         """Record a full-disk stop (best effort: the season log may be on the full disk
         too) and return the error to raise."""
@@ -655,13 +667,16 @@ class SeasonRunner:
                 records = read_events(folder / "events.jsonl")
             except AoeError as err:
                 records, error = [], error or err
+            verdict = judge_attempt(world, records, error)
             if isinstance(error, DiskFullError) or is_no_space(error):
                 # the disk spoiled it: no attempt_finished (it does not count); stop resumably
-                detail = str(error) if isinstance(error, DiskFullError) else \
-                    f"No space left on device: {getattr(error, 'filename', None) or folder}"
-                self.say(f"{tag}: ended by a full disk: {detail}; territories torn down")
-                raise _Stop(detail, heat, a) from None
-            verdict = judge_attempt(world, records, error)
+                raise _Stop(str(error) if isinstance(error, DiskFullError) else
+                            f"No space left on device: {getattr(error, 'filename', None) or folder}", heat, a) from None
+            if verdict.spoiled:  # spoiled some other way (a provider that could not write) on a full disk
+                low = self._low_space()
+                if low is not None:
+                    raise _Stop(f"No space left on device: {self.dir} ({low}; the attempt was spoiled by "
+                                f"{verdict.source}: {verdict.detail})", heat, a)
             seat_of = {arena.manifest.territories[i].id: e for i, e in enumerate(heat.seats) if e is not None}
             bundle = f"{rel}/{slug}.match.json"
             bundle = bundle if (self.dir / bundle).exists() else None
