@@ -79,6 +79,13 @@ def test_torn_tail_is_kept_beside_the_log_with_its_offset(tmp_path):
         log.append(ev.MatchFinished(winner=None, reason="timer"), 5)
     assert (tmp_path / f"events.jsonl.torn-{len(good)}").read_bytes() == torn
     assert [r.sequence for r in read_events(p)] == [0, 1]
+    # torn again at the same offset, with other bytes: both kept
+    p.write_bytes(good + b'{"other')
+    with EventLogWriter(p, resume=True) as log:
+        assert log.torn == (len(good), tmp_path / f"events.jsonl.torn-{len(good)}-2")
+    assert (tmp_path / f"events.jsonl.torn-{len(good)}").read_bytes() == torn
+    assert (tmp_path / f"events.jsonl.torn-{len(good)}-2").read_bytes() == b'{"other'
+    assert [r.sequence for r in read_events(p)] == [0]
     # the season log: the same, and the resumed season says the offset in season_resumed
     s = tmp_path / "season.jsonl"
     with SeasonLogWriter(s) as w:

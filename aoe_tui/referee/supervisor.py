@@ -32,7 +32,8 @@ Full disk: when the match folder's file system has less than ``min_free_bytes`` 
 log, a verifier start), :attr:`HeatSupervisor.disk_full` is set to ``"No space left on
 device: <path>"`` and the heat aborts: an ``infrastructure_failure`` (component ``disk``,
 source ``harness``) then aborted (:data:`~aoe_tui.referee.rules.REASONS` ``disk_full``).
-Events the full disk refuses are dropped (the log stays whole: no half line).
+Once the full disk refuses an event, the log ends there: no later event is appended or
+folded into the world (the log stays a whole prefix, no half line, as after a kill).
 
 Abort (:meth:`HeatSupervisor.abort`, or cancellation of :meth:`HeatSupervisor.run`):
 in-flight verifiers are killed, the rules' abort events are written, agents are
@@ -174,6 +175,7 @@ class HeatSupervisor:
         self.min_free_bytes = int(min_free_bytes)
         #: ``"No space left on device: <path>"`` once the disk filled (the heat then aborts)
         self.disk_full: str | None = None
+        self._log_full = False  # an append failed for a full disk: nothing more is logged
 
     # ------------------------------------------------------------------ clock + emit
 
@@ -185,13 +187,17 @@ class HeatSupervisor:
     def _emit_all(self, stamped: Sequence[Stamped]) -> None:
         """Append the rules' events in order, folding each into :attr:`world` before the next."""
         for item in stamped:
+            if self._log_full:
+                return
             try:
                 rec = self.log.append(item.event, item.at_ms)
             except OSError as err:
                 if not is_no_space(err):
                     raise
+                # the log cannot take it: it ends here (a whole prefix, as after a kill), the heat aborts
+                self._log_full = True
                 self.note_disk_full(self.log.path)
-                return  # the log cannot take it (nor the rest): dropped, the heat aborts
+                return
             apply_event(self.world, rec)
             if self.on_event is not None:
                 try:

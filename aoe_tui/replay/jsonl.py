@@ -168,7 +168,8 @@ class LogAppender(Generic[R]):
     Opening reads the existing log (:attr:`records`), ends a complete last line that lacks
     its newline, and cuts off a torn tail — its bytes are kept beside the log first, in
     ``<log name>.torn-<offset>`` (``offset``: the byte offset in the log where the tail
-    began; :attr:`torn` = ``(offset, kept file)``, else None) — then opens the file for
+    began; ``-2``, ``-3``, … appended when that name holds other bytes; :attr:`torn` =
+    ``(offset, kept file)``, else None) — then opens the file for
     appending (the parent folder is created). Raises ``fmt.error`` for a bad line of the
     existing log, or when the torn tail cannot be kept (it is then left in place).
 
@@ -185,6 +186,10 @@ class LogAppender(Generic[R]):
             self.records, consumed, _ = parse_log_bytes(fmt, self.path, raw)
             if consumed < len(raw):
                 kept = self.path.with_name(f"{self.path.name}.torn-{consumed}")
+                k = 1
+                while kept.exists() and kept.read_bytes() != raw[consumed:]:  # never replace other torn bytes
+                    k += 1
+                    kept = self.path.with_name(f"{self.path.name}.torn-{consumed}-{k}")
                 try:
                     write_atomic(kept, raw[consumed:])
                 except OSError as err:
