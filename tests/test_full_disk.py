@@ -151,7 +151,7 @@ def aoe_run(season_file: Path, out: Path, **env: str) -> subprocess.Popen:
 
 
 @needs_root
-def test_space_check_before_each_heat_stops_the_season(tmp_path):
+def test_space_check_before_each_heat_stops_the_season(tmp_path, guest_image):
     """8 MiB free, a heat needs 64 MiB: the season stops before provisioning, exit 75,
     one line naming the folder, the free and the needed space; no "season finished"."""
     f = small_season(tmp_path, [("a", "oracle"), ("b", "scripted:memory")])
@@ -172,6 +172,9 @@ def test_space_check_before_each_heat_stops_the_season(tmp_path):
         stop = state.stopped
         assert stop is not None and stop.reason == "disk_full" and (stop.round, stop.heat, stop.attempt) == (1, 1, None)
         assert not state.rounds[1].heats[1].attempts and not list(out.glob("round-*")), "nothing provisioned"
+        from aoe_tui.domain.display import summarize_season_event
+
+        assert summarize_season_event(stop).startswith(f"season stopped at r1h1 (disk full): {out}: ")
         assert took < 60
 
 
