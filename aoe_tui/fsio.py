@@ -6,19 +6,49 @@
   then (with ``fsync``) the folder fsynced so the rename survives a host crash.
 - :func:`write_json_atomic`: the same for one JSON value (``indent=2``, UTF-8, one final newline).
 - :class:`SubPath`: a read-only attribute naming a file inside an object's folder.
+- Full disks: :func:`is_no_space` (``ENOSPC``/``EDQUOT``), :func:`free_bytes` (``statvfs``),
+  :func:`fmt_bytes`.
 
 Line-oriented logs (``events.jsonl``, ``season.jsonl``) use :mod:`aoe_tui.replay.jsonl`.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SubPath", "fsync_dir", "leftover_temps", "write_atomic", "write_json_atomic"]
+__all__ = ["NO_SPACE_ERRNOS", "SubPath", "fmt_bytes", "free_bytes", "fsync_dir", "is_no_space", "leftover_temps",
+           "write_atomic", "write_json_atomic"]
+
+#: errno values that mean "the file system (or the quota) is full"
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_no_space(err: BaseException | None) -> bool:
+    """True when ``err`` is an ``OSError`` saying the disk or the quota is full."""
+    return isinstance(err, OSError) and err.errno in NO_SPACE_ERRNOS
+
+
+def free_bytes(path: Path | str) -> int:
+    """Bytes an unprivileged writer may still use on the file system holding ``path``
+    (``statvfs``: ``f_bavail * f_frsize``). Raises ``OSError`` if ``path`` does not exist."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def fmt_bytes(n: int) -> str:
+    """``n`` bytes as a short human figure: ``512 B``, ``200 KiB``, ``64 MiB``, ``1.5 GiB``."""
+    if n < 1024:
+        return f"{n} B"
+    for unit, scale in (("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30)):
+        if n < scale * 1024 or unit == "GiB":
+            v = n / scale
+            return f"{v:.0f} {unit}" if v >= 10 or v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} B"  # pragma: no cover
 
 
 def fsync_dir(folder: Path) -> None:

@@ -9,7 +9,9 @@ the season and prints the headless lines until it ends; Ctrl+C then stops it).
 ``--headless`` (or no terminal on stdout) prints one line per state change instead.
 SIGINT/SIGTERM stop it cleanly (territories torn down; the running attempts are
 re-run on the next ``aoe run`` of the same file and folder). ``--retry-void`` re-runs the
-heats the infrastructure voided (see :mod:`aoe_tui.season.runner`).
+heats the infrastructure voided (see :mod:`aoe_tui.season.runner`). A full disk stops the
+season resumably: one line naming the folder and the space, exit status 75
+(:class:`aoe_tui.season.runner.SeasonStopped`).
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     headless (plain lines) or in the TUI; the engine thread runs at ``priority`` (one of
     :data:`aoe_tui.runtime.realtime.ENGINE_PRIORITIES`). Returns the exit code (0
     finished, 130 stopped). Raises :class:`AoeError` for bad input (also when the engine
-    fails before/while running)."""
+    fails before/while running); :class:`aoe_tui.season.runner.SeasonStopped` (exit 75)
+    when a full disk stops the season."""
     from aoe_tui.commands.image import prepare_provider_images
     from aoe_tui.export import write_all
     from aoe_tui.season.runner import hold_season_folder, load_season_arenas

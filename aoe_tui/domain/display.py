@@ -290,6 +290,9 @@ def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
     if k == "heats_reopened":
         return (f"retry-void: reopened {', '.join(f'r{r}h{h}' for r, h in e.heats)} "
                 f"(up to {e.max_attempts} new attempt(s) each)")
+    if k == "season_stopped":
+        at = f" at r{e.round}h{e.heat}" + (f"a{e.attempt}" if e.attempt is not None else "") if e.round else ""
+        return f"season stopped{at} (disk full): {e.detail}; resume with the same aoe run"
     return None
 
 

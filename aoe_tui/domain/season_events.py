@@ -12,7 +12,9 @@ never leave half a round scheduled) → ``attempt_started`` → ``attempt_finish
 … → ``heat_finished``. Rounds end with ``round_finished`` (knockout: who advanced), the
 season with ``season_finished``. ``heats_reopened`` (``aoe run --retry-void``) opens void
 heats again: new attempts, then a new ``heat_finished``, ``round_finished`` and
-``season_finished``.
+``season_finished``. ``season_stopped`` (a full disk) ends a run before the season's end;
+the attempt it cut short stays open (no ``attempt_finished``: it does not count against
+``max_attempts``) and the next ``aoe run`` marks it ``attempt_interrupted`` and re-runs it.
 """
 
 from __future__ import annotations
@@ -225,6 +227,23 @@ class SeasonFinished(_Ev):
     adapters_failed: dict[str, str] = Field(default_factory=dict)
 
 
+class SeasonStopped(_Ev):
+    """The runner stopped the season before its end, resumably (the same ``aoe run``
+    resumes it). ``reason``: ``disk_full`` — the season folder's file system had less free
+    space than a heat needs (checked before each heat; ``round``/``heat``/``attempt`` are
+    the heat about to start, ``attempt`` null) or filled while a heat ran (the attempt it
+    ended: left open, re-run on resume without counting against ``max_attempts``).
+    ``detail``: one line naming the folder and the space (free / needed, or the path the
+    write failed on)."""
+
+    kind: Literal["season_stopped"] = "season_stopped"
+    reason: Literal["disk_full"]
+    detail: str
+    round: int | None = None
+    heat: int | None = None
+    attempt: int | None = None
+
+
 SEASON_EVENT_TYPES = (
     SeasonStarted,
     SeasonResumed,
@@ -237,6 +256,7 @@ SEASON_EVENT_TYPES = (
     HeatsReopened,
     RoundFinished,
     SeasonFinished,
+    SeasonStopped,
 )
 SEASON_EVENT_KINDS: dict[str, type[_Ev]] = {t.model_fields["kind"].default: t for t in SEASON_EVENT_TYPES}
 

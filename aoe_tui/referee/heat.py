@@ -28,6 +28,11 @@ world then has ``match_state == "aborted"`` and ``infrastructure_failures == 1``
 A fog arena's guest leak audit (spec §6.4, :mod:`aoe_tui.referee.audit`) runs on the
 ready territories before any agent starts; a hit ends the heat the same way, with
 component ``guest-leak-audit`` and a detail naming the territory, the file and the string.
+
+A full disk (the supervisor's reserve check, or ``ENOSPC``/``EDQUOT`` from a write of the
+heat) aborts the race with an ``infrastructure_failure`` (component ``disk``; see
+:mod:`aoe_tui.referee.supervisor`); the verifiers are ended and the territories torn down
+as always, then :func:`run_heat` raises :class:`DiskFullError`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import contextlib
 import dataclasses
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -46,9 +52,9 @@ from aoe_tui.domain import events as ev
 from aoe_tui.domain.events import MatchState
 from aoe_tui.domain.world import WorldState, pretty_json, world_json
 from aoe_tui.errors import AoeError
-from aoe_tui.fsio import write_atomic
+from aoe_tui.fsio import is_no_space, write_atomic
 from aoe_tui.referee.rules import REASONS
-from aoe_tui.referee.supervisor import HeatSupervisor, OnEvent
+from aoe_tui.referee.supervisor import DISK_RESERVE_BYTES, HeatSupervisor, OnEvent
 from aoe_tui.replay.log import EventLogWriter
 from aoe_tui.replay.reducer import apply_event
 from aoe_tui.runtime.provider import ProviderError, TerritorySpec
@@ -59,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.runtime.provider import Territory, TerritoryProvider
 
 __all__ = [
+    "DiskFullError",
     "OutputExistsError",
     "PROVISION_FAILED_REASON",
     "bundle_path",
@@ -69,6 +76,12 @@ __all__ = [
 ]
 
 PROVISION_FAILED_REASON = "territory provisioning failed"
+
+
+class DiskFullError(AoeError):
+    """A heat ended because its disk filled; ``str(err)`` is ``No space left on device:
+    <path>`` (and why: the free space under the reserve). The match folder holds what
+    could be written; its territories are torn down."""
 
 
 class OutputExistsError(AoeError):
@@ -199,6 +212,7 @@ async def run_heat(
     slug: str | None = None,
     write_bundle_file: bool = True,
     on_supervisor: Callable[[HeatSupervisor], None] | None = None,
+    min_free_bytes: int = DISK_RESERVE_BYTES,
 ) -> WorldState:
     """Run one heat and write its match folder; return the final world.
 
@@ -226,12 +240,15 @@ async def run_heat(
             (territories ready, before the first event), so live views can read each
             seat's adapter activity (``supervisor.seats[i].run.activity``, newest last).
             Exceptions it raises are ignored.
+        min_free_bytes: free bytes (on ``output_dir``'s file system) the running heat keeps
+            in reserve; below it the heat ends as a full disk (0: only ``ENOSPC`` errors).
 
     Returns the final :class:`WorldState` (``match_state`` finished or aborted).
 
     Raises:
         OutputExistsError: see above. Manifest/provenance errors (AoeError) before anything
-            runs. ``asyncio.CancelledError`` is re-raised after the abort bookkeeping,
+            runs. :class:`DiskFullError` after the teardown when the disk filled (an
+            ``OSError`` ``ENOSPC`` when it fills before the territories are provisioned). ``asyncio.CancelledError`` is re-raised after the abort bookkeeping,
             ``world.json`` and teardown.
     """
     output_dir = Path(output_dir)
@@ -254,6 +271,7 @@ async def run_heat(
 
     timings: dict[str, Any] = {"command_start_unix": time.time()}
     world = WorldState()
+    disk_full: str | None = None
     log: EventLogWriter | None = None
     supervisor: HeatSupervisor | None = None
     t_start = time.monotonic()
@@ -325,6 +343,7 @@ async def run_heat(
             verifier_concurrency=verifier_concurrency,
             on_event=on_event,
             duration_s=duration_s,
+            min_free_bytes=min_free_bytes,
         )
         world = supervisor.world
         if on_supervisor is not None:
@@ -336,12 +355,25 @@ async def run_heat(
         finally:
             forward.cancel()
         return world
+    except OSError as err:
+        if not is_no_space(err):
+            raise
+        disk_full = f"No space left on device: {err.filename or output_dir}"
+        say(disk_full)
+        return world  # replaced by DiskFullError below, after the teardown
     finally:
         if supervisor is not None:
             world = supervisor.world
+            disk_full = disk_full or supervisor.disk_full
         if log is not None:
             log.close()
-            write_atomic(output_dir / "world.json", world_json(world))
+            try:
+                write_atomic(output_dir / "world.json", world_json(world))
+            except OSError as err:  # the teardown below must run whatever the disk says
+                if not is_no_space(err):
+                    raise
+                disk_full = disk_full or f"No space left on device: {output_dir / 'world.json'}"
+                say(f"world.json not written: {err.strerror}")
         from aoe_tui.referee.verifier import end_leftover_verifiers
 
         left = end_leftover_verifiers(output_dir / "evidence")
@@ -368,6 +400,9 @@ async def run_heat(
                 write_bundle(output_dir, bundle_path(output_dir, slug), name=name, slug=slug)
             except Exception as err:
                 say(f"bundle not written: {err}")
+        if disk_full and sys.exc_info()[1] is None:  # never hides a cancellation or a crash
+            say(f"heat ended: {disk_full}")
+            raise DiskFullError(disk_full)
 
 
 async def _forward_abort(abort_event: asyncio.Event, supervisor: HeatSupervisor) -> None:

@@ -110,6 +110,7 @@ REASONS = {
     "interrupt": "operator interrupt",
     "drain_deadline": "post-match drain deadline expired",
     "aborted_agent": "match aborted by operator",
+    "disk_full": "infrastructure failure: no space left on device",
 }
 
 _ENDED = (CompetitorState.durable, CompetitorState.unavailable, CompetitorState.incomplete)
@@ -500,22 +501,26 @@ class BuildRaceRules:
 
     # ------------------------------------------------------------------ abort (§3.11)
 
-    def abort(self, now_ms: int) -> list[Stamped]:
-        """Operator abort: ``match_state_changed`` →aborted and ``match_finished`` (winner
-        null, "operator interrupt") unless the match already ended. Every agent is silenced
-        (the supervisor stops them all; see :meth:`terminated` with
+    def abort(self, now_ms: int, failure: ev.InfrastructureFailure | None = None,
+              reason: str = REASONS["interrupt"]) -> list[Stamped]:
+        """Abort: ``match_state_changed`` →aborted and ``match_finished`` (winner null,
+        ``reason``: "operator interrupt" by default) unless the match already ended; an
+        infrastructure abort (a full disk) gives its ``failure`` event first (always).
+        Every agent is silenced (the supervisor stops them all; see :meth:`terminated` with
         ``REASONS["aborted_agent"]`` for those still running after)."""
         self.silence(list(self.agent_of.values()))
         for c in self._pending:
             c.accepted = False  # never applied: the match is over
         self._pending.clear()
         state = self.world.match_state
+        first = [failure] if failure is not None else []
         if state not in (MatchState.running, MatchState.preparing):
-            return []
+            return self._out(self.stamp(now_ms), *first) if first else []
         return self._out(
             self.stamp(now_ms),
+            *first,
             ev.MatchStateChanged(from_=state, to=MatchState.aborted),
-            ev.MatchFinished(winner=None, reason=REASONS["interrupt"]),
+            ev.MatchFinished(winner=None, reason=reason),
         )
 
 

@@ -27,6 +27,14 @@ check earns nothing (the rules write no ``milestone_passed`` / ``milestone_faile
 for it; see :mod:`aoe_tui.referee.rules`, phase 3). The drain starts after that, at
 the frozen clock.
 
+Full disk: when the match folder's file system has less than ``min_free_bytes`` free
+(checked every tick) or a write of the heat fails with ``ENOSPC``/``EDQUOT`` (the event
+log, a verifier start), :attr:`HeatSupervisor.disk_full` is set to ``"No space left on
+device: <path>"`` and the heat aborts: an ``infrastructure_failure`` (component ``disk``,
+source ``harness``) then aborted (:data:`~aoe_tui.referee.rules.REASONS` ``disk_full``).
+Once the full disk refuses an event, the log ends there: no later event is appended or
+folded into the world (the log stays a whole prefix, no half line, as after a kill).
+
 Abort (:meth:`HeatSupervisor.abort`, or cancellation of :meth:`HeatSupervisor.run`):
 in-flight verifiers are killed, the rules' abort events are written, agents are
 stopped (``agent_terminated`` "match aborted by operator" for those still running).
@@ -45,9 +53,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aoe_tui.domain.events import EventRecord, MatchState
+from aoe_tui.domain.events import EventRecord, InfrastructureFailure, MatchState
 from aoe_tui.domain.world import WorldState
-from aoe_tui.fsio import write_atomic
+from aoe_tui.fsio import fmt_bytes, free_bytes, is_no_space, write_atomic
 from aoe_tui.referee.rules import REASONS, AgentResult, BuildRaceRules, Completion, Stamped
 from aoe_tui.referee.verifier import VerifierOutcome, run_verifier, verifier_starter
 from aoe_tui.replay.reducer import apply_event
@@ -59,10 +67,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.replay.log import EventLogWriter
     from aoe_tui.runtime.provider import Territory, TerritoryProvider
 
-__all__ = ["HeatSupervisor", "OnEvent"]
+__all__ = ["DISK_COMPONENT", "DISK_RESERVE_BYTES", "HeatSupervisor", "OnEvent"]
 
 #: ``on_event(record, world)``: called after every event is appended and reduced.
 OnEvent = Callable[[EventRecord, WorldState], None]
+
+#: ``infrastructure_failure.component`` of a heat the full disk ended
+DISK_COMPONENT = "disk"
+#: free bytes a running heat keeps on its match folder's file system (below: disk full)
+DISK_RESERVE_BYTES = 1 << 20
 
 _DEFAULT_DRAIN_S = 30.0
 _STOP_TIMEOUT_S = 15.0
@@ -102,6 +115,8 @@ class HeatSupervisor:
         instruction_builder: ``(loaded, territory_id) -> str`` for ``instruction.md``; default
             ``aoe_tui.agents.instruction.build_instruction``.
         duration_s: override of ``rules.duration_seconds`` (seconds), for tests.
+        min_free_bytes: free bytes (on ``output_dir``'s file system) below which the heat
+            ends as a full disk (checked every tick); 0 = only real ``ENOSPC`` errors.
     """
 
     def __init__(
@@ -119,6 +134,7 @@ class HeatSupervisor:
         on_event: OnEvent | None = None,
         instruction_builder: Callable[[Any, str], str] | None = None,
         duration_s: float | None = None,
+        min_free_bytes: int = DISK_RESERVE_BYTES,
     ) -> None:
         m = loaded.manifest
         if m.build is None:
@@ -156,6 +172,10 @@ class HeatSupervisor:
         self._tasks: list[asyncio.Task] = []
         #: wall-clock facts for our own ``aoe-extra.json`` (not upstream files)
         self.timings: dict[str, Any] = {}
+        self.min_free_bytes = int(min_free_bytes)
+        #: ``"No space left on device: <path>"`` once the disk filled (the heat then aborts)
+        self.disk_full: str | None = None
+        self._log_full = False  # an append failed for a full disk: nothing more is logged
 
     # ------------------------------------------------------------------ clock + emit
 
@@ -167,7 +187,17 @@ class HeatSupervisor:
     def _emit_all(self, stamped: Sequence[Stamped]) -> None:
         """Append the rules' events in order, folding each into :attr:`world` before the next."""
         for item in stamped:
-            rec = self.log.append(item.event, item.at_ms)
+            if self._log_full:
+                return
+            try:
+                rec = self.log.append(item.event, item.at_ms)
+            except OSError as err:
+                if not is_no_space(err):
+                    raise
+                # the log cannot take it: it ends here (a whole prefix, as after a kill), the heat aborts
+                self._log_full = True
+                self.note_disk_full(self.log.path)
+                return
             apply_event(self.world, rec)
             if self.on_event is not None:
                 try:
@@ -186,6 +216,28 @@ class HeatSupervisor:
     def abort(self) -> None:
         """Request an operator abort (safe from a signal handler via ``loop.add_signal_handler``)."""
         self._abort_evt.set()
+
+    def note_disk_full(self, path: Path | str, detail: str = "") -> None:
+        """The disk holding ``path`` is full: set :attr:`disk_full` (the first one stays) and
+        abort the heat as an infrastructure failure (see the module docstring)."""
+        if self.disk_full is None:
+            self.disk_full = f"No space left on device: {path}" + (f" ({detail})" if detail else "")
+        self._abort_evt.set()
+
+    def check_disk(self) -> bool:
+        """True when ``output_dir``'s file system has at least ``min_free_bytes`` free;
+        else :meth:`note_disk_full` and False."""
+        if self.min_free_bytes <= 0:
+            return True
+        try:
+            free = free_bytes(self.output_dir)
+        except OSError:
+            return True
+        if free >= self.min_free_bytes:
+            return True
+        self.note_disk_full(self.output_dir, f"{fmt_bytes(free)} free, under the {fmt_bytes(self.min_free_bytes)} "
+                                             "a running heat keeps in reserve")
+        return False
 
     @property
     def clock_ms(self) -> int:
@@ -256,6 +308,8 @@ class HeatSupervisor:
                 )
                 seat.run = await seat.adapter.start(ctx)
             except Exception as err:  # adapter could not start: a harness failure
+                if is_no_space(err):
+                    self.note_disk_full(getattr(err, "filename", None) or seat.agent_dir)
                 detail = f"adapter {seat.adapter.name or seat.agent.adapter} failed to start: {_one_line(err)}"
                 self._record_outcome(seat, AgentOutcome(AdapterStatus.HARNESS_ERROR, detail))
                 return
@@ -390,7 +444,9 @@ class HeatSupervisor:
             )
         except asyncio.CancelledError:
             raise
-        except Exception as err:  # the runner itself failed (disk full, ...): record, don't crash
+        except Exception as err:  # the runner itself failed: record, don't crash
+            if is_no_space(err):
+                self.note_disk_full(getattr(err, "filename", None) or self.output_dir / "evidence" / t.id)
             return VerifierOutcome(passed=False, detail=f"verifier runner error: {_one_line(err)}")
 
     async def _reboot(self, seat: _Seat, m: MilestoneDef) -> str | None:
@@ -455,7 +511,7 @@ class HeatSupervisor:
         k = 1
         while self.rules.running():
             await self._sleep_until_ms(k * tick_ms + tick_ms / 2)  # between territory checks
-            if not self.rules.running():
+            if not self.rules.running() or not self.check_disk():
                 return
             self._checkpoint_usage()
             k = max(k + 1, int(self._now_ms() // tick_ms) + 1)
@@ -515,10 +571,15 @@ class HeatSupervisor:
 
     async def _abort(self) -> None:
         await self._cancel_tasks()
-        self._emit_all(self.rules.abort(self._now_ms()))
+        if self.disk_full is not None:
+            failure = InfrastructureFailure(component=DISK_COMPONENT, source="harness", detail=self.disk_full)
+            self._emit_all(self.rules.abort(self._now_ms(), failure, REASONS["disk_full"]))
+        else:
+            self._emit_all(self.rules.abort(self._now_ms()))
         running = self.rules.running_agents()
         await self._stop_seats(self.seats)
-        self._emit_all(self.rules.terminated(running, REASONS["aborted_agent"], self._now_ms()))
+        why = REASONS["disk_full"] if self.disk_full is not None else REASONS["aborted_agent"]
+        self._emit_all(self.rules.terminated(running, why, self._now_ms()))
 
     async def _cancel_tasks(self) -> None:
         tasks = [t for t in self._tasks if not t.done()]

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aoe_tui.fsio import write_atomic
+from aoe_tui.fsio import is_no_space, write_atomic
 from aoe_tui.runtime.procs import Starter, wait_exited
 
 __all__ = ["VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "run_verifier", "verifier_env",
@@ -238,7 +238,9 @@ async def run_verifier(
             process group is killed with SIGKILL.
 
     Returns a :class:`VerifierOutcome`; never raises for verifier misbehaviour (a
-    missing or non-executable file is a failed outcome with a clear detail). If the
+    missing or non-executable file is a failed outcome with a clear detail). Raises
+    ``OSError`` when the runner itself cannot start it (a full disk: ``ENOSPC``; writing
+    ``previous.json`` or the evidence folder). If the
     awaiting task is cancelled (the match finished or was aborted while the verifier ran),
     the process group is killed with SIGKILL before re-raising; the process is then
     reaped off the loop and ``<milestone>.json`` removed, so an unjudged run leaves no
@@ -266,8 +268,8 @@ async def run_verifier(
             _start, verifier, env, previous_file, previous_evidence_json(previous), evidence_file, abandon=_abandon
         )
     except OSError as err:
-        if err.filename is not None and Path(err.filename) != Path(verifier):
-            raise  # evidence folder or previous.json: the runner's failure, not the verifier's
+        if is_no_space(err) or (err.filename is not None and Path(err.filename) != Path(verifier)):
+            raise  # a full disk, the evidence folder or previous.json: the runner's failure, not the verifier's
         if err.errno == errno.ENOENT:
             what = "verifier not found"
         elif err.errno in (errno.EACCES, errno.EPERM):

@@ -4,7 +4,8 @@
 - One record per ``\\n``-terminated line, contiguous ``sequence`` from 0; blank lines are
   skipped (they still count for line numbers).
 - A bad last line without its ``\\n`` is a torn append (``kill -9`` mid-write): readers
-  ignore it, a writer resuming the log cuts it off. A good last line without its ``\\n``
+  ignore it, a writer resuming the log cuts it off and keeps its bytes beside the log
+  (``<log>.torn-<offset>``). A good last line without its ``\\n``
   is kept (a writer resuming the log adds the ``\\n``).
 - Any other bad line, or a sequence gap, raises the format's error naming ``path:line``.
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Generic, Literal, TypeVar
 
 from aoe_tui.errors import AoeError
+from aoe_tui.fsio import write_atomic
 
 __all__ = ["LogAppender", "LogFormat", "LogTail", "parse_log_bytes", "read_log"]
 
@@ -163,47 +165,81 @@ class LogTail(Generic[R]):
 class LogAppender(Generic[R]):
     """Appends lines to a log, resuming an existing one.
 
-    Opening reads the existing log (:attr:`records`), cuts off a torn tail and ends a
-    complete last line that lacks its newline, then opens the file for appending (the
-    parent folder is created). Raises ``fmt.error`` for a bad line of the existing log.
+    Opening reads the existing log (:attr:`records`), ends a complete last line that lacks
+    its newline, and cuts off a torn tail — its bytes are kept beside the log first, in
+    ``<log name>.torn-<offset>`` (``offset``: the byte offset in the log where the tail
+    began; ``-2``, ``-3``, … appended when that name holds other bytes; :attr:`torn` =
+    ``(offset, kept file)``, else None) — then opens the file for
+    appending (the parent folder is created). Raises ``fmt.error`` for a bad line of the
+    existing log, or when the torn tail cannot be kept (it is then left in place).
+
+    A failed append (a full disk: ``ENOSPC``) truncates the log back to where that line
+    began, so the log never ends in the half line a full disk wrote.
     """
 
     def __init__(self, fmt: LogFormat[R], path: Path | str) -> None:
         self.path = Path(path)
         self.records: list[R] = []
+        self.torn: tuple[int, Path] | None = None
         if self.path.exists():
             raw = self.path.read_bytes()
             self.records, consumed, _ = parse_log_bytes(fmt, self.path, raw)
             if consumed < len(raw):
+                kept = self.path.with_name(f"{self.path.name}.torn-{consumed}")
+                k = 1
+                while kept.exists() and kept.read_bytes() != raw[consumed:]:  # never replace other torn bytes
+                    k += 1
+                    kept = self.path.with_name(f"{self.path.name}.torn-{consumed}-{k}")
+                try:
+                    write_atomic(kept, raw[consumed:])
+                except OSError as err:
+                    raise fmt.error(f"{kept}: cannot keep the torn tail of {fmt.what} {self.path} "
+                                    f"({len(raw) - consumed} bytes at offset {consumed}): {err.strerror}") from None
                 with open(self.path, "r+b") as fh:
                     fh.truncate(consumed)
+                self.torn = (consumed, kept)
             elif raw and not raw.endswith(b"\n"):
                 with open(self.path, "ab") as fh:  # complete last line without newline
                     fh.write(b"\n")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[bytes] | None = open(self.path, "ab")
+        self._fh: IO[bytes] | None = open(self.path, "ab", buffering=0)
 
     @property
     def closed(self) -> bool:
         return self._fh is None
 
     def append_line(self, line: str, sync: Sync = "none") -> None:
-        """Write ``line`` (no newline; UTF-8) plus ``\\n``, flush, and sync as asked.
-        Raises ``ValueError`` if closed, ``OSError`` if the write fails."""
+        """Write ``line`` (no newline; UTF-8) plus ``\\n`` and sync as asked. Raises
+        ``ValueError`` if closed, ``OSError`` if the write fails (the log is then truncated
+        back to where the line began: no half line is left)."""
         if self._fh is None:
             raise ValueError(f"{self.path}: log is closed")
-        self._fh.write((line + "\n").encode("utf-8"))
-        self._fh.flush()
-        if sync == "data":
-            os.fdatasync(self._fh.fileno())
-        elif sync == "full":
-            os.fsync(self._fh.fileno())
+        data = (line + "\n").encode("utf-8")
+        fd = self._fh.fileno()
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            if sync == "data":
+                os.fdatasync(fd)
+            elif sync == "full":
+                os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+            raise
 
     def close(self, *, fsync: bool = False) -> None:
-        """Flush (and ``fsync``) and close the file (idempotent)."""
+        """(``fsync`` and) close the file (idempotent)."""
         if self._fh is not None:
-            self._fh.flush()
             if fsync:
-                os.fsync(self._fh.fileno())
+                try:
+                    os.fsync(self._fh.fileno())
+                except OSError:
+                    pass
             self._fh.close()
             self._fh = None

@@ -147,7 +147,8 @@ class EventLogWriter:
 
     ``EventLogWriter(path)`` refuses a non-empty existing log (raise
     :class:`EventLogError`) unless ``resume=True``, in which case it continues
-    from the last sequence + 1 (a torn tail is cut off first). Each
+    from the last sequence + 1 (a torn tail is cut off first and kept beside the log:
+    :attr:`torn`). Each
     :meth:`append` writes one line and flushes; lifecycle kinds are also fsynced.
     Usable as a context manager.
     """
@@ -159,6 +160,8 @@ class EventLogWriter:
         if self.path.exists() and self.path.stat().st_size > 0 and not resume:
             raise EventLogError(f"{self.path}: event log already exists and is not empty")
         self._log = LogAppender(EVENT_LOG, self.path)
+        #: ``(offset, kept file)`` when resuming cut a torn tail (kept beside the log), else None
+        self.torn = self._log.torn
         if self._log.records:
             self.next_sequence = self._log.records[-1].sequence + 1
             self.last_elapsed_ms = self._log.records[-1].elapsed_ms

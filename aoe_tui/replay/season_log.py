@@ -4,7 +4,7 @@ Rules shared with :class:`aoe_tui.replay.log.EventLogWriter`: contiguous ``seque
 from 0; one compact JSON line per event, flushed at once; **every** season event is a
 lifecycle event and is fsynced (they are rare — a few per heat); a torn last line (no
 trailing newline, e.g. after ``kill -9``) is ignored on read and cut off when the writer
-resumes. Any other bad line is an error naming ``path:line``.
+resumes (its bytes are kept beside the log, ``season.jsonl.torn-<offset>``). Any other bad line is an error naming ``path:line``.
 
 The line framing, torn-tail and sequence rules are :mod:`aoe_tui.replay.jsonl`'s.
 """
@@ -83,7 +83,13 @@ class SeasonLogWriter:
         self.path = Path(path)
         self.clock = clock or (lambda: int(time.time() * 1000))
         self._log = LogAppender(SEASON_LOG, self.path)
+        #: ``(offset, kept file)`` when opening cut a torn tail (kept beside the log), else None
+        self.torn = self._log.torn
         self.records: list[SeasonRecord] = self._log.records
+
+    @property
+    def closed(self) -> bool:
+        return self._log.closed
 
     @property
     def next_sequence(self) -> int:

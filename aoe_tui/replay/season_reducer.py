@@ -118,6 +118,8 @@ class SeasonState:
     last_sequence: int | None = None
     #: ``max_attempts`` of the last ``heats_reopened`` (None: the season file's first one)
     max_attempts: int | None = None
+    #: the last ``season_stopped`` (a full disk) until the next ``season_resumed``
+    stopped: se.SeasonStopped | None = None
 
     @property
     def entrants(self) -> list[str]:
@@ -189,6 +191,10 @@ def apply_season_record(state: SeasonState, rec: se.SeasonRecord) -> None:
         return
     if e.kind == "season_resumed":
         state.resumes += 1
+        state.stopped = None
+        return
+    if e.kind == "season_stopped":
+        state.stopped = e
         return
     if e.kind == "stale_territories_cleaned":
         state.cleaned += list(e.territories)

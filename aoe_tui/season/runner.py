@@ -29,6 +29,19 @@ spoiled every attempt are opened again in one ``heats_reopened`` line and each g
 ``season.toml`` in ``max_attempts`` only (``season.toml`` is then replaced). A format whose
 draws depend on ranks (knockout) re-runs only void heats of its last round.
 
+Full disks: before each attempt the runner checks the season folder's file system
+(``statvfs``) for ``min_free_bytes`` (default :data:`HEAT_DISK_NEED_BYTES`, 64 MiB, or
+``AOE_MIN_FREE_MIB``); when short it stops the season (:class:`SeasonStopped`, a
+``season_stopped`` line) naming the folder, the free and the needed space, before
+provisioning. A disk that fills while a heat runs ends that attempt
+(:class:`aoe_tui.referee.heat.DiskFullError`: an ``infrastructure_failure`` in its log, its
+territories torn down) and stops the season the same way (so does an attempt spoiled some
+other way while under 1 MiB is free: a provider that could not write); the attempt gets no
+``attempt_finished`` (it does not count against ``max_attempts``; other running heats are
+stopped too), so the next ``aoe run`` marks it interrupted and re-runs it with the same
+number. A torn last line of ``season.jsonl`` cut on resume is kept beside it
+(``season.jsonl.torn-<offset>``) and its offset is said and logged in ``season_resumed``.
+
 Prices (``[prices]``): a priced entrant's adapter is given the model's rates
 (:attr:`aoe_tui.agents.base.Adapter.price`, µUSD per million tokens); cache tokens and who
 computed the cost come from each attempt's ``aoe-extra.json`` (``agents[id].usage``). When
@@ -51,7 +64,7 @@ from aoe_tui.domain.arena import AgentDef, LoadedManifest, load_manifest
 from aoe_tui.domain.display import RepeatedFailures, fmt_clock, summarize_event
 from aoe_tui.domain.season_file import LoadedSeason, load_season
 from aoe_tui.errors import AoeError
-from aoe_tui.fsio import write_atomic
+from aoe_tui.fsio import fmt_bytes, free_bytes, is_no_space, write_atomic
 from aoe_tui.replay.season_log import SeasonLogWriter
 from aoe_tui.replay.season_reducer import HeatState, RoundState, SeasonState, apply_season_record, reduce_season
 from aoe_tui.season.attempts import adapter_failures, attempt_stats, judge_attempt, usage_mismatches
@@ -59,7 +72,8 @@ from aoe_tui.season.formats import Format, HeatResult, make_format
 from aoe_tui.season.observer import SeasonObserver
 from aoe_tui.season.season_standings import season_standings
 
-__all__ = ["SeasonRunner", "SeasonMismatchError", "heat_manifest", "season_results"]
+__all__ = ["HEAT_DISK_NEED_BYTES", "MIN_FREE_ENV", "SeasonRunner", "SeasonMismatchError", "SeasonStopped",
+           "heat_manifest", "season_results"]
 
 Say = Callable[[str], None]
 
@@ -71,6 +85,37 @@ class SeasonMismatchError(AoeError):
     def __init__(self, message: str, fields: list[str] | None = None) -> None:
         super().__init__(message)
         self.fields = list(fields or [])
+
+
+class SeasonStopped(AoeError):
+    """The season stopped before its end, resumably (a full disk); the message says why
+    and how to resume. Exit status 75 (``EX_TEMPFAIL``: run the same command again)."""
+
+    exit_code = 75
+
+
+#: Free space a heat needs on the season folder's file system before it starts (bytes):
+#: a heat writes its logs, evidence, adapter transcripts, consoles and its territories'
+#: overlay upper layers there (tens of MiB for the built-in builders).
+HEAT_DISK_NEED_BYTES = 64 << 20
+#: environment override of :data:`HEAT_DISK_NEED_BYTES`, in MiB
+MIN_FREE_ENV = "AOE_MIN_FREE_MIB"
+
+
+def heat_disk_need() -> int:
+    """Bytes a heat needs free before it starts: ``AOE_MIN_FREE_MIB`` (MiB) or
+    :data:`HEAT_DISK_NEED_BYTES`. Raises :class:`AoeError` for a value that is not a
+    whole number of MiB >= 0."""
+    text = os.environ.get(MIN_FREE_ENV)
+    if text is None or not text.strip():
+        return HEAT_DISK_NEED_BYTES
+    try:
+        mib = int(text)
+    except ValueError:
+        mib = -1
+    if mib < 0:
+        raise AoeError(f"{MIN_FREE_ENV} must be a whole number of MiB >= 0, got {text!r}")
+    return mib << 20
 
 
 #: Season-file fields ``--retry-void`` lets differ from the folder's ``season.toml``.
@@ -277,9 +322,12 @@ class SeasonRunner:
         write_exports: ``(season_dir, state) -> None``, called after every heat and at the
             end (``aoe run`` passes :func:`aoe_tui.export.write_all`: standings files);
             its exceptions are swallowed. ``None``: no exports.
+        min_free_bytes: free bytes the season folder's file system needs before each attempt
+            (default :func:`heat_disk_need`); 0 = no check.
 
     :meth:`run` raises :class:`AoeError` for bad input (arena manifest, unknown adapter,
-    too few entrants, another season in the folder) before anything runs.
+    too few entrants, another season in the folder) before anything runs, and
+    :class:`SeasonStopped` when a full disk stops the season (resumable).
     """
 
     def __init__(self, loaded: LoadedSeason, output_dir: Path, *, say: Say | None = None,
@@ -288,8 +336,10 @@ class SeasonRunner:
                  run_heat: Callable[..., Any] | None = None,
                  observer: SeasonObserver | None = None,
                  write_exports: Callable[[Path, SeasonState], None] | None = None,
-                 retry_void: bool = False) -> None:
+                 retry_void: bool = False, min_free_bytes: int | None = None) -> None:
         self.write_exports = write_exports
+        self.min_free_bytes = heat_disk_need() if min_free_bytes is None else int(min_free_bytes)
+        self._torn_note = ""
         self.retry_void = retry_void
         self.loaded = loaded
         self.season = loaded.season
@@ -409,6 +459,10 @@ class SeasonRunner:
                                           "folder; choose a new --output folder")
             write_atomic(copy, self.loaded.raw)
         self.log = SeasonLogWriter(log_path)
+        if self.log.torn is not None:
+            off, kept = self.log.torn
+            self._torn_note = f"season.jsonl: torn last line cut at byte {off}, its bytes kept in {kept.name}"
+            self.say(self._torn_note)
         self.state = reduce_season(self.log.records)
         for rec in self.log.records:  # a live view of a resumed season starts from the top
             self._observe("season_record", rec)
@@ -477,7 +531,8 @@ class SeasonRunner:
 
     def _recover(self) -> None:
         """Resume bookkeeping: stale territories, interrupted attempts, half-logged heats."""
-        self._append(se.SeasonResumed(pid=os.getpid(), detail=f"{len(self.state.open_attempts())} attempt(s) interrupted"))
+        detail = f"{len(self.state.open_attempts())} attempt(s) interrupted"
+        self._append(se.SeasonResumed(pid=os.getpid(), detail=detail + (f"; {self._torn_note}" if self._torn_note else "")))
         cleaned = cleanup_stale_territories(self.dir)
         if cleaned:
             self.say(f"tore down {len(cleaned)} leftover territories: {', '.join(cleaned)}")
@@ -508,6 +563,48 @@ class SeasonRunner:
             round=heat.round, heat=heat.heat, attempt=None if void else fin.attempt, void=void,
             ranks={e: 1 for e in heat.entrants} if void else dict(fin.ranks), winner=None if void else fin.winner))
 
+    def _check_space(self, heat: HeatState) -> None:
+        """Before an attempt: the season folder's file system has :attr:`min_free_bytes`
+        free, else stop the season (:class:`_Stop`)."""
+        if self.min_free_bytes <= 0:
+            return
+        try:
+            free = free_bytes(self.dir)
+        except OSError:
+            return
+        if free < self.min_free_bytes:
+            raise _Stop(f"{self.dir}: {fmt_bytes(free)} free, a heat needs {fmt_bytes(self.min_free_bytes)} "
+                        f"({MIN_FREE_ENV} sets it)", heat, None)
+
+    def _low_space(self) -> str | None:
+        """``"N KiB free"`` when the season folder's file system has less than a running
+        heat keeps in reserve (:data:`aoe_tui.referee.supervisor.DISK_RESERVE_BYTES`), else None."""
+        from aoe_tui.referee.supervisor import DISK_RESERVE_BYTES
+
+        try:
+            free = free_bytes(self.dir)
+        except OSError:
+            return None
+        return f"{fmt_bytes(free)} free" if free < DISK_RESERVE_BYTES else None
+
+    def _stopped(self, stop: _Stop) -> SeasonStopped:
+        """Record a full-disk stop (best effort: the season log may be on the full disk
+        too) and return the error to raise."""
+        h = stop.heat
+        event = se.SeasonStopped(reason="disk_full", detail=stop.detail, round=h.round if h else None,
+                                 heat=h.heat if h else None, attempt=stop.attempt)
+        if self.log is not None and not self.log.closed and self.state.info is not None:
+            try:
+                self._append(event)
+            except OSError as err:
+                self.say(f"season.jsonl: season_stopped not written: {err.strerror}")
+        at = f"r{h.round}h{h.heat}" + (f"a{stop.attempt}" if stop.attempt is not None else "") + ": " if h else ""
+        what = ("the attempt does not count: the same command re-runs it" if stop.attempt is not None
+                else "nothing was started: run the same command again")
+        self.say(f"season stopped (disk full): {at}{stop.detail}; {what} after space is freed")
+        return SeasonStopped(f"season stopped, disk full: {at}{stop.detail}; free space and run the same "
+                             f"command again to resume (folder {self.dir})")
+
     def _name(self, r: int, h: int, a: int) -> tuple[str, str]:
         """The bundle's ``match.name`` and ``match.slug`` of an attempt (a cup across arenas
         names the heat's arena in ``name``)."""
@@ -526,6 +623,7 @@ class SeasonRunner:
                 while (self.dir / f"{rel}.interrupted-{k}").exists():
                     k += 1
                 os.rename(folder, self.dir / f"{rel}.interrupted-{k}")
+            self._check_space(heat)
             self._append(se.AttemptStarted(round=heat.round, heat=heat.heat, attempt=a, folder=rel))
             self.say(f"{tag}: started: " + " vs ".join(heat.entrants))
             name, slug = self._name(heat.round, heat.heat, a)
@@ -562,6 +660,7 @@ class SeasonRunner:
                 raise
             except Exception as err:  # recorded as a spoiled attempt, never a traceback
                 error = err
+            from aoe_tui.referee.heat import DiskFullError
             from aoe_tui.replay.log import read_events
 
             try:
@@ -569,6 +668,15 @@ class SeasonRunner:
             except AoeError as err:
                 records, error = [], error or err
             verdict = judge_attempt(world, records, error)
+            if isinstance(error, DiskFullError) or is_no_space(error):
+                # the disk spoiled it: no attempt_finished (it does not count); stop resumably
+                raise _Stop(str(error) if isinstance(error, DiskFullError) else
+                            f"No space left on device: {getattr(error, 'filename', None) or folder}", heat, a) from None
+            if verdict.spoiled:  # spoiled some other way (a provider that could not write) on a full disk
+                low = self._low_space()
+                if low is not None:
+                    raise _Stop(f"No space left on device: {self.dir} ({low}; the attempt was spoiled by "
+                                f"{verdict.source}: {verdict.detail})", heat, a)
             seat_of = {arena.manifest.territories[i].id: e for i, e in enumerate(heat.seats) if e is not None}
             bundle = f"{rel}/{slug}.match.json"
             bundle = bundle if (self.dir / bundle).exists() else None
@@ -669,67 +777,86 @@ class SeasonRunner:
                 self.write_exports(self.dir, self.state)
 
     async def run(self) -> SeasonState:
-        """Run or resume the season to its end; returns the final state."""
-        resuming = self._open()
+        """Run or resume the season to its end; returns the final state. Raises
+        :class:`SeasonStopped` when a full disk stops it (resumable)."""
         try:
-            if resuming:
-                self.say(f"resuming season {self.season.id} · {self.season.label} in {self.dir}")
-                self._recover()
-            else:
-                self.say(f"season {self.season.id} · {self.season.label}: {len(self.entrants)} entrants, "
-                         f"{self.format.kind}, heats of {self.min_heat}-{self.heat_size}, output {self.dir}")
-                hpe = getattr(self.season.format, "heats_per_entrant", None)
-                if hpe is not None and len(self.arenas) > 1 and hpe < len(self.arena_cycle):
-                    later = sorted({self.arenas[i].manifest.arena.id for i in self.arena_cycle[hpe:]}
-                                   - {self.arenas[i].manifest.arena.id for i in self.arena_cycle[:hpe]})
-                    if later:
-                        self.say(f"note: the rounds cycle through {len(self.arena_cycle)} arena slots, but a league "
-                                 f"of {hpe} heats per entrant has about {hpe} rounds: "
-                                 f"{', '.join(later)} may never be raced (raise heats_per_entrant)")
-            if self.retry_void:
-                self._reopen_void()
-            while self.state.finished is None:
-                if self.state.pending_heats():
-                    await self._run_round_heats()
-                    continue
-                for rnd in self.state.rounds.values():
-                    if rnd.finished is None:
-                        self._close_round(rnd)
-                results = season_results(self.state)
-                plan = self.format.next_round(list(self.entrants), results, self.season.seed)
-                if plan is None:
-                    champs = self.format.champions(list(self.entrants), results)
-                    if champs is None:  # the standings decide; an entrant with no counted heat
-                        champs = [r.entrant for r in season_standings(self.state)  # is nobody's champion
-                                  if r.rank == 1 and r.heats > 0]
-                    failed = adapters_that_always_failed(self.state, self.entrants)
-                    self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds),
-                                                   adapters_failed=failed))
-                    raced = {r.arena for r in self.state.rounds.values()}
-                    unraced = [a.manifest.arena.id for a in self.arenas if a.manifest.arena.id not in raced]
-                    self.say(f"season finished: champion {', '.join(champs) or 'none'}"
-                             + (f"; never raced: {', '.join(unraced)}" if unraced else ""))
-                    for e, line in failed.items():
-                        self.say(f"adapter failed every attempt: {e} ({line})")
-                    void = [f"r{h.round}h{h.heat}" for rnd in self.state.rounds.values() for h in rnd.heats.values()
-                            if h.result is not None and h.result.void]
-                    if void:
-                        self.say(f"{len(void)} void heat(s) (the infrastructure spoiled every attempt): "
-                                 f"{', '.join(void)}; aoe run SEASON_FILE --retry-void re-runs them")
-                    break
-                arena_id = self.arena_of_round(plan.round).manifest.arena.id
-                self._append(se.RoundScheduled(
-                    round=plan.round, heats=[se.HeatSeats(heat=h.heat, seats=list(h.seats)) for h in plan.heats],
-                    byes=list(plan.byes), final=plan.final, arena=arena_id))
-                on = f" on {arena_id}" if len(self.arenas) > 1 else ""
-                self.say(f"round {plan.round} scheduled{' (final)' if plan.final else ''}{on}: "
-                         + "; ".join(f"heat {h.heat}: " + " vs ".join(h.entrants) for h in plan.heats)
-                         + (f"; byes: {', '.join(plan.byes)}" if plan.byes else ""))
-            self._export()
-            return self.state
+            return await self._run()
+        except _Stop as stop:
+            raise self._stopped(stop) from None
+        except OSError as err:
+            if not is_no_space(err):
+                raise
+            raise self._stopped(_Stop(f"No space left on device: {err.filename or self.dir}", None, None)) from None
         finally:
             if self.log is not None:
                 self.log.close()
+
+    async def _run(self) -> SeasonState:
+        resuming = self._open()
+        if resuming:
+            self.say(f"resuming season {self.season.id} · {self.season.label} in {self.dir}")
+            self._recover()
+        else:
+            self.say(f"season {self.season.id} · {self.season.label}: {len(self.entrants)} entrants, "
+                     f"{self.format.kind}, heats of {self.min_heat}-{self.heat_size}, output {self.dir}")
+            hpe = getattr(self.season.format, "heats_per_entrant", None)
+            if hpe is not None and len(self.arenas) > 1 and hpe < len(self.arena_cycle):
+                later = sorted({self.arenas[i].manifest.arena.id for i in self.arena_cycle[hpe:]}
+                               - {self.arenas[i].manifest.arena.id for i in self.arena_cycle[:hpe]})
+                if later:
+                    self.say(f"note: the rounds cycle through {len(self.arena_cycle)} arena slots, but a league "
+                             f"of {hpe} heats per entrant has about {hpe} rounds: "
+                             f"{', '.join(later)} may never be raced (raise heats_per_entrant)")
+        if self.retry_void:
+            self._reopen_void()
+        while self.state.finished is None:
+            if self.state.pending_heats():
+                await self._run_round_heats()
+                continue
+            for rnd in self.state.rounds.values():
+                if rnd.finished is None:
+                    self._close_round(rnd)
+            results = season_results(self.state)
+            plan = self.format.next_round(list(self.entrants), results, self.season.seed)
+            if plan is None:
+                champs = self.format.champions(list(self.entrants), results)
+                if champs is None:  # the standings decide; an entrant with no counted heat
+                    champs = [r.entrant for r in season_standings(self.state)  # is nobody's champion
+                              if r.rank == 1 and r.heats > 0]
+                failed = adapters_that_always_failed(self.state, self.entrants)
+                self._append(se.SeasonFinished(champions=champs, rounds=len(self.state.rounds),
+                                               adapters_failed=failed))
+                raced = {r.arena for r in self.state.rounds.values()}
+                unraced = [a.manifest.arena.id for a in self.arenas if a.manifest.arena.id not in raced]
+                self.say(f"season finished: champion {', '.join(champs) or 'none'}"
+                         + (f"; never raced: {', '.join(unraced)}" if unraced else ""))
+                for e, line in failed.items():
+                    self.say(f"adapter failed every attempt: {e} ({line})")
+                void = [f"r{h.round}h{h.heat}" for rnd in self.state.rounds.values() for h in rnd.heats.values()
+                        if h.result is not None and h.result.void]
+                if void:
+                    self.say(f"{len(void)} void heat(s) (the infrastructure spoiled every attempt): "
+                             f"{', '.join(void)}; aoe run SEASON_FILE --retry-void re-runs them")
+                break
+            arena_id = self.arena_of_round(plan.round).manifest.arena.id
+            self._append(se.RoundScheduled(
+                round=plan.round, heats=[se.HeatSeats(heat=h.heat, seats=list(h.seats)) for h in plan.heats],
+                byes=list(plan.byes), final=plan.final, arena=arena_id))
+            on = f" on {arena_id}" if len(self.arenas) > 1 else ""
+            self.say(f"round {plan.round} scheduled{' (final)' if plan.final else ''}{on}: "
+                     + "; ".join(f"heat {h.heat}: " + " vs ".join(h.entrants) for h in plan.heats)
+                     + (f"; byes: {', '.join(plan.byes)}" if plan.byes else ""))
+        self._export()
+        return self.state
+
+
+class _Stop(Exception):
+    """Internal: a full disk stops the season (``detail``; the ``heat`` about to start or
+    running, the ``attempt`` it ended or None)."""
+
+    def __init__(self, detail: str, heat: HeatState | None, attempt: int | None) -> None:
+        super().__init__(detail)
+        self.detail, self.heat, self.attempt = detail, heat, attempt
 
 
 def adapters_that_always_failed(state: SeasonState, entrants: dict[str, Any]) -> dict[str, str]:
