@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from aoe_tui import __version__
+from aoe_tui.domain.display import printable
 from aoe_tui.errors import AoeError
 
 # Command modules, in the order they appear in ``aoe --help``.
@@ -96,14 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         load_plugins()
     except AoeError as err:
-        print(f"aoe: error: {err}", file=sys.stderr)
+        print(printable(f"aoe: error: {err}", newlines=True), file=sys.stderr)
         return err.exit_code
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         rc = args.func(args)
     except AoeError as err:
-        print(f"aoe: error: {err}", file=sys.stderr)
+        print(printable(f"aoe: error: {err}", newlines=True), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("aoe: interrupted", file=sys.stderr)

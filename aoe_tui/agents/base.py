@@ -110,12 +110,42 @@ class AgentContext:
 
 
 class AgentRun(abc.ABC):
-    """One running agent. Created by :meth:`Adapter.start`; owned by the referee."""
+    """One running agent. Created by :meth:`Adapter.start`; owned by the referee.
+
+    **Containment.** When an agent's time ends (``timed_out``) or it is stopped
+    (outraced, the drain deadline, an abort), every adapter ends what the agent started
+    inside its territory, not only its own process on the host:
+    :meth:`end_territory_sessions` ends the territory's login sessions, so the shells
+    the agent opened and anything it left running from them (``nohup``, ``setsid``,
+    ``&``) stop, while the service it deployed under systemd keeps running. An agent
+    that finishes on its own is left alone: its heat goes on (verifiers log in to check
+    it) and what it left running may be its deployment.
+    """
 
     def __init__(self, ctx: AgentContext, activity_lines: int = 50) -> None:
         self.ctx = ctx
         #: Most recent human-readable activity lines (tool calls, output), newest last.
         self.activity: collections.deque[str] = collections.deque(maxlen=activity_lines)
+
+    async def end_territory_sessions(self) -> None:
+        """End the territory's login sessions (see the class docstring;
+        :func:`aoe_tui.runtime.ssh.end_login_sessions`) and say so in :attr:`activity`.
+        Best effort, at most about 16 s; never raises (an unreachable territory, e.g.
+        one rebooting, is one activity line)."""
+        import asyncio
+
+        import asyncssh
+
+        from aoe_tui.runtime.ssh import end_login_sessions
+
+        t = self.ctx.territory
+        try:
+            ended = await end_login_sessions(t.host, t.ssh_port, t.password)
+        except (asyncssh.Error, OSError, asyncio.TimeoutError, RuntimeError) as exc:
+            self.activity.append(f"could not end the agent's sessions in {t.id}: {exc or type(exc).__name__}")
+            return
+        if ended:
+            self.activity.append(f"ended {len(ended)} login session(s) left in {t.id} and what ran in them")
 
     @abc.abstractmethod
     async def wait(self) -> AgentOutcome:

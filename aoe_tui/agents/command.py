@@ -4,7 +4,9 @@
 stdout/stderr appended to ``agents/<id>/stdout.log`` / ``stderr.log`` and the exact
 ``AOE_*`` environment of spec §5.1 (see :func:`adapter_environment`). The process runs
 in its own session / process group so the deadline and :meth:`CommandRun.stop` kill the
-whole tree (upstream kills only the direct child; we go further so nothing leaks).
+whole tree (upstream kills only the direct child; we go further so nothing leaks), and
+then end the territory's login sessions, so what the adapter started inside the
+territory over SSH stops too (:meth:`~aoe_tui.agents.base.AgentRun.end_territory_sessions`).
 
 Interpretation of how it ended (spec §5.4) is :func:`interpret_exit`; the budget check
 (applied last, to every outcome) is :func:`apply_budget`.
@@ -216,6 +218,8 @@ class CommandRun(AgentRun):
             await self._terminate_group()
         # Leftover children (background loops, tunnels) end with the adapter.
         _kill_group(self.pid, signal.SIGKILL)
+        if self.timed_out or self.stopped:  # and what it started inside the territory
+            await self.end_territory_sessions()
         self.returncode = self.proc.returncode
         self._read_new_log_lines()
         self._tail.cancel()

@@ -11,7 +11,8 @@ oracle adapters (spec §5.6: ``completed``, summary "oracle deployed durable ser
 
 Built-in runs follow the same rules as command adapters: deadline → ``timed_out``,
 budget check last (:func:`aoe_tui.agents.command.apply_budget`), :meth:`stop` →
-``interrupted`` with ``run.stopped`` set. An unreachable territory is ``unavailable``
+``interrupted`` with ``run.stopped`` set; at the deadline and on a stop the territory's
+login sessions end (:meth:`~aoe_tui.agents.base.AgentRun.end_territory_sessions`). An unreachable territory is ``unavailable``
 (failure source ``provider``); an unexpected local error is ``harness_error``.
 """
 
@@ -193,9 +194,11 @@ class BuilderRun(AgentRun):
             status, summary = await asyncio.wait_for(self.body(), timeout=max(0.0, float(self.ctx.deadline_s)))
         except asyncio.TimeoutError:
             self.activity.append("deadline reached")
+            await self.end_territory_sessions()
             return self._finish(AdapterStatus.TIMED_OUT, DEADLINE_SUMMARY, self.usage)
         except asyncio.CancelledError:
             if self.stopped:
+                await self.end_territory_sessions()
                 return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY, self.usage)
             raise
         except _Unreachable as exc:
@@ -212,7 +215,7 @@ class BuilderRun(AgentRun):
         return await asyncio.shield(self._task)
 
     async def stop(self) -> None:
-        """Cancel the builder (its SSH session closes; the deployed service stays). Idempotent."""
+        """Cancel the builder and end its territory's login sessions (the deployed service stays). Idempotent."""
         if self._task.done():
             return
         self.stopped = True

@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from aoe_tui.domain.display import fmt_clock
+from aoe_tui.domain.display import fmt_clock, printable
 from aoe_tui.domain.world import WorldState, world_json
 from aoe_tui.replay.bundle import write_bundle
 from aoe_tui.replay.matchdir import LoadedMatch, load_match
@@ -134,5 +134,5 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     elif args.standings_json:
         print(json.dumps([s.to_dict() for s in compute_standings(match.world)], indent=2))
     else:
-        print(render_text(match))
+        print(printable(render_text(match), newlines=True))
     return 0

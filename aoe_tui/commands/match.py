@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from aoe_tui.commands.season import add_priority_arg
-from aoe_tui.domain.display import RepeatedFailures, fmt_clock, summarize_event
+from aoe_tui.domain.display import RepeatedFailures, fmt_clock, printable, summarize_event
 from aoe_tui.errors import AoeError, UsageError
 
 __all__ = ["register", "ProgressPrinter", "build_adapters", "make_provider", "matrix_lines"]
@@ -163,7 +163,7 @@ class ProgressPrinter:
         self._failures = RepeatedFailures()
 
     def _p(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        print(printable(text), file=self.stream, flush=True)
 
     def __call__(self, rec: Any, world: Any) -> None:
         e = rec.event
@@ -210,7 +210,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     def phase(msg: str) -> None:
         if not quiet:
-            print(f"[aoe] {msg}", flush=True)
+            print(printable(f"[aoe] {msg}"), flush=True)
 
     try:
         world = asyncio.run(_run(loaded, provider, adapters, output, args, registered, credentials, printer, phase))
@@ -218,9 +218,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print("aoe: interrupted (forced); territories were torn down", file=sys.stderr)
         return 130
     wall = time.monotonic() - started
-    print(
+    print(printable(
         f"match {world.match_state.value}: winner={world.winner or 'none'} ({world.finish_reason or '-'}); "
-        f"clock {fmt_clock(world.elapsed_ms, 'mm:ss.d')}, wall {wall:.1f} s; folder {output}",
+        f"clock {fmt_clock(world.elapsed_ms, 'mm:ss.d')}, wall {wall:.1f} s; folder {output}"),
         flush=True,
     )
     bundle = bundle_path(output)
@@ -230,7 +230,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
     if world.finish_reason == "operator interrupt":
         return 130
-    print(f"aoe: error: match aborted: {world.finish_reason}", file=sys.stderr)
+    print(printable(f"aoe: error: match aborted: {world.finish_reason}"), file=sys.stderr)
     return 1
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from aoe_tui.commands.serve import add_run_args, serving
+from aoe_tui.domain.display import printable
 from aoe_tui.errors import AoeError, UsageError
 
 
@@ -71,7 +72,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _say(msg: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+    """Print one headless progress line (its text made terminal-safe: :func:`printable`)."""
+    print(printable(f"{time.strftime('%H:%M:%S')} {msg}"), flush=True)
 
 
 def add_priority_arg(p: argparse.ArgumentParser) -> None:

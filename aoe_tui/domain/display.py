@@ -3,7 +3,9 @@ headless progress lines all format through here (no I/O).
 
 - :func:`fmt_clock`: a match clock from **milliseconds**, in one of the styles below.
 - :func:`fmt_tokens`, :func:`fmt_cost`: token counts and micro-USD costs.
-- :func:`sanitize_line`: one safe display line from arbitrary adapter output.
+- :func:`sanitize_line`: one safe display line from arbitrary adapter output (the TUI).
+- :func:`printable`: a headless output line safe for a terminal (control characters shown
+  as visible escapes); every plain-text line the commands print goes through it.
 - :func:`summarize_event`: one event (§2) → one human line (:class:`EventLine`), in the
   voice of the TUI feed (``"feed"``), ``aoe match run``'s progress lines (``"match"``) or
   ``aoe run``'s headless season lines (``"season"``); :func:`summarize_season_event`: one
@@ -26,6 +28,7 @@ __all__ = [
     "fmt_cost",
     "fmt_tokens",
     "first_line",
+    "printable",
     "RepeatedFailures",
     "sanitize_line",
     "short_line",
@@ -91,8 +94,19 @@ _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)
 ACTIVITY_LINE_LIMIT = 200
 
 
+def _regional_letter(n: int) -> str:
+    return chr(n - 0x1F1E6 + ord("A"))
+
+
+def _joins_emoji(n: int) -> bool:
+    """Variation selectors (U+FE00–FE0F, U+E0100–E01EF) and the skin-tone modifiers
+    (U+1F3FB–1F3FF): they only change how the character before them looks."""
+    return 0xFE00 <= n <= 0xFE0F or 0xE0100 <= n <= 0xE01EF or 0x1F3FB <= n <= 0x1F3FF
+
+
 def sanitize_line(text: object, limit: int = ACTIVITY_LINE_LIMIT, collapse: bool = False) -> str:
-    """One safe display line from arbitrary adapter output (activity lines, details).
+    """One safe display line from arbitrary adapter output (activity lines, details,
+    model names an agent reports).
 
     Removes ANSI escape sequences; turns tabs/newlines/carriage returns into spaces (one
     line always; ``collapse`` also folds runs of spaces, else only the ends are trimmed); drops other control, format (bidi overrides, zero-width), surrogate,
@@ -100,15 +114,29 @@ def sanitize_line(text: object, limit: int = ACTIVITY_LINE_LIMIT, collapse: bool
     one. A line that is mostly undecodable becomes ``‹binary output, N chars›``. The
     result is plain text — callers append it to ``rich.text.Text`` (never parsed as
     markup). Cut to ``limit`` characters with a trailing ``…``.
+
+    **Widths a terminal agrees with.** Rich measures an emoji sequence as one 2-cell
+    grapheme, a terminal counting code points (wcwidth, as xterm, tmux and pyte do) sees
+    more cells, so a panel's right border would shift on such a row. The line is put in
+    NFC and the parts that join code points into one picture are taken out: variation
+    selectors and skin-tone modifiers dropped (``❤️`` → ``❤``, ``👍🏽`` → ``👍``), zero-width
+    joiners dropped with the other format characters (``👩‍💻`` → ``👩💻``), regional-indicator
+    flags as their letters (``🇫🇷`` → ``FR``). What remains measures the same cell by cell.
     """
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
     raw = _ANSI_RE.sub("", str(text))
     out: list[str] = []
     bad = 0
-    for ch in raw:
+    for ch in unicodedata.normalize("NFC", raw):
         if ch in "\t\n\r\v\f":
             out.append(" ")
+            continue
+        n = ord(ch)
+        if _joins_emoji(n):
+            continue
+        if 0x1F1E6 <= n <= 0x1F1FF:
+            out.append(_regional_letter(n))
             continue
         cat = unicodedata.category(ch)
         if ch == "\ufffd" or cat in ("Cs", "Co", "Cn"):
@@ -125,6 +153,45 @@ def sanitize_line(text: object, limit: int = ACTIVITY_LINE_LIMIT, collapse: bool
     if raw and bad * 3 > len(raw):
         return f"‹binary output, {len(raw)} chars›"
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+#: invisible format characters that reorder or hide what follows on a terminal line (bidi
+#: embeddings/overrides/isolates, marks, zero-width space/joiners except ZWJ, word joiner,
+#: BOM) and the Unicode line/paragraph separators; :func:`printable` shows them escaped
+_HIDDEN = frozenset("\u061c\u200b\u200c\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e"
+                    "\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\ufeff")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(ch: str) -> str:
+    if ch in _NAMED:
+        return _NAMED[ch]
+    n = ord(ch)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+
+def printable(text: object, *, newlines: bool = False) -> str:
+    """``text`` (what a guest's console, an agent or a verifier wrote, inside a line we
+    print) safe to write to a terminal: ESC and every other C0/C1 control character, DEL,
+    lone surrogates and the invisible bidi/format characters of :data:`_HIDDEN` become
+    visible escapes (``\\x1b``, ``\\r``, ``\\t``, ``\\x9b``, ``\\u202e``), so no
+    escape sequence reaches the terminal (colours, cursor moves, a cleared screen, a window
+    title, a rewritten line) and the line reads as sent. Line feeds are escaped too, so
+    one message stays one line, unless ``newlines`` (multi-line error messages keep theirs).
+    Everything else (including emoji and backslashes) is kept as is."""
+    s = str(text)
+    if s.isprintable() and not any(ch in _HIDDEN for ch in s):
+        return s
+    out = []
+    for ch in s:
+        n = ord(ch)
+        if ch == "\n" and newlines:
+            out.append(ch)
+        elif n < 0x20 or 0x7F <= n < 0xA0 or ch in _HIDDEN or 0xD800 <= n < 0xE000:
+            out.append(_escaped(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def first_line(text: str | None, limit: int | None = 160) -> str:
@@ -224,13 +291,13 @@ def _feed_line(e: Any) -> EventLine | None:
     if k == "match_state_changed":
         return EventLine(f"match {e.from_} → {e.to}", "state", None, None)
     if k == "match_finished":
-        return EventLine(f"match finished, winner {e.winner or 'none'}: {e.reason}", "win", None, None)
+        return EventLine(f"match finished, winner {e.winner or 'none'}: {short_line(e.reason)}", "win", None, None)
     if k == "territory_registered":
         return EventLine(f"{e.territory} registered ({e.class_}) for {e.agent}", "dim", None, e.territory)
     if k == "territory_state_changed":
         return EventLine(f"{e.territory} {e.from_} → {e.to} ({short_line(e.reason, 80)})", "state", None, e.territory)
     if k == "agent_started":
-        return EventLine(f"{e.agent} started on {e.territory} ({e.model})", "dim", None, e.territory)
+        return EventLine(f"{e.agent} started on {e.territory} ({short_line(e.model, 80)})", "dim", None, e.territory)
     if k == "agent_finished":
         verb = "finished" if e.success else f"failed ({e.source})"
         return EventLine(f"{e.agent} {verb}: {short_line(e.detail, 100)}", "good" if e.success else "bad", None, None)
@@ -277,7 +344,7 @@ def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
         tag = f"r{e.round}h{e.heat}a{e.attempt}"
         if e.outcome == "counted":
             return f"{tag} finished in {fmt_clock(e.elapsed_ms)}: winner {e.winner or 'none (tie)'}"
-        first = e.detail.splitlines()[0] if e.detail else ""
+        first = short_line(e.detail.splitlines()[0]) if e.detail else ""
         return f"{tag} spoiled by {e.failure_source}: {first} → " + ("retry" if e.outcome == "retry" else "void")
     if k == "heat_finished":
         return None

@@ -33,7 +33,7 @@ from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_reducer import SeasonState
 from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
 
-__all__ = ["COLUMNS", "FORMATS", "render", "write_all"]
+__all__ = ["COLUMNS", "FORMATS", "md_text", "render", "write_all"]
 
 FORMATS = ("csv", "json", "md", "html")
 
@@ -69,8 +69,49 @@ def _cache(r: SeasonStanding) -> str:
 COST_BY = {"price table": "price table", "adapter": "adapter", "mixed": "mixed", None: "—"}
 
 
+#: first characters that make a spreadsheet read a CSV cell as a formula (OWASP CSV injection)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(v: Any) -> str:
-    return "" if v is None else str(v)
+    """One CSV cell: empty for None; a number we produce (int/float) as is, negative or not;
+    any text that a spreadsheet would run as a formula (starting ``=``, ``+``, ``-``, ``@``,
+    tab or CR) prefixed with ``'`` (OWASP), so agent-reported text stays text. A CR inside
+    text becomes a line feed (the writer quotes those; a bare CR would end the row in readers)."""
+    if v is None:
+        return ""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return str(v)
+    s = str(v)
+    quoted = "'" + s if s.startswith(_FORMULA_START) else s
+    return quoted.replace("\r\n", "\n").replace("\r", "\n")
+
+
+#: Markdown's inline punctuation that could start emphasis, code, links or headings, escaped
+#: with a backslash (CommonMark escapes any ASCII punctuation)
+_MD_PUNCT = frozenset("\\`*_[]#|!~")
+
+
+def md_text(text: Any) -> str:
+    """``text`` as literal Markdown inline text (table cells, the title line): ``\\``,
+    backticks, ``*``, ``_``, ``[``, ``]``, ``#``, ``|``, ``!``, ``~`` backslash-escaped;
+    ``&``, ``<``, ``>`` as HTML entities (no raw HTML); line breaks and other control
+    characters as one space (a cell stays on its row). Rendered, it reads as written."""
+    out = []
+    for ch in str(text):
+        if ch in _MD_PUNCT:
+            out.append("\\" + ch)
+        elif ch == "&":
+            out.append("&amp;")
+        elif ch == "<":
+            out.append("&lt;")
+        elif ch == ">":
+            out.append("&gt;")
+        elif ch < " " or ch == "\x7f" or "\x80" <= ch <= "\x9f" or ch in "\u2028\u2029":
+            out.append(" ")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
@@ -155,7 +196,7 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
     """A Markdown table of the standings with a title line; a cup across arenas adds a
     ``## Per arena`` breakdown table after it."""
     info = state.info
-    title = f"# {info.season} · {info.label} — standings\n\n" if info else "# standings\n\n"
+    title = f"# {md_text(info.season)} · {md_text(info.label)} — standings\n\n" if info else "# standings\n\n"
     head = ("| # | entrant | model | heats | wins | durable | points | coverage | median durable | rating μ | σ | "
             "ordinal | tokens in/out | cache read/write | cost | cost by | cost/durable | infra failures | byes |\n")
     sep = "|" + "---|" * 19 + "\n"
@@ -163,7 +204,7 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
     for r in rows:
         tokens = "—" if r.input_tokens is None else f"{r.input_tokens}/{r.output_tokens}"
         lines.append(
-            f"| {r.rank} | {r.entrant}{' 🏆' if r.champion else ''} | {r.model or ''} | {r.heats} | {r.wins} | {r.durable} | "
+            f"| {r.rank} | {md_text(r.entrant)}{' 🏆' if r.champion else ''} | {md_text(r.model or '')} | {r.heats} | {r.wins} | {r.durable} | "
             f"{r.points} | {r.coverage:.0%} | {_clock(r.median_durable_ms)} | {r.mu:.2f} | {r.sigma:.2f} | "
             f"{r.ordinal:.2f} | {tokens} | {_cache(r)} | {_usd(r.cost_microusd)} | {COST_BY.get(r.cost_source, r.cost_source)} | "
             f"{_usd(r.cost_per_durable_microusd)} | {r.infra_failures} | {r.byes} |\n"
@@ -172,9 +213,9 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
             "\nTie-break order: wins, durable deployments, points, median time to durable, rating ordinal, cost, id.\n")
     per_arena = ""
     if state.multi_arena:
-        per_arena = (f"\n## Per arena\n\nArenas: {_arena_list(state)}.\n\n"
+        per_arena = (f"\n## Per arena\n\nArenas: {md_text(_arena_list(state))}.\n\n"
                      + "| " + " | ".join(BREAKDOWN_HEADS) + " |\n" + "|" + "---|" * len(BREAKDOWN_HEADS) + "\n"
-                     + "".join("| " + " | ".join(cells) + " |\n" for cells in _breakdown_rows(state, rows)))
+                     + "".join("| " + " | ".join(map(md_text, cells)) + " |\n" for cells in _breakdown_rows(state, rows)))
     return title + head + sep + "".join(lines) + tail + per_arena
 
 

@@ -139,3 +139,39 @@ async def wait_boot_finished(host: str, port: int, password: str, *, timeout_s: 
     except asyncio.TimeoutError:
         raise TimeoutError(f"boot of {host}:{port} not finished after {timeout_s:.0f} s") from None
     return res.stdout.strip() or res.stderr.strip()
+
+
+#: Run as root in a territory by :func:`end_login_sessions`: kill (SIGKILL, every process)
+#: each logind session opened from the runner's address (the one this session comes
+#: from), but this one; print each session id ended. Console logins and sessions from
+#: other machines (an operator on an ``ssh`` provider host) are spared. Exit 3 when the
+#: guest has no ``loginctl`` (no logind: nothing to tell sessions apart by).
+END_SESSIONS_SH = r"""command -v loginctl >/dev/null 2>&1 || exit 3
+me="${XDG_SESSION_ID:-}"
+runner="${SSH_CLIENT%% *}"
+for s in $(loginctl list-sessions --no-legend 2>/dev/null | awk '{print $1}'); do
+  [ "$s" = "$me" ] && continue
+  [ "$(loginctl show-session "$s" -p RemoteHost --value 2>/dev/null)" = "$runner" ] || continue
+  loginctl kill-session --kill-whom=all --signal=KILL "$s" 2>/dev/null || continue
+  loginctl terminate-session "$s" 2>/dev/null
+  echo "$s"
+done
+true"""
+
+
+async def end_login_sessions(host: str, port: int, password: str, *, timeout_s: float = 15.0) -> list[str]:
+    """End every login session opened in a territory from the runner's address (the SSH
+    sessions agents and verifiers open, and whatever was started from them: background
+    jobs, ``nohup`` / ``setsid`` processes stay in their session's scope) except the one
+    this opens to do it; console logins and sessions from elsewhere are left alone.
+    Units under systemd's ``system.slice`` (a deployed ``builder-app.service``, a
+    ``systemd-run`` unit) are not sessions and keep running.
+
+    Returns the ids of the sessions ended (``[]``: none). Raises ``asyncssh.Error``,
+    ``OSError`` or ``asyncio.TimeoutError`` (after ``timeout_s`` seconds in all) when the
+    territory cannot be reached, :class:`RuntimeError` when it has no ``loginctl``."""
+    res = await asyncio.wait_for(run(host, port, password, END_SESSIONS_SH, timeout_s=timeout_s,
+                                     connect_timeout_s=min(10.0, timeout_s)), timeout=timeout_s + 1)
+    if res.exit_status == 3:
+        raise RuntimeError("no loginctl in the territory")
+    return res.stdout.split()

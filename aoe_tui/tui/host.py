@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from aoe_tui.domain.display import printable
 from aoe_tui.runtime.realtime import engine_priority
 
 __all__ = ["SeasonHost"]
@@ -61,7 +62,7 @@ class SeasonHost:
 
     def say(self, msg: str) -> None:
         """Record one progress line (and print it through the sink once detached)."""
-        line = f"{time.strftime('%H:%M:%S')} {msg}"
+        line = printable(f"{time.strftime('%H:%M:%S')} {msg}")
         with self._lock:
             self.lines.append(line)
             sink = self._sink

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from aoe_tui.domain import season_events as se
 from aoe_tui.replay.season_reducer import AttemptState, HeatState, SeasonState, apply_season_record
 from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
-from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens, summarize_season_event
+from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens, short_line, summarize_season_event
 from aoe_tui.tui.viewmodel import HeatModel
 
 LOG_LIMIT = 200
@@ -275,7 +275,7 @@ class SeasonModel:
             for i, (a, s) in enumerate(zip(h.attempts, att_states)):
                 detail = ""
                 if a.finished is not None and a.finished.outcome != "counted":
-                    detail = f"{a.finished.failure_source or '?'}: {a.finished.detail.splitlines()[0] if a.finished.detail else ''}"
+                    detail = f"{a.finished.failure_source or '?'}: {short_line(a.finished.detail.splitlines()[0]) if a.finished.detail else ''}"
                 elif a.status == "interrupted":
                     detail = f"kept as {_attempt_folder(a)}"
                 t = fmt_clock(a.finished.elapsed_ms) if a.finished is not None and a.finished.elapsed_ms else ""

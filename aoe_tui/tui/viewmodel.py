@@ -278,14 +278,14 @@ class HeatModel:
             tied = self._tied_leaders()
             if tied:
                 pts = tied[0].points
-                return f"NO WINNER (tie) · {', '.join(r.territory for r in tied)} · {pts} points · {w.finish_reason}"
-            return f"NO WINNER · {w.finish_reason}"
+                return f"NO WINNER (tie) · {', '.join(r.territory for r in tied)} · {pts} points · {short_line(w.finish_reason)}"
+            return f"NO WINNER · {short_line(w.finish_reason)}"
         terr = w.territories.get(w.winner)
         agent = terr.agent if terr else None
         pts = terr.milestone_points if terr else 0
         who = f"{w.winner} ({agent})" if agent else w.winner
         at = f" at {fmt_clock(terr.durable_at_ms)}" if terr and terr.durable_at_ms is not None else ""
-        return f"WINNER {who} · {pts} points{at} · {w.finish_reason}"
+        return f"WINNER {who} · {pts} points{at} · {short_line(w.finish_reason)}"
 
     def _tied_leaders(self) -> list:
         """The §3.6 rows tied for first of a finished build race (two or more), else []."""
@@ -426,7 +426,7 @@ def panel_view(model: HeatModel, tid: str, activity_lines: int = 6, clock_ms: in
         territory=tid,
         agent=agent_id,
         adapter=meta.adapter if meta else None,
-        model=(av.model if av and av.model else (meta.model if meta else None)),
+        model=short_line(av.model if av and av.model else (meta.model if meta else None), 120) or None,
         effort=meta.reasoning_effort if meta else None,
         competitor_state=cs,
         territory_state=ts,
