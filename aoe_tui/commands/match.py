@@ -15,9 +15,10 @@ package runs unchanged.
 
 Progress is printed as plain lines (log friendly): one line per notable event
 and a compact milestone matrix whenever a milestone or competitor state changes.
-Ctrl-C (SIGINT) or SIGTERM aborts gracefully: the log records the abort,
-``world.json`` is written (``match_state`` aborted) and territories are torn
-down; a second Ctrl-C cancels harder (teardown still runs).
+Ctrl-C (SIGINT), SIGTERM or SIGHUP (the terminal closed; the lines then go to
+``/dev/null``) aborts gracefully: the log records the abort, ``world.json`` is written
+(``match_state`` aborted) and territories are torn down; a second signal cancels harder
+(teardown still runs).
 
 ``--provider`` is any registered provider (:mod:`aoe_tui.runtime.registry`: ``container``,
 ``qemu``, ``ssh``, ``nixos`` and those of ``AOE_PLUGINS`` modules).
@@ -244,6 +245,10 @@ async def _run(loaded, provider, adapters, output, args, registered, credentials
     hits = {"n": 0}
 
     def on_signal(signame: str) -> None:
+        if signame == "SIGHUP":  # the terminal is gone: printing to it must not fail the abort
+            from aoe_tui.signals import release_terminal
+
+            release_terminal()
         hits["n"] += 1
         if hits["n"] == 1:
             phase(f"{signame}: aborting the match (again to force)")
@@ -251,7 +256,7 @@ async def _run(loaded, provider, adapters, output, args, registered, credentials
         elif task is not None:
             task.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, on_signal, sig.name)
     try:
         with engine_priority(args.engine_priority) as note:
@@ -270,5 +275,5 @@ async def _run(loaded, provider, adapters, output, args, registered, credentials
                 on_phase=phase,
             )
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)

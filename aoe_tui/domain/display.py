@@ -262,6 +262,9 @@ def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
         return f"season {e.season} · {e.label} started: {len(e.entrants)} entrants"
     if k == "season_resumed":
         return f"resumed (pid {e.pid}): {e.detail}"
+    if k == "season_stopped":
+        running = f"; aborted {', '.join(e.open_attempts)}" if e.open_attempts else ""
+        return f"stopped ({e.reason}, pid {e.pid}){running}; the same aoe run resumes"
     if k == "stale_territories_cleaned":
         return f"tore down {len(e.territories)} leftover territories"
     if k == "round_scheduled":

@@ -10,7 +10,11 @@ Lifecycle of a heat: ``round_scheduled`` (all heats of a round in one line, so a
 never leave half a round scheduled) → ``attempt_started`` → ``attempt_finished``
 (``outcome`` ``counted`` / ``retry`` / ``void``) or, on resume, ``attempt_interrupted`` →
 … → ``heat_finished``. Rounds end with ``round_finished`` (knockout: who advanced), the
-season with ``season_finished``. ``heats_reopened`` (``aoe run --retry-void``) opens void
+season with ``season_finished``. ``season_stopped`` records that a run session ended
+before the season did (a signal, or "stop" in the TUI) after its running heats aborted
+and their territories were torn down; the next ``aoe run`` of the same file and folder
+resumes (``season_resumed``, ``attempt_interrupted`` for each aborted attempt).
+``heats_reopened`` (``aoe run --retry-void``) opens void
 heats again: new attempts, then a new ``heat_finished``, ``round_finished`` and
 ``season_finished``.
 """
@@ -105,6 +109,18 @@ class SeasonResumed(_Ev):
     kind: Literal["season_resumed"] = "season_resumed"
     pid: int
     detail: str = ""
+
+
+class SeasonStopped(_Ev):
+    """A run session stopped before the season finished, territories torn down.
+    ``reason``: the signal name (``SIGINT``, ``SIGTERM``, ``SIGHUP``) or ``quit`` (the
+    TUI's "stop" choice); ``pid`` the runner's process id; ``open_attempts`` the running
+    attempts it aborted (``rRhHaA`` tags), re-run on resume."""
+
+    kind: Literal["season_stopped"] = "season_stopped"
+    reason: str
+    pid: int
+    open_attempts: list[str] = Field(default_factory=list)
 
 
 class StaleTerritoriesCleaned(_Ev):
@@ -228,6 +244,7 @@ class SeasonFinished(_Ev):
 SEASON_EVENT_TYPES = (
     SeasonStarted,
     SeasonResumed,
+    SeasonStopped,
     StaleTerritoriesCleaned,
     RoundScheduled,
     AttemptStarted,

@@ -113,6 +113,8 @@ class SeasonState:
     rounds: dict[int, RoundState] = field(default_factory=dict)
     finished: se.SeasonFinished | None = None
     resumes: int = 0
+    #: the ``season_stopped`` events, oldest first (one per run session stopped early)
+    stops: list[se.SeasonStopped] = field(default_factory=list)
     cleaned: list[str] = field(default_factory=list)
     finish_order: list[tuple[int, int]] = field(default_factory=list)
     last_sequence: int | None = None
@@ -189,6 +191,11 @@ def apply_season_record(state: SeasonState, rec: se.SeasonRecord) -> None:
         return
     if e.kind == "season_resumed":
         state.resumes += 1
+        return
+    if e.kind == "season_stopped":
+        if state.finished is not None:
+            raise _err(rec, "season already finished")
+        state.stops.append(e)
         return
     if e.kind == "stale_territories_cleaned":
         state.cleaned += list(e.territories)

@@ -291,6 +291,8 @@ class SeasonRunner:
                  retry_void: bool = False) -> None:
         self.write_exports = write_exports
         self.retry_void = retry_void
+        #: why a cancelled run stopped (``season_stopped.reason``): set by whoever cancels it
+        self.stop_reason: str | None = None
         self.loaded = loaded
         self.season = loaded.season
         self.dir = Path(output_dir)
@@ -727,6 +729,15 @@ class SeasonRunner:
                          + (f"; byes: {', '.join(plan.byes)}" if plan.byes else ""))
             self._export()
             return self.state
+        except asyncio.CancelledError:
+            # stopped (a signal, or "stop" in the TUI): the running heats have aborted and
+            # torn their territories down (_run_round_heats waits for them); say so in the log
+            if self.log is not None and self.state.finished is None:
+                running = [f"r{h.round}h{h.heat}a{a.attempt}" for h, a in self.state.open_attempts()]
+                with contextlib.suppress(Exception):
+                    self._append(se.SeasonStopped(reason=self.stop_reason or "cancelled", pid=os.getpid(),
+                                                  open_attempts=running))
+            raise
         finally:
             if self.log is not None:
                 self.log.close()

@@ -18,6 +18,7 @@ Quitting the UI does not touch the engine. The command then either
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -51,6 +52,7 @@ class SeasonHost:
         self.state: Any = None
         self.error: BaseException | None = None
         self.cancelled = False
+        self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._started = threading.Event()
@@ -113,10 +115,18 @@ class SeasonHost:
         """The run ended (finished, stopped or failed)."""
         return self._started.is_set() and not self._thread.is_alive()
 
-    def stop(self) -> None:
-        """Cancel the season run (thread-safe, idempotent); running heats tear down."""
+    def stop(self, reason: str = "quit") -> None:
+        """Cancel the season run (thread-safe, idempotent: only the first call cancels, so
+        a second signal cannot cut the teardown short); running heats tear down and the
+        runner records ``season_stopped`` with ``reason`` (a signal name or ``quit``)."""
         loop, task = self._loop, self._task
+        if self._stopping:
+            return
         if loop is not None and task is not None and not task.done():
+            self._stopping = True
+            if getattr(self.runner, "stop_reason", None) is None:
+                with contextlib.suppress(AttributeError):
+                    self.runner.stop_reason = reason
             try:
                 loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:  # loop already closed
