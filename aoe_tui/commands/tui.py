@@ -5,6 +5,10 @@ bundle (§0, Appendix B) in the replay screen. ``aoe watch SEASON_DIR`` is the
 read-only season view of a season another process is running: it catches up from
 ``season.jsonl`` and the running heats' ``events.jsonl``, then follows them
 (:mod:`aoe_tui.tui.watch`); it has no key that writes into the season folder.
+
+Both run through :func:`aoe_tui.tui.app.run_in_terminal`: SIGINT, SIGTERM and SIGHUP close
+the view with the terminal restored (exit ``128 + signum``); a stdin at EOF or not a
+terminal leaves the view idle (it cannot be typed to; a signal closes it).
 """
 
 from __future__ import annotations
