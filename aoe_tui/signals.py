@@ -7,9 +7,11 @@
   raise :class:`Stopped` in the main thread, so ``finally``/``except`` blocks (unmounts,
   the half-built rootfs removed, the progress bar putting the cursor back) run.
 * :func:`release_terminal` — after a hangup (or a detach) the terminal is gone or no
-  longer ours: fd 0 becomes a pipe that never turns readable (a reader blocks instead of
-  spinning on EOF or failing with EIO), fds 1 and 2 an append-only log file (or
+  longer ours: fd 0 becomes ``/dev/null``, fds 1 and 2 an append-only log file (or
   ``/dev/null``). Writing to a dead terminal can then never kill the process.
+* :func:`never_readable_stdin` — before a view starts on a stdin that is not a terminal:
+  a pipe that never turns readable, so the view's input thread idles instead of spinning
+  on EOF.
 """
 
 from __future__ import annotations
@@ -80,11 +82,15 @@ def never_readable_stdin() -> None:
 
 
 def release_terminal(log: Path | None = None) -> None:
-    """Stop depending on the terminal: fd 0 never readable (:func:`never_readable_stdin`),
-    fds 1 and 2 appended to ``log`` (created 0644, its folder must exist) or sent to
-    ``/dev/null``. Safe in a signal handler and idempotent. Raises nothing: if ``log``
-    cannot be opened, ``/dev/null`` is used."""
-    never_readable_stdin()
+    """Stop depending on the terminal: fd 0 becomes ``/dev/null`` (a reader that is
+    already between its ``select`` and its ``read`` gets EOF at once instead of blocking
+    for ever, as it would on a never-readable pipe), fds 1 and 2 are appended to ``log``
+    (created 0644, its folder must exist) or sent to ``/dev/null``. Safe in a signal
+    handler and idempotent. Raises nothing: if ``log`` cannot be opened, ``/dev/null``
+    is used."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     fd = -1
     if log is not None:
         with contextlib.suppress(OSError):

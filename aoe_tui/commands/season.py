@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -75,8 +76,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return rc
 
 
+#: where :func:`_say` sends its lines once the terminal is gone (the season folder's log)
+_LOST_TERMINAL_LOG: list[Path] = []
+
+
 def _say(msg: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+    """Print one progress line. If the terminal is gone (EIO after a hangup, before the
+    SIGHUP handler ran; EPIPE), the process leaves it (:func:`aoe_tui.signals.release_terminal`,
+    to the season's ``aoe-run.log``) and the line goes there: a dead terminal never ends
+    a season."""
+    line = f"{time.strftime('%H:%M:%S')} {msg}"
+    try:
+        print(line, flush=True)
+    except OSError:
+        from aoe_tui.signals import release_terminal
+
+        release_terminal(_LOST_TERMINAL_LOG[-1] if _LOST_TERMINAL_LOG else None)
+        with contextlib.suppress(OSError, ValueError):
+            print(line, flush=True)
 
 
 def add_priority_arg(p: argparse.ArgumentParser) -> None:
@@ -103,6 +120,7 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     # standings files after every heat and at the end (the runner does not know exports)
     runner_kwargs = {"write_exports": write_all, **(runner_kwargs or {})}
     arenas, _ = load_season_arenas(loaded)
+    _LOST_TERMINAL_LOG.append(out / RUN_LOG)
     with hold_season_folder(out):
         # the guest image and every arena's image layer, with a progress bar, before the
         # engine (and the TUI) start; cached after the first run
