@@ -371,3 +371,40 @@ def test_replay_with_stdin_at_eof_idles_and_signals_close_it(tmp_path):
             print(f"replay {sig.name}: exit in {took:.2f} s{idle}")
         finally:
             term.close()
+
+
+def test_watch_ends_on_hangup_and_serve_stops_on_sighup(tmp_path):
+    """``aoe watch`` whose terminal closes (an SSH spectator leaving) exits at once (129), no
+    process left in its group; ``aoe serve`` stops on SIGHUP as on SIGTERM (exit 0)."""
+    import asyncssh
+
+    from aoe_tui.testing.feeder import SeasonFeeder
+
+    feeder = SeasonFeeder(REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json",
+                          tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    term = Term([sys.executable, "-m", "aoe_tui.cli", "watch", str(feeder.out)])
+    try:
+        wait_until(lambda: ALT_SCREEN in term.modes()[0] and "season" in term.text(), 30, "the watch view", term.proc)
+        t0 = time.monotonic()
+        term.hang_up()
+        assert term.proc.wait(10) == 128 + signal.SIGHUP
+        took = time.monotonic() - t0
+        assert subprocess.run(["pgrep", "-g", str(term.proc.pid)], capture_output=True).stdout == b""
+    finally:
+        term.close()
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    (tmp_path / "authorized_keys").write_bytes(key.export_public_key())
+    serve = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "serve", str(feeder.out), "--port", "0",
+                              "--host-key", str(tmp_path / "hk"), "--authorized-keys", str(tmp_path / "authorized_keys")],
+                             stderr=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        wait_until(lambda: "listening" in serve.stderr.readline(), 30, "the server", serve)
+        serve.send_signal(signal.SIGHUP)
+        assert serve.wait(15) == 0
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    print(f"watch hangup → 129 in {took:.2f} s; serve SIGHUP → 0")
