@@ -22,7 +22,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["STOP_SIGNALS", "Stopped", "raise_on_signals", "release_terminal", "never_readable_stdin"]
+__all__ = ["STOP_SIGNALS", "Stopped", "raise_on_signals", "release_terminal", "never_readable_stdin", "say_line"]
 
 #: the signals every entry point handles
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -100,3 +100,19 @@ def release_terminal(log: Path | None = None) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+
+
+def say_line(text: str, *, stderr: bool = False, log: Path | None = None) -> None:
+    """Print one line to stdout (or stderr) and flush. If the terminal is gone (EIO after
+    a hangup, before the SIGHUP handler ran), the process first leaves it
+    (:func:`release_terminal` to ``log`` or ``/dev/null``) and the line goes there: a
+    progress line can never end a heat or a season. Raises nothing for a dead output."""
+    import sys
+
+    try:
+        print(text, file=sys.stderr if stderr else sys.stdout, flush=True)
+        return
+    except OSError:
+        release_terminal(log)
+    with contextlib.suppress(OSError, ValueError):
+        print(text, file=sys.stderr if stderr else sys.stdout, flush=True)

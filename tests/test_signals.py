@@ -408,3 +408,26 @@ def test_watch_ends_on_hangup_and_serve_stops_on_sighup(tmp_path):
             serve.kill()
             serve.wait()
     print(f"watch hangup → 129 in {took:.2f} s; serve SIGHUP → 0")
+
+
+@pytest.mark.container
+def test_match_run_aborts_when_its_terminal_closes(request, tmp_path):
+    """``aoe match run`` whose terminal closes mid-heat aborts like after SIGTERM: exit 130,
+    ``world.json`` aborted, no territory and no mount left (its lines go to /dev/null)."""
+    import json
+
+    if os.geteuid() != 0 or shutil.which("systemd-nspawn") is None:
+        pytest.skip("container territories need root and systemd-nspawn")
+    request.getfixturevalue("guest_image")
+    out = tmp_path / "match"
+    term = Term([sys.executable, "-m", "aoe_tui.cli", "match", "run", str(ARENA), "--provider", "container",
+                 "--agent", "scripted:memory", "--output", str(out), "--engine-priority", "normal"])
+    request.addfinalizer(term.close)
+    wait_until(lambda: len(territories(out)) >= 3, 120, "three territories", term.proc)
+    t0 = time.monotonic()
+    term.hang_up()
+    assert term.proc.wait(120) == 130
+    took = time.monotonic() - t0
+    assert territories(out) == [] and mounts_under(out) == []
+    assert json.loads((out / "world.json").read_text())["match_state"] == "aborted"
+    print(f"match run hangup → aborted, 130 in {took:.1f} s")

@@ -40,6 +40,7 @@ from typing import Any
 from aoe_tui.commands.season import add_priority_arg
 from aoe_tui.domain.display import RepeatedFailures, fmt_clock, summarize_event
 from aoe_tui.errors import AoeError, UsageError
+from aoe_tui.signals import say_line
 
 __all__ = ["register", "ProgressPrinter", "build_adapters", "make_provider", "matrix_lines"]
 
@@ -164,7 +165,10 @@ class ProgressPrinter:
         self._failures = RepeatedFailures()
 
     def _p(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        if self.stream is sys.stdout:
+            say_line(text)  # a closed terminal never fails the heat
+        else:
+            print(text, file=self.stream, flush=True)
 
     def __call__(self, rec: Any, world: Any) -> None:
         e = rec.event
@@ -211,27 +215,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     def phase(msg: str) -> None:
         if not quiet:
-            print(f"[aoe] {msg}", flush=True)
+            say_line(f"[aoe] {msg}")
 
     try:
         world = asyncio.run(_run(loaded, provider, adapters, output, args, registered, credentials, printer, phase))
     except asyncio.CancelledError:
-        print("aoe: interrupted (forced); territories were torn down", file=sys.stderr)
+        say_line("aoe: interrupted (forced); territories were torn down", stderr=True)
         return 130
     wall = time.monotonic() - started
-    print(
-        f"match {world.match_state.value}: winner={world.winner or 'none'} ({world.finish_reason or '-'}); "
-        f"clock {fmt_clock(world.elapsed_ms, 'mm:ss.d')}, wall {wall:.1f} s; folder {output}",
-        flush=True,
-    )
+    say_line(f"match {world.match_state.value}: winner={world.winner or 'none'} ({world.finish_reason or '-'}); "
+             f"clock {fmt_clock(world.elapsed_ms, 'mm:ss.d')}, wall {wall:.1f} s; folder {output}")
     bundle = bundle_path(output)
     if bundle.exists() and not quiet:
-        print(f"bundle {bundle}", flush=True)
+        say_line(f"bundle {bundle}")
     if world.match_state.value == "finished":
         return 0
     if world.finish_reason == "operator interrupt":
         return 130
-    print(f"aoe: error: match aborted: {world.finish_reason}", file=sys.stderr)
+    say_line(f"aoe: error: match aborted: {world.finish_reason}", stderr=True)
     return 1
 
 

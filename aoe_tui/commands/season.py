@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import signal
 import sys
@@ -81,19 +80,11 @@ _LOST_TERMINAL_LOG: list[Path] = []
 
 
 def _say(msg: str) -> None:
-    """Print one progress line. If the terminal is gone (EIO after a hangup, before the
-    SIGHUP handler ran; EPIPE), the process leaves it (:func:`aoe_tui.signals.release_terminal`,
-    to the season's ``aoe-run.log``) and the line goes there: a dead terminal never ends
-    a season."""
-    line = f"{time.strftime('%H:%M:%S')} {msg}"
-    try:
-        print(line, flush=True)
-    except OSError:
-        from aoe_tui.signals import release_terminal
+    """Print one progress line (:func:`aoe_tui.signals.say_line`: if the terminal is gone,
+    the line and the ones after it go to the season's ``aoe-run.log``)."""
+    from aoe_tui.signals import say_line
 
-        release_terminal(_LOST_TERMINAL_LOG[-1] if _LOST_TERMINAL_LOG else None)
-        with contextlib.suppress(OSError, ValueError):
-            print(line, flush=True)
+    say_line(f"{time.strftime('%H:%M:%S')} {msg}", log=_LOST_TERMINAL_LOG[-1] if _LOST_TERMINAL_LOG else None)
 
 
 def add_priority_arg(p: argparse.ArgumentParser) -> None:
