@@ -3,8 +3,9 @@ a known outcome, restores the terminal and tears down or hands over its territor
 
 Each command runs as a real process on a real PTY (the slave is its controlling terminal,
 as in a login shell: closing the master is a hangup); the screen it leaves is read with
-pyte. Territories are counted as the ``systemd-nspawn`` processes and the mounts under the
-test's own folder (other seasons may run on the same host), before and after.
+pyte. Territories are counted as the ``systemd-nspawn`` processes, the mounts and the
+network namespaces of the test's own folder (other seasons may run on the same host),
+while running and after.
 
 * ``aoe run`` in the TUI, SIGTERM: exits 143 with the terminal restored (no alternate
   screen, no mouse reporting, cursor shown), no territory left, ``season_stopped`` last in
@@ -89,6 +90,7 @@ class Term:
         import struct
         import termios
 
+        self.netns: set[str] = set()
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         self.screen = pyte.Screen(cols, rows)
@@ -172,6 +174,17 @@ def territories(folder: Path) -> list[int]:
     return found
 
 
+def netns_of(folder: Path) -> set[str]:
+    """The network namespaces (``/run/netns/...`` paths) of the territories under ``folder``."""
+    found = set()
+    for pid in territories(folder):
+        with contextlib.suppress(OSError):
+            for a in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0"):
+                if a.startswith("--network-namespace-path="):
+                    found.add(a.split("=", 1)[1])
+    return found
+
+
 def mounts_under(folder: Path) -> list[str]:
     """Mount points at or below ``folder`` (this mount namespace, the runner's)."""
     out = []
@@ -219,6 +232,13 @@ def start_run(request, season_file: Path, out: Path, *, headless: bool = False) 
                  "--engine-priority", "normal", *(["--headless"] if headless else [])])
     request.addfinalizer(term.close)
     wait_until(lambda: len(territories(out)) >= 3, 120, "three territories", term.proc)
+
+    def three_netns() -> set[str] | None:  # a territory may be between fork and exec
+        ns = netns_of(out)
+        return ns if len(ns) == 3 else None
+
+    term.netns = wait_until(three_netns, 30, "three network namespaces", term.proc)
+    assert all(Path(n).exists() for n in term.netns)
     if not headless:
         modes, hidden = term.modes()
         assert ALT_SCREEN in modes and MOUSE_MODES & modes and hidden, "the TUI did not take the terminal"
@@ -232,6 +252,7 @@ def assert_stopped_cleanly(term: Term, out: Path, reason: str, t0: float, code: 
     assert term.proc.wait(120) == code
     took = time.monotonic() - t0
     assert territories(out) == [] and mounts_under(out) == []
+    assert not [n for n in term.netns if Path(n).exists()], "network namespaces left"
     recs = list(read_season_log(out / "season.jsonl"))
     last = recs[-1].event
     assert last.kind == "season_stopped" and last.reason == reason and last.pid == term.proc.pid
@@ -266,7 +287,7 @@ def test_hangup_detaches_the_season_which_goes_on(request, season, mode):
     term.hang_up()
     time.sleep(2)
     assert term.proc.poll() is None, "the runner died with its terminal"
-    assert len(territories(out)) == 3
+    assert len(territories(out)) == 3 and netns_of(out) == term.netns
     log = out / "aoe-run.log"
     wait_until(lambda: log.is_file() and "SIGHUP: the terminal closed" in log.read_text(), 10, "the log line",
                term.proc)
