@@ -10,9 +10,11 @@ Quitting the UI does not touch the engine. The command then either
 * **stops** it (:meth:`SeasonHost.stop`: the run task is cancelled; every running
   heat aborts and tears its territories down; the season folder stays resumable with
   the same command), or
-* **detaches**: the same thread keeps running; :meth:`SeasonHost.set_sink` switches the
-  progress lines from the UI to stdout (headless lines, as ``--headless`` prints them),
-  and the process exits when the season finishes. Ctrl+C then stops it as above.
+* **detaches** (chosen, or the terminal closed): the same thread keeps running;
+  :meth:`SeasonHost.set_sink` switches the progress lines from the UI to stdout, which the
+  command has pointed at the season folder's ``aoe-run.log`` (headless lines, as
+  ``--headless`` prints them), and the process exits when the season finishes. SIGINT /
+  SIGTERM then stop it as above (``aoe_tui.commands.season.finish_tui_run``).
 """
 
 from __future__ import annotations
