@@ -106,8 +106,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AoeError as err:
         print(printable(f"aoe: error: {err}", newlines=True), file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
-        print("aoe: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # SIGINT, or a Stopped (SIGTERM/SIGHUP) from aoe_tui.signals
+        from aoe_tui.signals import Stopped
+
+        if isinstance(err, Stopped):
+            with contextlib.suppress(OSError):
+                print(f"aoe: stopped by {err.name}", file=sys.stderr)
+            return err.exit_code
+        with contextlib.suppress(OSError):
+            print("aoe: interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
 

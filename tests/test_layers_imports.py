@@ -6,7 +6,7 @@ functions, but not under ``if TYPE_CHECKING:``. The module list is found on disk
 or renamed modules are checked without touching this file.
 
 Layers (docs/architecture.md): the bottom modules (``aoe_tui/__init__``, ``errors``,
-``fsio``) < ``domain`` < ``replay`` < ``runtime`` < ``agents`` < ``referee`` <
+``fsio``, ``signals``) < ``domain`` < ``replay`` < ``runtime`` < ``agents`` < ``referee`` <
 ``season`` < ``export`` < ``tui`` < ``serve`` < ``commands``: exports are pure renderings
 of season state (the TUI's ``e`` key writes them), spectators are served the TUI, the
 CLI wires everything. ``aoe_tui/testing/`` and ``aoe_tui/cli.py`` may import anything.
@@ -25,6 +25,7 @@ RANK = {
     "__init__": 0,
     "errors": 0,
     "fsio": 0,
+    "signals": 0,
     "plugins": 0.5,  # loads AOE_PLUGINS; uses only errors
     "domain": 1,
     "replay": 2,

@@ -143,6 +143,27 @@ def test_reducer_states_and_consistency(tmp_path):
         reduce_season([recs[0], dup])
 
 
+def test_season_stopped_keeps_the_open_attempt_for_the_resume(tmp_path):
+    """``season_stopped`` (a signal or "stop") is logged, shown as one line and changes
+    nothing the resume needs: the running attempt stays open; none after the finish."""
+    from aoe_tui.domain.display import summarize_season_event
+
+    log = tmp_path / "season.jsonl"
+    _season_log(log)
+    with SeasonLogWriter(log) as w:
+        w.append(se.SeasonStopped(reason="SIGTERM", pid=42, open_attempts=["r1h2a2"]))
+        w.append(se.SeasonResumed(pid=43))
+    recs = read_season_log(log)
+    state = reduce_season(recs)
+    assert [(s.reason, s.pid) for s in state.stops] == [("SIGTERM", 42)] and state.resumes == 1
+    assert [(h.key, a.attempt) for h, a in state.open_attempts()] == [((1, 2), 2)]
+    assert summarize_season_event(recs[-2].event) == "stopped (SIGTERM, pid 42); aborted r1h2a2; the same aoe run resumes"
+    done = se.SeasonRecord(sequence=10, time_unix_ms=1, event=se.SeasonFinished(champions=["a"], rounds=1))
+    late = se.SeasonRecord(sequence=11, time_unix_ms=1, event=se.SeasonStopped(reason="quit", pid=1))
+    with pytest.raises(SeasonStateError, match="season already finished"):
+        reduce_season([*recs, done, late])
+
+
 def test_standings_order_usage_and_ratings(tmp_path):
     log = tmp_path / "season.jsonl"
     _season_log(log)

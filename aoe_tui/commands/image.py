@@ -111,12 +111,18 @@ def _build(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def progress_bar() -> Iterator[Callable[[str, float], None]]:
     """A rich progress bar on stderr; yields ``cb(stage_label, fraction)`` (fractions never
-    go backwards) for :func:`aoe_tui.runtime.image.ensure_image` and the layer builders."""
+    go backwards) for :func:`aoe_tui.runtime.image.ensure_image` and the layer builders.
+
+    SIGTERM and SIGHUP raise :class:`aoe_tui.signals.Stopped` inside (SIGINT raises
+    ``KeyboardInterrupt``), so a stopped build kills its step, unmounts and removes its
+    half-built tree and the bar puts the cursor back (``aoe`` exits ``128 + signum``)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from aoe_tui.signals import raise_on_signals
+
     console = Console(stderr=True)
-    with Progress(
+    with raise_on_signals(), Progress(
         TextColumn("[bold]{task.description:<32}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
         TimeElapsedColumn(), console=console, transient=False,
     ) as progress:

@@ -15,9 +15,10 @@ package runs unchanged.
 
 Progress is printed as plain lines (log friendly): one line per notable event
 and a compact milestone matrix whenever a milestone or competitor state changes.
-Ctrl-C (SIGINT) or SIGTERM aborts gracefully: the log records the abort,
-``world.json`` is written (``match_state`` aborted) and territories are torn
-down; a second Ctrl-C cancels harder (teardown still runs).
+Ctrl-C (SIGINT), SIGTERM or SIGHUP (the terminal closed; the lines then go to
+``/dev/null``) aborts gracefully: the log records the abort, ``world.json`` is written
+(``match_state`` aborted) and territories are torn down; a second signal cancels harder
+(teardown still runs).
 
 ``--provider`` is any registered provider (:mod:`aoe_tui.runtime.registry`: ``container``,
 ``qemu``, ``ssh``, ``nixos`` and those of ``AOE_PLUGINS`` modules).
@@ -39,6 +40,7 @@ from typing import Any
 from aoe_tui.commands.season import add_priority_arg
 from aoe_tui.domain.display import RepeatedFailures, fmt_clock, printable, summarize_event
 from aoe_tui.errors import AoeError, UsageError
+from aoe_tui.signals import say_line
 
 __all__ = ["register", "ProgressPrinter", "build_adapters", "make_provider", "matrix_lines"]
 
@@ -163,7 +165,10 @@ class ProgressPrinter:
         self._failures = RepeatedFailures()
 
     def _p(self, text: str) -> None:
-        print(printable(text), file=self.stream, flush=True)
+        if self.stream is sys.stdout:
+            say_line(printable(text))  # a closed terminal never fails the heat
+        else:
+            print(printable(text), file=self.stream, flush=True)
 
     def __call__(self, rec: Any, world: Any) -> None:
         e = rec.event
@@ -210,27 +215,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     def phase(msg: str) -> None:
         if not quiet:
-            print(printable(f"[aoe] {msg}"), flush=True)
+            say_line(printable(f"[aoe] {msg}"))
 
     try:
         world = asyncio.run(_run(loaded, provider, adapters, output, args, registered, credentials, printer, phase))
     except asyncio.CancelledError:
-        print("aoe: interrupted (forced); territories were torn down", file=sys.stderr)
+        say_line("aoe: interrupted (forced); territories were torn down", stderr=True)
         return 130
     wall = time.monotonic() - started
-    print(printable(
-        f"match {world.match_state.value}: winner={world.winner or 'none'} ({world.finish_reason or '-'}); "
-        f"clock {fmt_clock(world.elapsed_ms, 'mm:ss.d')}, wall {wall:.1f} s; folder {output}"),
-        flush=True,
-    )
+    say_line(printable(f"match {world.match_state.value}: winner={world.winner or 'none'} "
+                       f"({world.finish_reason or '-'}); clock {fmt_clock(world.elapsed_ms, 'mm:ss.d')}, "
+                       f"wall {wall:.1f} s; folder {output}"))
     bundle = bundle_path(output)
     if bundle.exists() and not quiet:
-        print(f"bundle {bundle}", flush=True)
+        say_line(f"bundle {bundle}")
     if world.match_state.value == "finished":
         return 0
     if world.finish_reason == "operator interrupt":
         return 130
-    print(printable(f"aoe: error: match aborted: {world.finish_reason}"), file=sys.stderr)
+    say_line(printable(f"aoe: error: match aborted: {world.finish_reason}"), stderr=True)
     return 1
 
 
@@ -244,6 +247,10 @@ async def _run(loaded, provider, adapters, output, args, registered, credentials
     hits = {"n": 0}
 
     def on_signal(signame: str) -> None:
+        if signame == "SIGHUP":  # the terminal is gone: printing to it must not fail the abort
+            from aoe_tui.signals import release_terminal
+
+            release_terminal()
         hits["n"] += 1
         if hits["n"] == 1:
             phase(f"{signame}: aborting the match (again to force)")
@@ -251,7 +258,7 @@ async def _run(loaded, provider, adapters, output, args, registered, credentials
         elif task is not None:
             task.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, on_signal, sig.name)
     try:
         with engine_priority(args.engine_priority) as note:
@@ -270,5 +277,5 @@ async def _run(loaded, provider, adapters, output, args, registered, credentials
                 on_phase=phase,
             )
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)

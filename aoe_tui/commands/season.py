@@ -5,13 +5,20 @@ opens the TUI (season, heat and standings screens); the season engine runs on it
 thread and event loop (:class:`aoe_tui.tui.host.SeasonHost`) and the UI only pulls
 what it posts. Quitting asks: **stop** (running heats abort, territories are torn down,
 the same command resumes) or **detach** (the UI closes; the same process keeps running
-the season and prints the headless lines until it ends; Ctrl+C then stops it).
+the season, no longer needs the terminal — closing it does not stop the season — and
+appends its lines to ``SEASON/aoe-run.log``; SIGINT/SIGTERM then stop it).
 ``--headless`` (or no terminal on stdout) prints one line per state change instead.
-SIGINT/SIGTERM stop it cleanly (territories torn down; the running attempts are
-re-run on the next ``aoe run`` of the same file and folder). ``--retry-void`` re-runs the
-heats the infrastructure voided (see :mod:`aoe_tui.season.runner`). A full disk stops the
-season resumably: one line naming the folder and the space, exit status 75
-(:class:`aoe_tui.season.runner.SeasonStopped`).
+
+Signals (issue 17), in every mode: SIGINT/SIGTERM stop the season cleanly (the TUI
+closes through its normal path, so the terminal is restored; running heats abort and
+tear their territories down; ``season_stopped`` is appended to ``season.jsonl``; the
+running attempts are re-run on the next ``aoe run`` of the same file and folder); the
+exit code is ``128 + signum`` (130, 143). SIGHUP (the terminal closed) never stops a
+season: it detaches as above (headless on a terminal: its lines go to
+``SEASON/aoe-run.log`` from then on). ``--retry-void`` re-runs the heats the
+infrastructure voided (see :mod:`aoe_tui.season.runner`). A full disk stops the season
+resumably: one line naming the folder and the space, exit status 75
+(:class:`aoe_tui.season.runner.DiskFullStop`).
 """
 
 from __future__ import annotations
@@ -71,9 +78,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return rc
 
 
+#: where :func:`_say` sends its lines once the terminal is gone (the season folder's log)
+_LOST_TERMINAL_LOG: list[Path] = []
+
+
 def _say(msg: str) -> None:
-    """Print one headless progress line (its text made terminal-safe: :func:`printable`)."""
-    print(printable(f"{time.strftime('%H:%M:%S')} {msg}"), flush=True)
+    """Print one progress line (:func:`aoe_tui.signals.say_line`: if the terminal is gone,
+    the line and the ones after it go to the season's ``aoe-run.log``), its text made
+    terminal-safe (:func:`printable`)."""
+    from aoe_tui.signals import say_line
+
+    say_line(printable(f"{time.strftime('%H:%M:%S')} {msg}"), log=_LOST_TERMINAL_LOG[-1] if _LOST_TERMINAL_LOG else None)
 
 
 def add_priority_arg(p: argparse.ArgumentParser) -> None:
@@ -92,7 +107,7 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     headless (plain lines) or in the TUI; the engine thread runs at ``priority`` (one of
     :data:`aoe_tui.runtime.realtime.ENGINE_PRIORITIES`). Returns the exit code (0
     finished, 130 stopped). Raises :class:`AoeError` for bad input (also when the engine
-    fails before/while running); :class:`aoe_tui.season.runner.SeasonStopped` (exit 75)
+    fails before/while running); :class:`aoe_tui.season.runner.DiskFullStop` (exit 75)
     when a full disk stops the season."""
     from aoe_tui.commands.image import prepare_provider_images
     from aoe_tui.export import write_all
@@ -101,6 +116,7 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     # standings files after every heat and at the end (the runner does not know exports)
     runner_kwargs = {"write_exports": write_all, **(runner_kwargs or {})}
     arenas, _ = load_season_arenas(loaded)
+    _LOST_TERMINAL_LOG.append(out / RUN_LOG)
     with hold_season_folder(out):
         # the guest image and every arena's image layer, with a progress bar, before the
         # engine (and the TUI) start; cached after the first run
@@ -110,9 +126,14 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
         return _run_tui(loaded, out, light, runner_kwargs, priority)
 
 
+#: the detached (or hung-up) runner's output, inside the season folder
+RUN_LOG = "aoe-run.log"
+
+
 def _run_headless(loaded, out: Path, runner_kwargs: dict, priority: str) -> int:
     from aoe_tui.runtime.realtime import engine_priority
     from aoe_tui.season.runner import SeasonRunner
+    from aoe_tui.signals import release_terminal
 
     say = _say
     runner = SeasonRunner(loaded, out, say=say, **runner_kwargs)
@@ -120,24 +141,31 @@ def _run_headless(loaded, out: Path, runner_kwargs: dict, priority: str) -> int:
     async def main() -> int:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
-        stopping = []
+        stopping: list[signal.Signals] = []
 
-        def stop(name: str) -> None:
+        def stop(sig: signal.Signals) -> None:
             if not stopping:
-                stopping.append(name)
-                say(f"{name}: stopping (territories are torn down; run the same command again to resume)")
+                stopping.append(sig)
+                runner.stop_reason = sig.name
+                say(f"{sig.name}: stopping (territories are torn down; run the same command again to resume)")
                 assert task is not None
                 task.cancel()
 
+        def hangup() -> None:  # the terminal closed: the season goes on, its lines into the log
+            if os.isatty(1) or os.isatty(2):
+                release_terminal(out / RUN_LOG)
+            say(f"SIGHUP: the terminal closed; the season goes on (pid {os.getpid()}), lines in {out / RUN_LOG}")
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop, sig.name)
+            loop.add_signal_handler(sig, stop, sig)
+        loop.add_signal_handler(signal.SIGHUP, hangup)
         try:
             with engine_priority(priority) as note:
                 say(note)
                 state = await runner.run()
         except asyncio.CancelledError:
             if stopping:
-                return 130
+                return 128 + stopping[0].value
             raise
         champs = state.finished.champions if state.finished else []
         say(f"standings written to {out}/standings.{{csv,json,md,html}}; champion: {', '.join(champs) or 'none'}")
@@ -148,7 +176,7 @@ def _run_headless(loaded, out: Path, runner_kwargs: dict, priority: str) -> int:
 
 def _run_tui(loaded, out: Path, light: bool, runner_kwargs: dict, priority: str) -> int:
     from aoe_tui.season.runner import SeasonRunner
-    from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, AoeApp
+    from aoe_tui.tui.app import DARK_THEME, LIGHT_THEME, AoeApp, run_in_terminal
     from aoe_tui.tui.host import SeasonHost
     from aoe_tui.tui.live import FeedObserver, LiveFeed
 
@@ -159,32 +187,51 @@ def _run_tui(loaded, out: Path, light: bool, runner_kwargs: dict, priority: str)
     host.start()
     app = AoeApp.season_view(feed, out, host=host, read_only=False, theme=LIGHT_THEME if light else DARK_THEME)
     try:
-        result = app.run()
+        # SIGINT/SIGTERM: the app exits as after "stop"; SIGHUP: as after "detach"
+        result, sig = run_in_terminal(app, on_stop="stop", on_hangup="detach")
     except BaseException:
-        host.stop()
+        host.stop("error")
         host.join()
         raise
-    return finish_tui_run(host, result, out)
+    return finish_tui_run(host, result, out, signal_name=sig)
 
 
-def finish_tui_run(host, result: str | None, out: Path) -> int:
-    """After the TUI closed: stop the engine, or keep it running headless (detach), or
-    report how it ended. Ctrl+C / SIGTERM while detached stop it (resumable)."""
-    stopped: list[str] = []
+def finish_tui_run(host, result: str | None, out: Path, signal_name: str | None = None) -> int:
+    """After the TUI closed (``result``: ``stop``, ``detach``, ``finished``, ``error`` or
+    None; ``signal_name``: the signal that closed it, if one did): stop the engine, or keep
+    it running detached, or report how it ended. Detached, the process ignores SIGHUP and
+    appends its lines to ``out/aoe-run.log`` (a hangup already sent them to /dev/null);
+    SIGINT/SIGTERM stop it (resumable). Returns 0 (finished), ``128 + signum`` (stopped by
+    a signal) or 130 (stopped from the TUI). Raises :class:`AoeError` when the engine failed."""
+    from aoe_tui.signals import release_terminal
+
+    stopped: list[str] = [signal_name] if signal_name in ("SIGINT", "SIGTERM") else []
 
     def on_signal(signum, _frame) -> None:
         if not stopped:
             stopped.append(signal.Signals(signum).name)
             _say(f"{stopped[0]}: stopping (territories are torn down; run the same command again to resume)")
-        host.stop()
+        host.stop(stopped[0])
 
     old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        if result == "stop" and not host.done:
+        if stopped and not host.done:
+            _say(f"{stopped[0]}: stopping the season: running heats abort and territories are torn down …")
+            host.stop(stopped[0])
+        elif result == "stop" and not host.done:
             _say("stopping the season: running heats abort and territories are torn down …")
-            host.stop()
+            host.stop("quit")
         elif result == "detach" and not host.done:
-            _say(f"detached: the season keeps running in this process (pid {os.getpid()}); Ctrl+C stops it")
+            log = out / RUN_LOG
+            if signal_name != "SIGHUP":
+                _say(f"detached: the season goes on in this process (pid {os.getpid()}) even if this terminal "
+                     f"closes; its lines go to {log}; Ctrl+C or kill -TERM {os.getpid()} stops it (resumable)")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            release_terminal(log)
+            _say(f"detached{' (SIGHUP: the terminal closed)' if signal_name == 'SIGHUP' else ''}: "
+                 f"the season goes on in pid {os.getpid()}")
             host.set_sink(lambda line: print(line, flush=True))
         host.join()
     finally:
@@ -197,7 +244,7 @@ def finish_tui_run(host, result: str | None, out: Path) -> int:
         raise AoeError(f"season engine failed: {type(err).__name__}: {err}") from None
     if host.cancelled:
         _say(f"season stopped; resume with the same command (folder {out})")
-        return 130
+        return 128 + signal.Signals[stopped[0]].value if stopped else 130
     state = host.state
     champs = state.finished.champions if state is not None and state.finished else []
     _say(f"season finished; standings in {out}/standings.{{csv,json,md,html}}; champion: {', '.join(champs) or 'none'}")

@@ -100,7 +100,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         server = SpectatorServer(config)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP (its terminal closed) stops a standalone server like SIGTERM; the runner's
+        # own server (--for-runner, its own session) follows its runner, never a terminal
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, stop.set)
         try:
             await server.start()

@@ -5,6 +5,10 @@ bundle (§0, Appendix B) in the replay screen. ``aoe watch SEASON_DIR`` is the
 read-only season view of a season another process is running: it catches up from
 ``season.jsonl`` and the running heats' ``events.jsonl``, then follows them
 (:mod:`aoe_tui.tui.watch`); it has no key that writes into the season folder.
+
+Both run through :func:`aoe_tui.tui.app.run_in_terminal`: SIGINT, SIGTERM and SIGHUP close
+the view with the terminal restored (exit ``128 + signum``); a stdin at EOF or not a
+terminal leaves the view idle (it cannot be typed to; a signal closes it).
 """
 
 from __future__ import annotations
@@ -61,8 +65,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         at_end=args.end,
         theme=LIGHT_THEME if args.light else DARK_THEME,
     )
-    app.run()
-    return 0
+    return _run_view(app)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -74,5 +77,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise AoeError(f"{season_dir}: no such season folder")
 
     app = watch_app(season_dir, theme=LIGHT_THEME if args.light else DARK_THEME)
-    app.run()
-    return 0
+    return _run_view(app)
+
+
+def _run_view(app) -> int:
+    """Run a read-only view (:func:`aoe_tui.tui.app.run_in_terminal`): SIGINT, SIGTERM and
+    SIGHUP close it with the terminal restored; exit code 0 after ``q``, ``128 + signum``
+    after a signal. A stdin at EOF or not a terminal leaves it idle, not spinning."""
+    import signal
+
+    from aoe_tui.tui.app import run_in_terminal
+
+    _result, sig = run_in_terminal(app)
+    return 0 if sig is None else 128 + signal.Signals[sig].value

@@ -329,6 +329,12 @@ def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
         return f"season {e.season} · {e.label} started: {len(e.entrants)} entrants"
     if k == "season_resumed":
         return f"resumed (pid {e.pid}): {e.detail}"
+    if k == "season_stopped":
+        if e.reason == "disk_full":
+            at = f" at r{e.round}h{e.heat}" + (f"a{e.attempt}" if e.attempt is not None else "") if e.round else ""
+            return f"season stopped{at} (disk full): {e.detail}; resume with the same aoe run"
+        running = f"; aborted {', '.join(e.open_attempts)}" if e.open_attempts else ""
+        return f"stopped ({e.reason}, pid {e.pid}){running}; the same aoe run resumes"
     if k == "stale_territories_cleaned":
         return f"tore down {len(e.territories)} leftover territories"
     if k == "round_scheduled":
@@ -357,9 +363,6 @@ def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
     if k == "heats_reopened":
         return (f"retry-void: reopened {', '.join(f'r{r}h{h}' for r, h in e.heats)} "
                 f"(up to {e.max_attempts} new attempt(s) each)")
-    if k == "season_stopped":
-        at = f" at r{e.round}h{e.heat}" + (f"a{e.attempt}" if e.attempt is not None else "") if e.round else ""
-        return f"season stopped{at} (disk full): {e.detail}; resume with the same aoe run"
     return None
 
 

@@ -10,11 +10,16 @@ Lifecycle of a heat: ``round_scheduled`` (all heats of a round in one line, so a
 never leave half a round scheduled) → ``attempt_started`` → ``attempt_finished``
 (``outcome`` ``counted`` / ``retry`` / ``void``) or, on resume, ``attempt_interrupted`` →
 … → ``heat_finished``. Rounds end with ``round_finished`` (knockout: who advanced), the
-season with ``season_finished``. ``heats_reopened`` (``aoe run --retry-void``) opens void
+season with ``season_finished``. ``season_stopped`` records that a run session ended
+before the season did (a signal, or "stop" in the TUI) after its running heats aborted
+and their territories were torn down; the next ``aoe run`` of the same file and folder
+resumes (``season_resumed``, ``attempt_interrupted`` for each aborted attempt).
+``heats_reopened`` (``aoe run --retry-void``) opens void
 heats again: new attempts, then a new ``heat_finished``, ``round_finished`` and
-``season_finished``. ``season_stopped`` (a full disk) ends a run before the season's end;
-the attempt it cut short stays open (no ``attempt_finished``: it does not count against
-``max_attempts``) and the next ``aoe run`` marks it ``attempt_interrupted`` and re-runs it.
+``season_finished``. A full disk also ends a run with ``season_stopped``
+(``reason`` ``disk_full``); the attempt it cut short stays open (no ``attempt_finished``:
+it does not count against ``max_attempts``) and the next ``aoe run`` marks it
+``attempt_interrupted`` and re-runs it.
 """
 
 from __future__ import annotations
@@ -107,6 +112,29 @@ class SeasonResumed(_Ev):
     kind: Literal["season_resumed"] = "season_resumed"
     pid: int
     detail: str = ""
+
+
+class SeasonStopped(_Ev):
+    """A run session stopped before the season finished, resumably (the same ``aoe run``
+    resumes it), its running heats aborted and their territories torn down.
+
+    ``reason``: the signal name (``SIGINT``, ``SIGTERM``, ``SIGHUP``), ``quit`` (the TUI's
+    "stop" choice) or ``disk_full`` (the season folder's file system had less free space
+    than a heat needs before it started, or filled while a heat ran). ``pid``: the runner's
+    process id. ``open_attempts``: the running attempts it aborted (``rRhHaA`` tags), left
+    open (no ``attempt_finished``: they do not count against ``max_attempts``) and re-run on
+    resume. ``detail`` (a full disk): one line naming the folder and the space (free /
+    needed, or the path the write failed on); ``round``/``heat``/``attempt``: the heat the
+    disk stopped (``attempt`` null when it was about to start)."""
+
+    kind: Literal["season_stopped"] = "season_stopped"
+    reason: str
+    pid: int | None = None
+    open_attempts: list[str] = Field(default_factory=list)
+    detail: str = ""
+    round: int | None = None
+    heat: int | None = None
+    attempt: int | None = None
 
 
 class StaleTerritoriesCleaned(_Ev):
@@ -227,26 +255,10 @@ class SeasonFinished(_Ev):
     adapters_failed: dict[str, str] = Field(default_factory=dict)
 
 
-class SeasonStopped(_Ev):
-    """The runner stopped the season before its end, resumably (the same ``aoe run``
-    resumes it). ``reason``: ``disk_full`` — the season folder's file system had less free
-    space than a heat needs (checked before each heat; ``round``/``heat``/``attempt`` are
-    the heat about to start, ``attempt`` null) or filled while a heat ran (the attempt it
-    ended: left open, re-run on resume without counting against ``max_attempts``).
-    ``detail``: one line naming the folder and the space (free / needed, or the path the
-    write failed on)."""
-
-    kind: Literal["season_stopped"] = "season_stopped"
-    reason: Literal["disk_full"]
-    detail: str
-    round: int | None = None
-    heat: int | None = None
-    attempt: int | None = None
-
-
 SEASON_EVENT_TYPES = (
     SeasonStarted,
     SeasonResumed,
+    SeasonStopped,
     StaleTerritoriesCleaned,
     RoundScheduled,
     AttemptStarted,
@@ -256,7 +268,6 @@ SEASON_EVENT_TYPES = (
     HeatsReopened,
     RoundFinished,
     SeasonFinished,
-    SeasonStopped,
 )
 SEASON_EVENT_KINDS: dict[str, type[_Ev]] = {t.model_fields["kind"].default: t for t in SEASON_EVENT_TYPES}
 

@@ -113,12 +113,14 @@ class SeasonState:
     rounds: dict[int, RoundState] = field(default_factory=dict)
     finished: se.SeasonFinished | None = None
     resumes: int = 0
+    #: the ``season_stopped`` events, oldest first (one per run session stopped early)
+    stops: list[se.SeasonStopped] = field(default_factory=list)
     cleaned: list[str] = field(default_factory=list)
     finish_order: list[tuple[int, int]] = field(default_factory=list)
     last_sequence: int | None = None
     #: ``max_attempts`` of the last ``heats_reopened`` (None: the season file's first one)
     max_attempts: int | None = None
-    #: the last ``season_stopped`` (a full disk) until the next ``season_resumed``
+    #: the last ``season_stopped`` until the next ``season_resumed``
     stopped: se.SeasonStopped | None = None
 
     @property
@@ -194,6 +196,9 @@ def apply_season_record(state: SeasonState, rec: se.SeasonRecord) -> None:
         state.stopped = None
         return
     if e.kind == "season_stopped":
+        if state.finished is not None:
+            raise _err(rec, "season already finished")
+        state.stops.append(e)
         state.stopped = e
         return
     if e.kind == "stale_territories_cleaned":

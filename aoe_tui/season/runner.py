@@ -31,7 +31,7 @@ draws depend on ranks (knockout) re-runs only void heats of its last round.
 
 Full disks: before each attempt the runner checks the season folder's file system
 (``statvfs``) for ``min_free_bytes`` (default :data:`HEAT_DISK_NEED_BYTES`, 64 MiB, or
-``AOE_MIN_FREE_MIB``); when short it stops the season (:class:`SeasonStopped`, a
+``AOE_MIN_FREE_MIB``); when short it stops the season (:class:`DiskFullStop`, a
 ``season_stopped`` line) naming the folder, the free and the needed space, before
 provisioning. A disk that fills while a heat runs ends that attempt
 (:class:`aoe_tui.referee.heat.DiskFullError`: an ``infrastructure_failure`` in its log, its
@@ -72,7 +72,7 @@ from aoe_tui.season.formats import Format, HeatResult, make_format
 from aoe_tui.season.observer import SeasonObserver
 from aoe_tui.season.season_standings import season_standings
 
-__all__ = ["HEAT_DISK_NEED_BYTES", "MIN_FREE_ENV", "SeasonRunner", "SeasonMismatchError", "SeasonStopped",
+__all__ = ["HEAT_DISK_NEED_BYTES", "MIN_FREE_ENV", "SeasonRunner", "SeasonMismatchError", "DiskFullStop",
            "heat_manifest", "season_results"]
 
 Say = Callable[[str], None]
@@ -87,7 +87,7 @@ class SeasonMismatchError(AoeError):
         self.fields = list(fields or [])
 
 
-class SeasonStopped(AoeError):
+class DiskFullStop(AoeError):
     """The season stopped before its end, resumably (a full disk); the message says why
     and how to resume. Exit status 75 (``EX_TEMPFAIL``: run the same command again)."""
 
@@ -327,7 +327,7 @@ class SeasonRunner:
 
     :meth:`run` raises :class:`AoeError` for bad input (arena manifest, unknown adapter,
     too few entrants, another season in the folder) before anything runs, and
-    :class:`SeasonStopped` when a full disk stops the season (resumable).
+    :class:`DiskFullStop` when a full disk stops the season (resumable).
     """
 
     def __init__(self, loaded: LoadedSeason, output_dir: Path, *, say: Say | None = None,
@@ -341,6 +341,8 @@ class SeasonRunner:
         self.min_free_bytes = heat_disk_need() if min_free_bytes is None else int(min_free_bytes)
         self._torn_note = ""
         self.retry_void = retry_void
+        #: why a cancelled run stopped (``season_stopped.reason``): set by whoever cancels it
+        self.stop_reason: str | None = None
         self.loaded = loaded
         self.season = loaded.season
         self.dir = Path(output_dir)
@@ -587,12 +589,13 @@ class SeasonRunner:
             return None
         return f"{fmt_bytes(free)} free" if free < DISK_RESERVE_BYTES else None
 
-    def _stopped(self, stop: _Stop) -> SeasonStopped:
+    def _stopped(self, stop: _Stop) -> DiskFullStop:
         """Record a full-disk stop (best effort: the season log may be on the full disk
         too) and return the error to raise."""
         h = stop.heat
-        event = se.SeasonStopped(reason="disk_full", detail=stop.detail, round=h.round if h else None,
-                                 heat=h.heat if h else None, attempt=stop.attempt)
+        event = se.SeasonStopped(reason="disk_full", pid=os.getpid(), detail=stop.detail,
+                                 open_attempts=[f"r{h.round}h{h.heat}a{a.attempt}" for h, a in self.state.open_attempts()],
+                                 round=h.round if h else None, heat=h.heat if h else None, attempt=stop.attempt)
         if self.log is not None and not self.log.closed and self.state.info is not None:
             try:
                 self._append(event)
@@ -602,7 +605,7 @@ class SeasonRunner:
         what = ("the attempt does not count: the same command re-runs it" if stop.attempt is not None
                 else "nothing was started: run the same command again")
         self.say(f"season stopped (disk full): {at}{stop.detail}; {what} after space is freed")
-        return SeasonStopped(f"season stopped, disk full: {at}{stop.detail}; free space and run the same "
+        return DiskFullStop(f"season stopped, disk full: {at}{stop.detail}; free space and run the same "
                              f"command again to resume (folder {self.dir})")
 
     def _name(self, r: int, h: int, a: int) -> tuple[str, str]:
@@ -778,7 +781,7 @@ class SeasonRunner:
 
     async def run(self) -> SeasonState:
         """Run or resume the season to its end; returns the final state. Raises
-        :class:`SeasonStopped` when a full disk stops it (resumable)."""
+        :class:`DiskFullStop` when a full disk stops it (resumable)."""
         try:
             return await self._run()
         except _Stop as stop:
@@ -787,6 +790,15 @@ class SeasonRunner:
             if not is_no_space(err):
                 raise
             raise self._stopped(_Stop(f"No space left on device: {err.filename or self.dir}", None, None)) from None
+        except asyncio.CancelledError:
+            # stopped (a signal, or "stop" in the TUI): the running heats have aborted and
+            # torn their territories down (_run_round_heats waits for them); say so in the log
+            if self.log is not None and self.state.finished is None:
+                running = [f"r{h.round}h{h.heat}a{a.attempt}" for h, a in self.state.open_attempts()]
+                with contextlib.suppress(Exception):
+                    self._append(se.SeasonStopped(reason=self.stop_reason or "cancelled", pid=os.getpid(),
+                                                  open_attempts=running))
+            raise
         finally:
             if self.log is not None:
                 self.log.close()

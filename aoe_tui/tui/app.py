@@ -90,6 +90,11 @@ class AoeApp(App):
         #: most recently opened heat (the live heat screen follows it)
         self.latest_heat: str | None = None
         self._first_screen: Screen | None = None
+        #: :func:`run_in_terminal`'s signal hook: the app's loop once mounted, and the
+        #: action for a signal that arrived before it was
+        self.signal_loop: asyncio.AbstractEventLoop | None = None
+        self.on_signal: Callable[[int], None] | None = None
+        self.pending_signals: list[int] = []
 
     # ------------------------------------------------------------------ constructors
 
@@ -153,6 +158,9 @@ class AoeApp(App):
     # ------------------------------------------------------------------ lifecycle
 
     def on_mount(self) -> None:
+        self.signal_loop = asyncio.get_running_loop()
+        if self.pending_signals and self.on_signal is not None:
+            self.on_signal(self.pending_signals[0])
         self.push_screen(self._first_screen or HeatScreen(None))
         self.set_timer(GC_FREEZE_AFTER_S, gc.freeze)
         if self.feed is not None:
@@ -386,6 +394,60 @@ class AoeApp(App):
             if cmd.title == "Screenshot" and self.spectator:
                 continue  # it would be saved on the server, out of the spectator's reach
             yield cmd
+
+
+def run_in_terminal(app: AoeApp, *, on_stop: Any = None, on_hangup: Any = None) -> tuple[Any, str | None]:
+    """Run ``app`` in this process's terminal (``app.run()``) so that every stop signal ends
+    it through Textual's normal exit path, which restores the terminal (alternate screen
+    off, mouse reporting off, cursor shown):
+
+    * SIGINT, SIGTERM: ``app.exit(result=on_stop)``;
+    * SIGHUP (the terminal closed): fds 0-2 leave the dead terminal first
+      (:func:`aoe_tui.signals.release_terminal`: output to ``/dev/null``, so neither EIO nor
+      a full output queue can hang or kill the exit), then ``app.exit(result=on_hangup)``.
+
+    A stdin that is not a terminal (``< /dev/null``, a closed pipe) is replaced by a pipe
+    that never turns readable, so Textual's input thread idles instead of spinning at EOF.
+    Returns ``(result, signal name or None)``; the first signal decides, later ones are
+    only noted. Main thread only; the previous handlers (also of SIGTSTP and SIGCONT,
+    which Textual's driver sets) are restored on return."""
+    import signal
+
+    from aoe_tui.signals import STOP_SIGNALS, never_readable_stdin, release_terminal
+
+    if not os.isatty(0):
+        never_readable_stdin()
+    got: list[int] = []
+
+    def act(signum: int) -> None:
+        app.exit(result=on_hangup if signum == signal.SIGHUP else on_stop)
+
+    def handler(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP:
+            release_terminal()
+        if got:
+            return
+        got.append(signum)
+        app.pending_signals.append(signum)
+        loop = app.signal_loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(act, signum)
+            except RuntimeError:  # the app's loop already closed: it is exiting anyway
+                pass
+
+    app.on_signal = act
+    # Textual's driver installs SIGTSTP/SIGCONT handlers and leaves them after the app
+    # exits; a later SIGCONT (the kernel sends one with a hangup) would then try to
+    # re-enter application mode without a loop. They are put back as they were.
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTSTP, signal.SIGCONT)}
+    old = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        result = app.run()
+    finally:
+        for sig, h in {**old, **kept}.items():
+            signal.signal(sig, h)
+    return result, (signal.Signals(got[0]).name if got else None)
 
 
 def watch_app(season_dir: Path, theme: str | None = None, *, follow: bool = True):

@@ -10,14 +10,17 @@ Quitting the UI does not touch the engine. The command then either
 * **stops** it (:meth:`SeasonHost.stop`: the run task is cancelled; every running
   heat aborts and tears its territories down; the season folder stays resumable with
   the same command), or
-* **detaches**: the same thread keeps running; :meth:`SeasonHost.set_sink` switches the
-  progress lines from the UI to stdout (headless lines, as ``--headless`` prints them),
-  and the process exits when the season finishes. Ctrl+C then stops it as above.
+* **detaches** (chosen, or the terminal closed): the same thread keeps running;
+  :meth:`SeasonHost.set_sink` switches the progress lines from the UI to stdout, which the
+  command has pointed at the season folder's ``aoe-run.log`` (headless lines, as
+  ``--headless`` prints them), and the process exits when the season finishes. SIGINT /
+  SIGTERM then stop it as above (``aoe_tui.commands.season.finish_tui_run``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -52,6 +55,7 @@ class SeasonHost:
         self.state: Any = None
         self.error: BaseException | None = None
         self.cancelled = False
+        self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._started = threading.Event()
@@ -114,10 +118,18 @@ class SeasonHost:
         """The run ended (finished, stopped or failed)."""
         return self._started.is_set() and not self._thread.is_alive()
 
-    def stop(self) -> None:
-        """Cancel the season run (thread-safe, idempotent); running heats tear down."""
+    def stop(self, reason: str = "quit") -> None:
+        """Cancel the season run (thread-safe, idempotent: only the first call cancels, so
+        a second signal cannot cut the teardown short); running heats tear down and the
+        runner records ``season_stopped`` with ``reason`` (a signal name or ``quit``)."""
         loop, task = self._loop, self._task
+        if self._stopping:
+            return
         if loop is not None and task is not None and not task.done():
+            self._stopping = True
+            if getattr(self.runner, "stop_reason", None) is None:
+                with contextlib.suppress(AttributeError):
+                    self.runner.stop_reason = reason
             try:
                 loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:  # loop already closed

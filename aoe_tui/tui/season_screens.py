@@ -463,8 +463,9 @@ class QuitScreen(ModalScreen[str | None]):
                 "[b]The season is still running.[/b]\n\n"
                 "[b]s[/b]  stop it: running heats abort, territories are torn down;\n"
                 "    run the same command again to resume.\n"
-                "[b]d[/b]  detach: close the view, keep running headless in this\n"
-                "    process (progress lines on the terminal; Ctrl+C stops).\n"
+                "[b]d[/b]  detach: close the view, keep running in this process even\n"
+                "    if the terminal closes (lines in the season folder's aoe-run.log;\n"
+                "    Ctrl+C or kill -TERM stops it, resumable).\n"
                 "[b]escape[/b]  back to the season.",
                 id="quit-text",
             )

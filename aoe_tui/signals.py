@@ -1,0 +1,118 @@
+"""How every ``aoe`` entry point meets SIGINT, SIGTERM and SIGHUP (issue 17).
+
+* :class:`Stopped` — a ``KeyboardInterrupt`` that names its signal, so the one
+  ``except KeyboardInterrupt`` of ``aoe_tui.cli.main`` handles every stop signal alike
+  (exit code ``128 + signum``: 130 SIGINT, 143 SIGTERM, 129 SIGHUP).
+* :func:`raise_on_signals` — for the plain commands (``aoe image build``): the signals
+  raise :class:`Stopped` in the main thread, so ``finally``/``except`` blocks (unmounts,
+  the half-built rootfs removed, the progress bar putting the cursor back) run.
+* :func:`release_terminal` — after a hangup (or a detach) the terminal is gone or no
+  longer ours: fd 0 becomes ``/dev/null``, fds 1 and 2 an append-only log file (or
+  ``/dev/null``). Writing to a dead terminal can then never kill the process.
+* :func:`never_readable_stdin` — before a view starts on a stdin that is not a terminal:
+  a pipe that never turns readable, so the view's input thread idles instead of spinning
+  on EOF.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["STOP_SIGNALS", "Stopped", "raise_on_signals", "release_terminal", "never_readable_stdin", "say_line"]
+
+#: the signals every entry point handles
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: write ends of the never-readable pipes put on fd 0 (kept open for the process's life)
+_HELD: list[int] = []
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal arrived; ``signum`` names it, ``exit_code`` is ``128 + signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def raise_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """While inside, each of ``signals`` raises :class:`Stopped` in the main thread (SIGINT
+    already raises ``KeyboardInterrupt``). Only the first one raises, so a second signal
+    cannot break the clean-up the first started. A SIGHUP first :func:`release_terminal` s
+    the process (the terminal is gone). The previous handlers are restored on exit. Main
+    thread only."""
+    fired: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP:
+            release_terminal()
+        if not fired:
+            fired.append(signum)
+            raise Stopped(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def never_readable_stdin() -> None:
+    """Put a pipe whose write end this process holds open on fd 0: ``select`` never
+    reports it readable, so a terminal reader (Textual's input thread) idles instead of
+    spinning on EOF (stdin ``/dev/null``, a closed pipe, a hung-up terminal)."""
+    r, w = os.pipe()
+    os.dup2(r, 0)
+    os.close(r)
+    _HELD.append(w)
+
+
+def release_terminal(log: Path | None = None) -> None:
+    """Stop depending on the terminal: fd 0 becomes ``/dev/null`` (a reader that is
+    already between its ``select`` and its ``read`` gets EOF at once instead of blocking
+    for ever, as it would on a never-readable pipe), fds 1 and 2 are appended to ``log``
+    (created 0644, its folder must exist) or sent to ``/dev/null``. Safe in a signal
+    handler and idempotent. Raises nothing: if ``log`` cannot be opened, ``/dev/null``
+    is used."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    fd = -1
+    if log is not None:
+        with contextlib.suppress(OSError):
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if fd < 0:
+        fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def say_line(text: str, *, stderr: bool = False, log: Path | None = None) -> None:
+    """Print one line to stdout (or stderr) and flush. If the terminal is gone (EIO after
+    a hangup, before the SIGHUP handler ran), the process first leaves it
+    (:func:`release_terminal` to ``log`` or ``/dev/null``) and the line goes there: a
+    progress line can never end a heat or a season. Raises nothing for a dead output."""
+    import sys
+
+    try:
+        print(text, file=sys.stderr if stderr else sys.stdout, flush=True)
+        return
+    except OSError:
+        release_terminal(log)
+    with contextlib.suppress(OSError, ValueError):
+        print(text, file=sys.stderr if stderr else sys.stdout, flush=True)

@@ -1,0 +1,454 @@
+"""Signals and terminals (issue 17): every entry point meets SIGINT, SIGTERM and SIGHUP with
+a known outcome, restores the terminal and tears down or hands over its territories.
+
+Each command runs as a real process on a real PTY (the slave is its controlling terminal,
+as in a login shell: closing the master is a hangup); the screen it leaves is read with
+pyte. Territories are counted as the ``systemd-nspawn`` processes, the mounts and the
+network namespaces of the test's own folder (other seasons may run on the same host),
+while running and after.
+
+* ``aoe run`` in the TUI, SIGTERM: exits 143 with the terminal restored (no alternate
+  screen, no mouse reporting, cursor shown), no territory left, ``season_stopped`` last in
+  ``season.jsonl`` naming the aborted attempts (the next ``aoe run`` re-runs them).
+* ``aoe run`` in the TUI or ``--headless``, terminal closed: the season goes on (hangup =
+  detach), its lines in ``SEASON/aoe-run.log``, the runner idle-cheap; a later SIGTERM
+  stops it cleanly.
+* ``aoe run``, "detach" chosen, then the terminal closed: the same.
+* ``aoe image build``, SIGTERM while a step has ``proc`` mounted in the half-built rootfs:
+  no mount, no half-built folder, cursor shown, exit 143.
+* ``aoe replay`` with stdin at EOF: idles (CPU over 2 s), SIGHUP/SIGTERM close it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyte
+import pytest
+
+from aoe_tui.replay.season_log import read_season_log
+from aoe_tui.serve.session import CTTY_HELPER
+
+REPO = Path(__file__).resolve().parent.parent
+ARENA = REPO / "arenas" / "first-build" / "arena.toml"
+FIXTURE_MATCH = REPO / "tests" / "fixtures" / "upstream" / "matches" / "first-build-20260813-085352"
+#: private terminal modes as pyte stores them (mode << 5)
+ALT_SCREEN, MOUSE_MODES = 1049 << 5, {1000 << 5, 1003 << 5, 1006 << 5}
+
+SEASON = """\
+id = "sig"
+label = "signals"
+arena = "{arena}"
+seed = 5
+max_attempts = 2
+concurrent_heats = 1
+drain_seconds = 1
+
+[provider]
+kind = "container"
+ready_timeout_s = 90
+
+[arena_overrides]
+duration_seconds = 40
+minimum_territories = 3
+
+[format]
+kind = "league"
+heats_per_entrant = 1
+
+[[entrants]]
+id = "memory"
+adapter = "scripted:memory"
+model = "scripted-memory"
+
+[[entrants]]
+id = "volatile"
+adapter = "scripted:volatile"
+model = "scripted-volatile"
+
+[[entrants]]
+id = "lazy"
+adapter = "scripted:volatile"
+model = "scripted-volatile"
+"""
+
+
+class Term:
+    """A command on a fresh PTY (its controlling terminal), read through pyte."""
+
+    def __init__(self, argv: list[str], *, cols: int = 120, rows: int = 40, stdin_devnull: bool = False,
+                 env: dict[str, str] | None = None) -> None:
+        import fcntl
+        import struct
+        import termios
+
+        self.netns: set[str] = set()
+        self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.screen = pyte.Screen(cols, rows)
+        self.stream = pyte.ByteStream(self.screen)
+        self.lock = threading.Lock()
+        env = dict(os.environ, **(env or {}), PYTHONPATH=str(REPO), TERM="xterm-256color")
+        # stdin a terminal: the PTY is the controlling terminal (a hangup reaches it);
+        # stdin /dev/null: output only, no controlling terminal
+        pre = [] if stdin_devnull else [sys.executable, "-I", "-S", CTTY_HELPER, "--"]
+        self.proc = subprocess.Popen([*pre, *argv], stdin=subprocess.DEVNULL if stdin_devnull else slave,
+                                     stdout=slave, stderr=slave, env=env, cwd=REPO, start_new_session=True)
+        os.close(slave)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            with self.lock:
+                self.stream.feed(data)
+
+    def text(self) -> str:
+        with self.lock:
+            return "\n".join(self.screen.display)
+
+    def modes(self) -> tuple[set[int], bool]:
+        """The terminal's modes now and whether the cursor is hidden."""
+        with self.lock:
+            return set(self.screen.mode), self.screen.cursor.hidden
+
+    def send(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def hang_up(self) -> None:
+        os.close(self.master)
+        self.master = -1
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(120)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.master >= 0:
+            os.close(self.master)
+            self.master = -1
+
+
+def wait_until(cond, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    end = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process exited ({proc.returncode}) while waiting for {what}")
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def territories(folder: Path) -> list[int]:
+    """PIDs of the ``systemd-nspawn`` processes whose territory lives under ``folder``."""
+    found = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"systemd-nspawn") and any(str(folder).encode() in a for a in argv):
+            found.append(int(p.name))
+    return found
+
+
+def netns_of(folder: Path) -> set[str]:
+    """The network namespaces (``/run/netns/...`` paths) of the territories under ``folder``."""
+    found = set()
+    for pid in territories(folder):
+        with contextlib.suppress(OSError):
+            for a in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0"):
+                if a.startswith("--network-namespace-path="):
+                    found.add(a.split("=", 1)[1])
+    return found
+
+
+def mounts_under(folder: Path) -> list[str]:
+    """Mount points at or below ``folder`` (this mount namespace, the runner's)."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mp = line.split()[4].replace("\\040", " ")
+        if mp == str(folder) or mp.startswith(f"{folder}/"):
+            out.append(mp)
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` and its threads (s)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_share(pid: int, seconds: float) -> float:
+    """Fraction of one CPU ``pid`` used over the next ``seconds``."""
+    a, t = cpu_seconds(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - a) / (time.monotonic() - t)
+
+
+def kinds(out: Path) -> list[str]:
+    return [r.event.kind for r in read_season_log(out / "season.jsonl")]
+
+
+@pytest.fixture()
+def season(tmp_path):
+    if os.geteuid() != 0 or shutil.which("systemd-nspawn") is None:
+        pytest.skip("container seasons need root and systemd-nspawn")
+    f = tmp_path / "sig.toml"
+    f.write_text(SEASON.format(arena=ARENA))
+    yield f, tmp_path / "season"
+    from aoe_tui.season.runner import cleanup_stale_territories
+
+    cleanup_stale_territories(tmp_path / "season")  # only a failed test leaves any
+
+
+def start_run(request, season_file: Path, out: Path, *, headless: bool = False) -> Term:
+    """``aoe run`` in the TUI (or ``--headless``) on a PTY, once its three territories are
+    up (in the TUI: the alternate screen, mouse reporting and a hidden cursor are on)."""
+    request.getfixturevalue("guest_image")
+    term = Term([sys.executable, "-m", "aoe_tui.cli", "run", str(season_file), "--output", str(out),
+                 "--engine-priority", "normal", *(["--headless"] if headless else [])])
+    request.addfinalizer(term.close)
+    wait_until(lambda: len(territories(out)) >= 3, 120, "three territories", term.proc)
+
+    def three_netns() -> set[str] | None:  # a territory may be between fork and exec
+        ns = netns_of(out)
+        return ns if len(ns) == 3 else None
+
+    term.netns = wait_until(three_netns, 30, "three network namespaces", term.proc)
+    assert all(Path(n).exists() for n in term.netns)
+    if not headless:
+        modes, hidden = term.modes()
+        assert ALT_SCREEN in modes and MOUSE_MODES & modes and hidden, "the TUI did not take the terminal"
+    return term
+
+
+def assert_stopped_cleanly(term: Term, out: Path, reason: str, t0: float, code: int) -> float:
+    """The runner exited ``code`` after the stop at ``t0`` (monotonic s), no territory and no
+    mount are left, and ``season_stopped`` (``reason``) is the last season event, naming the
+    attempt that was running. Returns the seconds the stop took."""
+    assert term.proc.wait(120) == code
+    took = time.monotonic() - t0
+    assert territories(out) == [] and mounts_under(out) == []
+    assert not [n for n in term.netns if Path(n).exists()], "network namespaces left"
+    recs = list(read_season_log(out / "season.jsonl"))
+    last = recs[-1].event
+    assert last.kind == "season_stopped" and last.reason == reason and last.pid == term.proc.pid
+    assert last.open_attempts == ["r1h1a1"]
+    from aoe_tui.replay.season_reducer import reduce_season
+
+    state = reduce_season(recs)
+    assert [(h.round, h.heat, a.attempt) for h, a in state.open_attempts()] == [(1, 1, 1)]  # re-run on resume
+    return took
+
+
+@pytest.mark.container
+def test_sigterm_tui_run_restores_the_terminal_and_records_the_stop(request, season):
+    season_file, out = season
+    term = start_run(request, season_file, out)
+    t0 = time.monotonic()
+    term.proc.send_signal(signal.SIGTERM)
+    took = assert_stopped_cleanly(term, out, "SIGTERM", t0, 143)
+    time.sleep(0.3)  # the last bytes through the PTY
+    modes, hidden = term.modes()
+    assert ALT_SCREEN not in modes and not (MOUSE_MODES & modes) and not hidden
+    assert "season stopped; resume with the same command" in term.text()
+    print(f"SIGTERM → exit 143 in {took:.1f} s")
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("mode", ["tui", "headless"])
+def test_hangup_detaches_the_season_which_goes_on(request, season, mode):
+    season_file, out = season
+    term = start_run(request, season_file, out, headless=mode == "headless")
+    n = len(kinds(out))
+    term.hang_up()
+    time.sleep(2)
+    assert term.proc.poll() is None, "the runner died with its terminal"
+    assert len(territories(out)) == 3 and netns_of(out) == term.netns
+    log = out / "aoe-run.log"
+    wait_until(lambda: log.is_file() and "SIGHUP: the terminal closed" in log.read_text(), 10, "the log line",
+               term.proc)
+    share = cpu_share(term.proc.pid, 2.0)
+    assert share < 0.5, f"the detached runner uses {share:.0%} of a CPU"
+    assert len(kinds(out)) >= n and "season_stopped" not in kinds(out)
+    t0 = time.monotonic()
+    term.proc.send_signal(signal.SIGTERM)
+    took = assert_stopped_cleanly(term, out, "SIGTERM", t0, 143)
+    assert "SIGTERM: stopping" in log.read_text()
+    print(f"hangup ({mode}): alive, runner CPU {share:.0%}; SIGTERM stop {took:.1f} s")
+
+
+@pytest.mark.container
+def test_detach_then_hangup_keeps_the_season_running(request, season):
+    season_file, out = season
+    term = start_run(request, season_file, out)
+    term.send(b"q")
+    wait_until(lambda: "The season is still running" in term.text(), 20, "the quit screen", term.proc)
+    term.send(b"d")
+    wait_until(lambda: "detached: the season goes on" in term.text(), 20, "the detach line", term.proc)
+    modes, hidden = term.modes()
+    assert ALT_SCREEN not in modes and not (MOUSE_MODES & modes) and not hidden
+    term.hang_up()
+    time.sleep(2)
+    assert term.proc.poll() is None, "the detached runner died with its terminal"
+    assert len(territories(out)) == 3
+    log = (out / "aoe-run.log").read_text()
+    assert "detached: the season goes on in pid" in log
+    t0 = time.monotonic()
+    term.proc.send_signal(signal.SIGINT)
+    took = assert_stopped_cleanly(term, out, "SIGINT", t0, 130)
+    print(f"detach + hangup: alive; SIGINT stop {took:.1f} s")
+
+
+FAKE_DEBOOTSTRAP = """#!/bin/sh
+# stands in for debootstrap (minutes of downloads): mounts proc into the half-built rootfs
+# as its configure stage does, then works on; argv: OPTIONS... SUITE TARGET MIRROR
+set -e
+n=0
+for a in "$@"; do
+  case "$a" in --*) ;; *) n=$((n+1)); [ $n -eq 2 ] && target="$a" ;; esac
+done
+mkdir -p "$target/proc"
+mount -t proc proc "$target/proc"
+echo "I: Configuring the base system..."
+exec sleep 300
+"""
+
+
+def test_sigterm_during_image_build_unmounts_and_removes_the_half_built_rootfs(tmp_path):
+    if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None or shutil.which("qemu-img") is None:
+        pytest.skip("an image build needs root, mkfs.ext4 and qemu-img")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "debootstrap").write_text(FAKE_DEBOOTSTRAP)
+    (fake / "debootstrap").chmod(0o755)
+    cache = tmp_path / "cache"
+    term = Term([sys.executable, "-m", "aoe_tui.cli", "image", "build", "--force"],
+                env={"PATH": f"{fake}:{os.environ.get('PATH', '')}", "XDG_CACHE_HOME": str(cache)})
+    try:
+        wait_until(lambda: [m for m in mounts_under(cache) if m.endswith("/rootfs/proc")], 30, "the proc mount",
+                   term.proc)
+        assert term.modes()[1], "the progress bar hides the cursor"
+        t0 = time.monotonic()
+        term.proc.send_signal(signal.SIGTERM)
+        assert term.proc.wait(30) == 143
+        took = time.monotonic() - t0
+        time.sleep(0.2)
+        assert mounts_under(cache) == []
+        assert not list((cache / "aoe-tui" / "images").glob(".build-*"))
+        assert not term.modes()[1], "the cursor was left hidden"
+        assert "stopped by SIGTERM" in term.text()
+        print(f"image build SIGTERM → 143 in {took:.2f} s, no mount left")
+    finally:
+        term.close()
+        for m in mounts_under(cache):
+            subprocess.run(["umount", "-l", m], check=False)
+
+
+def test_replay_with_stdin_at_eof_idles_and_signals_close_it(tmp_path):
+    shares = {}
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        term = Term([sys.executable, "-m", "aoe_tui.cli", "replay", str(FIXTURE_MATCH), "--paused"],
+                    stdin_devnull=True)
+        try:
+            wait_until(lambda: ALT_SCREEN in term.modes()[0] and "first-build" in term.text(), 30, "the replay",
+                       term.proc)
+            if sig == signal.SIGHUP:  # measured once: the idle view with its stdin at EOF
+                time.sleep(1.0)  # start-up work done
+                shares[sig.name] = share = cpu_share(term.proc.pid, 2.0)
+                assert share < 0.05, f"an idle replay with stdin at EOF uses {share:.0%} of a CPU"
+            t0 = time.monotonic()
+            term.proc.send_signal(sig)
+            assert term.proc.wait(10) == 128 + sig.value
+            took = time.monotonic() - t0
+            if sig == signal.SIGTERM:
+                time.sleep(0.2)
+                modes, hidden = term.modes()
+                assert ALT_SCREEN not in modes and not (MOUSE_MODES & modes) and not hidden
+            idle = f", idle CPU {shares[sig.name]:.1%}" if sig.name in shares else ""
+            print(f"replay {sig.name}: exit in {took:.2f} s{idle}")
+        finally:
+            term.close()
+
+
+def test_watch_ends_on_hangup_and_serve_stops_on_sighup(tmp_path):
+    """``aoe watch`` whose terminal closes (an SSH spectator leaving) exits at once (129), no
+    process left in its group; ``aoe serve`` stops on SIGHUP as on SIGTERM (exit 0)."""
+    import asyncssh
+
+    from aoe_tui.testing.feeder import SeasonFeeder
+
+    feeder = SeasonFeeder(REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json",
+                          tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    term = Term([sys.executable, "-m", "aoe_tui.cli", "watch", str(feeder.out)])
+    try:
+        wait_until(lambda: ALT_SCREEN in term.modes()[0] and "season" in term.text(), 30, "the watch view", term.proc)
+        t0 = time.monotonic()
+        term.hang_up()
+        assert term.proc.wait(10) == 128 + signal.SIGHUP
+        took = time.monotonic() - t0
+        assert subprocess.run(["pgrep", "-g", str(term.proc.pid)], capture_output=True).stdout == b""
+    finally:
+        term.close()
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    (tmp_path / "authorized_keys").write_bytes(key.export_public_key())
+    serve = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "serve", str(feeder.out), "--port", "0",
+                              "--host-key", str(tmp_path / "hk"), "--authorized-keys", str(tmp_path / "authorized_keys")],
+                             stderr=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        wait_until(lambda: "listening" in serve.stderr.readline(), 30, "the server", serve)
+        serve.send_signal(signal.SIGHUP)
+        assert serve.wait(15) == 0
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    print(f"watch hangup → 129 in {took:.2f} s; serve SIGHUP → 0")
+
+
+@pytest.mark.container
+def test_match_run_aborts_when_its_terminal_closes(request, tmp_path):
+    """``aoe match run`` whose terminal closes mid-heat aborts like after SIGTERM: exit 130,
+    ``world.json`` aborted, no territory and no mount left (its lines go to /dev/null)."""
+    import json
+
+    if os.geteuid() != 0 or shutil.which("systemd-nspawn") is None:
+        pytest.skip("container territories need root and systemd-nspawn")
+    request.getfixturevalue("guest_image")
+    out = tmp_path / "match"
+    term = Term([sys.executable, "-m", "aoe_tui.cli", "match", "run", str(ARENA), "--provider", "container",
+                 "--agent", "scripted:memory", "--output", str(out), "--engine-priority", "normal"])
+    request.addfinalizer(term.close)
+    wait_until(lambda: len(territories(out)) >= 3, 120, "three territories", term.proc)
+    t0 = time.monotonic()
+    term.hang_up()
+    assert term.proc.wait(120) == 130
+    took = time.monotonic() - t0
+    assert territories(out) == [] and mounts_under(out) == []
+    assert json.loads((out / "world.json").read_text())["match_state"] == "aborted"
+    print(f"match run hangup → aborted, 130 in {took:.1f} s")
