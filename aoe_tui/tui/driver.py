@@ -194,7 +194,10 @@ class GuardedDriver(LinuxDriver):
 
         try:
             while open_ and not self.exit_event.is_set():
-                ready = selector.select(HOLD_S if decoder.pending else SELECT_TIMEOUT_S)
+                try:
+                    ready = selector.select(HOLD_S if decoder.pending else SELECT_TIMEOUT_S)
+                except (OSError, ValueError):  # the descriptor was closed under us
+                    ready, open_ = [], False
                 if ready:
                     try:
                         data = os.read(fileno, READ_SIZE)
