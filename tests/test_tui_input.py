@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from textual import events
 
 from input_fuzz import PtyView, cpu_s, forbidden_keys, fuzz_sequences
@@ -78,6 +80,25 @@ def test_the_issue_bytes_read_as_clicks_text_and_nothing():
     assert [type(e).__name__ for e in evs] == ["MouseMove"]
     assert not [e for e in parse([b"\x1b[48;99999;99999;1;1t"]) if isinstance(e, events.Resize)]
     assert [e.size for e in parse([b"\x1b[48;30;120;600;1200t"]) if isinstance(e, events.Resize)] == [(120, 30)]
+
+
+#: bytes that make up terminal input: escape sequence pieces, digits, UTF-8 and Latin-1
+_PIECES = st.sampled_from([b"\x1b", b"\x1b[", b"\x1b[M", b"\x1b[<", b"\x1b[48;", b"\x1b[200~", b"\x1b[201~",
+                           b";", b":", b"u", b"M", b"m", b"t", b"~", b"$y", b"R", b"0", b"7", b"99999999",
+                           b"\xff", b"\xfe", b"\xc3", b"\xa9", b"\xe2\x82", b"\x80", b"\xe9", b"a", b"\r", b"\x00"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_PIECES | st.binary(max_size=6), max_size=12).map(b"".join), max_size=8))
+def test_no_input_raises_in_the_input_path(chunks):
+    """Any bytes, cut into reads anywhere, decode and parse without an exception; a read
+    boundary never changes how valid UTF-8 text reads."""
+    parse(chunks)
+    text = "".join(chr(c) for c in b"".join(chunks) if 0x20 <= c < 0x7F) + "é€😀"
+    data = text.encode()
+    decoder = InputDecoder()
+    cut = [decoder.decode(data[i:i + 3]) for i in range(0, len(data), 3)]
+    assert "".join(cut) + decoder.flush() == text
 
 
 def dead_after(view, sent: list[bytes]) -> str:
