@@ -10,9 +10,10 @@ command palette (ctrl+p, from which a random Enter could pick "Quit"), ctrl+c/ct
 ``e`` (export), plain keys bound to actions (printable text uses unbound characters
 only; no tab or enter: 10,000 sequences must exercise the input path, not queue
 minutes of screen pushes, theme switches and relayouts), in-band resize reports of a
-sane size, and button presses on the first and last rows (the footer's Quit and
-palette items); motion and wheel reports go anywhere. :func:`forbidden_keys` parses a
-stream offline with the views' own parser and names any such key that slipped in.
+sane size, and button presses on the screen (a click opens a heat, or the footer's
+Quit): presses land past the last column or row; motion and wheel reports go anywhere.
+:func:`forbidden_keys` parses a stream offline with the views' own parser and names
+any such key that slipped in.
 """
 
 from __future__ import annotations
@@ -75,35 +76,32 @@ def fuzz_sequences(n: int, seed: int, cols: int, rows: int) -> list[bytes]:
     """``n`` random sequences for a ``cols`` x ``rows`` terminal (deterministic for ``seed``)."""
     rng = random.Random(seed)
 
-    def press_row() -> int:  # a row where a button press may land: not the first or last row
-        return rng.choice([rng.randrange(2, rows), rng.randrange(rows + 1, rows + 500)])
-
     def any_pos() -> tuple[int, int]:
         return rng.randrange(0, cols + 300), rng.randrange(0, rows + 300)
+
+    def press_pos(limit: int = 10 ** 6) -> tuple[int, int]:
+        """Where a button press may land: past the last column or row (no widget there)."""
+        if rng.random() < 0.5:
+            return rng.randrange(cols + 1, min(limit, cols + 300)), rng.randrange(0, min(limit, rows + 300))
+        return rng.randrange(0, min(limit, cols + 300)), rng.randrange(rows + 1, min(limit, rows + 300))
 
     def x10() -> bytes:
         code = rng.choice([0, 1, 2, 3, 32, 33, 34, 35, 64, 65, 66, 67, 96, 128])
         col, row = rng.randrange(0, 224), rng.randrange(0, 224)  # X10: one byte each, 32 + value
         if code & 0x60 == 0:
-            row = press_row() % 224 or 2
-            if row == rows:
-                row = 2
+            col, row = press_pos(224)
         return b"\x1b[M" + bytes([32 + code, 32 + col, 32 + row])
 
     def sgr() -> bytes:
         code = rng.choice([0, 1, 2, 3, 4, 8, 16, 32, 35, 64, 65, 66, 67, 128, rng.randrange(0, 256)])
-        col, row = any_pos()
-        if code & 0x60 == 0:
-            row = press_row()
+        col, row = press_pos() if code & 0x60 == 0 else any_pos()
         if rng.random() < 0.1:
             return b"\x1b[<%s;%s;%s%s" % (_num(rng), _num(rng), _num(rng), rng.choice([b"M", b"m"]))
         return b"\x1b[<%d;%d;%d%s" % (code, col, row, rng.choice([b"M", b"m"]))
 
     def urxvt() -> bytes:
         code = rng.choice([32, 33, 34, 35, 64, 65, 96, 97])
-        col, row = any_pos()
-        if code & 0x60 == 0:
-            row = press_row()
+        col, row = press_pos() if code & 0x60 == 0 else any_pos()
         return b"\x1b[%d;%d;%dM" % (code, col, row)
 
     def broken_utf8() -> bytes:
