@@ -632,3 +632,67 @@ def test_run_refuses_serve_options_without_serve_ssh(tmp_path):
                         "--authorized-keys", str(tmp_path / "k")], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 2 and r.stderr.strip() == "aoe: error: --authorized-keys, --cpus only apply with --serve-ssh PORT"
     assert not (tmp_path / "out").exists()
+
+
+async def test_spectator_survives_the_issue_bytes_and_10000_fuzzed_sequences(live, keys, monkeypatch,
+                                                                              record_property):
+    """No byte sequence on input ends a spectator's session (issue #17): the issue's bytes
+    (an X10 click past column 95, a lone 0xFF 0xFE, truncated UTF-8, a Latin-1 paste…)
+    and 10,000 fuzzed sequences (``tests/input_fuzz.py``) reach the spectator's ``aoe
+    watch``; it stays alive and answers ``?`` with the help screen. The input budget
+    (``InputBudget``, tested above) is lifted so the fuzz reaches the TUI instead of being
+    dropped at 256 B/s; a batch the PTY could not take is sent again."""
+    from input_fuzz import fuzz_sequences
+    from test_tui_input import HELP_MARK, ISSUE_BYTES
+
+    from aoe_tui.serve import session as session_mod
+
+    monkeypatch.setattr(session_mod.InputBudget, "admit", lambda self, n: True)
+    server, _feeder = live
+    async with await connect(server.port, keys["spectator"]) as conn:
+        view = await Spectator(conn).open()
+        await view.wait_for(lambda s: "attempt 1" in s, 30, "the season screen")
+        [sess] = list(server.seats.sessions())
+        pid = sess.child.pid
+
+        def alive() -> bool:
+            return not view.proc.stdin.is_closing() and sess.child is not None and os.path.exists(f"/proc/{pid}")
+
+        async def answers_help(timeout: float) -> float:
+            view.proc.stdin.write(b"\x1b[201~")
+            for _ in range(4):
+                view.proc.stdin.write(b"\x1b")
+                await asyncio.sleep(0.3)
+            t0 = time.monotonic()
+            view.proc.stdin.write(b"?")
+            await view.wait_for(lambda s: HELP_MARK in s, timeout, "the help screen")
+            took = time.monotonic() - t0
+            view.proc.stdin.write(b"\x1b")
+            await view.wait_for(lambda s: HELP_MARK not in s, timeout, "the help screen to close")
+            return took
+
+        for name, data in ISSUE_BYTES.items():
+            view.proc.stdin.write(data)
+            await asyncio.sleep(0.3)
+            assert alive(), f"{name} ended the spectator's session:\n{view.text()}"
+        await answers_help(30)
+        seqs = fuzz_sequences(10_000, 18, *view.size)
+        t0, resent = time.monotonic(), 0
+        for i in range(0, len(seqs), 100):
+            batch = b"".join(seqs[i:i + 100])
+            for _ in range(50):
+                dropped = sess.dropped_input
+                view.proc.stdin.write(batch)
+                await view.proc.stdin.drain()
+                await asyncio.sleep(0.02)
+                if sess.dropped_input == dropped:
+                    break
+                resent += 1
+                await asyncio.sleep(0.2)  # the TUI is behind: let it read
+            assert alive(), f"fuzz batch {i // 100} ended the spectator's session:\n{view.text()}"
+        sent_s = time.monotonic() - t0
+        took = await answers_help(60)
+        record_property("fuzz_send_s", round(sent_s, 1))
+        record_property("batches_resent", resent)
+        record_property("help_after_fuzz_s", round(took, 1))
+        assert alive(), view.text()

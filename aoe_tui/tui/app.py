@@ -32,6 +32,7 @@ from textual.screen import Screen
 
 from aoe_tui.errors import AoeError
 from aoe_tui.replay.matchdir import LoadedMatch, load_match
+from aoe_tui.tui.driver import driver_class
 from aoe_tui.tui.live import LiveFeed, RecordsPending
 from aoe_tui.tui.screens import HeatScreen, HelpScreen, ReplayScreen
 from aoe_tui.tui.season_screens import QuitScreen, SeasonScreen, StandingsScreen
@@ -67,7 +68,7 @@ class AoeApp(App):
     ]
 
     def __init__(self, *, feed: LiveFeed | None = None, theme: str = DARK_THEME) -> None:
-        super().__init__()
+        super().__init__(driver_class=driver_class())  # input that cannot end the view (tui/driver.py)
         self.theme = theme
         self.feed = feed
         #: the season shown (season mode only), its folder, and whether this view may write

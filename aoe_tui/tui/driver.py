@@ -1,0 +1,238 @@
+"""The terminal input path of every view: no byte sequence on input ends a view.
+
+Textual 8.2.8's :class:`~textual.drivers.linux_driver.LinuxDriver` reads the terminal in
+a thread, decodes it as strict UTF-8 and feeds :class:`~textual._xterm_parser.XTermParser`;
+any exception there ends the app (``App.panic``). Bytes a spectator's terminal (or a
+stray paste) can send that did so:
+
+* a legacy X10 mouse report (``ESC [ M Cb Cx Cy``, one byte per value) at a column past
+  95 or a row past 95: its bytes above 127 are not UTF-8 (Textual #6668);
+* a lone ``0xFF 0xFE``, a truncated UTF-8 sequence, a Latin-1 paste (UnicodeDecodeError);
+* a CSI-u key report with a colon in its code (``ESC[1:2;3u``) or a code point past
+  U+10FFFF (ValueError in ``_parse_extended_key``);
+* an in-band resize report of 0 cells, then a mouse report (ZeroDivisionError).
+
+:class:`GuardedDriver` is the LinuxDriver with its input thread replaced: bytes go
+through :class:`InputDecoder` (X10 and urxvt mouse reports rewritten as the SGR reports
+Textual understands, invalid UTF-8 decoded byte by byte: ``0xA0``-``0xFF`` as Latin-1,
+anything else as U+FFFD), then :class:`GuardedParser`; whatever still raises resets
+the parser and drops the rest of that read. At end of input (EOF, or EIO once the
+terminal is gone, or a stdin that never was a terminal such as ``/dev/null``) it stops
+reading and sleeps until the app ends instead of spinning on a readable descriptor.
+
+:func:`driver_class` is what :class:`~aoe_tui.tui.app.AoeApp` passes to Textual (every
+view: ``aoe run``, ``aoe watch``, ``aoe replay``, ``aoe demo``, SSH spectators).
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import os
+import re
+import selectors
+import sys
+from typing import Any
+
+from textual import events
+from textual._xterm_parser import XTermParser
+from textual.drivers.linux_driver import LinuxDriver
+from textual.message import Message
+
+__all__ = ["GuardedDriver", "GuardedParser", "InputDecoder", "driver_class", "MAX_CELLS"]
+
+log = logging.getLogger("aoe_tui.tui")
+
+#: largest terminal side (cells) an in-band resize report may claim; larger ones are dropped
+MAX_CELLS = 1000
+#: bytes read from the terminal at once
+READ_SIZE = 4096
+#: seconds between parser ticks (Textual's escape-key timeout needs them) while input is open
+SELECT_TIMEOUT_S = 0.1
+#: seconds a read's held-back tail (see :class:`InputDecoder`) waits for the rest: a lone
+#: escape key reaches Textual this much later
+HOLD_S = 0.02
+
+_ERRORS = "aoe-terminal-input"
+
+
+def _decode_error(err: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: each undecodable byte becomes its Latin-1 character when it is
+    a printable one (``0xA0``-``0xFF``: a Latin-1 paste stays readable), else U+FFFD."""
+    if not isinstance(err, UnicodeDecodeError):
+        raise err
+    bad = err.object[err.start:err.end]
+    return "".join(chr(b) if b >= 0xA0 else "\ufffd" for b in bad), err.end
+
+
+codecs.register_error(_ERRORS, _decode_error)
+
+#: X10 mouse report: ESC [ M and three bytes (button + 32, column + 32, row + 32)
+_X10 = re.compile(rb"\x1b\[M([\x20-\xff])([\x20-\xff])([\x20-\xff])")
+#: urxvt (mode 1015) mouse report: ESC [ button+32 ; column ; row M
+_URXVT = re.compile(rb"\x1b\[(\d{1,4});(\d{1,5});(\d{1,5})M")
+#: a read that ends inside an X10 report: held back until the next read (or idle)
+_X10_PREFIX = re.compile(rb"\x1b(?:\[(?:M[\x20-\xff]{0,2})?)?\Z")
+
+
+def _sgr(code: int, col: int, row: int) -> bytes:
+    """An SGR mouse report for a legacy report's button ``code`` (the value minus 32) at
+    1-based ``col``/``row``; a legacy release (low bits 3, no motion) becomes an SGR
+    release (``m``) of button 1 (legacy releases do not say which button)."""
+    if code & 3 == 3 and not code & 0x60:
+        return b"\x1b[<%d;%d;%dm" % (code & ~3, col, row)
+    return b"\x1b[<%d;%d;%dM" % (code, col, row)
+
+
+class InputDecoder:
+    """Terminal bytes → text for the parser; never raises.
+
+    ``decode(data: bytes, final=False) -> str``. Legacy mouse reports (X10 and urxvt
+    1015) are rewritten as SGR reports (so a click past column 95 is a click, not a
+    decoding error); a read ending where an X10 report may have been cut (``ESC``,
+    ``ESC [``, ``ESC [ M`` and up to two bytes) keeps that tail for the next call
+    (``final=True`` or :meth:`flush` gives it up: the driver does after :data:`HOLD_S`
+    without input). Invalid UTF-8 never raises (see
+    :func:`_decode_error`); a UTF-8 sequence cut at the end of a read waits for the rest.
+    """
+
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors=_ERRORS)
+        self._carry = b""
+
+    @property
+    def pending(self) -> bool:
+        """Whether bytes are held back (an X10 report or a UTF-8 sequence cut short)."""
+        return bool(self._carry) or bool(self._utf8.getstate()[0])
+
+    def decode(self, data: bytes, final: bool = False) -> str:
+        data = self._carry + data
+        self._carry = b""
+        if not final:
+            tail = _X10_PREFIX.search(data, max(0, len(data) - 5))
+            if tail is not None:
+                self._carry = data[tail.start():]
+                data = data[:tail.start()]
+        if b"\x1b[" in data:
+            data = _X10.sub(lambda m: _sgr(m[1][0] - 32, m[2][0] - 32, m[3][0] - 32), data)
+            data = _URXVT.sub(lambda m: _sgr(max(0, int(m[1]) - 32), int(m[2]), int(m[3])), data)
+        return self._utf8.decode(data, final=final)
+
+    def flush(self) -> str:
+        """Give up whatever is held back (input went idle): decode it as it is."""
+        return self.decode(b"", final=True)
+
+
+def _sane_resize(event: events.Resize) -> bool:
+    width, height = event.size
+    if not (0 < width <= MAX_CELLS and 0 < height <= MAX_CELLS):
+        return False
+    pixels = event.pixel_size
+    return pixels is None or (pixels[0] > 0 and pixels[1] > 0)
+
+
+class GuardedParser(XTermParser):
+    """:class:`~textual._xterm_parser.XTermParser` whose report decoders return nothing
+    instead of raising on malformed numbers, and which drops in-band resize reports
+    outside 1..:data:`MAX_CELLS` cells or of 0 pixels (a terminal never sends them; a
+    spectator could, to make its TUI render a 99999-column screen)."""
+
+    def parse(self, token_callback):  # type: ignore[override]
+        def keep(token: Message) -> None:
+            if isinstance(token, events.Resize) and not _sane_resize(token):
+                self.terminal_size = self.terminal_pixel_size = None
+                self.mouse_pixels = False
+                return
+            token_callback(token)
+
+        return super().parse(keep)
+
+    def parse_mouse_code(self, code: str) -> Message | None:
+        try:
+            return super().parse_mouse_code(code)
+        except (ArithmeticError, ValueError):
+            return None
+
+    def _parse_extended_key(self, sequence: str) -> list[events.Key] | None:
+        try:
+            return super()._parse_extended_key(sequence)
+        except (ValueError, OverflowError):
+            return None
+
+
+class GuardedDriver(LinuxDriver):
+    """LinuxDriver whose input thread survives any input and stops at end of input
+    (module docstring)."""
+
+    def run_input_thread(self) -> None:
+        """Read the terminal until the app ends: decode, parse, dispatch; a read of 0 bytes
+        or an ``OSError`` ends the reading (the thread then waits for the app's end)."""
+        fileno = self.fileno
+        decoder = InputDecoder()
+        parser = GuardedParser(self._debug)
+        selector = selectors.SelectSelector()
+        selector.register(fileno, selectors.EVENT_READ)
+        open_ = True
+
+        def feed(text: str) -> None:
+            nonlocal parser
+            try:
+                for event in parser.feed(text):
+                    self.process_message(event)
+            except Exception as err:  # pragma: no cover - a parser bug we have not met yet
+                log.warning("terminal input: %s: %s; input parser reset", type(err).__name__, err)
+                parser = GuardedParser(self._debug)
+
+        def tick() -> None:
+            nonlocal parser
+            try:
+                for event in parser.tick():
+                    self.process_message(event)
+            except Exception as err:  # pragma: no cover
+                log.warning("terminal input: %s: %s; input parser reset", type(err).__name__, err)
+                parser = GuardedParser(self._debug)
+
+        try:
+            while open_ and not self.exit_event.is_set():
+                try:
+                    ready = selector.select(HOLD_S if decoder.pending else SELECT_TIMEOUT_S)
+                except (OSError, ValueError):  # the descriptor was closed under us
+                    ready, open_ = [], False
+                if ready:
+                    try:
+                        data = os.read(fileno, READ_SIZE)
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # EIO: the terminal is gone
+                        data = b""
+                    if not data:
+                        open_ = False
+                        text = decoder.decode(b"", final=True)
+                    else:
+                        text = decoder.decode(data)
+                    if text:
+                        feed(text)
+                elif decoder.pending:
+                    text = decoder.flush()
+                    if text:
+                        feed(text)
+                tick()
+        finally:
+            selector.close()
+        if not open_:
+            # end of input: nothing more will come; flush the parser (a lone ESC is the
+            # escape key) and wait for the app to end without polling a dead descriptor
+            try:
+                for event in parser.feed(""):
+                    self.process_message(event)
+            except Exception:  # pragma: no cover
+                pass
+            self.exit_event.wait()
+
+
+def driver_class() -> Any:
+    """The driver for :class:`~aoe_tui.tui.app.AoeApp`: :class:`GuardedDriver` on a POSIX
+    system unless ``TEXTUAL_DRIVER`` names another one (``None``: Textual chooses)."""
+    if os.environ.get("TEXTUAL_DRIVER") or sys.platform == "win32":
+        return None
+    return GuardedDriver
