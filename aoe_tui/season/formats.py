@@ -74,6 +74,7 @@ so no other module tests for a format's kind.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -523,6 +524,17 @@ class League(Format):
                 break
             future.append(nxt[0])
             sim.append([tuple(g) for g in nxt[0]])
+        # The season's seats (:func:`_season_seats`), used when the heats already run sat as
+        # it says (always, for a season this code started); else (a season folder an older
+        # version started) the rest is planned as that version did, below.
+        index = {e: i for i, e in enumerate(entrants)}
+        done = [r for _, heats in rounds.items() for r in heats]
+        season = [g for r in history for g in r] + [list(g) for g in groups] + [g for r in future for g in r]
+        whole = _season_seats(tuple(tuple(sorted(g, key=index.__getitem__)) for g in season), self.heat_size)
+        if [r.seats for r in done] == list(whole[:len(done)]):
+            mine = whole[len(done):len(done) + len(groups)]
+            plan = tuple(HeatPlan(rnd, i + 1, mine[i]) for i in range(len(groups)))
+            return RoundPlan(rnd, plan, tuple(e for e in entrants if e in bye_list))
         last, used = _seat_history(results)
         # The whole rest of the season if the search finds it, else the next rounds only.
         for ahead in sorted({len(future), 2, 1, 0}, reverse=True):
@@ -585,10 +597,29 @@ class League(Format):
 
 #: Search budget of :func:`_plan_seats` (heats tried); beyond it the round is seated greedily.
 PLAN_BUDGET = 10_000
+#: Search budget of :func:`_season_seats` when the colouring leaves repeats (heats tried).
+SEASON_BUDGET = 300
+
+
+@functools.lru_cache(maxsize=16)
+def _season_seats(heats: tuple[tuple[str, ...], ...], heat_size: int) -> tuple[tuple[str | None, ...], ...]:
+    """The seats of a league's whole season, ``heats`` = every heat's members (each heat's
+    in entrant order) in race order, from its first round: the proper colouring of
+    :func:`_colour_seats` (seat counts always balanced: floor/ceil of ``T / heat_size``),
+    unless it leaves an entrant on the seat of its previous heat and :func:`_plan_seats`
+    (cycles, within :data:`SEASON_BUDGET`) finds a plan where nobody does. A pure function
+    of its arguments (cached: every round of a season asks it again)."""
+    coloured, repeats = _colour_seats(heats, heat_size)
+    if repeats and heat_size <= 6:
+        found = _plan_seats(heats, heat_size, {}, {}, budget=SEASON_BUDGET)
+        if found is not None:
+            return tuple(found)
+    return tuple(coloured)
 
 
 def _plan_seats(heats: Sequence[Sequence[str]], heat_size: int, last_seat: Mapping[str, int],
-                seat_use: Mapping[str, Counter], cycles: bool = True) -> list[tuple[str | None, ...]] | None:
+                seat_use: Mapping[str, Counter], cycles: bool = True,
+                budget: int | None = None) -> list[tuple[str | None, ...]] | None:
     """Seat ``heats`` (members, in the order they race) after the history ``last_seat`` /
     ``seat_use`` so that every entrant sits, in each of its cycles of ``heat_size``
     consecutive heats, on each seat at most once and never on the seat of its previous
@@ -601,7 +632,7 @@ def _plan_seats(heats: Sequence[Sequence[str]], heat_size: int, last_seat: Mappi
     last = dict(last_seat)
     used = {e: Counter(c) for e, c in seat_use.items()}
     out: list[tuple[str | None, ...]] = []
-    budget = [PLAN_BUDGET]
+    budget = [PLAN_BUDGET if budget is None else budget]
 
     total: Counter = Counter({e: sum(c.values()) for e, c in used.items()})
     for members in heats:
@@ -673,6 +704,115 @@ def _plan_seats(heats: Sequence[Sequence[str]], heat_size: int, last_seat: Mappi
         return out if go(0) is SOLVED else None
     finally:
         sys.setrecursionlimit(limit)
+
+
+def _colour_seats(heats: Sequence[Sequence[str]], heat_size: int) -> tuple[list[tuple[str | None, ...]], int]:
+    """Seat ``heats`` (members, in race order, no history) by a proper edge colouring.
+
+    The bipartite multigraph: one node per heat, one per **cycle** of each entrant (its own
+    heats ``heat_size * k`` .. ``heat_size * k + heat_size - 1``, in race order); an edge per
+    seated member joins its heat and its cycle; colours are seats. Every node has degree at
+    most ``heat_size``, so a proper ``heat_size``-edge-colouring exists (Kőnig) and is built
+    edge by edge with alternating-path flips. Proper means: a heat's members sit on distinct
+    seats, and an entrant sits on each seat at most once per cycle — so every full cycle
+    uses each seat once and each entrant's seat counts end (and stay, at every point) within
+    one: with ``T`` heats on ``s`` seats, ``T mod s`` seats ``ceil(T / s)`` times and the
+    others ``floor(T / s)`` times. That always holds.
+
+    Keeping the previous seat can only happen between two cycles (last heat of one, first of
+    the next); those repeats are then lowered by Kempe-chain swaps (swapping two seats along
+    an alternating chain keeps the colouring proper), each accepted only when it lowers the
+    count, until none does. Returns ``(seats of every heat, repeats left)``; deterministic.
+    """
+    s = heat_size
+    ends: list[tuple[tuple, tuple]] = []  # edge -> (heat node, cycle node)
+    who: list[tuple[int, str]] = []
+    pos: Counter = Counter()
+    prev: dict[int, int] = {}
+    last_edge: dict[str, int] = {}
+    for i, members in enumerate(heats):
+        for e in members:
+            j = len(ends)
+            ends.append((("h", i), ("c", e, pos[e] // s)))
+            who.append((i, e))
+            pos[e] += 1
+            if e in last_edge:
+                prev[j] = last_edge[e]
+            last_edge[e] = j
+    nxt = {p: j for j, p in prev.items()}
+    at: dict[tuple, dict[int, int]] = defaultdict(dict)  # node -> colour -> edge
+    col: list[int] = [-1] * len(ends)
+
+    def recolour(edges: Sequence[int], a: int, b: int) -> None:
+        for k in edges:
+            for node in ends[k]:
+                del at[node][col[k]]
+        for k in edges:
+            col[k] = b if col[k] == a else a
+            for node in ends[k]:
+                at[node][col[k]] = k
+
+    for j, (u, v) in enumerate(ends):
+        free_u = [c for c in range(s) if c not in at[u]]
+        free_v = [c for c in range(s) if c not in at[v]]
+        common = [c for c in free_u if c in free_v]
+        avoid = col[prev[j]] if j in prev else -1
+        if common:
+            c = min(common, key=lambda c: (c == avoid, c))
+        else:  # flip the a/b path from v (it never reaches u: bipartite), then a is free at both
+            a, b = free_u[0], free_v[0]
+            path, node, want = [], v, a
+            while want in at[node]:
+                k = at[node][want]
+                path.append(k)
+                x, y = ends[k]
+                node = y if x == node else x
+                want = b if want == a else a
+            recolour(path, a, b)
+            c = a
+        col[j] = c
+        for node in (u, v):
+            at[node][c] = j
+
+    def chain(j: int, c: int, d: int) -> set[int]:
+        seen, stack = {j}, list(ends[j])
+        while stack:
+            node = stack.pop()
+            for cc in (c, d):
+                k = at[node].get(cc)
+                if k is not None and k not in seen:
+                    seen.add(k)
+                    stack.extend(ends[k])
+        return seen
+
+    def repeats_near(edges: set[int]) -> int:
+        pairs = {(prev[k], k) for k in edges if k in prev} | {(k, nxt[k]) for k in edges if k in nxt}
+        return sum(1 for p, k in pairs if col[p] == col[k])
+
+    improved = True
+    while improved:
+        improved = False
+        for j in range(len(ends)):
+            if j not in prev or col[prev[j]] != col[j]:
+                continue
+            for jj in (j, prev[j]):
+                c = col[jj]
+                for d in range(s):
+                    if d == c:
+                        continue
+                    edges = chain(jj, c, d)
+                    before = repeats_near(edges)
+                    recolour(list(edges), c, d)
+                    if repeats_near(edges) < before:
+                        improved = True
+                        break
+                    recolour(list(edges), c, d)
+                if improved or col[prev[j]] != col[j]:
+                    break
+    out: list[list[str | None]] = [[None] * s for _ in heats]
+    for j, (i, e) in enumerate(who):
+        out[i][col[j]] = e
+    return [tuple(x) for x in out], sum(1 for j, p in prev.items() if col[p] == col[j])
 
 
 def _improve(groups: list[list[str]], met: Mapping[str, Counter]) -> None:
