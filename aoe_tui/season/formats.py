@@ -17,21 +17,26 @@ that way, the fewest entrants possible get a bye (with ``min_heat_size == heat_s
 7 → 3+3 and one bye). An unfillable seat is left **empty** — the heat's manifest then has
 fewer territories; it is never filled with a fake player.
 
-Seat rotation. A league's draw reads only who raced, so at each round it knows the heats of
-the rest of the season and seats them all at once (:func:`_plan_seats`, a depth-first
-search with conflict-directed backjumping, budget :data:`PLAN_BUDGET`): every entrant, in
-each run of ``heat_size`` consecutive heats of its own (its **cycle**), sits on each seat at
-most once and never on the seat of its previous heat, so its seat counts differ by at most
-one at every point of the season. When there is no such plan, the same search asks only that
-the season *end* balanced (seat counts within one, never the previous seat); when that too
-fails (or the budget runs out: seen from about 22 entrants in heats of 3 with 3 or 6 heats
-each), the cycle plan for the next two rounds, then this round alone, is tried; failing those, and always in a knockout
-(whose heats depend on results), each heat is seated on its own (:func:`assign_seats`)
-minimising, in order: (1) entrants who keep the seat of their previous heat, (2) entrants
-whose seat counts would differ by more than one, (3) pairs of entrants left lacking the
-same single seat of their cycle, (4) the sum of how often each entrant already sat on its
-new seat, (5) the lexicographic seat tuple. When an entrant must keep its seat (e.g. all
-three last sat on seat 1), (1) is the minimum possible, never more.
+Seat rotation. A league's draw reads only who raced, so at round 1 it knows every heat of
+the season and seats them all at once (:func:`_season_seats`): a proper edge colouring
+(:func:`_colour_seats`, Kőnig) of the bipartite multigraph heats × entrant **cycles** (runs
+of ``heat_size`` consecutive heats of one entrant), seats as colours. So, always (2–40
+entrants × 1–6 heats each are checked exhaustively): every entrant sits on each seat at most
+once per cycle, and an entrant with ``T`` heats on ``s`` seats ends with ``T mod s`` seats
+``ceil(T / s)`` times and the others ``floor(T / s)`` times (counts within one at every
+point). An entrant keeps the seat of its previous heat only from one cycle to the next, and
+only when neither Kempe-chain swaps nor the cycle search (:func:`_plan_seats`, budget
+:data:`SEASON_BUDGET`) removed it. Each later round recomputes that plan (pure, cached) and
+follows it; a season folder an older version started (its heats seated otherwise) goes on
+as that version did: the rest is planned from its history (:func:`_plan_seats`: cycle plan,
+then one that only *ends* balanced, then the next two rounds, then this round alone).
+Failing those, and always in a knockout (whose heats depend on results), each heat is
+seated on its own (:func:`assign_seats`) minimising, in order: (1) entrants who keep the
+seat of their previous heat, (2) entrants whose seat counts would differ by more than one,
+(3) pairs of entrants left lacking the same single seat of their cycle, (4) the sum of how
+often each entrant already sat on its new seat, (5) the lexicographic seat tuple. When an
+entrant must keep its seat (e.g. all three last sat on seat 1), (1) is the minimum
+possible, never more.
 
 Byes. In both formats an entrant who had a bye in the previous round gets another only when
 the round's byes outnumber the entrants who raced the previous round (no other choice of
