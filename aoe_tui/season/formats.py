@@ -25,9 +25,11 @@ entrants × 1–6 heats each are checked exhaustively): every entrant sits on ea
 once per cycle, and an entrant with ``T`` heats on ``s`` seats ends with ``T mod s`` seats
 ``ceil(T / s)`` times and the others ``floor(T / s)`` times (counts within one at every
 point). An entrant keeps the seat of its previous heat only from one cycle to the next, and
-only when neither Kempe-chain swaps nor the cycle search (:func:`_plan_seats`, budget
-:data:`SEASON_BUDGET`) removed it. Each later round recomputes that plan (pure, cached) and
-follows it; a season folder an older version started (its heats seated otherwise) goes on
+only when neither Kempe-chain swaps, other colourings nor the cycle search
+(:func:`_plan_seats`, budget :data:`SEASON_BUDGET`) removed it (measured, heats of 3 at one
+seed: 73 of the 468 leagues of 2–40 entrants × 1–6 heats, min 2 or 3, have such a repeat;
+heats of 4: none; heats of 2: 152 of 234, where only strictly alternating seats avoid it).
+Each later round recomputes that plan (pure, cached) and follows it; a season folder an older version started (its heats seated otherwise) goes on
 as that version did: the rest is planned from its history (:func:`_plan_seats`: cycle plan,
 then one that only *ends* balanced, then the next two rounds, then this round alone).
 Failing those, and always in a knockout (whose heats depend on results), each heat is
@@ -602,6 +604,9 @@ class League(Format):
 
 #: Search budget of :func:`_plan_seats` (heats tried); beyond it the round is seated greedily.
 PLAN_BUDGET = 10_000
+#: Variants of :func:`_colour_seats` :func:`_season_seats` tries (it keeps the first with the
+#: fewest repeats).
+COLOURINGS = 6
 #: Search budget of :func:`_season_seats` when the colouring leaves repeats (heats tried).
 SEASON_BUDGET = 300
 
@@ -610,11 +615,17 @@ SEASON_BUDGET = 300
 def _season_seats(heats: tuple[tuple[str, ...], ...], heat_size: int) -> tuple[tuple[str | None, ...], ...]:
     """The seats of a league's whole season, ``heats`` = every heat's members (each heat's
     in entrant order) in race order, from its first round: the proper colouring of
-    :func:`_colour_seats` (seat counts always balanced: floor/ceil of ``T / heat_size``),
-    unless it leaves an entrant on the seat of its previous heat and :func:`_plan_seats`
+    :func:`_colour_seats` (seat counts always balanced: floor/ceil of ``T / heat_size``;
+    of its first :data:`COLOURINGS` variants, the first with the fewest repeats), unless it leaves an entrant on the seat of its previous heat and :func:`_plan_seats`
     (cycles, within :data:`SEASON_BUDGET`) finds a plan where nobody does. A pure function
     of its arguments (cached: every round of a season asks it again)."""
     coloured, repeats = _colour_seats(heats, heat_size)
+    for variant in range(1, COLOURINGS):
+        if not repeats:
+            break
+        other, fewer = _colour_seats(heats, heat_size, variant)
+        if fewer < repeats:
+            coloured, repeats = other, fewer
     if repeats and heat_size <= 6:
         found = _plan_seats(heats, heat_size, {}, {}, budget=SEASON_BUDGET)
         if found is not None:
@@ -711,7 +722,8 @@ def _plan_seats(heats: Sequence[Sequence[str]], heat_size: int, last_seat: Mappi
         sys.setrecursionlimit(limit)
 
 
-def _colour_seats(heats: Sequence[Sequence[str]], heat_size: int) -> tuple[list[tuple[str | None, ...]], int]:
+def _colour_seats(heats: Sequence[Sequence[str]], heat_size: int,
+                  variant: int = 0) -> tuple[list[tuple[str | None, ...]], int]:
     """Seat ``heats`` (members, in race order, no history) by a proper edge colouring.
 
     The bipartite multigraph: one node per heat, one per **cycle** of each entrant (its own
@@ -727,7 +739,9 @@ def _colour_seats(heats: Sequence[Sequence[str]], heat_size: int) -> tuple[list[
     Keeping the previous seat can only happen between two cycles (last heat of one, first of
     the next); those repeats are then lowered by Kempe-chain swaps (swapping two seats along
     an alternating chain keeps the colouring proper), each accepted only when it lowers the
-    count, until none does. Returns ``(seats of every heat, repeats left)``; deterministic.
+    count, until none does. ``variant`` (>= 0) varies the colouring's choices (which free
+    seat an edge takes, which path is flipped); every variant is balanced. Returns ``(seats
+    of every heat, repeats left)``; deterministic.
     """
     s = heat_size
     ends: list[tuple[tuple, tuple]] = []  # edge -> (heat node, cycle node)
@@ -763,9 +777,9 @@ def _colour_seats(heats: Sequence[Sequence[str]], heat_size: int) -> tuple[list[
         common = [c for c in free_u if c in free_v]
         avoid = col[prev[j]] if j in prev else -1
         if common:
-            c = min(common, key=lambda c: (c == avoid, c))
+            c = min(common, key=lambda c: (c == avoid, (c + variant) % s))
         else:  # flip the a/b path from v (it never reaches u: bipartite), then a is free at both
-            a, b = free_u[0], free_v[0]
+            a, b = free_u[variant % len(free_u)], free_v[(variant // s) % len(free_v)]
             path, node, want = [], v, a
             while want in at[node]:
                 k = at[node][want]
