@@ -381,26 +381,39 @@ def test_league_seats_balanced(n, h, size, min_size, seed, sim_seed):
 
 
 def test_league_seats_balanced_for_every_size_2_to_40_entrants_1_to_6_heats():
-    """Exhaustive, heats of 3 (of 2–3 and of exactly 3): every league of 2–40 entrants with
-    1–6 heats each is seated balanced (``assert_balanced``), each season's plan in well under
-    a second. Before #18 the search gave up from about 22 entrants with 3 or 6 heats each and
-    seat counts could end two apart."""
+    """Exhaustive at one seed: every league of 2–40 entrants with 1–6 heats each, in heats of
+    3 (of 2–3 and of exactly 3) and of 2–4, is seated balanced (``assert_balanced``),
+    each season's plan in well under a second. An entrant keeps its previous seat only from
+    one cycle to the next; leagues with any such repeat (measured): heats of 3, 73 of 468;
+    heats of 4, none. (Heats of 2–4: ``test_league_seats_balanced``.) Before #18 the search gave up from about 22 entrants with 3 or 6 heats
+    each and seat counts could end two apart."""
     import time
 
     from aoe_tui.season.formats import _season_seats
 
     slowest = 0.0
-    for n in range(2, 41):
-        entrants = [f"e{i:02d}" for i in range(n)]
-        for h in range(1, 7):
-            for min_size in (2, 3):
-                heats = tuple(league_heats(League(h, 3, min_size), entrants, 7))
-                t = time.perf_counter()
-                seats = _season_seats(heats, 3)
-                slowest = max(slowest, time.perf_counter() - t)
-                assert [sorted(e for e in s if e is not None) for s in seats] == [sorted(g) for g in heats]
-                assert_balanced(seats, 3, (n, h, min_size))
+    with_repeat: Counter = Counter()
+    for size, min_sizes in ((3, (2, 3)), (4, (2,))):
+        for n in range(2, 41):
+            entrants = [f"e{i:02d}" for i in range(n)]
+            for h in range(1, 7):
+                for min_size in min_sizes:
+                    heats = tuple(league_heats(League(h, size, min_size), entrants, 7))
+                    t = time.perf_counter()
+                    seats = _season_seats(heats, size)
+                    slowest = max(slowest, time.perf_counter() - t)
+                    assert [sorted(e for e in s if e is not None) for s in seats] == [sorted(g) for g in heats]
+                    assert_balanced(seats, size, (n, h, size, min_size))
+                    seq: dict[str, list[int]] = {}
+                    for s in seats:
+                        for i, e in enumerate(s):
+                            if e is not None:
+                                seq.setdefault(e, []).append(i)
+                    keeps = [k for q in seq.values() for k in range(1, len(q)) if q[k] == q[k - 1]]
+                    assert all(k % size == 0 for k in keeps), (n, h, size, min_size)
+                    with_repeat[size] += bool(keeps)
     assert slowest < 1.0, slowest
+    assert with_repeat[3] <= 73 and with_repeat[4] == 0, with_repeat
 
 
 def test_league_folder_seated_otherwise_resumes_from_its_own_history():
