@@ -312,8 +312,8 @@ def test_each_knockout_heat_is_seated_as_evenly_as_it_allows(n, fmt, seed, sim_s
     known only then): its seating has the fewest members keeping their previous seat and,
     among those seatings, the fewest members whose seat counts would differ by more than one
     (given the seats of all earlier heats). A league seats whole rounds or the season at
-    once (``_plan_seats``), trading this heat-by-heat optimum for a balanced season
-    (``test_league_seats_balanced_when_planned``), so it is not held to it."""
+    once (``_season_seats``), trading this heat-by-heat optimum for a balanced season
+    (``test_league_seats_balanced``), so it is not held to it."""
     if isinstance(fmt, League):
         return
     entrants = [f"e{i:02d}" for i in range(n)]
