@@ -17,21 +17,28 @@ that way, the fewest entrants possible get a bye (with ``min_heat_size == heat_s
 7 → 3+3 and one bye). An unfillable seat is left **empty** — the heat's manifest then has
 fewer territories; it is never filled with a fake player.
 
-Seat rotation. A league's draw reads only who raced, so at each round it knows the heats of
-the rest of the season and seats them all at once (:func:`_plan_seats`, a depth-first
-search with conflict-directed backjumping, budget :data:`PLAN_BUDGET`): every entrant, in
-each run of ``heat_size`` consecutive heats of its own (its **cycle**), sits on each seat at
-most once and never on the seat of its previous heat, so its seat counts differ by at most
-one at every point of the season. When there is no such plan, the same search asks only that
-the season *end* balanced (seat counts within one, never the previous seat); when that too
-fails (or the budget runs out: seen from about 22 entrants in heats of 3 with 3 or 6 heats
-each), the cycle plan for the next two rounds, then this round alone, is tried; failing those, and always in a knockout
-(whose heats depend on results), each heat is seated on its own (:func:`assign_seats`)
-minimising, in order: (1) entrants who keep the seat of their previous heat, (2) entrants
-whose seat counts would differ by more than one, (3) pairs of entrants left lacking the
-same single seat of their cycle, (4) the sum of how often each entrant already sat on its
-new seat, (5) the lexicographic seat tuple. When an entrant must keep its seat (e.g. all
-three last sat on seat 1), (1) is the minimum possible, never more.
+Seat rotation. A league's draw reads only who raced, so at round 1 it knows every heat of
+the season and seats them all at once (:func:`_season_seats`): a proper edge colouring
+(:func:`_colour_seats`, Kőnig) of the bipartite multigraph heats × entrant **cycles** (runs
+of ``heat_size`` consecutive heats of one entrant), seats as colours. So, always (2–40
+entrants × 1–6 heats each are checked exhaustively): every entrant sits on each seat at most
+once per cycle, and an entrant with ``T`` heats on ``s`` seats ends with ``T mod s`` seats
+``ceil(T / s)`` times and the others ``floor(T / s)`` times (counts within one at every
+point). An entrant keeps the seat of its previous heat only from one cycle to the next, and
+only when neither Kempe-chain swaps, other colourings nor the cycle search
+(:func:`_plan_seats`, budget :data:`SEASON_BUDGET`) removed it (measured, heats of 3 at one
+seed: 73 of the 468 leagues of 2–40 entrants × 1–6 heats, min 2 or 3, have such a repeat;
+heats of 4: none; heats of 2: 152 of 234, where only strictly alternating seats avoid it).
+Each later round recomputes that plan (pure, cached) and follows it; a season folder an older version started (its heats seated otherwise) goes on
+as that version did: the rest is planned from its history (:func:`_plan_seats`: cycle plan,
+then one that only *ends* balanced, then the next two rounds, then this round alone).
+Failing those, and always in a knockout (whose heats depend on results), each heat is
+seated on its own (:func:`assign_seats`) minimising, in order: (1) entrants who keep the
+seat of their previous heat, (2) entrants whose seat counts would differ by more than one,
+(3) pairs of entrants left lacking the same single seat of their cycle, (4) the sum of how
+often each entrant already sat on its new seat, (5) the lexicographic seat tuple. When an
+entrant must keep its seat (e.g. all three last sat on seat 1), (1) is the minimum
+possible, never more.
 
 Byes. In both formats an entrant who had a bye in the previous round gets another only when
 the round's byes outnumber the entrants who raced the previous round (no other choice of
@@ -74,6 +81,7 @@ so no other module tests for a format's kind.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -523,6 +531,17 @@ class League(Format):
                 break
             future.append(nxt[0])
             sim.append([tuple(g) for g in nxt[0]])
+        # The season's seats (:func:`_season_seats`), used when the heats already run sat as
+        # it says (always, for a season this code started); else (a season folder an older
+        # version started) the rest is planned as that version did, below.
+        index = {e: i for i, e in enumerate(entrants)}
+        done = [r for _, heats in rounds.items() for r in heats]
+        season = [g for r in history for g in r] + [list(g) for g in groups] + [g for r in future for g in r]
+        whole = _season_seats(tuple(tuple(sorted(g, key=index.__getitem__)) for g in season), self.heat_size)
+        if [r.seats for r in done] == list(whole[:len(done)]):
+            mine = whole[len(done):len(done) + len(groups)]
+            plan = tuple(HeatPlan(rnd, i + 1, mine[i]) for i in range(len(groups)))
+            return RoundPlan(rnd, plan, tuple(e for e in entrants if e in bye_list))
         last, used = _seat_history(results)
         # The whole rest of the season if the search finds it, else the next rounds only.
         for ahead in sorted({len(future), 2, 1, 0}, reverse=True):
@@ -585,10 +604,38 @@ class League(Format):
 
 #: Search budget of :func:`_plan_seats` (heats tried); beyond it the round is seated greedily.
 PLAN_BUDGET = 10_000
+#: Variants of :func:`_colour_seats` :func:`_season_seats` tries (it keeps the first with the
+#: fewest repeats).
+COLOURINGS = 6
+#: Search budget of :func:`_season_seats` when the colouring leaves repeats (heats tried).
+SEASON_BUDGET = 300
+
+
+@functools.lru_cache(maxsize=16)
+def _season_seats(heats: tuple[tuple[str, ...], ...], heat_size: int) -> tuple[tuple[str | None, ...], ...]:
+    """The seats of a league's whole season, ``heats`` = every heat's members (each heat's
+    in entrant order) in race order, from its first round: the proper colouring of
+    :func:`_colour_seats` (seat counts always balanced: floor/ceil of ``T / heat_size``;
+    of its first :data:`COLOURINGS` variants, the first with the fewest repeats), unless it leaves an entrant on the seat of its previous heat and :func:`_plan_seats`
+    (cycles, within :data:`SEASON_BUDGET`) finds a plan where nobody does. A pure function
+    of its arguments (cached: every round of a season asks it again)."""
+    coloured, repeats = _colour_seats(heats, heat_size)
+    for variant in range(1, COLOURINGS):
+        if not repeats:
+            break
+        other, fewer = _colour_seats(heats, heat_size, variant)
+        if fewer < repeats:
+            coloured, repeats = other, fewer
+    if repeats and heat_size <= 6:
+        found = _plan_seats(heats, heat_size, {}, {}, budget=SEASON_BUDGET)
+        if found is not None:
+            return tuple(found)
+    return tuple(coloured)
 
 
 def _plan_seats(heats: Sequence[Sequence[str]], heat_size: int, last_seat: Mapping[str, int],
-                seat_use: Mapping[str, Counter], cycles: bool = True) -> list[tuple[str | None, ...]] | None:
+                seat_use: Mapping[str, Counter], cycles: bool = True,
+                budget: int | None = None) -> list[tuple[str | None, ...]] | None:
     """Seat ``heats`` (members, in the order they race) after the history ``last_seat`` /
     ``seat_use`` so that every entrant sits, in each of its cycles of ``heat_size``
     consecutive heats, on each seat at most once and never on the seat of its previous
@@ -601,7 +648,7 @@ def _plan_seats(heats: Sequence[Sequence[str]], heat_size: int, last_seat: Mappi
     last = dict(last_seat)
     used = {e: Counter(c) for e, c in seat_use.items()}
     out: list[tuple[str | None, ...]] = []
-    budget = [PLAN_BUDGET]
+    budget = [PLAN_BUDGET if budget is None else budget]
 
     total: Counter = Counter({e: sum(c.values()) for e, c in used.items()})
     for members in heats:
@@ -673,6 +720,118 @@ def _plan_seats(heats: Sequence[Sequence[str]], heat_size: int, last_seat: Mappi
         return out if go(0) is SOLVED else None
     finally:
         sys.setrecursionlimit(limit)
+
+
+def _colour_seats(heats: Sequence[Sequence[str]], heat_size: int,
+                  variant: int = 0) -> tuple[list[tuple[str | None, ...]], int]:
+    """Seat ``heats`` (members, in race order, no history) by a proper edge colouring.
+
+    The bipartite multigraph: one node per heat, one per **cycle** of each entrant (its own
+    heats ``heat_size * k`` .. ``heat_size * k + heat_size - 1``, in race order); an edge per
+    seated member joins its heat and its cycle; colours are seats. Every node has degree at
+    most ``heat_size``, so a proper ``heat_size``-edge-colouring exists (Kőnig) and is built
+    edge by edge with alternating-path flips. Proper means: a heat's members sit on distinct
+    seats, and an entrant sits on each seat at most once per cycle — so every full cycle
+    uses each seat once and each entrant's seat counts end (and stay, at every point) within
+    one: with ``T`` heats on ``s`` seats, ``T mod s`` seats ``ceil(T / s)`` times and the
+    others ``floor(T / s)`` times. That always holds.
+
+    Keeping the previous seat can only happen between two cycles (last heat of one, first of
+    the next); those repeats are then lowered by Kempe-chain swaps (swapping two seats along
+    an alternating chain keeps the colouring proper), each accepted only when it lowers the
+    count, until none does. ``variant`` (>= 0) varies the colouring's choices (which free
+    seat an edge takes, which path is flipped); every variant is balanced. Returns ``(seats
+    of every heat, repeats left)``; deterministic.
+    """
+    s = heat_size
+    ends: list[tuple[tuple, tuple]] = []  # edge -> (heat node, cycle node)
+    who: list[tuple[int, str]] = []
+    pos: Counter = Counter()
+    prev: dict[int, int] = {}
+    last_edge: dict[str, int] = {}
+    for i, members in enumerate(heats):
+        for e in members:
+            j = len(ends)
+            ends.append((("h", i), ("c", e, pos[e] // s)))
+            who.append((i, e))
+            pos[e] += 1
+            if e in last_edge:
+                prev[j] = last_edge[e]
+            last_edge[e] = j
+    nxt = {p: j for j, p in prev.items()}
+    at: dict[tuple, dict[int, int]] = defaultdict(dict)  # node -> colour -> edge
+    col: list[int] = [-1] * len(ends)
+
+    def recolour(edges: Sequence[int], a: int, b: int) -> None:
+        for k in edges:
+            for node in ends[k]:
+                del at[node][col[k]]
+        for k in edges:
+            col[k] = b if col[k] == a else a
+            for node in ends[k]:
+                at[node][col[k]] = k
+
+    for j, (u, v) in enumerate(ends):
+        free_u = [c for c in range(s) if c not in at[u]]
+        free_v = [c for c in range(s) if c not in at[v]]
+        common = [c for c in free_u if c in free_v]
+        avoid = col[prev[j]] if j in prev else -1
+        if common:
+            c = min(common, key=lambda c: (c == avoid, (c + variant) % s))
+        else:  # flip the a/b path from v (it never reaches u: bipartite), then a is free at both
+            a, b = free_u[variant % len(free_u)], free_v[(variant // s) % len(free_v)]
+            path, node, want = [], v, a
+            while want in at[node]:
+                k = at[node][want]
+                path.append(k)
+                x, y = ends[k]
+                node = y if x == node else x
+                want = b if want == a else a
+            recolour(path, a, b)
+            c = a
+        col[j] = c
+        for node in (u, v):
+            at[node][c] = j
+
+    def chain(j: int, c: int, d: int) -> set[int]:
+        seen, stack = {j}, list(ends[j])
+        while stack:
+            node = stack.pop()
+            for cc in (c, d):
+                k = at[node].get(cc)
+                if k is not None and k not in seen:
+                    seen.add(k)
+                    stack.extend(ends[k])
+        return seen
+
+    def repeats_near(edges: set[int]) -> int:
+        pairs = {(prev[k], k) for k in edges if k in prev} | {(k, nxt[k]) for k in edges if k in nxt}
+        return sum(1 for p, k in pairs if col[p] == col[k])
+
+    improved = True
+    while improved:
+        improved = False
+        for j in range(len(ends)):
+            if j not in prev or col[prev[j]] != col[j]:
+                continue
+            for jj in (j, prev[j]):
+                c = col[jj]
+                for d in range(s):
+                    if d == c:
+                        continue
+                    edges = chain(jj, c, d)
+                    before = repeats_near(edges)
+                    recolour(list(edges), c, d)
+                    if repeats_near(edges) < before:
+                        improved = True
+                        break
+                    recolour(list(edges), c, d)
+                if improved or col[prev[j]] != col[j]:
+                    break
+    out: list[list[str | None]] = [[None] * s for _ in heats]
+    for j, (i, e) in enumerate(who):
+        out[i][col[j]] = e
+    return [tuple(x) for x in out], sum(1 for j, p in prev.items() if col[p] == col[j])
 
 
 def _improve(groups: list[list[str]], met: Mapping[str, Counter]) -> None:
