@@ -83,6 +83,31 @@ async def probe(host: str, port: int, password: str, *, connect_timeout_s: float
     return res.exit_status == 0
 
 
+async def login_refusal(host: str, port: int, password: str, *, connect_timeout_s: float = 5.0) -> str | None:
+    """Why a root login at ``host:port`` fails *although a server answered* there, or None.
+
+    One attempt. Returns a one-line reason when the port answered and the login was refused
+    (an SSH server that rejected the password, or something on the port that is not an SSH
+    server), i.e. the guest is up but refuses the referee. Returns None when the login works
+    or nothing answered (connection refused, timeout, the connection dropped before any
+    reply): the guest may not be up. Never raises.
+    """
+    try:
+        conn = await connect(host, port, password, connect_timeout_s=connect_timeout_s)
+    except asyncssh.PermissionDenied:
+        return f"the SSH server on port {port} refused the root password login"
+    except asyncssh.ProtocolNotSupported:
+        return f"port {port} answered but is not an SSH server"
+    except asyncssh.ProtocolError as err:
+        if "banner" in str(err).lower() or "version" in str(err).lower():
+            return f"port {port} answered but is not an SSH server"
+        return None
+    except (asyncssh.Error, OSError, asyncio.TimeoutError, EOFError):
+        return None
+    conn.close()
+    return None
+
+
 async def wait_ready(
     host: str,
     port: int,

@@ -23,7 +23,7 @@ load_password
 ) &
 BG_PIDS+=("$!")
 
-out=$(timeout 12 bash -c "$(declare -f guest); guest 'systemctl restart traffic-surge.service'" 2>&1)
+out=$(timeout 12 bash -c "$(declare -p REFEREE_PATH REFEREE_SSH_PATH REFEREE_BINARIES; declare -f guest territory_state territory_leader referee_tampering); guest 'systemctl restart traffic-surge.service'" 2>&1)
 rc=$?
 [[ $rc == 124 ]] && fail "systemctl restart traffic-surge.service over SSH did not finish within 12 s"
 [[ $rc == 0 ]] || fail "systemctl restart traffic-surge.service over SSH failed (exit $rc): $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"

@@ -99,14 +99,107 @@ load_password() {
   export SSHPASS
 }
 
-# guest CMD...: run a command as root in the territory over password SSH
+# --- the referee's access to the territory (this block is the same in every arena's lib.sh;
+# tests/test_referee_access.py checks it) ---------------------------------------------------
+# The player is root in its territory: what it changes there (PATH, rc files, shell
+# functions, /etc/environment, ~/.ssh/environment, binaries) must not change what the
+# referee's commands do. A container territory (the provider's state.json beside
+# AOE_CREDENTIAL_FILE says "container") is entered from the host side: nsenter into the
+# namespaces of its init, then the image's env and bash with a fixed environment and no rc
+# files. First the binaries on that path (REFEREE_BINARIES) are compared with the image's
+# own copies (the state's "lowers"): one that differs is reported as tampering (exit 125).
+# Other territories: password SSH running the same fixed-environment command (the login
+# shell still starts first there: best effort). HTTP probes never go through here: they
+# are made from the runner, outside the guest.
+REFEREE_PATH=/usr/bin:/usr/sbin
+REFEREE_SSH_PATH=/usr/bin:/usr/sbin:/bin:/sbin:/run/current-system/sw/bin
+REFEREE_BINARIES=(/usr/bin/env /usr/bin/bash /usr/bin/systemctl /usr/bin/cat)
+
+# territory_state: the container provider's state.json of this territory, or nothing
+territory_state() {
+  local state
+  state="$(dirname -- "${AOE_CREDENTIAL_FILE:-/nonexistent/x}")/state.json"
+  [[ -r "$state" && "$(jq -r '.provider // empty' "$state" 2>/dev/null)" == container ]] && printf '%s' "$state"
+}
+
+# territory_leader: host PID of the container territory's init; "none" when the container
+# is not running; nothing when the territory is not a container
+territory_leader() {
+  local state root nspawn pid want
+  state=$(territory_state) || return 0
+  [[ -n "$state" ]] || return 0
+  root=$(jq -r '.root // empty' "$state" 2>/dev/null)
+  nspawn=$(jq -r '.nspawn_pid // empty' "$state" 2>/dev/null)
+  want=$(stat -c '%d:%i' -- "$root/" 2>/dev/null) || want=""
+  for pid in $(jq -r '.leader_pid // empty' "$state" 2>/dev/null) $(cat "/proc/${nspawn:-0}/task/${nspawn:-0}/children" 2>/dev/null); do
+    # the init's root directory is the territory's root (same file system and inode)
+    [[ -n "$want" && "$(stat -c '%d:%i' -- "/proc/$pid/root/" 2>/dev/null)" == "$want" ]] || continue
+    grep -qE '^NSpid:.*[[:space:]]1$' "/proc/$pid/status" 2>/dev/null || continue
+    printf '%s' "$pid"
+    return 0
+  done
+  printf 'none'
+}
+
+# referee_tampering: the REFEREE_BINARIES of a container territory that are not the image's
+# (a different file, missing, or a symlink leaving the territory's root), space-separated
+referee_tampering() {
+  local state root f low img real
+  local -a lowers=()
+  state=$(territory_state) || return 0
+  [[ -n "$state" ]] || return 0
+  root=$(realpath -e -- "$(jq -r '.root // empty' "$state")" 2>/dev/null) || return 0
+  mapfile -t lowers < <(jq -r '.lowers[]?' "$state" 2>/dev/null)
+  for f in "${REFEREE_BINARIES[@]}"; do
+    img=""
+    for low in "${lowers[@]}"; do
+      if [[ -e "$low$f" || -L "$low$f" ]]; then img="$low$f"; break; fi
+    done
+    [[ -n "$img" ]] || continue
+    real=$(realpath -e -- "$root$f" 2>/dev/null)
+    if [[ "$real" != "$root"/* ]] || ! cmp -s -- "$img" "$real"; then printf '%s ' "$f"; fi
+  done
+}
+
+# guest CMD...: run CMD (one shell string) as root in the territory, out of the player's
+# reach (see above); exit 125 with "tampering: ..." on stderr when a binary the referee
+# runs was replaced, 255 when the territory cannot be reached
 guest() {
+  local cmd="$*" leader bad
+  leader=$(territory_leader)
+  if [[ -n "$leader" ]]; then
+    if [[ "$leader" == none ]]; then
+      printf '%s\n' "the territory's container is not running (no init to enter from the host)" >&2
+      return 255
+    fi
+    bad=$(referee_tampering)
+    if [[ -n "$bad" ]]; then
+      printf "tampering: the territory's %s is not the image's (the referee runs it)\n" "${bad% }" >&2
+      return 125
+    fi
+    nsenter --target "$leader" --mount --uts --ipc --net --pid -- \
+      /usr/bin/env -i PATH="$REFEREE_PATH" HOME=/root LC_ALL=C /usr/bin/bash --noprofile --norc -c "cd / && $cmd"
+    return
+  fi
   sshpass -e ssh -p "$AOE_SSH_PORT" \
     -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
     -o PreferredAuthentications=password -o PubkeyAuthentication=no -o NumberOfPasswordPrompts=1 \
     -o ConnectTimeout="${SSH_CONNECT_TIMEOUT:-5}" -o ServerAliveInterval=2 -o ServerAliveCountMax=2 \
-    "root@$AOE_HOST" "$@"
+    "root@$AOE_HOST" "exec /usr/bin/env -i PATH=$REFEREE_SSH_PATH HOME=/root LC_ALL=C bash --noprofile --norc -c $(printf '%q' "$cmd")"
 }
+
+# service_listener PORT: "PID:START" (host PID and start time) of the process listening on
+# TCP PORT in a container territory, seen from the host side (the host's ss in the
+# territory's network namespace); nothing when not a container or nothing listens
+service_listener() {
+  local leader pid
+  leader=$(territory_leader)
+  [[ -n "$leader" && "$leader" != none ]] || return 0
+  pid=$(nsenter --target "$leader" --net -- ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2)
+  [[ -n "$pid" ]] || return 0
+  printf '%s:%s' "$pid" "$(sed -E 's/^.*\) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)"
+}
+# --- end of the referee's access block ----------------------------------------------------
 
 # write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE
 write_evidence() {
