@@ -66,6 +66,51 @@ def test_every_arena_uses_the_same_referee_access():
             assert not re.search(r"\b(curl|wget)\b", call), f"{script}: HTTP probe from inside the guest: {call[:80]}"
 
 
+@pytest.mark.asyncio
+async def test_ssh_login_refusal_tells_a_refusing_guest_from_an_absent_one(tmp_path):
+    """What SSH providers (qemu, ssh hosts) see after the reboot: an SSH server rejecting the
+    root password, or something that is not an SSH server, on the port = the guest is up
+    and refuses the referee; nothing listening = it may not be up (None)."""
+    import asyncio
+    import socket
+
+    import asyncssh
+
+    class Refuse(asyncssh.SSHServer):
+        def begin_auth(self, username):
+            return True
+
+        def password_auth_supported(self):
+            return True
+
+        def validate_password(self, username, password):
+            return False
+
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    server = await asyncssh.create_server(Refuse, "127.0.0.1", 0, server_host_keys=[key])
+    port = server.sockets[0].getsockname()[1]
+
+    async def http_like(reader, writer):
+        writer.write(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    other = await asyncio.start_server(http_like, "127.0.0.1", 0)
+    other_port = other.sockets[0].getsockname()[1]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    try:
+        t0 = time.monotonic()
+        assert await ssh.login_refusal("127.0.0.1", port, "pw") == f"the SSH server on port {port} refused the root password login"
+        assert await ssh.login_refusal("127.0.0.1", other_port, "pw") == f"port {other_port} answered but is not an SSH server"
+        assert await ssh.login_refusal("127.0.0.1", closed, "pw") is None
+        assert time.monotonic() - t0 < 5
+    finally:
+        server.close()
+        other.close()
+
+
 # ------------------------------------------------------------------ one container territory
 
 

@@ -92,16 +92,24 @@ async def login_refusal(host: str, port: int, password: str, *, connect_timeout_
     or nothing answered (connection refused, timeout, the connection dropped before any
     reply): the guest may not be up. Never raises.
     """
+    try:  # what the port says first: an SSH server greets with "SSH-"
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), connect_timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        return None
+    try:
+        first = await asyncio.wait_for(reader.read(64), connect_timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        first = b""
+    finally:
+        writer.close()
+    if not first:
+        return None  # accepted and closed, or silent (a port forward with nothing behind it)
+    if not first.startswith(b"SSH-"):
+        return f"port {port} answered but is not an SSH server"
     try:
         conn = await connect(host, port, password, connect_timeout_s=connect_timeout_s)
     except asyncssh.PermissionDenied:
         return f"the SSH server on port {port} refused the root password login"
-    except asyncssh.ProtocolNotSupported:
-        return f"port {port} answered but is not an SSH server"
-    except asyncssh.ProtocolError as err:
-        if "banner" in str(err).lower() or "version" in str(err).lower():
-            return f"port {port} answered but is not an SSH server"
-        return None
     except (asyncssh.Error, OSError, asyncio.TimeoutError, EOFError):
         return None
     conn.close()
