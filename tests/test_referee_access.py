@@ -58,6 +58,11 @@ def test_every_arena_uses_the_same_referee_access():
     assert len(libs) >= 5
     blocks = {lib.parent.parent.name: _access_block(lib) for lib in libs}
     assert len(set(blocks.values())) == 1, sorted(blocks)
+    # the host-side entry the verifiers use is the provider's own (no capabilities kept)
+    from aoe_tui.runtime.container import ENTER_GUEST
+
+    enter = re.search(r"^REFEREE_ENTER='(.*?)'$", next(iter(blocks.values())), re.S | re.M)
+    assert enter and enter.group(1) == ENTER_GUEST
     for script in sorted(REPO.glob("arenas/*/verify/*.sh")):
         text = "\n".join(ln for ln in script.read_text().splitlines() if not ln.lstrip().startswith("#"))
         if script.name != "lib.sh":
@@ -191,6 +196,22 @@ echo 'export PATH=/root/bin:$PATH' > /etc/profile.d/00-player.sh
 sed -i '1i PATH=/root/bin:/usr/local/bin:/usr/bin:/bin' /etc/environment
 """
 UNDO_FAKE = "sed -i '1,2d' /root/.bashrc; sed -i '1d' /etc/environment; rm -rf /root/bin /etc/profile.d/00-player.sh"
+
+
+@pytest.mark.container
+@amod
+async def test_referee_commands_run_in_the_guest_with_no_host_powers(seat):
+    """lib.sh's guest on a container: the guest's namespaces, a fixed environment, no rc
+    files, and no capabilities (a guest binary the host runs cannot reach past the guest)."""
+    _, t, _ = seat
+    await sh(t, "echo 'export PLAYER=1' >> /root/.bashrc")
+    env = dict(os.environ, AOE_CREDENTIAL_FILE=str(t.credential_file), AOE_HOST=t.host, AOE_SSH_PORT="22")
+    script = f". {ARENA}/verify/lib.sh; guest 'hostname; echo \"$PATH|${{PLAYER:-}}\"; grep -E \"^Cap(Eff|Prm|Bnd)\" /proc/self/status'"
+    p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    await sh(t, "sed -i '/PLAYER=1/d' /root/.bashrc")
+    lines = p.stdout.split("\n")
+    assert p.returncode == 0 and lines[:2] == ["builder-one", "/usr/bin:/usr/sbin|"], (p.stdout, p.stderr)
+    assert [ln.split()[1] for ln in lines[2:5]] == ["0000000000000000"] * 3, p.stdout
 
 
 @pytest.mark.container

@@ -77,6 +77,34 @@ SIGNAL_REBOOT = signal.SIGRTMIN + 5
 REFEREE_ENV = ("PATH=/usr/bin:/usr/sbin", "HOME=/root", "LC_ALL=C")
 #: guest binaries the referee runs from the host side; each must still be the image's
 REFEREE_BINARIES = ("/usr/bin/env", "/usr/bin/bash", "/usr/bin/systemctl", "/usr/bin/cat")
+#: ``python -c ENTER_GUEST LEADER PROGRAM ARGS...``: join the ipc, uts, net, pid and mount
+#: namespaces of host PID LEADER (a container's init), then run PROGRAM (a guest path) in a
+#: child with an empty capability bounding set, no ambient capabilities and no_new_privs, so
+#: a guest binary the host runs has no more power than the guest's own processes; exits with
+#: its status. (The same program is ``REFEREE_ENTER`` in the arenas' ``verify/lib.sh``.)
+ENTER_GUEST = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for ns in ("ipc", "uts", "net", "pid", "mnt"):
+    fd = os.open("/proc/%s/ns/%s" % (sys.argv[1], ns), os.O_RDONLY)
+    if libc.setns(fd, 0) != 0:
+        sys.exit("cannot enter the territory: setns %s: %s" % (ns, os.strerror(ctypes.get_errno())))
+    os.close(fd)
+pid = os.fork()
+if pid == 0:
+    try:
+        os.chdir("/")
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)
+        if libc.prctl(47, 4, 0, 0, 0) != 0 or libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(23, 0, 0, 0, 0) != 0:
+            raise OSError("cannot drop capabilities")
+        os.execve(sys.argv[2], sys.argv[2:], {})
+    except BaseException as err:
+        sys.stderr.write("cannot run %s in the territory: %s\\n" % (sys.argv[2], err))
+        os._exit(127)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+sys.exit(code if code >= 0 else 128 - code)
+"""
 #: seconds a rebooted territory whose boot has finished (seen from the host side) may keep
 #: refusing root SSH before :meth:`ContainerProvider.reboot` calls it the player's lockout
 REFUSED_AFTER_S = 10.0
@@ -335,11 +363,14 @@ def referee_tampering(root: str | Path, lowers: Sequence[str | Path],
 
 async def guest_boot_state(leader: int, timeout_s: float = 5.0) -> str:
     """The container's systemd state (``systemctl is-system-running``: ``running``,
-    ``degraded``, ``starting``...) asked from the host side: nsenter into the namespaces of
-    init ``leader`` (host PID) and run the image's systemctl with :data:`REFEREE_ENV`.
-    Returns ``""`` when it cannot be asked (init gone, timeout). Never raises.
+    ``degraded``, ``starting``...) asked from the host side: :data:`ENTER_GUEST` into the
+    namespaces of init ``leader`` (host PID), without capabilities, and run the guest's
+    systemctl with :data:`REFEREE_ENV`. Returns ``""`` when it cannot be asked (init gone,
+    timeout). Never raises.
     """
-    argv = ["nsenter", f"--target={leader}", "--mount", "--uts", "--ipc", "--net", "--pid", "--",
+    import sys
+
+    argv = [sys.executable, "-c", ENTER_GUEST, str(leader),
             "/usr/bin/env", "-i", *REFEREE_ENV, "/usr/bin/systemctl", "is-system-running"]
     try:
         proc = await asyncio.create_subprocess_exec(*argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

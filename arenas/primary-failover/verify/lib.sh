@@ -99,16 +99,46 @@ SSH_CONNECT_TIMEOUT=${SSH_CONNECT_TIMEOUT:-4}
 # The player is root in its territory: what it changes there (PATH, rc files, shell
 # functions, /etc/environment, ~/.ssh/environment, binaries) must not change what the
 # referee's commands do. A container territory (the provider's state.json beside
-# AOE_CREDENTIAL_FILE says "container") is entered from the host side: nsenter into the
-# namespaces of its init, then the image's env and bash with a fixed environment and no rc
-# files. First the binaries on that path (REFEREE_BINARIES) are compared with the image's
-# own copies (the state's "lowers"): one that differs is reported as tampering (exit 125).
+# AOE_CREDENTIAL_FILE says "container") is entered from the host side: the host's python3
+# joins the namespaces of its init (REFEREE_ENTER), drops every capability (no more power
+# than a process of the guest's own), then runs the image's env and bash with a fixed
+# environment and no rc files. First the binaries on that path (REFEREE_BINARIES) are
+# compared with the image's own copies (the state's "lowers"): one that differs is
+# reported as tampering (exit 125).
 # Other territories: password SSH running the same fixed-environment command (the login
 # shell still starts first there: best effort). HTTP probes never go through here: they
 # are made from the runner, outside the guest.
 REFEREE_PATH=/usr/bin:/usr/sbin
 REFEREE_SSH_PATH=/usr/bin:/usr/sbin:/bin:/sbin:/run/current-system/sw/bin
 REFEREE_BINARIES=(/usr/bin/env /usr/bin/bash /usr/bin/systemctl /usr/bin/cat)
+REFEREE_PYTHON=/usr/bin/python3
+[[ -x "$REFEREE_PYTHON" ]] || REFEREE_PYTHON=python3
+# python3 -c "$REFEREE_ENTER" LEADER PROGRAM ARGS...: join the ipc, uts, net, pid and mount
+# namespaces of host PID LEADER, then run PROGRAM (a guest path) in a child with an empty
+# capability bounding set, no ambient capabilities and no_new_privs; exits with its status
+REFEREE_ENTER='
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for ns in ("ipc", "uts", "net", "pid", "mnt"):
+    fd = os.open("/proc/%s/ns/%s" % (sys.argv[1], ns), os.O_RDONLY)
+    if libc.setns(fd, 0) != 0:
+        sys.exit("cannot enter the territory: setns %s: %s" % (ns, os.strerror(ctypes.get_errno())))
+    os.close(fd)
+pid = os.fork()
+if pid == 0:
+    try:
+        os.chdir("/")
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)
+        if libc.prctl(47, 4, 0, 0, 0) != 0 or libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(23, 0, 0, 0, 0) != 0:
+            raise OSError("cannot drop capabilities")
+        os.execve(sys.argv[2], sys.argv[2:], {})
+    except BaseException as err:
+        sys.stderr.write("cannot run %s in the territory: %s\n" % (sys.argv[2], err))
+        os._exit(127)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+sys.exit(code if code >= 0 else 128 - code)
+'
 
 # territory_state: the container provider's state.json of this territory, or nothing
 territory_state() {
@@ -172,8 +202,8 @@ guest() {
       printf "tampering: the territory's %s is not the image's (the referee runs it)\n" "${bad% }" >&2
       return 125
     fi
-    nsenter --target "$leader" --mount --uts --ipc --net --pid -- \
-      /usr/bin/env -i PATH="$REFEREE_PATH" HOME=/root LC_ALL=C /usr/bin/bash --noprofile --norc -c "cd / && $cmd"
+    "$REFEREE_PYTHON" -c "$REFEREE_ENTER" "$leader" \
+      /usr/bin/env -i PATH="$REFEREE_PATH" HOME=/root LC_ALL=C /usr/bin/bash --noprofile --norc -c "$cmd"
     return
   fi
   sshpass -e ssh -p "$AOE_SSH_PORT" \
@@ -194,6 +224,40 @@ service_listener() {
   [[ -n "$pid" ]] || return 0
   printf '%s:%s' "$pid" "$(sed -E 's/^.*\) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)"
 }
+# unit_ids TAG UNIT...: guest shell text printing "TAG UNIT MainPID=N" and "TAG UNIT
+# InvocationID=ID" for each unit; put it before and after a restart in one guest command
+unit_ids() {
+  local tag=$1 u
+  shift
+  for u in "$@"; do
+    printf 'systemctl show -p MainPID -p InvocationID %s 2>/dev/null | sed "s/^/%s %s /"; ' "$u" "$tag" "$u"
+  done
+}
+
+# restart_tampering OUT UNIT...: one line "tampering: ..." when OUT (a guest command's output
+# with unit_ids before/after around a restart) shows a unit the restart did not restart
+# (InvocationID, or a non-zero MainPID, unchanged); nothing otherwise
+restart_tampering() {
+  local out=$1 u b a
+  shift
+  for u in "$@"; do
+    b=$(printf '%s\n' "$out" | sed -n "s/^before $u InvocationID=//p" | head -n 1)
+    a=$(printf '%s\n' "$out" | sed -n "s/^after $u InvocationID=//p" | head -n 1)
+    if [[ -n "$b" && "$a" == "$b" ]]; then
+      printf 'tampering: systemctl restart %s did not restart it (systemd InvocationID %s unchanged)' "$u" "$b"
+      return 0
+    fi
+    b=$(printf '%s\n' "$out" | sed -n "s/^before $u MainPID=//p" | head -n 1)
+    a=$(printf '%s\n' "$out" | sed -n "s/^after $u MainPID=//p" | head -n 1)
+    if [[ -n "$b" && "$b" != 0 && "$a" == "$b" ]]; then
+      printf "tampering: %s's main process (pid %s) did not change across the restart" "$u" "$b"
+      return 0
+    fi
+  done
+}
+
+# without_ids OUT: OUT without the unit_ids lines
+without_ids() { printf '%s\n' "$1" | grep -v -E '^(before|after) [^ ]+ (MainPID|InvocationID)='; }
 # --- end of the referee's access block ----------------------------------------------------
 
 # The guest-side probe of the failover state, one KEY=VALUE line each:
