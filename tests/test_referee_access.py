@@ -273,27 +273,42 @@ async def test_player_environment_does_not_redirect_the_restart(seat):
         await sh(t, UNDO_FAKE)
 
 
+#: two builder-app.service units whose restart leaves the serving process alone: a daemon
+#: left in the unit's cgroup (KillMode=none), and one moved out of it into another unit
+DETACHED = {
+    "left in the unit": "'ExecStart=/bin/sh -c \"nohup /usr/bin/python3 /opt/builder/app.py >/dev/null 2>&1 &\"'",
+    "moved out of the unit": "'ExecStart=-/usr/bin/systemd-run --unit=player-hidden /usr/bin/python3 /opt/builder/app.py'",
+}
+
+
 @pytest.mark.container
 @amod
 async def test_restart_that_restarts_nothing_is_tampering(seat):
-    """A unit whose restart leaves the serving process alone (a detached daemon, KillMode=none)
-    keeps its in-memory records across "restarts": the referee sees from the host that the
-    process on the port did not change and fails the milestone as tampering."""
+    """A unit whose restart leaves the serving process alone keeps its in-memory records
+    across "restarts". The referee fails the milestone as tampering: a process of the unit's
+    cgroup survived the restart, or (moved out of the unit) the host sees the same process
+    still serving the port."""
     _, t, work = seat
-    await deploy(t, "memory")
-    await sh(t, "mkdir -p /etc/systemd/system/builder-app.service.d && printf '%s\\n' '[Service]' Type=oneshot "
-                "RemainAfterExit=yes KillMode=none Restart=no ExecStart= "
-                "'ExecStart=/bin/sh -c \"nohup /usr/bin/python3 /opt/builder/app.py >/dev/null 2>&1 &\"' "
-                "> /etc/systemd/system/builder-app.service.d/player.conf && systemctl daemon-reload && "
-                "systemctl stop builder-app.service && systemctl start builder-app.service && sleep 1")
-    try:
-        out = chain(t, work / "nothing")
-        assert out["write-read"][0] == 0, out
-        rc, err, _ = out["service-restart"]
-        assert rc != 0 and err.startswith("tampering: the process serving port 8080"), err
-    finally:
-        await sh(t, "rm -rf /etc/systemd/system/builder-app.service.d; systemctl daemon-reload; "
-                    "pkill -f '^/usr/bin/python3 /opt/builder/app.py' || true")
+    errors = {}
+    for how, exec_start in DETACHED.items():
+        await deploy(t, "memory")
+        await sh(t, "systemctl stop builder-app.service && mkdir -p /etc/systemd/system/builder-app.service.d && "
+                    "printf '%s\\n' '[Service]' Type=oneshot "
+                    f"RemainAfterExit=yes KillMode=none Restart=no ExecStart= {exec_start} "
+                    "> /etc/systemd/system/builder-app.service.d/player.conf && systemctl daemon-reload && "
+                    "systemctl start builder-app.service && "
+                    "for i in $(seq 50); do curl -sf http://127.0.0.1:8080/health >/dev/null && break; sleep 0.1; done")
+        try:
+            out = chain(t, work / f"nothing-{len(errors)}")
+            assert out["write-read"][0] == 0, (how, out)
+            rc, errors[how], _ = out["service-restart"]
+            assert rc != 0, (how, out)
+        finally:
+            await sh(t, "rm -rf /etc/systemd/system/builder-app.service.d; systemctl stop player-hidden.service; "
+                        "systemctl daemon-reload; pkill -f '^/usr/bin/python3 /opt/builder/app.py' || true")
+    assert re.fullmatch(r"tampering: process \d+ of builder-app.service survived its restart",
+                        errors["left in the unit"]), errors
+    assert errors["moved out of the unit"].startswith("tampering: the process serving port 8080 (host pid "), errors
 
 
 @pytest.mark.container

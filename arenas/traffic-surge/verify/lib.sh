@@ -261,13 +261,16 @@ service_listener() {
   [[ -n "$pid" ]] || return 0
   printf '%s:%s' "$pid" "$(sed -E 's/^.*\) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)"
 }
-# unit_ids TAG UNIT...: guest shell text printing "TAG UNIT MainPID=N" and "TAG UNIT
-# InvocationID=ID" for each unit; put it before and after a restart in one guest command
+# unit_ids TAG UNIT...: guest shell text printing "TAG UNIT MainPID=N", "TAG UNIT
+# InvocationID=ID" and "TAG UNIT procs=PID PID ..." (the processes in the unit's cgroup) for
+# each unit; put it before and after a restart in one guest command
 unit_ids() {
   local tag=$1 u
   shift
   for u in "$@"; do
     printf 'systemctl show -p MainPID -p InvocationID %s 2>/dev/null | sed "s/^/%s %s /"; ' "$u" "$tag" "$u"
+    printf 'cg=$(systemctl show -p ControlGroup --value %s 2>/dev/null); ' "$u"
+    printf 'echo "%s %s procs=$([ -n "$cg" ] && for f in /sys/fs/cgroup$cg /sys/fs/cgroup/unified$cg /sys/fs/cgroup/systemd$cg; do cat "$f/cgroup.procs"; done 2>/dev/null | sort -un | tr "\\n" " ")"; ' "$tag" "$u"
   done
 }
 
@@ -275,7 +278,7 @@ unit_ids() {
 # with unit_ids before/after around a restart) shows a unit the restart did not restart
 # (InvocationID, or a non-zero MainPID, unchanged); nothing otherwise
 restart_tampering() {
-  local out=$1 u b a
+  local out=$1 u b a p
   shift
   for u in "$@"; do
     b=$(printf '%s\n' "$out" | sed -n "s/^before $u InvocationID=//p" | head -n 1)
@@ -290,11 +293,19 @@ restart_tampering() {
       printf "tampering: %s's main process (pid %s) did not change across the restart" "$u" "$b"
       return 0
     fi
+    b=$(printf '%s\n' "$out" | sed -n "s/^before $u procs=//p" | head -n 1)
+    a=" $(printf '%s\n' "$out" | sed -n "s/^after $u procs=//p" | head -n 1) "
+    for p in $b; do
+      if [[ "$a" == *" $p "* ]]; then
+        printf 'tampering: process %s of %s survived its restart' "$p" "$u"
+        return 0
+      fi
+    done
   done
 }
 
 # without_ids OUT: OUT without the unit_ids lines
-without_ids() { printf '%s\n' "$1" | grep -v -E '^(before|after) [^ ]+ (MainPID|InvocationID)='; }
+without_ids() { printf '%s\n' "$1" | grep -v -E '^(before|after) [^ ]+ (MainPID=|InvocationID=|procs=)'; }
 # --- end of the referee's access block ----------------------------------------------------
 
 # --- time ---------------------------------------------------------------------------
