@@ -23,7 +23,7 @@ import pytest_asyncio
 
 from aoe_tui.runtime import netalloc, ssh
 from aoe_tui.runtime.container import ContainerProvider, cleanup_stale, doctor_checks
-from aoe_tui.runtime.provider import ProvisionError, RebootError, Territory, TerritorySpec
+from aoe_tui.runtime.provider import ProvisionError, RebootError, Territory, TerritoryRefusedError, TerritorySpec
 
 pytestmark = [pytest.mark.container]
 #: every async test shares the module event loop (the shared heat's supervisor tasks live on it)
@@ -446,14 +446,24 @@ async def test_cancel_during_provision_tears_down(tmp_path, guest_image):
 
 
 @amod
-async def test_reboot_that_never_returns_is_a_reboot_error(tmp_path, guest_image):
+async def test_reboot_with_sshd_disabled_is_the_players_lockout(tmp_path, guest_image, monkeypatch):
+    """Issue #17: the player masks sshd before the referee's reboot. The container boots (its
+    systemd, asked from the host, finished the boot) but nothing answers on port 22: the
+    provider says TerritoryRefusedError (the player's failure), not an infrastructure
+    RebootError, REFUSED_AFTER_S after the boot rather than at ``reboot_timeout_s``."""
+    from aoe_tui.runtime import container
+
     _need_container_host()
-    provider = ContainerProvider(tmp_path, image=guest_image, reboot_timeout_s=3)
+    monkeypatch.setattr(container, "REFUSED_AFTER_S", 2.0)
+    provider = ContainerProvider(tmp_path, image=guest_image, reboot_timeout_s=40)
     try:
         (t,) = await provider.provision(specs(["builder-one"]))
         await sh(t, "systemctl mask ssh.service ssh.socket >/dev/null 2>&1")
-        with pytest.raises(RebootError, match=r"territory builder-one: SSH unavailable after reboot \(3 s\)"):
+        t0 = time.monotonic()
+        with pytest.raises(TerritoryRefusedError, match=r"^territory builder-one refused the referee after the "
+                                                          r"reboot: no root SSH login on port 22 2 s after its boot finished"):
             await provider.reboot(t)
+        assert time.monotonic() - t0 < 30
         stranger = Territory(id="nope", host=t.host, ssh_port=22, service_port=8080, password="x",
                              credential_file=t.credential_file)
         with pytest.raises(RebootError, match="nope: not provisioned"):
@@ -481,6 +491,7 @@ async def test_relaunch_that_exits_at_once_fails_the_reboot_fast(tmp_path, guest
             await provider.reboot(t)
         took = time.monotonic() - t0
         msg = str(info.value)
+        assert not isinstance(info.value, TerritoryRefusedError)  # never came up: the infrastructure's
         assert took < 8, f"noticed after {took:.1f} s: {msg}"
         assert msg.startswith("territory builder-one: container exited with status 1 right after its relaunch"), msg
         assert "console:" in msg and netns in msg  # nspawn's own error names the namespace

@@ -24,7 +24,14 @@ from aoe_tui.domain.world import world_json
 from aoe_tui.referee.supervisor import HeatSupervisor
 from aoe_tui.replay.log import EventLogWriter, read_events
 from aoe_tui.replay.reducer import reduce_match
-from aoe_tui.runtime.provider import ProvisionError, RebootError, Territory, TerritoryProvider, TerritorySpec
+from aoe_tui.runtime.provider import (
+    ProvisionError,
+    RebootError,
+    Territory,
+    TerritoryProvider,
+    TerritoryRefusedError,
+    TerritorySpec,
+)
 
 MILESTONES = ["service-up", "write-read", "service-restart", "host-reboot"]
 SEATS = ["builder-one", "builder-two", "builder-three"]
@@ -106,9 +113,11 @@ def write_arena(root: Path, *, duration=20, tick_ms=100, stop_on_first_durable=T
 class FakeProvider(TerritoryProvider):
     name = "fake"
 
-    def __init__(self, state: Path, fail_reboot: set[str] = frozenset(), reboot_s: float = 0.05) -> None:
+    def __init__(self, state: Path, fail_reboot: set[str] = frozenset(), reboot_s: float = 0.05,
+                 refuse_reboot: set[str] = frozenset()) -> None:
         self.state = state
         self.fail_reboot = set(fail_reboot)
+        self.refuse_reboot = set(refuse_reboot)
         self.reboot_s = reboot_s
         self.reboots: list[str] = []
 
@@ -126,6 +135,9 @@ class FakeProvider(TerritoryProvider):
         await asyncio.sleep(self.reboot_s)
         if territory.id in self.fail_reboot:
             raise RebootError(f"{territory.id}: SSH unavailable after reboot")
+        if territory.id in self.refuse_reboot:
+            raise TerritoryRefusedError(f"territory {territory.id} refused the referee after the reboot: "
+                                        "the SSH server on port 22 refused the root password login")
         # a "volatile" build loses its reboot flag: only survives if marked durable
         if (self.state / territory.id / "volatile").exists():
             (self.state / territory.id / "host-reboot").unlink(missing_ok=True)
@@ -355,6 +367,30 @@ async def test_reboot_failure_is_infrastructure_failure(tmp_path):
     assert t1.competitor_state == "unavailable" and not t1.milestones["host-reboot"].evaluating
     assert provider.reboots.count("builder-one") == 1  # never retried
     assert world.finish_reason == "match timer expired" and world.winner == "builder-one"  # 60 points lead
+
+
+async def test_reboot_lockout_is_the_players_failure(tmp_path):
+    """Issue #17: a territory that came back from the referee's reboot but refuses the referee
+    (the provider says so with TerritoryRefusedError) fails the milestone as a verification,
+    charged to that seat alone: no infrastructure failure, so the season does not re-run the
+    heat and the other seats' results stand."""
+    from aoe_tui.season.attempts import judge_attempt
+
+    world, records, _, provider = await supervise(
+        tmp_path,
+        [{"steps": ALL}, {"steps": ALL}, {}],
+        provider_kw={"refuse_reboot": {"builder-one"}},
+        duration=3,
+    )
+    assert not kinds(records, "infrastructure_failure") and world.infrastructure_failures == 0
+    fails = [r.event for r in kinds(records, "milestone_failed") if r.event.territory == "builder-one"]
+    assert fails and {(f.milestone, f.category, f.retryable) for f in fails} == {("host-reboot", "verification_failed", True)}
+    assert "refused the referee after the reboot" in fails[0].detail
+    t1, t2 = world.territories["builder-one"], world.territories["builder-two"]
+    assert not t1.milestones["host-reboot"].passed and t1.competitor_state != "unavailable"
+    assert t2.milestones["host-reboot"].passed and world.winner == "builder-two"
+    assert provider.reboots.count("builder-one") >= 1
+    assert not judge_attempt(world, records).spoiled
 
 
 async def test_hung_verifier_does_not_delay_other_seats(tmp_path):

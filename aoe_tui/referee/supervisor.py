@@ -60,6 +60,7 @@ from aoe_tui.referee.rules import REASONS, AgentResult, BuildRaceRules, Completi
 from aoe_tui.referee.verifier import VerifierOutcome, run_verifier, verifier_starter
 from aoe_tui.replay.reducer import apply_event
 from aoe_tui.runtime.procs import use_pidfd_child_watcher
+from aoe_tui.runtime.provider import TerritoryRefusedError
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.agents.base import Adapter, AgentOutcome, AgentRun
@@ -405,7 +406,10 @@ class HeatSupervisor:
             if self._stopping():
                 return False
             self._emit_evaluation_started(seat, m)
-            err = await self._reboot(seat, m)
+            err, refused = await self._reboot(seat, m)
+            if refused:  # booted but locked the referee out: the player's failure, not the infrastructure's
+                await self._commit(Completion(tid, m.id, self._now_ms(), passed=False, detail=err or ""))
+                return False
             if err is not None:
                 await self._commit(Completion(tid, m.id, self._now_ms(), detail=err, reboot_failed=True))
                 return False
@@ -449,25 +453,31 @@ class HeatSupervisor:
                 self.note_disk_full(getattr(err, "filename", None) or self.output_dir / "evidence" / t.id)
             return VerifierOutcome(passed=False, detail=f"verifier runner error: {_one_line(err)}")
 
-    async def _reboot(self, seat: _Seat, m: MilestoneDef) -> str | None:
-        """Marker + ``provider.reboot`` (§3.4). Returns None on success, else a one-line detail."""
+    async def _reboot(self, seat: _Seat, m: MilestoneDef) -> tuple[str | None, bool]:
+        """Marker + ``provider.reboot`` (§3.4). Returns ``(None, False)`` on success, else a
+        one-line detail and whether the territory came back but refused the referee
+        (:class:`~aoe_tui.runtime.provider.TerritoryRefusedError`: the milestone fails as a
+        verification, charged to that seat alone; any other error is an infrastructure
+        failure)."""
         try:
             seat.agent_dir.mkdir(parents=True, exist_ok=True)
             write_atomic(seat.agent_dir / "referee-reboot", m.id, fsync=False)
         except OSError as err:
-            return f"cannot write referee-reboot marker: {_one_line(err)}"
+            return f"cannot write referee-reboot marker: {_one_line(err)}", False
         try:
             if self.reboot_timeout_s is None:
                 await self.provider.reboot(seat.territory)
             else:
                 await asyncio.wait_for(self.provider.reboot(seat.territory), self.reboot_timeout_s)
         except asyncio.TimeoutError:
-            return f"host reboot did not complete within {self.reboot_timeout_s:.0f} s"
+            return f"host reboot did not complete within {self.reboot_timeout_s:.0f} s", False
         except asyncio.CancelledError:
             raise
+        except TerritoryRefusedError as err:
+            return _one_line(err), True
         except Exception as err:
-            return f"host reboot failed: {_one_line(err)}"
-        return None
+            return f"host reboot failed: {_one_line(err)}", False
+        return None, False
 
     # ------------------------------------------------------------------ commit (ordering)
 

@@ -61,6 +61,7 @@ from aoe_tui.runtime.provider import (
     RebootError,
     Territory,
     TerritoryProvider,
+    TerritoryRefusedError,
     TerritorySpec,
     write_credential_file,
 )
@@ -68,6 +69,45 @@ from aoe_tui.runtime.provider import (
 log = logging.getLogger(__name__)
 
 NSPAWN_REBOOT_EXIT = 133
+#: systemd's "start reboot.target" signal: the referee's orderly reboot, sent from the host
+#: to the container's init (no guest binary, shell or SSH login involved)
+SIGNAL_REBOOT = signal.SIGRTMIN + 5
+#: the fixed environment of every referee command run in a territory from the host side
+#: (no rc files, no inherited variables): ``env -i`` + these, then the image's binary
+REFEREE_ENV = ("PATH=/usr/bin:/usr/sbin", "HOME=/root", "LC_ALL=C")
+#: guest binaries the referee runs from the host side; each must still be the image's
+REFEREE_BINARIES = ("/usr/bin/env", "/usr/bin/bash", "/usr/bin/systemctl", "/usr/bin/cat")
+#: ``python -c ENTER_GUEST LEADER PROGRAM ARGS...``: join the ipc, uts, net, pid and mount
+#: namespaces of host PID LEADER (a container's init), then run PROGRAM (a guest path) in a
+#: child with an empty capability bounding set, no ambient capabilities and no_new_privs, so
+#: a guest binary the host runs has no more power than the guest's own processes; exits with
+#: its status. (The same program is ``REFEREE_ENTER`` in the arenas' ``verify/lib.sh``.)
+ENTER_GUEST = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for ns in ("ipc", "uts", "net", "pid", "mnt"):
+    fd = os.open("/proc/%s/ns/%s" % (sys.argv[1], ns), os.O_RDONLY)
+    if libc.setns(fd, 0) != 0:
+        sys.exit("cannot enter the territory: setns %s: %s" % (ns, os.strerror(ctypes.get_errno())))
+    os.close(fd)
+pid = os.fork()
+if pid == 0:
+    try:
+        os.chdir("/")
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)
+        if libc.prctl(47, 4, 0, 0, 0) != 0 or libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(23, 0, 0, 0, 0) != 0:
+            raise OSError("cannot drop capabilities")
+        os.execve(sys.argv[2], sys.argv[2:], {})
+    except BaseException as err:
+        sys.stderr.write("cannot run %s in the territory: %s\\n" % (sys.argv[2], err))
+        os._exit(127)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+sys.exit(code if code >= 0 else 128 - code)
+"""
+#: seconds a rebooted territory whose boot has finished (seen from the host side) may keep
+#: refusing root SSH before :meth:`ContainerProvider.reboot` calls it the player's lockout
+REFUSED_AFTER_S = 10.0
 #: systemd's "reboot now, without stopping units" signal (``systemctl --force reboot``)
 SIGNAL_FORCE_REBOOT = signal.SIGRTMIN + 15
 #: seconds the guest gets to exit after the forced reboot signal before its init is SIGKILLed
@@ -291,6 +331,62 @@ def _leader_of(nspawn_pid: int) -> int | None:
     return None
 
 
+def referee_tampering(root: str | Path, lowers: Sequence[str | Path],
+                      binaries: Sequence[str] = REFEREE_BINARIES) -> list[str]:
+    """The guest binaries the referee runs that are no longer the image's.
+
+    ``root``: the territory's root as the host sees it; ``lowers``: the image's trees, top
+    first. A binary is tampered when its path in the territory leaves the territory's root
+    (a symlink to elsewhere), is missing, or differs byte for byte from the first image
+    tree that has it. Returns the guest paths (``/usr/bin/systemctl``), in ``binaries``
+    order; ``[]`` when all are the image's (or the image has none of them).
+    """
+    import filecmp
+
+    root_real = os.path.realpath(root)
+    bad = []
+    for path in binaries:
+        image_copy = next((Path(low) / path.lstrip("/") for low in lowers
+                           if os.path.lexists(Path(low) / path.lstrip("/"))), None)
+        if image_copy is None:
+            continue
+        mine = Path(root) / path.lstrip("/")
+        real = os.path.realpath(mine)
+        try:
+            same = real.startswith(root_real + os.sep) and filecmp.cmp(image_copy, real, shallow=False)
+        except OSError:
+            same = False
+        if not same:
+            bad.append(path)
+    return bad
+
+
+async def guest_boot_state(leader: int, timeout_s: float = 5.0) -> str:
+    """The container's systemd state (``systemctl is-system-running``: ``running``,
+    ``degraded``, ``starting``...) asked from the host side: :data:`ENTER_GUEST` into the
+    namespaces of init ``leader`` (host PID), without capabilities, and run the guest's
+    systemctl with :data:`REFEREE_ENV`. Returns ``""`` when it cannot be asked (init gone,
+    timeout). Never raises.
+    """
+    import sys
+
+    argv = [sys.executable, "-c", ENTER_GUEST, str(leader),
+            "/usr/bin/env", "-i", *REFEREE_ENV, "/usr/bin/systemctl", "is-system-running"]
+    try:
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                    stderr=subprocess.DEVNULL, env={})
+    except OSError:
+        return ""
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except (asyncio.TimeoutError, TimeoutError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return ""
+    return out.decode(errors="replace").strip()
+
+
 def _wait_gone(pids: list[int], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -438,6 +534,9 @@ class _Box:
     reset: asyncio.subprocess.Process | None = None
     #: the territory's own cgroups (cgroup-v1 hosts), see territory_cgroups
     cgroups: list[Path] = field(default_factory=list)
+    #: the image's read-only trees, top first (arena layers, then the base rootfs): where the
+    #: referee finds the image's own copy of a guest file (see :func:`referee_tampering`)
+    lowers: list[str] = field(default_factory=list)
 
     root = SubPath("dir", "root", "The territory's root file system (an overlay mount, or a copy where overlayfs is unusable).")
     upper = SubPath("dir", "upper", "The overlay's upper (writable) tree.")
@@ -457,6 +556,7 @@ class _Box:
             "mounts": [str(self.root)] if self.mode == "overlay" else [],
             "dirs": [str(self.upper), str(self.work), str(self.root)],
             "cgroups": [str(p) for p in self.cgroups],
+            "lowers": list(self.lowers),
             "netns": self.netns,
             "host_veth": self.host_veth,
             "address": self.address,
@@ -612,6 +712,7 @@ class ContainerProvider(TerritoryProvider):
         # the arena's image layer (if any) sits between the base root filesystem and the
         # territory's own writable layer
         lowers = [str(p) for p in (*image.layers, image.rootfs)]
+        b.lowers = lowers
         opts = f"lowerdir={':'.join(lowers)},upperdir={b.upper},workdir={b.work}"
         usable = not any(c in p for p in (*lowers, str(b.upper), str(b.work)) for c in ",:")
         res = _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(b.root)], check=False) if usable else None
@@ -759,7 +860,10 @@ class ContainerProvider(TerritoryProvider):
     async def reboot(self, territory: Territory) -> None:
         """Reboot the guest and return once root SSH works again (spec §3.4); bounded in time.
 
-        Runs ``systemctl reboot`` in the guest over SSH. If the container has not exited
+        The reboot is asked from the host side, out of the player's reach: the container's
+        init gets :data:`SIGNAL_REBOOT` (systemd starts ``reboot.target``), whatever the
+        player did to SSH, PAM, shells or binaries in the guest (``systemctl reboot`` over
+        SSH only if the init cannot be signalled). If the container has not exited
         ``reboot_grace_s`` seconds later (a unit that will not stop, e.g. an open SSH
         session's scope holding a process that ignores SIGTERM), the reboot is forced like
         an operator's power-cycle: the container's init gets SIGRTMIN+15 (``systemctl
@@ -780,6 +884,10 @@ class ContainerProvider(TerritoryProvider):
                 happens, not at ``reboot_timeout_s``; the message gives the exit status);
                 or SSH not back within ``reboot_timeout_s`` after the container exited
                 (message names the territory and the console tail).
+            TerritoryRefusedError: the relaunched container booted (its init runs and,
+                asked from the host side, its systemd says the boot finished, or the
+                referee's binaries in it are not the image's) but root SSH still fails
+                :data:`REFUSED_AFTER_S` seconds later: the player locked the referee out.
         """
         from aoe_tui.runtime import ssh
 
@@ -789,8 +897,13 @@ class ContainerProvider(TerritoryProvider):
         proc = b.proc
         launches = b.launches
         t_cmd = time.monotonic()
-        with contextlib.suppress(Exception):
-            await ssh.run(b.address, SSH_PORT, b.spec.password, "systemctl reboot", timeout_s=10, connect_timeout_s=5)
+        async with b.lock:
+            asked = (proc is not None and b.proc is proc and proc.returncode is None and not self._closing
+                     and _signal_leader(proc.pid, SIGNAL_REBOOT))
+        if not asked:
+            with contextlib.suppress(Exception):
+                await ssh.run(b.address, SSH_PORT, b.spec.password, "systemctl reboot", timeout_s=10,
+                              connect_timeout_s=5)
         if proc is not None:
             grace = max(0.0, self.reboot_grace_s - (time.monotonic() - t_cmd))
             if not await self._wait_exit(proc, grace):
@@ -800,23 +913,35 @@ class ContainerProvider(TerritoryProvider):
             ssh.wait_ready(b.address, SSH_PORT, b.spec.password, timeout_s=self.reboot_timeout_s,
                            interval_s=0.5, connect_timeout_s=5.0)  # spec §3.4: every 500 ms
         )
+        refused = asyncio.ensure_future(self._watch_refusal(b, territory, launches))
         try:
             watch = b.supervisor
             if watch is not None and not self._closing:
                 # the supervisor task ends only when the container is gone for good (an exit
                 # that is not a reboot, e.g. a relaunch exiting at once, or a failed launch)
-                await asyncio.wait({ready, watch}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({ready, watch, refused}, return_when=asyncio.FIRST_COMPLETED)
                 if not ready.done() and watch.done() and not self._closing:
                     ready.cancel()
                     raise RebootError(self._relaunch_failure(b, launches))
+                if not ready.done() and refused.done():
+                    ready.cancel()
+                    refused.result()  # raises TerritoryRefusedError
             await ready
         except TimeoutError:
+            seen = await self._booted(b) if b.launches > launches else ""
+            if seen:
+                why = await ssh.login_refusal(b.address, SSH_PORT, b.spec.password)
+                raise TerritoryRefusedError(
+                    f"territory {territory.id} refused the referee after the reboot: "
+                    f"{why or 'no root SSH login on port 22'} within {self.reboot_timeout_s:.0f} s although {seen}"
+                ) from None
             raise RebootError(
                 f"territory {territory.id}: SSH unavailable after reboot ({self.reboot_timeout_s:.0f} s); "
                 f"console: {self._console_tail(b)}"
             ) from None
         finally:
             ready.cancel()
+            refused.cancel()
         if b.launches == launches:
             log.info("territory %s: ssh answered again %.1f s after the reboot without a relaunch",
                      territory.id, time.monotonic() - t0)
@@ -824,6 +949,55 @@ class ContainerProvider(TerritoryProvider):
         await asyncio.to_thread(self._save_state, b)
         territory.extra["nspawn_pid"] = b.proc.pid if b.proc else None
         territory.extra["leader_pid"] = b.leader_pid
+
+    async def _watch_refusal(self, b: _Box, territory: Territory, launches_before: int) -> None:
+        """Raise :class:`TerritoryRefusedError` once the container relaunched after
+        ``launches_before`` has booted (seen from the host side) and root SSH has still not
+        worked :data:`REFUSED_AFTER_S` seconds later; otherwise wait forever (cancelled by
+        :meth:`reboot`). Booted: its init runs and its systemd reports ``running``,
+        ``degraded`` or ``maintenance``, or the referee's binaries in it are not the image's
+        (a territory whose systemctl was replaced cannot be asked, and that is the player's
+        doing too).
+        """
+        from aoe_tui.runtime import ssh
+
+        booted_at: float | None = None
+        seen = ""
+        while True:
+            await asyncio.sleep(1.0)
+            if b.launches <= launches_before:
+                continue
+            if booted_at is None:
+                seen = await self._booted(b)
+                if not seen:
+                    continue
+                booted_at = time.monotonic()
+            if time.monotonic() - booted_at < REFUSED_AFTER_S:
+                continue
+            if await ssh.probe(b.address, SSH_PORT, b.spec.password, connect_timeout_s=5.0):
+                booted_at = time.monotonic()  # a login works after all: the readiness wait ends
+                continue
+            why = await ssh.login_refusal(b.address, SSH_PORT, b.spec.password)
+            raise TerritoryRefusedError(
+                f"territory {territory.id} refused the referee after the reboot: "
+                f"{why or 'no root SSH login on port 22'} {REFUSED_AFTER_S:.0f} s after {seen}"
+            )
+
+    async def _booted(self, b: _Box) -> str:
+        """What shows, from the host side, that ``b``'s running container has booted ("its
+        boot finished (systemd running, asked from the host)", "its /usr/bin/systemctl not
+        the image's"), or ``""`` when it has not (no init, boot still going, no answer)."""
+        proc = b.proc
+        leader = _leader_of(proc.pid) if proc is not None and proc.returncode is None else None
+        if leader is None:
+            return ""
+        tampered = await asyncio.to_thread(referee_tampering, b.root, b.lowers)
+        if tampered:
+            return f"its {', '.join(tampered)} not the image's"
+        state = await guest_boot_state(leader)
+        if state in ("running", "degraded", "maintenance"):
+            return f"its boot finished (systemd {state}, asked from the host)"
+        return ""
 
     def _relaunch_failure(self, b: _Box, launches_before: int) -> str:
         """The one-line reason a rebooting container is gone for good (its supervisor task

@@ -43,6 +43,18 @@ class RebootError(ProviderError):
     """A territory's reboot did not complete: SSH never went down, or never came back."""
 
 
+class TerritoryRefusedError(RebootError):
+    """The territory came back up after the referee's reboot but refuses the referee.
+
+    The guest booted (the provider saw it from the host side: a container's init running
+    and its boot finished, or a server answering on the SSH port that rejects the root
+    login), so this is the player's doing (sshd disabled, the password or PAM changed, port
+    22 firewalled), not the infrastructure's: the referee fails the milestone and charges
+    it to that territory alone. The message is one line naming the territory and what the
+    provider saw.
+    """
+
+
 @dataclass(frozen=True)
 class TerritorySpec:
     """What the runner asks a provider for, one per seat.
@@ -143,7 +155,24 @@ async def reboot_over_ssh(territory: Territory, *, reboot_timeout_s: float, conn
         await wait_ready(host, port, password, timeout_s=reboot_timeout_s, interval_s=0.5,
                          connect_timeout_s=connect_timeout_s)
     except TimeoutError:
+        await raise_if_refused(territory)
         raise RebootError(f"{territory.id}: SSH unavailable after reboot ({reboot_timeout_s:.0f} s)") from None
+
+
+async def raise_if_refused(territory: Territory, *, seen: str = "") -> None:
+    """Raise :class:`TerritoryRefusedError` if the territory's SSH port answers but refuses
+    the root login (see :func:`aoe_tui.runtime.ssh.login_refusal`); return otherwise.
+
+    ``seen``: what the provider already saw from the host side (e.g. "its boot finished"),
+    added to the message.
+    """
+    from aoe_tui.runtime.ssh import login_refusal
+
+    why = await login_refusal(territory.host, territory.ssh_port, territory.password)
+    if why is not None:
+        raise TerritoryRefusedError(
+            f"territory {territory.id} refused the referee after the reboot: {why}{'; ' + seen if seen else ''}"
+        )
 
 
 class TerritoryProvider(abc.ABC):

@@ -58,6 +58,7 @@ from aoe_tui.runtime.provider import (
     Territory,
     TerritoryProvider,
     TerritorySpec,
+    raise_if_refused,
     write_credential_file,
 )
 
@@ -626,6 +627,8 @@ class QemuProvider(TerritoryProvider):
 
         Raises:
             RebootError: unknown territory, SSH never stopped, QEMU crashed, or SSH never came back.
+            TerritoryRefusedError: the VM runs and its SSH port answers but refuses the root
+                login after the reboot (the player's lockout).
         """
         from aoe_tui.runtime.ssh import run, wait_down
 
@@ -644,6 +647,10 @@ class QemuProvider(TerritoryProvider):
         try:
             await self._wait_login(g, self.reboot_timeout_s, "did not come back")
         except ProvisionError as err:
+            if g.proc is not None and g.proc.returncode is None:
+                # the VM runs: a server answering on the SSH port that refuses the root login
+                # is the player's lockout, not a guest that never came up
+                await raise_if_refused(territory, seen="the VM is running")
             raise RebootError(f"{territory.id}: SSH unavailable after reboot: {err}") from err
         territory.extra["pid"] = g.proc.pid if g.proc else None
 

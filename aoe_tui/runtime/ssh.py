@@ -83,6 +83,39 @@ async def probe(host: str, port: int, password: str, *, connect_timeout_s: float
     return res.exit_status == 0
 
 
+async def login_refusal(host: str, port: int, password: str, *, connect_timeout_s: float = 5.0) -> str | None:
+    """Why a root login at ``host:port`` fails *although a server answered* there, or None.
+
+    One attempt. Returns a one-line reason when the port answered and the login was refused
+    (an SSH server that rejected the password, or something on the port that is not an SSH
+    server), i.e. the guest is up but refuses the referee. Returns None when the login works
+    or nothing answered (connection refused, timeout, the connection dropped before any
+    reply): the guest may not be up. Never raises.
+    """
+    try:  # what the port says first: an SSH server greets with "SSH-"
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), connect_timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        return None
+    try:
+        first = await asyncio.wait_for(reader.read(64), connect_timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        first = b""
+    finally:
+        writer.close()
+    if not first:
+        return None  # accepted and closed, or silent (a port forward with nothing behind it)
+    if not first.startswith(b"SSH-"):
+        return f"port {port} answered but is not an SSH server"
+    try:
+        conn = await connect(host, port, password, connect_timeout_s=connect_timeout_s)
+    except asyncssh.PermissionDenied:
+        return f"the SSH server on port {port} refused the root password login"
+    except (asyncssh.Error, OSError, asyncio.TimeoutError, EOFError):
+        return None
+    conn.close()
+    return None
+
+
 async def wait_ready(
     host: str,
     port: int,

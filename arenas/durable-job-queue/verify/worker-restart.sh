@@ -14,14 +14,18 @@ payload=$(previous_field process-new payload)
 [[ -n "$job" && -n "$payload" ]] || fail "no process-new evidence (job/payload) in $AOE_PREVIOUS_EVIDENCE"
 
 load_password
-out=$(guest 'systemctl restart job-worker.service 2>&1; rc=$?; cat /proc/sys/kernel/random/boot_id; exit $rc' 2>&1)
+out=$(guest "$(unit_ids before job-worker.service)systemctl restart job-worker.service 2>&1; rc=\$?; $(unit_ids after job-worker.service)cat /proc/sys/kernel/random/boot_id; exit \$rc" 2>&1)
 rc=$?
+tampering=$(restart_tampering "$out" job-worker.service)
+out=$(without_ids "$out")
+[[ $rc != 125 ]] || fail "$(printf '%s' "$out" | head -n 1)"
 boot_id=$(printf '%s\n' "$out" | tail -n 1 | tr -d '[:space:]')
 if [[ $rc == 255 ]]; then
   said=$(printf '%s' "$out" | tr '\n' ' ' | head -c 200)
   fail "cannot log in to the territory over SSH to restart job-worker.service: ${said:-ssh exited 255 without a message}"
 fi
 [[ $rc == 0 ]] || fail "systemctl restart job-worker.service failed (exit $rc): $(printf '%s' "$out" | head -n 1 | head -c 200)"
+[[ -z "$tampering" ]] || fail "$tampering"
 
 body=$(mktemp); trap 'rm -f "$body"' EXIT
 http_get "/jobs/$job" "$body" 3; code=$HTTP_CODE

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Milestone service-restart: the verifier itself restarts builder-app.service over SSH,
-# then polls until the record written by write-read reads back unchanged.
-# Evidence: {"record","value","restart":true,"boot_id"} (boot_id lets host-reboot
-# prove that a reboot really happened).
+# Milestone service-restart: the verifier itself restarts builder-app.service (through
+# lib.sh's guest: from the host side on a container, out of the player's reach), then
+# polls until the record written by write-read reads back unchanged. A restart that did
+# not restart anything fails as tampering: systemd's InvocationID or a non-zero MainPID
+# unchanged, a process of the unit's cgroup still there after it, or (container
+# territories, seen from the host) the same process still serving the port.
+# Evidence: {"record","value","restart":true,"boot_id","main_pid_before","main_pid_after",
+# "invocation_before","invocation_after","listener_before","listener_after"} (boot_id lets
+# host-reboot prove that a reboot really happened; listener_*: "hostpid:start", empty
+# where the host cannot see the guest's processes).
 . "$(dirname "$0")/lib.sh"
 need_env AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT AOE_EVIDENCE_FILE AOE_PREVIOUS_EVIDENCE
 
@@ -11,10 +17,19 @@ value=$(previous_field write-read value)
 [[ -n "$record" && -n "$value" ]] || fail "no write-read evidence (record/value) in $AOE_PREVIOUS_EVIDENCE"
 
 load_password
-out=$(guest 'systemctl reset-failed builder-app.service >/dev/null 2>&1; systemctl restart builder-app.service 2>&1; rc=$?; cat /proc/sys/kernel/random/boot_id; exit $rc' 2>&1)
+listener_before=$(service_listener "$AOE_SERVICE_PORT")
+unit=builder-app.service
+out=$(guest "$(unit_ids before $unit)systemctl reset-failed $unit >/dev/null 2>&1; systemctl restart $unit 2>&1; rc=\$?; $(unit_ids after $unit)cat /proc/sys/kernel/random/boot_id; exit \$rc" 2>&1)
 rc=$?
+prop() { printf '%s\n' "$out" | sed -n "s/^$1 $unit $2=//p" | head -n 1; }
+main_before=$(prop before MainPID); main_after=$(prop after MainPID)
+inv_before=$(prop before InvocationID); inv_after=$(prop after InvocationID)
+tampering=$(restart_tampering "$out" $unit)
+out=$(without_ids "$out")
+[[ $rc != 125 ]] || fail "$(printf '%s' "$out" | head -n 1)"
 boot_id=$(printf '%s\n' "$out" | tail -n 1 | tr -d '[:space:]')
-[[ $rc == 0 ]] || fail "systemctl restart builder-app.service failed (exit $rc): $(printf '%s' "$out" | head -c 200)"
+[[ $rc == 0 ]] || fail "systemctl restart builder-app.service failed (exit $rc): $(printf '%s' "$out" | sed '$d' | head -c 200)"
+[[ -z "$tampering" ]] || fail "$tampering"
 
 body=$(mktemp); trap 'rm -f "$body"' EXIT
 deadline=$(( $(now_s) + ${RESTART_POLL_SECONDS:-11} ))
@@ -38,4 +53,14 @@ while :; do
   sleep 0.1
 done
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" --arg b "$boot_id" '{record:$r, restart:true, value:$v} + (if $b == "" then {} else {boot_id:$b} end)')"
+listener_after=$(service_listener "$AOE_SERVICE_PORT")
+if [[ -n "$listener_before" && "$listener_after" == "$listener_before" ]]; then
+  fail "tampering: the process serving port $AOE_SERVICE_PORT (host pid ${listener_before%%:*}) is the same before and after restarting builder-app.service"
+fi
+
+write_evidence "$(jq -cn --arg r "$record" --arg v "$value" --arg b "$boot_id" \
+  --arg mb "$main_before" --arg ma "$main_after" --arg ib "$inv_before" --arg ia "$inv_after" \
+  --arg lb "$listener_before" --arg la "$listener_after" \
+  '{record:$r, restart:true, value:$v} + (if $b == "" then {} else {boot_id:$b} end)
+   + {main_pid_before:$mb, main_pid_after:$ma, invocation_before:$ib, invocation_after:$ia,
+      listener_before:$lb, listener_after:$la}')"

@@ -14,10 +14,15 @@ value=$(previous_field writes-restored value)
 [[ -n "$record" && -n "$value" ]] || fail "no writes-restored evidence (record/value) in $AOE_PREVIOUS_EVIDENCE"
 
 load_password
-out=$(guest 'systemctl restart failover-replica.service failover-proxy.service 2>&1; rc=$?; cat /proc/sys/kernel/random/boot_id; exit $rc' 2>&1)
+units=(failover-replica.service failover-proxy.service)
+out=$(guest "$(unit_ids before "${units[@]}")systemctl restart ${units[*]} 2>&1; rc=\$?; $(unit_ids after "${units[@]}")cat /proc/sys/kernel/random/boot_id; exit \$rc" 2>&1)
 rc=$?
+tampering=$(restart_tampering "$out" "${units[@]}")
+out=$(without_ids "$out")
+[[ $rc != 125 ]] || fail "$(printf '%s' "$out" | head -n 1)"
 boot_id=$(printf '%s\n' "$out" | tail -n 1 | tr -d '[:space:]')
 [[ $rc == 0 ]] || fail "systemctl restart failover-replica.service failover-proxy.service failed (exit $rc): $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"
+[[ -z "$tampering" ]] || fail "$tampering"
 
 body=$(mktemp); trap 'rm -f "$body"' EXIT
 deadline=$(( started + ${RESTART_DEADLINE_MS:-14000} ))

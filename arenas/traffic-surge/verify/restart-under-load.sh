@@ -23,10 +23,15 @@ load_password
 ) &
 BG_PIDS+=("$!")
 
-out=$(timeout 12 bash -c "$(declare -f guest); guest 'systemctl restart traffic-surge.service'" 2>&1)
+restart="$(unit_ids before traffic-surge.service)systemctl restart traffic-surge.service; rc=\$?; $(unit_ids after traffic-surge.service)exit \$rc"
+out=$(timeout 12 bash -c "$(declare -p REFEREE_PATH REFEREE_SSH_PATH REFEREE_BINARIES REFEREE_PYTHON REFEREE_ENTER restart; declare -f guest territory_state territory_leader referee_tampering); guest \"\$restart\"" 2>&1)
 rc=$?
+tampering=$(restart_tampering "$out" traffic-surge.service)
+out=$(without_ids "$out")
+[[ $rc != 125 ]] || fail "$(printf '%s' "$out" | head -n 1)"
 [[ $rc == 124 ]] && fail "systemctl restart traffic-surge.service over SSH did not finish within 12 s"
 [[ $rc == 0 ]] || fail "systemctl restart traffic-surge.service over SSH failed (exit $rc): $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"
+[[ -z "$tampering" ]] || fail "$tampering"
 
 for _ in $(seq 1 20); do
   check_health 1 && break

@@ -99,14 +99,182 @@ load_password() {
   export SSHPASS
 }
 
-# guest CMD...: run a command as root in the territory over password SSH
+# --- the referee's access to the territory (this block is the same in every arena's lib.sh;
+# tests/test_referee_access.py checks it) ---------------------------------------------------
+# The player is root in its territory: what it changes there (PATH, rc files, shell
+# functions, /etc/environment, ~/.ssh/environment, binaries) must not change what the
+# referee's commands do. A container territory (the provider's state.json beside
+# AOE_CREDENTIAL_FILE says "container") is entered from the host side: the host's python3
+# joins the namespaces of its init (REFEREE_ENTER), drops every capability (no more power
+# than a process of the guest's own), then runs the image's env and bash with a fixed
+# environment and no rc files. First the binaries on that path (REFEREE_BINARIES) are
+# compared with the image's own copies (the state's "lowers"): one that differs is
+# reported as tampering (exit 125).
+# Other territories: password SSH running the same fixed-environment command (the login
+# shell still starts first there: best effort). HTTP probes never go through here: they
+# are made from the runner, outside the guest.
+REFEREE_PATH=/usr/bin:/usr/sbin
+REFEREE_SSH_PATH=/usr/bin:/usr/sbin:/bin:/sbin:/run/current-system/sw/bin
+REFEREE_BINARIES=(/usr/bin/env /usr/bin/bash /usr/bin/systemctl /usr/bin/cat)
+REFEREE_PYTHON=/usr/bin/python3
+[[ -x "$REFEREE_PYTHON" ]] || REFEREE_PYTHON=python3
+# python3 -c "$REFEREE_ENTER" LEADER PROGRAM ARGS...: join the ipc, uts, net, pid and mount
+# namespaces of host PID LEADER, then run PROGRAM (a guest path) in a child with an empty
+# capability bounding set, no ambient capabilities and no_new_privs; exits with its status
+REFEREE_ENTER='
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for ns in ("ipc", "uts", "net", "pid", "mnt"):
+    fd = os.open("/proc/%s/ns/%s" % (sys.argv[1], ns), os.O_RDONLY)
+    if libc.setns(fd, 0) != 0:
+        sys.exit("cannot enter the territory: setns %s: %s" % (ns, os.strerror(ctypes.get_errno())))
+    os.close(fd)
+pid = os.fork()
+if pid == 0:
+    try:
+        os.chdir("/")
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)
+        if libc.prctl(47, 4, 0, 0, 0) != 0 or libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(23, 0, 0, 0, 0) != 0:
+            raise OSError("cannot drop capabilities")
+        os.execve(sys.argv[2], sys.argv[2:], {})
+    except BaseException as err:
+        sys.stderr.write("cannot run %s in the territory: %s\n" % (sys.argv[2], err))
+        os._exit(127)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+sys.exit(code if code >= 0 else 128 - code)
+'
+
+# territory_state: the container provider's state.json of this territory, or nothing
+territory_state() {
+  local state
+  state="$(dirname -- "${AOE_CREDENTIAL_FILE:-/nonexistent/x}")/state.json"
+  [[ -r "$state" && "$(jq -r '.provider // empty' "$state" 2>/dev/null)" == container ]] && printf '%s' "$state"
+}
+
+# territory_leader: host PID of the container territory's init; "none" when the container
+# is not running; nothing when the territory is not a container
+territory_leader() {
+  local state root nspawn pid want
+  state=$(territory_state) || return 0
+  [[ -n "$state" ]] || return 0
+  root=$(jq -r '.root // empty' "$state" 2>/dev/null)
+  nspawn=$(jq -r '.nspawn_pid // empty' "$state" 2>/dev/null)
+  want=$(stat -c '%d:%i' -- "$root/" 2>/dev/null) || want=""
+  for pid in $(jq -r '.leader_pid // empty' "$state" 2>/dev/null) $(cat "/proc/${nspawn:-0}/task/${nspawn:-0}/children" 2>/dev/null); do
+    # the init's root directory is the territory's root (same file system and inode)
+    [[ -n "$want" && "$(stat -c '%d:%i' -- "/proc/$pid/root/" 2>/dev/null)" == "$want" ]] || continue
+    grep -qE '^NSpid:.*[[:space:]]1$' "/proc/$pid/status" 2>/dev/null || continue
+    printf '%s' "$pid"
+    return 0
+  done
+  printf 'none'
+}
+
+# referee_tampering: the REFEREE_BINARIES of a container territory that are not the image's
+# (a different file, missing, or a symlink leaving the territory's root), space-separated
+referee_tampering() {
+  local state root f low img real
+  local -a lowers=()
+  state=$(territory_state) || return 0
+  [[ -n "$state" ]] || return 0
+  root=$(realpath -e -- "$(jq -r '.root // empty' "$state")" 2>/dev/null) || return 0
+  mapfile -t lowers < <(jq -r '.lowers[]?' "$state" 2>/dev/null)
+  for f in "${REFEREE_BINARIES[@]}"; do
+    img=""
+    for low in "${lowers[@]}"; do
+      if [[ -e "$low$f" || -L "$low$f" ]]; then img="$low$f"; break; fi
+    done
+    [[ -n "$img" ]] || continue
+    real=$(realpath -e -- "$root$f" 2>/dev/null)
+    if [[ "$real" != "$root"/* ]] || ! cmp -s -- "$img" "$real"; then printf '%s ' "$f"; fi
+  done
+}
+
+# guest CMD...: run CMD (one shell string) as root in the territory, out of the player's
+# reach (see above); exit 125 with "tampering: ..." on stderr when a binary the referee
+# runs was replaced, 255 when the territory cannot be reached
 guest() {
+  local cmd="$*" leader bad
+  leader=$(territory_leader)
+  if [[ -n "$leader" ]]; then
+    if [[ "$leader" == none ]]; then
+      printf '%s\n' "the territory's container is not running (no init to enter from the host)" >&2
+      return 255
+    fi
+    bad=$(referee_tampering)
+    if [[ -n "$bad" ]]; then
+      printf "tampering: the territory's %s is not the image's (the referee runs it)\n" "${bad% }" >&2
+      return 125
+    fi
+    "$REFEREE_PYTHON" -c "$REFEREE_ENTER" "$leader" \
+      /usr/bin/env -i PATH="$REFEREE_PATH" HOME=/root LC_ALL=C /usr/bin/bash --noprofile --norc -c "$cmd"
+    return
+  fi
   sshpass -e ssh -p "$AOE_SSH_PORT" \
     -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
     -o PreferredAuthentications=password -o PubkeyAuthentication=no -o NumberOfPasswordPrompts=1 \
     -o ConnectTimeout="${SSH_CONNECT_TIMEOUT:-5}" -o ServerAliveInterval=2 -o ServerAliveCountMax=2 \
-    "root@$AOE_HOST" "$@"
+    "root@$AOE_HOST" "exec /usr/bin/env -i PATH=$REFEREE_SSH_PATH HOME=/root LC_ALL=C bash --noprofile --norc -c $(printf '%q' "$cmd")"
 }
+
+# service_listener PORT: "PID:START" (host PID and start time) of the process listening on
+# TCP PORT in a container territory, seen from the host side (the host's ss in the
+# territory's network namespace); nothing when not a container or nothing listens
+service_listener() {
+  local leader pid
+  leader=$(territory_leader)
+  [[ -n "$leader" && "$leader" != none ]] || return 0
+  pid=$(nsenter --target "$leader" --net -- ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2)
+  [[ -n "$pid" ]] || return 0
+  printf '%s:%s' "$pid" "$(sed -E 's/^.*\) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)"
+}
+# unit_ids TAG UNIT...: guest shell text printing "TAG UNIT MainPID=N", "TAG UNIT
+# InvocationID=ID" and "TAG UNIT procs=PID PID ..." (the processes in the unit's cgroup) for
+# each unit; put it before and after a restart in one guest command
+unit_ids() {
+  local tag=$1 u
+  shift
+  for u in "$@"; do
+    printf 'systemctl show -p MainPID -p InvocationID %s 2>/dev/null | sed "s/^/%s %s /"; ' "$u" "$tag" "$u"
+    printf 'cg=$(systemctl show -p ControlGroup --value %s 2>/dev/null); ' "$u"
+    printf 'echo "%s %s procs=$([ -n "$cg" ] && for f in /sys/fs/cgroup$cg /sys/fs/cgroup/unified$cg /sys/fs/cgroup/systemd$cg; do cat "$f/cgroup.procs"; done 2>/dev/null | sort -un | tr "\\n" " ")"; ' "$tag" "$u"
+  done
+}
+
+# restart_tampering OUT UNIT...: one line "tampering: ..." when OUT (a guest command's output
+# with unit_ids before/after around a restart) shows a unit the restart did not restart
+# (InvocationID, or a non-zero MainPID, unchanged); nothing otherwise
+restart_tampering() {
+  local out=$1 u b a p
+  shift
+  for u in "$@"; do
+    b=$(printf '%s\n' "$out" | sed -n "s/^before $u InvocationID=//p" | head -n 1)
+    a=$(printf '%s\n' "$out" | sed -n "s/^after $u InvocationID=//p" | head -n 1)
+    if [[ -n "$b" && "$a" == "$b" ]]; then
+      printf 'tampering: systemctl restart %s did not restart it (systemd InvocationID %s unchanged)' "$u" "$b"
+      return 0
+    fi
+    b=$(printf '%s\n' "$out" | sed -n "s/^before $u MainPID=//p" | head -n 1)
+    a=$(printf '%s\n' "$out" | sed -n "s/^after $u MainPID=//p" | head -n 1)
+    if [[ -n "$b" && "$b" != 0 && "$a" == "$b" ]]; then
+      printf "tampering: %s's main process (pid %s) did not change across the restart" "$u" "$b"
+      return 0
+    fi
+    b=$(printf '%s\n' "$out" | sed -n "s/^before $u procs=//p" | head -n 1)
+    a=" $(printf '%s\n' "$out" | sed -n "s/^after $u procs=//p" | head -n 1) "
+    for p in $b; do
+      if [[ "$a" == *" $p "* ]]; then
+        printf 'tampering: process %s of %s survived its restart' "$p" "$u"
+        return 0
+      fi
+    done
+  done
+}
+
+# without_ids OUT: OUT without the unit_ids lines
+without_ids() { printf '%s\n' "$1" | grep -v -E '^(before|after) [^ ]+ (MainPID=|InvocationID=|procs=)'; }
+# --- end of the referee's access block ----------------------------------------------------
 
 # write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE
 write_evidence() {

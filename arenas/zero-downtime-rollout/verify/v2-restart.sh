@@ -13,9 +13,14 @@ value=$(previous_field write-new value)
 [[ -n "$record" && -n "$value" ]] || fail "no write-new evidence (record/value) in $AOE_PREVIOUS_EVIDENCE"
 
 load_password
-out=$(guest 'systemctl reset-failed rollout-v2.service >/dev/null 2>&1; systemctl restart rollout-v2.service 2>&1' 2>&1)
+out=$(guest "$(unit_ids before rollout-v2.service)systemctl reset-failed rollout-v2.service >/dev/null 2>&1; systemctl restart rollout-v2.service 2>&1; rc=\$?; $(unit_ids after rollout-v2.service)exit \$rc" 2>&1)
 rc=$?
+tampering=$(restart_tampering "$out" rollout-v2.service)
+out=$(without_ids "$out")
+[[ $rc != 125 ]] || fail "$(printf '%s' "$out" | head -n 1)"
 [[ $rc == 0 ]] || fail "systemctl restart rollout-v2.service failed (exit $rc): $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"
+
+[[ -z "$tampering" ]] || fail "$tampering"
 
 last="no attempt"
 for attempt in $(seq 20); do
