@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from aoe_tui.commands.serve import add_run_args, serving
-from aoe_tui.domain.display import printable
+from aoe_tui.domain.display import json_printable, printable
 from aoe_tui.errors import AoeError, UsageError
 
 
@@ -266,5 +266,5 @@ def _cmd_standings(args: argparse.Namespace) -> int:
         except OSError as err:
             raise AoeError(f"{args.output}: cannot write: {err.strerror}") from None
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(json_printable(text) if args.format == "json" else text)
     return 0
