@@ -9,6 +9,7 @@
   as an infrastructure failure saying why, tears its territories down (processes, mounts
   and network namespaces counted in ``/proc``), stops the season resumably without burning
   an attempt; after space is freed ``aoe run`` re-runs that heat to its end.
+* A disk full at the final standings export stops the run (exit 75), not "season finished".
 """
 
 from __future__ import annotations
@@ -332,3 +333,53 @@ async def test_enospc_mid_heat_ends_it_as_a_disk_failure_and_tears_down(tmp_path
         assert provider.torn_down == 1
         raw = (out / "events.jsonl").read_bytes()
         assert raw.endswith(b"\n") and len(read_events(out / "events.jsonl")) == raw.count(b"\n")
+
+
+async def test_final_standings_export_on_a_full_disk_stops_and_the_rerun_writes_them(tmp_path):
+    """The disk fills after the last heat: the final standings export failed silently and
+    ``aoe run`` said "season finished; standings in …" (exit 0) over missing or stale
+    files. Now the run stops with the disk-full error (exit 75) saying the standings were
+    not written and no ``season_stopped`` after ``season_finished``; once space is freed
+    the same run writes them. (A finished season log written here: no heats are raced.)"""
+    from aoe_tui.export import write_all
+    from aoe_tui.season.runner import DiskFullStop, SeasonRunner, load_season_file
+    from aoe_tui.replay.season_log import SeasonLogWriter
+
+    f = small_season(tmp_path, [("a", "oracle"), ("b", "scripted:memory")])
+    loaded = load_season_file(f)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "season.toml").write_bytes(loaded.raw)
+    ranks = {"a": 1, "b": 2}
+    with SeasonLogWriter(out / "season.jsonl") as log:
+        for e in [
+            se.SeasonStarted(season="disk", label="w1", arena_id="first-build", format={"kind": "league"},
+                             entrants=["a", "b"], seed=1, heat_size=3, min_heat_size=2, max_attempts=2,
+                             season_sha256=loaded.sha256, milestones=["service-up"], models={"a": "m", "b": "m"}),
+            se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=["a", "b"])]),
+            se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"),
+            se.AttemptFinished(round=1, heat=1, attempt=1, outcome="counted", winner="a", ranks=ranks,
+                               stats={e: se.EntrantHeatStats(territory=f"builder-{r}", rank=r, points=10 - r, passed=1,
+                                                             durable_at_ms=None, milestones={"service-up": 1000})
+                                      for e, r in ranks.items()}),
+            se.HeatFinished(round=1, heat=1, attempt=1, ranks=ranks, winner="a"),
+            se.RoundFinished(round=1),
+            se.SeasonFinished(champions=["a"], rounds=1),
+        ]:
+            log.append(e)
+    lines: list[str] = []
+
+    def full_disk(folder: Path, state) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "standings.csv"))
+
+    with pytest.raises(DiskFullStop) as stop:
+        await SeasonRunner(loaded, out, say=lines.append, write_exports=full_disk).run()
+    assert stop.value.exit_code == 75
+    assert "standings files were not written: No space left on device" in str(stop.value)
+    assert f"run the same command again to write them (folder {out})" in str(stop.value)
+    kinds = [r.event.kind for r in read_season_log(out / "season.jsonl")]
+    assert kinds[-2:] == ["season_finished", "season_resumed"] and "season_stopped" not in kinds
+    assert not list(out.glob("standings.*"))
+    state = await SeasonRunner(loaded, out, say=lines.append, write_exports=write_all).run()
+    assert state.finished is not None and state.finished.champions == ["a"]
+    assert sorted(p.name for p in out.glob("standings.*")) == [f"standings.{x}" for x in ("csv", "html", "json", "md")]
