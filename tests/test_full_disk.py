@@ -9,7 +9,8 @@
   as an infrastructure failure saying why, tears its territories down (processes, mounts
   and network namespaces counted in ``/proc``), stops the season resumably without burning
   an attempt; after space is freed ``aoe run`` re-runs that heat to its end.
-* A disk full at the final standings export stops the run (exit 75), not "season finished".
+* A disk full at the final standings export stops the run (exit 75), not "season finished";
+  so does a disk already full when `aoe run` takes the season folder (no traceback).
 """
 
 from __future__ import annotations
@@ -383,3 +384,24 @@ async def test_final_standings_export_on_a_full_disk_stops_and_the_rerun_writes_
     state = await SeasonRunner(loaded, out, say=lines.append, write_exports=write_all).run()
     assert state.finished is not None and state.finished.champions == ["a"]
     assert sorted(p.name for p in out.glob("standings.*")) == [f"standings.{x}" for x in ("csv", "html", "json", "md")]
+
+
+@needs_root
+def test_a_full_disk_before_the_season_folder_is_written_is_one_line_exit_75(tmp_path):
+    """The season folder's file system is already full when ``aoe run`` starts (the folder
+    or its lock file cannot be written; also with ``AOE_MIN_FREE_MIB=0``): one disk-full
+    line naming the folder and its free space, exit 75, never a traceback; a folder the
+    run created is not left behind."""
+    f = small_season(tmp_path, [("a", "oracle"), ("b", "scripted:memory")])
+    mnt = tmp_path / "mnt"
+    with tmpfs(mnt, "1m"):
+        (mnt / "old").mkdir()  # an existing folder: the lock file's pid cannot be written
+        fill(mnt, 0)
+        for name in ("new", "old"):
+            proc = aoe_run(f, mnt / name, AOE_MIN_FREE_MIB="0")
+            stdout, stderr = proc.communicate(timeout=60)
+            assert proc.returncode == 75, stdout + stderr
+            assert "Traceback" not in stderr and "season finished" not in stdout
+            assert stderr.strip() == (f"aoe: error: season stopped, disk full: {mnt / name}: 0 B free, the season "
+                                      "folder cannot be written; free space and run the same command again")
+        assert sorted(p.name for p in mnt.iterdir()) == ["filler", "old"]

@@ -266,13 +266,28 @@ def hold_season_folder(season_dir: Path):
 
     Raises:
         SeasonBusyError: another live process holds the folder (names its pid).
+        DiskFullStop: the folder's file system is full (the folder or its lock file cannot
+            be written), before anything else is done.
     """
     import fcntl
 
+    def disk_full(err: OSError) -> DiskFullStop:
+        on = next((p for p in (season_dir, *season_dir.absolute().parents) if p.exists()), season_dir)
+        with contextlib.suppress(OSError):
+            return DiskFullStop(f"season stopped, disk full: {season_dir}: {fmt_bytes(free_bytes(on))} free, "
+                                "the season folder cannot be written; free space and run the same command again")
+        return DiskFullStop(f"season stopped, disk full: {season_dir}: {err.strerror}; free space and run the "
+                            "same command again")
+
     created = not season_dir.exists()
-    season_dir.mkdir(parents=True, exist_ok=True)
-    path = season_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        season_dir.mkdir(parents=True, exist_ok=True)
+        path = season_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        if is_no_space(err):
+            raise disk_full(err) from None
+        raise
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -282,8 +297,17 @@ def hold_season_folder(season_dir: Path):
                 f"{season_dir}: season folder is in use by another aoe run (pid {holder}); "
                 "watch it with: aoe watch " + str(season_dir)
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as err:
+            if not is_no_space(err):
+                raise
+            if created:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    season_dir.rmdir()
+            raise disk_full(err) from None
         try:
             yield
         finally:
