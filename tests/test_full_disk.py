@@ -336,15 +336,11 @@ async def test_enospc_mid_heat_ends_it_as_a_disk_failure_and_tears_down(tmp_path
         assert raw.endswith(b"\n") and len(read_events(out / "events.jsonl")) == raw.count(b"\n")
 
 
-async def test_final_standings_export_on_a_full_disk_stops_and_the_rerun_writes_them(tmp_path):
-    """The disk fills after the last heat: the final standings export failed silently and
-    ``aoe run`` said "season finished; standings in …" (exit 0) over missing or stale
-    files. Now the run stops with the disk-full error (exit 75) saying the standings were
-    not written and no ``season_stopped`` after ``season_finished``; once space is freed
-    the same run writes them. (A finished season log written here: no heats are raced.)"""
-    from aoe_tui.export import write_all
-    from aoe_tui.season.runner import DiskFullStop, SeasonRunner, load_season_file
+def finished_season(tmp_path: Path):
+    """A two-entrant season whose log says it finished (one counted heat; no heat is
+    raced): ``(loaded season file, season folder)``; no standings files yet."""
     from aoe_tui.replay.season_log import SeasonLogWriter
+    from aoe_tui.season.runner import load_season_file
 
     f = small_season(tmp_path, [("a", "oracle"), ("b", "scripted:memory")])
     loaded = load_season_file(f)
@@ -368,6 +364,19 @@ async def test_final_standings_export_on_a_full_disk_stops_and_the_rerun_writes_
             se.SeasonFinished(champions=["a"], rounds=1),
         ]:
             log.append(e)
+    return loaded, out
+
+
+async def test_final_standings_export_on_a_full_disk_stops_and_the_rerun_writes_them(tmp_path):
+    """The disk fills after the last heat: the final standings export failed silently and
+    ``aoe run`` said "season finished; standings in …" (exit 0) over missing or stale
+    files. Now the run stops with the disk-full error (exit 75) saying the standings were
+    not written and no ``season_stopped`` after ``season_finished``; once space is freed
+    the same run writes them. (A finished season log written here: no heats are raced.)"""
+    from aoe_tui.export import write_all
+    from aoe_tui.season.runner import DiskFullStop, SeasonRunner
+
+    loaded, out = finished_season(tmp_path)
     lines: list[str] = []
 
     def full_disk(folder: Path, state) -> None:
@@ -405,3 +414,27 @@ def test_a_full_disk_before_the_season_folder_is_written_is_one_line_exit_75(tmp
             assert stderr.strip() == (f"aoe: error: season stopped, disk full: {mnt / name}: 0 B free, the season "
                                       "folder cannot be written; free space and run the same command again")
         assert sorted(p.name for p in mnt.iterdir()) == ["filler", "old"]
+
+
+@needs_root
+def test_commands_writing_to_a_full_disk_say_one_line_and_keep_the_old_file(tmp_path):
+    """Any command whose output meets a full disk: one line naming the file, exit 75, no
+    traceback (``aoe bundle -o`` and ``aoe match run --output`` raised ``OSError``);
+    ``aoe standings --output`` replaces its file atomically (it truncated the previous
+    standings to nothing)."""
+    _, season = finished_season(tmp_path)
+    subprocess.run([sys.executable, "-m", "aoe_tui.cli", "standings", str(season)], check=True, capture_output=True)
+    match = REPO / "tests" / "fixtures" / "upstream" / "matches" / "oracle-smoke-2-round-001"
+    mnt = tmp_path / "mnt"
+    with tmpfs(mnt, "1m"):
+        (mnt / "standings.csv").write_text("previous\n")
+        fill(mnt, 0)
+        cmds = {"bundle": (75, ["bundle", str(match), "-o", str(mnt / "x.match")]),
+                "standings": (1, ["standings", str(season), "--format", "csv", "--output", str(mnt / "standings.csv")])}
+        for name, (rc, argv) in cmds.items():
+            res = subprocess.run([sys.executable, "-m", "aoe_tui.cli", *argv], capture_output=True, text=True,
+                                 timeout=60)
+            assert res.returncode == rc and "Traceback" not in res.stderr, (name, res.stderr)
+            assert len(res.stderr.strip().splitlines()) == 1 and "No space left on device" in res.stderr, res.stderr
+        assert (mnt / "standings.csv").read_text() == "previous\n"
+        assert sorted(p.name for p in mnt.iterdir()) == ["filler", "standings.csv"]
