@@ -106,6 +106,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AoeError as err:
         print(printable(f"aoe: error: {err}", newlines=True), file=sys.stderr)
         return err.exit_code
+    except OSError as err:
+        from aoe_tui.fsio import is_no_space
+
+        if not is_no_space(err):
+            raise
+        # any command whose output meets a full disk (aoe bundle -o, aoe match run --output, …):
+        # one line naming the file, never a traceback; 75 as for a season the disk stopped
+        where = f"{err.filename}: " if err.filename else ""
+        print(printable(f"aoe: error: {where}{err.strerror or 'No space left on device'}; free space and "
+                        "run the command again"), file=sys.stderr)
+        return 75
     except KeyboardInterrupt as err:  # SIGINT, or a Stopped (SIGTERM/SIGHUP) from aoe_tui.signals
         from aoe_tui.signals import Stopped
 

@@ -72,7 +72,8 @@ def write_atomic(path: Path | str, data: str | bytes, *, fsync: bool = True, mod
 
     The data goes to ``.<name>.<pid>.<random>.tmp`` next to ``path`` (the folder must
     exist), which is renamed over ``path``; on any error the temporary file is removed and
-    the error re-raised (``OSError`` for an unwritable folder).
+    the error re-raised (``OSError`` for an unwritable folder or a full disk, its ``filename``
+    ``path`` when the failing call named none).
 
     Args:
         fsync: fsync the file before the rename (data survives a host crash).
@@ -96,11 +97,13 @@ def write_atomic(path: Path | str, data: str | bytes, *, fsync: bool = True, mod
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(err, OSError) and err.filename is None:
+            err.filename = str(path)  # os.write/fsync name no file: say which one failed
         raise
     if fsync if durable_dir is None else durable_dir:
         fsync_dir(path.parent)

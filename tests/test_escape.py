@@ -314,3 +314,32 @@ def test_sanitized_text_measures_the_same_for_rich_and_a_terminal():
         assert cell_len(line) == sum(max(0, wcwidth(c)) for c in line), [hex(ord(c)) for c in line]
 
     check()
+
+
+def test_inspect_world_json_on_a_terminal_carries_no_c1_control(tmp_path):
+    """``aoe inspect --world`` prints agent summaries and verifier details inside JSON;
+    ``json.dumps(ensure_ascii=False)`` escapes C0 but leaves the C1 controls raw, and a
+    terminal decoding UTF-8 acts on U+009B (CSI) / U+009D (OSC: a window title, OSC 52
+    clipboard, OSC 8 links). Printed, they are ``\\u009b`` escapes; the JSON means the same."""
+    import subprocess
+    import sys
+
+    import pyte
+
+    from aoe_tui.domain.world import world_dict
+    from aoe_tui.replay.matchdir import load_match
+
+    folder = hostile_match(tmp_path / "hm")
+    evil = "\x9d0;PWNED\x9c\x9d52;c;ZXZpbA==\x9c\x9d8;;http://x\x9c\x9b2J\u202e"
+    events = folder / "events.jsonl"
+    events.write_text(events.read_text(encoding="utf-8").replace("boot", evil + "boot"), encoding="utf-8")
+    res = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "inspect", str(folder), "--world"],
+                         capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    text = res.stdout.decode("utf-8")
+    assert _terminal_safe(text)
+    assert json.loads(text) == json.loads(json.dumps(world_dict(load_match(folder).world)))  # same data
+    assert "\\u009d0;PWNED\\u009c" in text
+    screen = pyte.Screen(120, 40)
+    pyte.ByteStream(screen).feed(res.stdout)
+    assert screen.title == ""  # no OSC reached the terminal

@@ -9,6 +9,8 @@
   as an infrastructure failure saying why, tears its territories down (processes, mounts
   and network namespaces counted in ``/proc``), stops the season resumably without burning
   an attempt; after space is freed ``aoe run`` re-runs that heat to its end.
+* A disk full at the final standings export stops the run (exit 75), not "season finished";
+  so does a disk already full when `aoe run` takes the season folder (no traceback).
 """
 
 from __future__ import annotations
@@ -332,3 +334,107 @@ async def test_enospc_mid_heat_ends_it_as_a_disk_failure_and_tears_down(tmp_path
         assert provider.torn_down == 1
         raw = (out / "events.jsonl").read_bytes()
         assert raw.endswith(b"\n") and len(read_events(out / "events.jsonl")) == raw.count(b"\n")
+
+
+def finished_season(tmp_path: Path):
+    """A two-entrant season whose log says it finished (one counted heat; no heat is
+    raced): ``(loaded season file, season folder)``; no standings files yet."""
+    from aoe_tui.replay.season_log import SeasonLogWriter
+    from aoe_tui.season.runner import load_season_file
+
+    f = small_season(tmp_path, [("a", "oracle"), ("b", "scripted:memory")])
+    loaded = load_season_file(f)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "season.toml").write_bytes(loaded.raw)
+    ranks = {"a": 1, "b": 2}
+    with SeasonLogWriter(out / "season.jsonl") as log:
+        for e in [
+            se.SeasonStarted(season="disk", label="w1", arena_id="first-build", format={"kind": "league"},
+                             entrants=["a", "b"], seed=1, heat_size=3, min_heat_size=2, max_attempts=2,
+                             season_sha256=loaded.sha256, milestones=["service-up"], models={"a": "m", "b": "m"}),
+            se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=["a", "b"])]),
+            se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"),
+            se.AttemptFinished(round=1, heat=1, attempt=1, outcome="counted", winner="a", ranks=ranks,
+                               stats={e: se.EntrantHeatStats(territory=f"builder-{r}", rank=r, points=10 - r, passed=1,
+                                                             durable_at_ms=None, milestones={"service-up": 1000})
+                                      for e, r in ranks.items()}),
+            se.HeatFinished(round=1, heat=1, attempt=1, ranks=ranks, winner="a"),
+            se.RoundFinished(round=1),
+            se.SeasonFinished(champions=["a"], rounds=1),
+        ]:
+            log.append(e)
+    return loaded, out
+
+
+async def test_final_standings_export_on_a_full_disk_stops_and_the_rerun_writes_them(tmp_path):
+    """The disk fills after the last heat: the final standings export failed silently and
+    ``aoe run`` said "season finished; standings in …" (exit 0) over missing or stale
+    files. Now the run stops with the disk-full error (exit 75) saying the standings were
+    not written and no ``season_stopped`` after ``season_finished``; once space is freed
+    the same run writes them. (A finished season log written here: no heats are raced.)"""
+    from aoe_tui.export import write_all
+    from aoe_tui.season.runner import DiskFullStop, SeasonRunner
+
+    loaded, out = finished_season(tmp_path)
+    lines: list[str] = []
+
+    def full_disk(folder: Path, state) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "standings.csv"))
+
+    with pytest.raises(DiskFullStop) as stop:
+        await SeasonRunner(loaded, out, say=lines.append, write_exports=full_disk).run()
+    assert stop.value.exit_code == 75
+    assert "standings files were not written: No space left on device" in str(stop.value)
+    assert f"run the same command again to write them (folder {out})" in str(stop.value)
+    kinds = [r.event.kind for r in read_season_log(out / "season.jsonl")]
+    assert kinds[-2:] == ["season_finished", "season_resumed"] and "season_stopped" not in kinds
+    assert not list(out.glob("standings.*"))
+    state = await SeasonRunner(loaded, out, say=lines.append, write_exports=write_all).run()
+    assert state.finished is not None and state.finished.champions == ["a"]
+    assert sorted(p.name for p in out.glob("standings.*")) == [f"standings.{x}" for x in ("csv", "html", "json", "md")]
+
+
+@needs_root
+def test_a_full_disk_before_the_season_folder_is_written_is_one_line_exit_75(tmp_path):
+    """The season folder's file system is already full when ``aoe run`` starts (the folder
+    or its lock file cannot be written; also with ``AOE_MIN_FREE_MIB=0``): one disk-full
+    line naming the folder and its free space, exit 75, never a traceback; a folder the
+    run created is not left behind."""
+    f = small_season(tmp_path, [("a", "oracle"), ("b", "scripted:memory")])
+    mnt = tmp_path / "mnt"
+    with tmpfs(mnt, "1m"):
+        (mnt / "old").mkdir()  # an existing folder: the lock file's pid cannot be written
+        fill(mnt, 0)
+        for name in ("new", "old"):
+            proc = aoe_run(f, mnt / name, AOE_MIN_FREE_MIB="0")
+            stdout, stderr = proc.communicate(timeout=60)
+            assert proc.returncode == 75, stdout + stderr
+            assert "Traceback" not in stderr and "season finished" not in stdout
+            assert stderr.strip() == (f"aoe: error: season stopped, disk full: {mnt / name}: 0 B free, the season "
+                                      "folder cannot be written; free space and run the same command again")
+        assert sorted(p.name for p in mnt.iterdir()) == ["filler", "old"]
+
+
+@needs_root
+def test_commands_writing_to_a_full_disk_say_one_line_and_keep_the_old_file(tmp_path):
+    """Any command whose output meets a full disk: one line naming the file, exit 75, no
+    traceback (``aoe bundle -o`` and ``aoe match run --output`` raised ``OSError``);
+    ``aoe standings --output`` replaces its file atomically (it truncated the previous
+    standings to nothing)."""
+    _, season = finished_season(tmp_path)
+    subprocess.run([sys.executable, "-m", "aoe_tui.cli", "standings", str(season)], check=True, capture_output=True)
+    match = REPO / "tests" / "fixtures" / "upstream" / "matches" / "oracle-smoke-2-round-001"
+    mnt = tmp_path / "mnt"
+    with tmpfs(mnt, "1m"):
+        (mnt / "standings.csv").write_text("previous\n")
+        fill(mnt, 0)
+        cmds = {"bundle": (75, ["bundle", str(match), "-o", str(mnt / "x.match")]),
+                "standings": (1, ["standings", str(season), "--format", "csv", "--output", str(mnt / "standings.csv")])}
+        for name, (rc, argv) in cmds.items():
+            res = subprocess.run([sys.executable, "-m", "aoe_tui.cli", *argv], capture_output=True, text=True,
+                                 timeout=60)
+            assert res.returncode == rc and "Traceback" not in res.stderr, (name, res.stderr)
+            assert len(res.stderr.strip().splitlines()) == 1 and "No space left on device" in res.stderr, res.stderr
+        assert (mnt / "standings.csv").read_text() == "previous\n"
+        assert sorted(p.name for p in mnt.iterdir()) == ["filler", "standings.csv"]

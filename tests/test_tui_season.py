@@ -229,6 +229,25 @@ async def test_quit_asks_stop_or_detach(season_dir, choice, key):
     assert app.return_value == (choice or "finished")
 
 
+async def test_ctrl_c_key_asks_like_q_and_closes_a_finished_view(season_dir):
+    """Ctrl+C in the TUI is a key (the terminal is raw): it only showed Textual's "Press
+    ctrl+q to quit" toast, though the README says Ctrl+C stops the season. It now asks
+    stop / detach / cancel while the season runs and closes the view once it is done."""
+    feed = LiveFeed()
+    SeasonTailer(season_dir, feed).poll()
+    app = frozen(AoeApp.season_view(feed, season_dir, host=FakeHost(), read_only=False))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, SeasonScreen)
+        app.host.done = True
+        await pilot.press("ctrl+c")
+    assert app.return_value == "finished"
+
+
 async def test_quit_buttons_with_mouse(season_dir):
     feed = LiveFeed()
     SeasonTailer(season_dir, feed).poll()

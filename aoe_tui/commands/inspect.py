@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from aoe_tui.domain.display import fmt_clock, printable
+from aoe_tui.domain.display import fmt_clock, json_printable, printable
 from aoe_tui.domain.world import WorldState, world_json
 from aoe_tui.replay.bundle import write_bundle
 from aoe_tui.replay.matchdir import LoadedMatch, load_match
@@ -130,7 +130,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """Run ``aoe inspect``."""
     match = load_match(args.path)
     if args.world:
-        print(world_json(match.world))
+        print(json_printable(world_json(match.world)))  # agent text: no raw C1 control
     elif args.standings_json:
         print(json.dumps([s.to_dict() for s in compute_standings(match.world)], indent=2))
     else:

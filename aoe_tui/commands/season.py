@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 from aoe_tui.commands.serve import add_run_args, serving
-from aoe_tui.domain.display import printable
+from aoe_tui.domain.display import json_printable, printable
+from aoe_tui.fsio import write_atomic
 from aoe_tui.errors import AoeError, UsageError
 
 
@@ -262,9 +263,9 @@ def _cmd_standings(args: argparse.Namespace) -> int:
     text = render(state, args.format)
     if args.output:
         try:
-            Path(args.output).write_text(text, encoding="utf-8")
+            write_atomic(Path(args.output), text)  # a full disk keeps the previous file whole
         except OSError as err:
             raise AoeError(f"{args.output}: cannot write: {err.strerror}") from None
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(json_printable(text) if args.format == "json" else text)
     return 0

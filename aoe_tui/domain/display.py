@@ -194,6 +194,17 @@ def printable(text: object, *, newlines: bool = False) -> str:
     return "".join(out)
 
 
+def json_printable(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) safe to write to a terminal,
+    meaning the same JSON: the characters :func:`printable` escapes that JSON leaves raw
+    (DEL, the C1 controls U+0080–U+009F such as ``\\x9b`` CSI and ``\\x9d`` OSC, lone
+    surrogates, the bidi/format characters of :data:`_HIDDEN`) become ``\\uXXXX`` escapes.
+    They can only occur inside JSON strings, where ``\\uXXXX`` decodes to the same
+    character, so ``json.loads`` of the result equals that of ``text``."""
+    return "".join(f"\\u{ord(ch):04x}" if 0x7F <= ord(ch) < 0xA0 or ch in _HIDDEN or 0xD800 <= ord(ch) < 0xE000
+                   else ch for ch in text)
+
+
 def first_line(text: str | None, limit: int | None = 160) -> str:
     """The first line of ``text`` cut to ``limit`` characters (None: not cut; ``""`` for
     None/empty); the headless lines' form of a failure detail."""

@@ -266,13 +266,28 @@ def hold_season_folder(season_dir: Path):
 
     Raises:
         SeasonBusyError: another live process holds the folder (names its pid).
+        DiskFullStop: the folder's file system is full (the folder or its lock file cannot
+            be written), before anything else is done.
     """
     import fcntl
 
+    def disk_full(err: OSError) -> DiskFullStop:
+        on = next((p for p in (season_dir, *season_dir.absolute().parents) if p.exists()), season_dir)
+        with contextlib.suppress(OSError):
+            return DiskFullStop(f"season stopped, disk full: {season_dir}: {fmt_bytes(free_bytes(on))} free, "
+                                "the season folder cannot be written; free space and run the same command again")
+        return DiskFullStop(f"season stopped, disk full: {season_dir}: {err.strerror}; free space and run the "
+                            "same command again")
+
     created = not season_dir.exists()
-    season_dir.mkdir(parents=True, exist_ok=True)
-    path = season_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        season_dir.mkdir(parents=True, exist_ok=True)
+        path = season_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        if is_no_space(err):
+            raise disk_full(err) from None
+        raise
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -282,8 +297,17 @@ def hold_season_folder(season_dir: Path):
                 f"{season_dir}: season folder is in use by another aoe run (pid {holder}); "
                 "watch it with: aoe watch " + str(season_dir)
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as err:
+            if not is_no_space(err):
+                raise
+            if created:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    season_dir.rmdir()
+            raise disk_full(err) from None
         try:
             yield
         finally:
@@ -596,7 +620,8 @@ class SeasonRunner:
         event = se.SeasonStopped(reason="disk_full", pid=os.getpid(), detail=stop.detail,
                                  open_attempts=[f"r{h.round}h{h.heat}a{a.attempt}" for h, a in self.state.open_attempts()],
                                  round=h.round if h else None, heat=h.heat if h else None, attempt=stop.attempt)
-        if self.log is not None and not self.log.closed and self.state.info is not None:
+        if (self.log is not None and not self.log.closed and self.state.info is not None
+                and self.state.finished is None):  # a finished season is not stopped: only its exports wait
             try:
                 self._append(event)
             except OSError as err:
@@ -605,8 +630,9 @@ class SeasonRunner:
         what = ("the attempt does not count: the same command re-runs it" if stop.attempt is not None
                 else "nothing was started: run the same command again")
         self.say(f"season stopped (disk full): {at}{stop.detail}; {what} after space is freed")
+        again = "to write them" if self.state.finished is not None else "to resume"
         return DiskFullStop(f"season stopped, disk full: {at}{stop.detail}; free space and run the same "
-                             f"command again to resume (folder {self.dir})")
+                            f"command again {again} (folder {self.dir})")
 
     def _name(self, r: int, h: int, a: int) -> tuple[str, str]:
         """The bundle's ``match.name`` and ``match.slug`` of an attempt (a cup across arenas
@@ -775,9 +801,20 @@ class SeasonRunner:
                                                   if advanced or eliminated else ""))
 
     def _export(self) -> None:
-        if self.write_exports is not None:
-            with contextlib.suppress(Exception):
-                self.write_exports(self.dir, self.state)
+        """Write the standings files (after every heat and at the end). Any failure is one
+        progress line; at the end, when the disk is full, it stops the run instead
+        (:class:`_Stop`, exit 75) so ``aoe run`` never reports standings it could not write:
+        the same command writes them once space is freed. Mid-season the next heat's space
+        check stops the season."""
+        if self.write_exports is None:
+            return
+        try:
+            self.write_exports(self.dir, self.state)
+        except Exception as err:
+            if is_no_space(err) and self.state.finished is not None:
+                raise _Stop("the season finished but its standings files were not written: No space left "
+                            f"on device ({getattr(err, 'filename', None) or self.dir})", None, None) from None
+            self.say(f"standings files not written: {type(err).__name__}: {err}")
 
     async def run(self) -> SeasonState:
         """Run or resume the season to its end; returns the final state. Raises

@@ -363,6 +363,13 @@ class AoeApp(App):
 
         self.push_screen(QuitScreen(), chosen)
 
+    async def action_help_quit(self) -> None:
+        """Ctrl+C (a key in the TUI's raw terminal, not SIGINT): what ``q`` does, so the
+        README's "Ctrl+C stops the season" holds without a stray key stopping a cup: while
+        ``aoe run``'s season is running it asks stop, detach or cancel; otherwise the view
+        closes. (Textual's own binding only showed "Press ctrl+q to quit".)"""
+        await self.action_quit()
+
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """Season keys only exist in season mode."""
         if action in ("standings", "back"):

@@ -104,9 +104,29 @@ class SeasonHost:
         finally:
             self._started.set()
             try:
+                self._end_stray_tasks(loop)
                 loop.run_until_complete(loop.shutdown_asyncgens())
             finally:
                 loop.close()
+
+    @staticmethod
+    def _end_stray_tasks(loop: asyncio.AbstractEventLoop, timeout_s: float = 30.0) -> None:
+        """Cancel the tasks still pending once the season run has ended (what a stop left
+        behind, e.g. a territory's boot wait under a cancelled provisioning) and let their
+        cleanup run on the open loop, at most ``timeout_s`` seconds, as ``asyncio.run``
+        does. Closing the loop under them would leave each to be finalized by the garbage
+        collector, whose cleanup meets a closed loop: an "Exception ignored ... Event loop
+        is closed" traceback on the operator's terminal after Ctrl+C."""
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if not pending:
+            return
+        for t in pending:
+            t.cancel()
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(asyncio.wait(pending, timeout=timeout_s))
+        for t in pending:  # retrieve results so none is logged as "never retrieved"
+            if t.done() and not t.cancelled():
+                t.exception()
 
     def start(self) -> None:
         """Start the engine thread (returns at once)."""
