@@ -433,7 +433,7 @@ def test_watch_ends_on_hangup_and_serve_stops_on_sighup(tmp_path):
 
 @pytest.mark.container
 def test_match_run_aborts_when_its_terminal_closes(request, tmp_path):
-    """``aoe match run`` whose terminal closes mid-heat aborts like after SIGTERM: exit 130,
+    """``aoe match run`` whose terminal closes mid-heat aborts like after SIGTERM: exit 129,
     ``world.json`` aborted, no territory and no mount left (its lines go to /dev/null)."""
     import json
 
@@ -447,8 +447,8 @@ def test_match_run_aborts_when_its_terminal_closes(request, tmp_path):
     wait_until(lambda: len(territories(out)) >= 3, 120, "three territories", term.proc)
     t0 = time.monotonic()
     term.hang_up()
-    assert term.proc.wait(120) == 130
+    assert term.proc.wait(120) == 129
     took = time.monotonic() - t0
     assert territories(out) == [] and mounts_under(out) == []
     assert json.loads((out / "world.json").read_text())["match_state"] == "aborted"
-    print(f"match run hangup → aborted, 130 in {took:.1f} s")
+    print(f"match run hangup → aborted, 129 in {took:.1f} s")

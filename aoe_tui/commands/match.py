@@ -23,8 +23,9 @@ Ctrl-C (SIGINT), SIGTERM or SIGHUP (the terminal closed; the lines then go to
 ``--provider`` is any registered provider (:mod:`aoe_tui.runtime.registry`: ``container``,
 ``qemu``, ``ssh``, ``nixos`` and those of ``AOE_PLUGINS`` modules).
 
-Exit codes: 0 the match finished (also without a durable deployment); 130 aborted
-by the operator; 1 aborted by an infrastructure failure or an error.
+Exit codes: 0 the match finished (also without a durable deployment); ``128 + signal``
+aborted by the operator (130 SIGINT, 143 SIGTERM, 129 SIGHUP, as ``aoe run``); 1 aborted
+by an infrastructure failure or an error.
 """
 
 from __future__ import annotations
@@ -217,8 +218,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not quiet:
             say_line(printable(f"[aoe] {msg}"))
 
+    stop_signal: list[int] = []  # the first stop signal: the exit code is 128 + its number, as `aoe run`'s
     try:
-        world = asyncio.run(_run(loaded, provider, adapters, output, args, registered, credentials, printer, phase))
+        world = asyncio.run(_run(loaded, provider, adapters, output, args, registered, credentials, printer, phase,
+                                 stop_signal))
     except asyncio.CancelledError:
         say_line("aoe: interrupted (forced); territories were torn down", stderr=True)
         return 130
@@ -232,12 +235,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if world.match_state.value == "finished":
         return 0
     if world.finish_reason == "operator interrupt":
-        return 130
+        return 128 + (stop_signal[0] if stop_signal else signal.SIGINT)
     say_line(printable(f"aoe: error: match aborted: {world.finish_reason}"), stderr=True)
     return 1
 
 
-async def _run(loaded, provider, adapters, output, args, registered, credentials, printer, phase):
+async def _run(loaded, provider, adapters, output, args, registered, credentials, printer, phase, stop_signal):
     from aoe_tui.referee.heat import run_heat
     from aoe_tui.runtime.realtime import engine_priority
 
@@ -253,6 +256,7 @@ async def _run(loaded, provider, adapters, output, args, registered, credentials
             release_terminal()
         hits["n"] += 1
         if hits["n"] == 1:
+            stop_signal.append(signal.Signals[signame])
             phase(f"{signame}: aborting the match (again to force)")
             abort.set()
         elif task is not None:
