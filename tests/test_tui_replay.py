@@ -327,6 +327,22 @@ def test_cli_replay_errors(tmp_path, capsys):
     assert "no such season folder" in capsys.readouterr().err
 
 
+def test_views_refuse_a_stdout_that_is_not_a_terminal(tmp_path):
+    """``aoe replay > file`` would fill the file with screen-drawing escapes: one line instead."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "replay", str(SEED)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == (f"aoe: error: aoe replay draws a terminal view and stdout is not a terminal; "
+                        f"`aoe inspect {SEED}` prints the match as text\n")
+    (tmp_path / "season.jsonl").write_text("")
+    r = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "watch", str(tmp_path)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and r.stdout == "" and "`aoe standings" in r.stderr and r.stderr.count("\n") == 1
+
+
 # --------------------------------------------------------------------------- live clock, activity
 
 

@@ -65,7 +65,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         at_end=args.end,
         theme=LIGHT_THEME if args.light else DARK_THEME,
     )
-    return _run_view(app)
+    return _run_view(app, "replay", f"`aoe inspect {args.path}` prints the match as text")
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -77,14 +77,23 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise AoeError(f"{season_dir}: no such season folder")
 
     app = watch_app(season_dir, theme=LIGHT_THEME if args.light else DARK_THEME)
-    return _run_view(app)
+    return _run_view(app, "watch", f"`aoe standings {season_dir}` prints its standings as text")
 
 
-def _run_view(app) -> int:
+def _run_view(app, command: str, instead: str) -> int:
     """Run a read-only view (:func:`aoe_tui.tui.app.run_in_terminal`): SIGINT, SIGTERM and
     SIGHUP close it with the terminal restored; exit code 0 after ``q``, ``128 + signum``
-    after a signal. A stdin at EOF or not a terminal leaves it idle, not spinning."""
+    after a signal. A stdin at EOF or not a terminal leaves it idle, not spinning.
+
+    Raises:
+        AoeError: stdout is not a terminal (a file or a pipe would get screen-drawing
+            escape sequences); ``instead`` names the text command to use.
+    """
     import signal
+    import sys
+
+    if not sys.stdout.isatty():
+        raise AoeError(f"aoe {command} draws a terminal view and stdout is not a terminal; {instead}")
 
     from aoe_tui.tui.app import run_in_terminal
 
