@@ -19,7 +19,7 @@ import pytest
 
 from aoe_tui.runtime import qemu
 from aoe_tui.runtime.netalloc import NetAllocator
-from aoe_tui.runtime.provider import ProviderError, ProvisionError, TerritorySpec
+from aoe_tui.runtime.provider import ProviderError, ProvisionError, TerritoryRefusedError, TerritorySpec
 from aoe_tui.runtime.qemu import (
     QemuProvider,
     accel_args,
@@ -231,6 +231,26 @@ def test_doctor_checks_report_accel_and_tools() -> None:
     assert checks["acceleration"].detail.startswith(("kvm:", "tcg:"))
 
 
+def test_boot_sign_reads_only_the_current_launch(tmp_path: Path) -> None:
+    """The host-side boot evidence is the current launch's serial console: a login prompt (or the
+    emergency shell) written after ``console_mark``; the previous launch's prompt does not count."""
+    from aoe_tui.runtime.qemu import _Guest
+
+    g = _Guest(spec=TerritorySpec("b1", "pw"), dir=tmp_path, disk_dir=tmp_path / "disk", ports=port_plan(26000, 1)[0])
+    assert QemuProvider._boot_sign(g) == ""  # no console.log yet
+    console = tmp_path / "console.log"
+    console.write_bytes(b"SeaBIOS\r\nDebian GNU/Linux 12 b1 ttyS0\r\n\r\nb1 login: ")
+    g.launches = 1
+    assert QemuProvider._boot_sign(g) == "its console showed the login prompt (launch 1)"
+    g.console_mark, g.launches = console.stat().st_size, 2  # relaunched: the old prompt is history
+    with console.open("ab") as f:
+        f.write(b"SeaBIOS (version 1.16.2)\r\nBooting from ROM...\r\n")
+    assert QemuProvider._boot_sign(g) == ""
+    with console.open("ab") as f:
+        f.write(b"You are in emergency mode. After logging in, type \"journalctl -xb\"\r\n")
+    assert QemuProvider._boot_sign(g) == "its console showed 'emergency mode' (launch 2)"
+
+
 # ----------------------------------------------------------------------------- one real guest
 
 
@@ -249,7 +269,10 @@ def _our_qemu_pids(marker: str) -> list[int]:
 
 @pytest.mark.qemu
 async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
-    """ONE guest: boot (TCG here), root login, write /var/lib file, provider.reboot(), file is still there."""
+    """ONE guest: boot (TCG here), root login, write /var/lib file, provider.reboot(), file is still there;
+    then the player's lockouts are the player's (TerritoryRefusedError), decided quickly: sshd refusing
+    root before the reboot (at once), sshd masked at the next boot (REFUSED_AFTER_S after the console's
+    login prompt, not at reboot_timeout_s)."""
     password = "qemu-test-Pw-7781"
     workdir = tmp_path / "territories"
     prov = QemuProvider(workdir, image=guest_image, ready_timeout_s=400, reboot_timeout_s=400)
@@ -284,7 +307,38 @@ async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
         assert token2 == token, "file under /var/lib did not survive the reboot"
         assert boot_id2 != boot_id, "the guest did not really reboot"
         assert t.extra["pid"] != old_pid  # -no-reboot + relaunch
-        print(f"qemu ({prov.chosen_accel}): ssh-ready {boot_s:.1f} s, reboot {reboot_s:.1f} s")
+        # The player changes root's password in the running guest: the referee cannot even ask
+        # for the reboot; that is the player's lockout, decided at once (no reboot, no wait).
+        from aoe_tui.runtime.ssh import run
+
+        other = password + "-changed"
+        async with prov.ssh(t) as conn:
+            r = await conn.run("chpasswd", input=f"root:{other}\n", check=False)
+        assert r.exit_status == 0, r.stderr
+        t2 = time.monotonic()
+        with pytest.raises(TerritoryRefusedError, match="builder-one refused the referee before the reboot: "
+                           "the SSH server .* refused the root password login"):
+            await prov.reboot(t)
+        locked_s = time.monotonic() - t2
+        assert locked_s < 30 and t.extra["pid"] == prov._guests["builder-one"].proc.pid  # no reboot happened
+        r2 = await run(t.host, t.ssh_port, other, "chpasswd", input=f"root:{password}\n", connect_timeout_s=15)
+        assert r2.exit_status == 0, r2.stderr
+        # The player masks sshd for the next boot: after the referee's reboot nothing answers
+        # on port 22 (the forward accepts and closes, as while the guest is down), but the
+        # serial console shows the guest booted: the player's lockout, decided REFUSED_AFTER_S
+        # after the boot sign, not at reboot_timeout_s.
+        async with prov.ssh(t) as conn:
+            r = await conn.run("systemctl mask ssh.service", check=False)
+        assert r.exit_status == 0, r.stderr
+        t3 = time.monotonic()
+        with pytest.raises(TerritoryRefusedError, match=r"builder-one refused the referee after the reboot: "
+                           rf"nothing answers SSH on port {t.ssh_port} {qemu.REFUSED_AFTER_S:.0f} s after "
+                           r"its console showed the login prompt \(launch 3\)"):
+            await prov.reboot(t)
+        refused_s = time.monotonic() - t3
+        assert qemu.REFUSED_AFTER_S < refused_s < reboot_s * 1.5 + qemu.REFUSED_AFTER_S + 30 < prov.reboot_timeout_s
+        print(f"qemu ({prov.chosen_accel}): ssh-ready {boot_s:.1f} s, reboot {reboot_s:.1f} s, "
+              f"lockout before reboot decided in {locked_s:.1f} s, sshd masked decided in {refused_s:.1f} s")
     finally:
         await prov.teardown()
     assert _our_qemu_pids(str(workdir)) == []

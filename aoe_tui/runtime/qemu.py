@@ -57,6 +57,7 @@ from aoe_tui.runtime.provider import (
     RebootError,
     Territory,
     TerritoryProvider,
+    TerritoryRefusedError,
     TerritorySpec,
     raise_if_refused,
     write_credential_file,
@@ -81,6 +82,15 @@ KERNEL_ARGS = "root=/dev/vda rw console=ttyS0 quiet mitigations=off"
 #: A QEMU run shorter than this (seconds) counts as a crash, not a guest reboot.
 _QUICK_EXIT_S = 5.0
 _MAX_QUICK_EXITS = 3
+#: Seconds a relaunched guest that shows it booted (:data:`BOOT_SIGNS` on its serial console)
+#: may keep failing the root SSH login before :meth:`QemuProvider.reboot` calls it the
+#: player's lockout. Measured under TCG on a loaded 2-core host: a root login works 21 s
+#: after the prompt (sshd starts next to the getty; the login itself is slow there).
+REFUSED_AFTER_S = 45.0
+#: What the guest writes on its serial console (``console.log``) once its boot reached
+#: userspace: the serial getty's login prompt (``<hostname> login:``, the only line a
+#: ``quiet`` boot prints) or systemd's emergency/rescue shell (a broken ``/etc/fstab``).
+BOOT_SIGNS: tuple[bytes, ...] = (b" login:", b"emergency mode", b"rescue mode", b"Give root password")
 
 
 # --------------------------------------------------------------------------- acceleration
@@ -362,6 +372,8 @@ class _Guest:
     launches: int = 0
     sock_tmp: Path | None = None
     monitor: Path | None = None
+    console_mark: int = 0  # size of console.log when the current launch started (bytes)
+    boot_seen_at: float | None = None  # monotonic time the reboot watch saw the boot sign
 
 
 class QemuProvider(TerritoryProvider):
@@ -539,6 +551,10 @@ class QemuProvider(TerritoryProvider):
         try:
             while not g.stopping:
                 t0 = time.monotonic()
+                try:
+                    g.console_mark = (g.dir / "console.log").stat().st_size
+                except OSError:
+                    g.console_mark = 0
                 with open(qemu_log, "ab") as logf:
                     try:
                         g.proc = await asyncio.create_subprocess_exec(
@@ -621,38 +637,151 @@ class QemuProvider(TerritoryProvider):
     # ---------------------------------------------------------------- reboot
 
     async def reboot(self, territory: Territory) -> None:
-        """``systemctl reboot`` over SSH, then wait for SSH down (≤30 s) and up (≤ ``reboot_timeout_s``).
+        """``systemctl reboot`` over SSH (spec §3.4), then wait for SSH down (≤30 s) and for a
+        root login again (≤ ``reboot_timeout_s``).
 
         QEMU exits on the guest's reset (``-no-reboot``) and the supervisor relaunches it.
 
+        The player's lockout is told apart from a guest that never came up from the host side:
+
+        * the referee cannot even log in to ask for the reboot, and the SSH port answers but
+          refuses the root login (password changed, ``PermitRootLogin no``, not an SSH
+          server): :class:`TerritoryRefusedError` at once, without waiting for a reboot that
+          was never asked. The provider does not reset the VM from the host instead (monitor
+          ``system_reset``): that is a power cut, not the guest-initiated reboot of §3.4.
+        * after the relaunch, the guest's serial console (``console.log``, written by QEMU on
+          the host) shows one of :data:`BOOT_SIGNS` (the getty's login prompt, or systemd's
+          emergency shell after a broken ``/etc/fstab``), i.e. the guest reached userspace,
+          and root SSH still fails :data:`REFUSED_AFTER_S` seconds later (sshd masked or
+          refusing, port 22 firewalled): :class:`TerritoryRefusedError` then, not at
+          ``reboot_timeout_s``. With user networking "nothing answers" alone is ambiguous
+          (the forward accepts and closes whether or not the guest is up): the console is
+          the evidence.
+
+        Known limit: a player who also silences ttyS0 (masks ``serial-getty@ttyS0``) and
+        locks SSH leaves no host-side evidence of the boot; without evidence the provider
+        errs toward infrastructure (:class:`RebootError`) rather than blame a player for
+        what may be a host fault (a kernel that never booted prints nothing either).
+
         Raises:
-            RebootError: unknown territory, SSH never stopped, QEMU crashed, or SSH never came back.
-            TerritoryRefusedError: the VM runs and its SSH port answers but refuses the root
-                login after the reboot (the player's lockout).
+            RebootError: unknown territory, SSH never stopped, QEMU crashed, or SSH never came
+                back and the console shows no boot since the relaunch.
+            TerritoryRefusedError: the player's lockout, as above (one line naming the
+                territory, what refused and what the console showed).
         """
-        from aoe_tui.runtime.ssh import run, wait_down
+        import asyncssh
+
+        from aoe_tui.runtime.ssh import login_refusal, run, wait_down
 
         g = self._guests.get(territory.id)
         if g is None or g.stopping:
             raise RebootError(f"{territory.id}: not a running qemu territory of this heat")
-        with contextlib.suppress(Exception):
+        launches = g.launches
+        g.boot_seen_at = None
+        try:
             await run(
                 territory.host, territory.ssh_port, territory.password,
                 "systemctl reboot", timeout_s=15, connect_timeout_s=self.connect_timeout_s,
             )  # fmt: skip
+        except asyncssh.ConnectionLost:
+            pass  # the session died with the guest: the reboot is under way
+        except Exception as exc:  # noqa: BLE001 - the login may have been refused: ask once
+            log.info("qemu: %s: the referee's systemctl reboot failed (%s)", territory.id, type(exc).__name__)
+            if g.launches == launches and g.proc is not None and g.proc.returncode is None:
+                if isinstance(exc, asyncssh.PermissionDenied):
+                    why = f"the SSH server on port {territory.ssh_port} refused the root password login"
+                else:  # TCG logins are slow: the provider's connect timeout, not login_refusal's 5 s
+                    why = await login_refusal(territory.host, territory.ssh_port, territory.password,
+                                              connect_timeout_s=self.connect_timeout_s)
+                if why is not None:
+                    raise TerritoryRefusedError(
+                        f"territory {territory.id} refused the referee before the reboot: {why}; "
+                        "the VM runs, so the referee could not ask it to reboot"
+                    ) from None
         try:
             await wait_down(territory.host, territory.ssh_port, territory.password, timeout_s=30)
         except TimeoutError as err:
             raise RebootError(f"{territory.id}: SSH never stopped during reboot (30 s)") from err
+        ready = asyncio.ensure_future(self._wait_login(g, self.reboot_timeout_s, "did not come back"))
+        refused = asyncio.ensure_future(self._watch_refusal(g, territory, launches))
         try:
-            await self._wait_login(g, self.reboot_timeout_s, "did not come back")
+            await asyncio.wait({ready, refused}, return_when=asyncio.FIRST_COMPLETED)
+            if not ready.done():
+                refused.result()  # raises TerritoryRefusedError
+            await ready
         except ProvisionError as err:
             if g.proc is not None and g.proc.returncode is None:
+                seen = self._boot_sign(g) if g.launches > launches else ""
                 # the VM runs: a server answering on the SSH port that refuses the root login
                 # is the player's lockout, not a guest that never came up
-                await raise_if_refused(territory, seen="the VM is running")
+                await raise_if_refused(territory, seen=f"the VM is running{', ' + seen if seen else ''}")
+                if seen:
+                    raise TerritoryRefusedError(
+                        f"territory {territory.id} refused the referee after the reboot: no root SSH "
+                        f"login on port {territory.ssh_port} within {self.reboot_timeout_s:.0f} s although {seen}"
+                    ) from None
             raise RebootError(f"{territory.id}: SSH unavailable after reboot: {err}") from err
+        finally:
+            ready.cancel()
+            refused.cancel()
+        if g.boot_seen_at is not None:
+            log.info("qemu: %s root SSH back %.1f s after its console showed the boot",
+                     territory.id, time.monotonic() - g.boot_seen_at)
         territory.extra["pid"] = g.proc.pid if g.proc else None
+
+    async def _watch_refusal(self, g: _Guest, territory: Territory, launches_before: int) -> None:
+        """Raise :class:`TerritoryRefusedError` once QEMU was relaunched after
+        ``launches_before``, its console shows the guest booted (:meth:`_boot_sign`) and root
+        SSH has still not worked :data:`REFUSED_AFTER_S` seconds later; otherwise poll forever
+        (cancelled by :meth:`reboot`)."""
+        from aoe_tui.runtime.ssh import login_refusal, probe
+
+        booted_at: float | None = None
+        seen = ""
+        while True:
+            await asyncio.sleep(1.0)
+            if g.launches <= launches_before or g.proc is None or g.proc.returncode is not None:
+                booted_at = None  # not relaunched yet, or between two launches
+                continue
+            if booted_at is None:
+                seen = self._boot_sign(g)
+                if not seen:
+                    continue
+                booted_at = g.boot_seen_at = time.monotonic()
+                log.info("qemu: %s %s", territory.id, seen)
+            if time.monotonic() - booted_at < REFUSED_AFTER_S:
+                continue
+            if await probe(territory.host, territory.ssh_port, territory.password, connect_timeout_s=5.0):
+                booted_at = time.monotonic()  # a login works after all: the readiness wait ends
+                continue
+            if await _ssh_banner(territory.host, territory.ssh_port):
+                why = await login_refusal(territory.host, territory.ssh_port, territory.password,
+                                          connect_timeout_s=self.connect_timeout_s)
+                if why is None:
+                    continue  # an SSH server answers and did not refuse: slow, not locked
+            else:
+                why = f"nothing answers SSH on port {territory.ssh_port}"
+            raise TerritoryRefusedError(
+                f"territory {territory.id} refused the referee after the reboot: "
+                f"{why} {REFUSED_AFTER_S:.0f} s after {seen}"
+            )
+
+    @staticmethod
+    def _boot_sign(g: _Guest) -> str:
+        """What the current launch's serial console shows of a finished boot, as a phrase
+        ("its console showed the login prompt (launch 2)"), or ``""`` when it shows none of
+        :data:`BOOT_SIGNS` since the launch started (``console.log`` past ``console_mark``)."""
+        try:
+            with open(g.dir / "console.log", "rb") as f:
+                f.seek(g.console_mark)
+                text = f.read()
+        except OSError:
+            return ""
+        for sign in BOOT_SIGNS:
+            if sign in text:
+                what = "the login prompt" if sign == b" login:" else f"{sign.decode()!r}"
+                return f"its console showed {what} (launch {g.launches})"
+        return ""
 
     # ---------------------------------------------------------------- teardown
 
@@ -722,6 +851,22 @@ class QemuProvider(TerritoryProvider):
                     secret = password.encode()
                     if secret in text:
                         p.write_bytes(text.replace(secret, b"***"))
+
+
+async def _ssh_banner(host: str, port: int, timeout_s: float = 5.0) -> bool:
+    """True iff something on ``host:port`` sends a first line within ``timeout_s`` seconds
+    (an SSH server greets at once; a user-mode forward with nothing behind it accepts and
+    closes, or stays silent). Never raises."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    try:
+        return bool(await asyncio.wait_for(reader.read(64), timeout_s))
+    except (OSError, asyncio.TimeoutError):
+        return False
+    finally:
+        writer.close()
 
 
 async def _monitor_command(sock: Path, command: str) -> str:
