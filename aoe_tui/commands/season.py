@@ -163,13 +163,12 @@ def _run_headless(loaded, out: Path, runner_kwargs: dict, priority: str) -> int:
         try:
             with engine_priority(priority) as note:
                 say(note)
-                state = await runner.run()
+                await runner.run()
         except asyncio.CancelledError:
             if stopping:
                 return 128 + stopping[0].value
             raise
-        champs = state.finished.champions if state.finished else []
-        say(f"standings written to {out}/standings.{{csv,json,md,html}}; champion: {', '.join(champs) or 'none'}")
+        say(f"standings written to {out}/standings.{{csv,json,md,html}}")  # the champion: the runner's last line
         return 0
 
     return asyncio.run(main())
@@ -246,9 +245,7 @@ def finish_tui_run(host, result: str | None, out: Path, signal_name: str | None 
     if host.cancelled:
         _say(f"season stopped; resume with the same command (folder {out})")
         return 128 + signal.Signals[stopped[0]].value if stopped else 130
-    state = host.state
-    champs = state.finished.champions if state is not None and state.finished else []
-    _say(f"season finished; standings in {out}/standings.{{csv,json,md,html}}; champion: {', '.join(champs) or 'none'}")
+    _say(f"standings written to {out}/standings.{{csv,json,md,html}}")  # the champion: the runner's last line
     return 0
 
 
