@@ -206,12 +206,16 @@ async def test_referee_commands_run_in_the_guest_with_no_host_powers(seat):
     _, t, _ = seat
     await sh(t, "echo 'export PLAYER=1' >> /root/.bashrc")
     env = dict(os.environ, AOE_CREDENTIAL_FILE=str(t.credential_file), AOE_HOST=t.host, AOE_SSH_PORT="22")
-    script = f". {ARENA}/verify/lib.sh; guest 'hostname; echo \"$PATH|${{PLAYER:-}}\"; grep -E \"^Cap(Eff|Prm|Bnd)\" /proc/self/status'"
-    p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    script = f". {ARENA}/verify/lib.sh; guest 'hostname; echo \"$PATH|${{PLAYER:-}}\"; grep -E \"^Cap(Inh|Eff|Prm|Bnd)\" /proc/self/status'"
+    # a runner holding inheritable capabilities (as under some container runtimes and units)
+    # must not hand them to the guest binary: root keeps its inheritable set across exec
+    p = subprocess.run(["setpriv", "--inh-caps", "+net_raw,+kill,+dac_override", "bash", "-c", script], env=env,
+                       capture_output=True, text=True, timeout=30)
     await sh(t, "sed -i '/PLAYER=1/d' /root/.bashrc")
     lines = p.stdout.split("\n")
     assert p.returncode == 0 and lines[:2] == ["builder-one", "/usr/bin:/usr/sbin|"], (p.stdout, p.stderr)
-    assert [ln.split()[1] for ln in lines[2:5]] == ["0000000000000000"] * 3, p.stdout
+    assert [ln.split()[0] for ln in lines[2:6]] == ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:"], p.stdout
+    assert [ln.split()[1] for ln in lines[2:6]] == ["0000000000000000"] * 4, p.stdout
 
 
 @pytest.mark.container

@@ -79,8 +79,10 @@ REFEREE_ENV = ("PATH=/usr/bin:/usr/sbin", "HOME=/root", "LC_ALL=C")
 REFEREE_BINARIES = ("/usr/bin/env", "/usr/bin/bash", "/usr/bin/systemctl", "/usr/bin/cat")
 #: ``python -c ENTER_GUEST LEADER PROGRAM ARGS...``: join the ipc, uts, net, pid and mount
 #: namespaces of host PID LEADER (a container's init), then run PROGRAM (a guest path) in a
-#: child with an empty capability bounding set, no ambient capabilities and no_new_privs, so
-#: a guest binary the host runs has no more power than the guest's own processes; exits with
+#: child with an empty capability bounding set, no ambient capabilities, empty effective,
+#: permitted and inheritable sets (an inheritable capability of the runner would otherwise
+#: survive the exec of a root program) and no_new_privs, so a guest binary the host runs has
+#: no more power than the guest's own processes; exits with
 #: its status. (The same program is ``REFEREE_ENTER`` in the arenas' ``verify/lib.sh``.)
 ENTER_GUEST = """
 import ctypes, os, sys
@@ -98,6 +100,8 @@ if pid == 0:
             libc.prctl(24, cap, 0, 0, 0)
         if libc.prctl(47, 4, 0, 0, 0) != 0 or libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(23, 0, 0, 0, 0) != 0:
             raise OSError("cannot drop capabilities")
+        if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
+            raise OSError("cannot clear the capability sets")
         os.execve(sys.argv[2], sys.argv[2:], {})
     except BaseException as err:
         sys.stderr.write("cannot run %s in the territory: %s\\n" % (sys.argv[2], err))

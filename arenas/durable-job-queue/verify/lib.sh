@@ -153,6 +153,8 @@ if pid == 0:
             libc.prctl(24, cap, 0, 0, 0)
         if libc.prctl(47, 4, 0, 0, 0) != 0 or libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(23, 0, 0, 0, 0) != 0:
             raise OSError("cannot drop capabilities")
+        if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
+            raise OSError("cannot clear the capability sets")
         os.execve(sys.argv[2], sys.argv[2:], {})
     except BaseException as err:
         sys.stderr.write("cannot run %s in the territory: %s\n" % (sys.argv[2], err))
