@@ -30,6 +30,12 @@ HOSTILE = [
 
 def _state(models: dict[str, str], label: str = "w1"):
     """A two-entrant season: one counted heat, entrants named a..; model names from ``models``."""
+    events = _events(models, label)
+    return reduce_season([SeasonRecord(sequence=i, time_unix_ms=1000, event=e) for i, e in enumerate(events)])
+
+
+def _events(models: dict[str, str], label: str) -> list:
+    """The season events of :func:`_state`."""
     entrants = list(models)
     events = [
         se.SeasonStarted(season="t", label=label, arena_id="first-build", format={"kind": "league"},
@@ -45,7 +51,7 @@ def _state(models: dict[str, str], label: str = "w1"):
         se.HeatFinished(round=1, heat=1, attempt=1, ranks={e: i + 1 for i, e in enumerate(entrants)},
                         winner=entrants[0]),
     ]
-    return reduce_season([SeasonRecord(sequence=i, time_unix_ms=1000, event=e) for i, e in enumerate(events)])
+    return events
 
 
 def _hostile_state():
@@ -343,3 +349,48 @@ def test_inspect_world_json_on_a_terminal_carries_no_c1_control(tmp_path):
     screen = pyte.Screen(120, 40)
     pyte.ByteStream(screen).feed(res.stdout)
     assert screen.title == ""  # no OSC reached the terminal
+
+
+def test_standings_on_a_terminal_carry_no_control_and_output_never_replaces_a_link(tmp_path):
+    """``aoe standings`` printed to a terminal escapes the controls agent text may hold in
+    every format (a pipe or a file gets the export's exact bytes); ``--output`` through a
+    symlink or onto a device writes through it and never replaces it with a regular file."""
+    import os
+    import subprocess
+    import sys
+
+    from aoe_tui.replay.season_log import SeasonLogWriter
+
+    season = tmp_path / "season"
+    season.mkdir()
+    with SeasonLogWriter(season / "season.jsonl") as w:
+        for e in _events({f"e{i:02d}": text for i, text in enumerate(HOSTILE)}, "w1"):
+            w.append(e)
+    aoe = [sys.executable, "-m", "aoe_tui.cli", "standings", str(season)]
+    for fmt in ("csv", "md", "html", "json"):
+        master, slave = os.openpty()
+        try:
+            proc = subprocess.Popen(aoe + ["--format", fmt], stdout=slave, stderr=subprocess.PIPE)
+            os.close(slave)
+            chunks = []
+            while True:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: the child closed its end
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            assert proc.wait(60) == 0, proc.stderr.read()
+        finally:
+            os.close(master)
+        text = b"".join(chunks).decode("utf-8")
+        assert "e00" in text and _terminal_safe(text.replace("\r\n", "\n")), (fmt, text[:400])
+    piped = subprocess.run(aoe + ["--format", "csv"], capture_output=True, text=True, timeout=60)
+    assert "\x1b[31mred" in piped.stdout  # a pipe or file: the exact export
+    target = tmp_path / "kept.csv"
+    target.write_text("old\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    assert subprocess.run(aoe + ["--format", "csv", "--output", str(link)], timeout=60).returncode == 0
+    assert link.is_symlink() and "e00" in target.read_text()

@@ -259,10 +259,19 @@ def _cmd_standings(args: argparse.Namespace) -> int:
     state = load_season_dir(season_dir)
     text = render(state, args.format)
     if args.output:
+        out = Path(args.output)
         try:
-            write_atomic(Path(args.output), text)  # a full disk keeps the previous file whole
+            if out.is_symlink() or (out.exists() and not out.is_file()):  # /dev/stdout, a FIFO, a link:
+                with open(out, "w", encoding="utf-8") as fh:  # written through, never replaced
+                    fh.write(text)
+            else:
+                write_atomic(out, text)  # a full disk keeps the previous file whole
         except OSError as err:
             raise AoeError(f"{args.output}: cannot write: {err.strerror}") from None
-    else:
-        sys.stdout.write(json_printable(text) if args.format == "json" else text)
+    elif args.format == "json":
+        sys.stdout.write(json_printable(text))  # the same JSON, no C1 control raw
+    elif sys.stdout.isatty():  # a terminal acts on the control characters agent text may hold
+        sys.stdout.write(printable(text.replace("\r\n", "\n"), newlines=True))
+    else:  # a file or a pipe gets the exact bytes of the export
+        sys.stdout.write(text)
     return 0
