@@ -86,8 +86,8 @@ def release_terminal(log: Path | None = None) -> None:
     already between its ``select`` and its ``read`` gets EOF at once instead of blocking
     for ever, as it would on a never-readable pipe), fds 1 and 2 are appended to ``log``
     (created 0644, its folder must exist) or sent to ``/dev/null``. Safe in a signal
-    handler and idempotent. Raises nothing: if ``log`` cannot be opened, ``/dev/null``
-    is used."""
+    handler and idempotent. If ``log`` cannot be opened, ``/dev/null`` is used (only a
+    process out of file descriptors could then see an ``OSError``)."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)

@@ -224,7 +224,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                  stop_signal))
     except asyncio.CancelledError:
         say_line("aoe: interrupted (forced); territories were torn down", stderr=True)
-        return 130
+        return 128 + (stop_signal[0] if stop_signal else signal.SIGINT)
     wall = time.monotonic() - started
     say_line(printable(f"match {world.match_state.value}: winner={world.winner or 'none'} "
                        f"({world.finish_reason or '-'}); clock {fmt_clock(world.elapsed_ms, 'mm:ss.d')}, "

@@ -107,7 +107,9 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     """Run or resume ``loaded`` (a :class:`aoe_tui.domain.season_file.LoadedSeason`) into ``out``,
     headless (plain lines) or in the TUI; the engine thread runs at ``priority`` (one of
     :data:`aoe_tui.runtime.realtime.ENGINE_PRIORITIES`). Returns the exit code (0
-    finished, 130 stopped). Raises :class:`AoeError` for bad input (also when the engine
+    finished, ``128 + signum`` stopped by a signal: 130, 143). SIGHUP while the guest image
+    is still being prepared (before the season starts) stops the command (129); once the
+    season runs, it detaches. Raises :class:`AoeError` for bad input (also when the engine
     fails before/while running); :class:`aoe_tui.season.runner.DiskFullStop` (exit 75)
     when a full disk stops the season."""
     from aoe_tui.commands.image import prepare_provider_images

@@ -81,7 +81,10 @@ PROVISION_FAILED_REASON = "territory provisioning failed"
 class DiskFullError(AoeError):
     """A heat ended because its disk filled; ``str(err)`` is ``No space left on device:
     <path>`` (and why: the free space under the reserve). The match folder holds what
-    could be written; its territories are torn down."""
+    could be written; its territories are torn down. Exit status 75 (``EX_TEMPFAIL``: free
+    space and run the same command again), as every other full-disk stop."""
+
+    exit_code = 75
 
 
 class OutputExistsError(AoeError):

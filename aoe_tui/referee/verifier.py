@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -131,22 +130,28 @@ def verifier_env(
     return env
 
 
+#: each heat's verifier ``TMPDIR`` by its absolute ``evidence/`` folder (see :func:`verifier_tmpdir`)
+_TMPDIRS: dict[str, Path] = {}
+
+
 def verifier_tmpdir(evidence_root: Path) -> Path:
-    """The ``TMPDIR`` every verifier of one heat gets: ``<tmp>/aoe-verifiers-<12 hex>``,
-    named after the heat's absolute ``evidence/`` folder. A verifier killed at its timeout
-    or at the finish (SIGKILL: its exit traps never run) leaves its scratch files there;
-    :func:`end_leftover_verifiers` removes the folder when the heat ends."""
-    digest = hashlib.sha256(str(Path(evidence_root).absolute()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"aoe-verifiers-{digest}"
+    """The ``TMPDIR`` every verifier of one heat gets: a fresh private folder
+    (``mkdtemp``: ``<tmp>/aoe-verifiers-XXXXXXXX``, mode 0700, so no other local user can
+    plant it in advance) made on first use for the heat's ``evidence/`` folder. A verifier
+    killed at its timeout or at the finish (SIGKILL: its exit traps never run) leaves its
+    scratch files there; :func:`end_leftover_verifiers` removes the folder when the heat ends."""
+    key = str(Path(evidence_root).absolute())
+    folder = _TMPDIRS.get(key)
+    if folder is None or not folder.is_dir():
+        folder = _TMPDIRS[key] = Path(tempfile.mkdtemp(prefix="aoe-verifiers-"))
+    return folder
 
 
 def _start(verifier: Path, env: dict[str, str], previous_file: Path, previous_text: str,
            evidence_file: Path) -> tuple[subprocess.Popen, Any]:
     """The blocking part of a verifier run (on a starter thread): write ``previous.json``
-    (text made on the loop, from the world as it was), remove stale evidence, make the
-    heat's ``TMPDIR``, start the process. Returns it and its stderr file."""
-    if "TMPDIR" in env:
-        os.makedirs(env["TMPDIR"], mode=0o700, exist_ok=True)
+    (text made on the loop, from the world as it was), remove stale evidence, start the
+    process. Returns it and its stderr file."""
     evidence_file.parent.mkdir(parents=True, exist_ok=True)
     previous_file.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(previous_file, previous_text, fsync=False)
@@ -349,5 +354,7 @@ def end_leftover_verifiers(evidence_root: Path) -> int:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
-    shutil.rmtree(verifier_tmpdir(evidence_root), ignore_errors=True)
+    scratch = _TMPDIRS.pop(str(Path(evidence_root).absolute()), None)
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
     return killed

@@ -63,6 +63,7 @@ from aoe_tui.runtime.provider import (
     TerritoryProvider,
     TerritoryRefusedError,
     TerritorySpec,
+    settle,
     write_credential_file,
 )
 
@@ -944,8 +945,7 @@ class ContainerProvider(TerritoryProvider):
                 f"console: {self._console_tail(b)}"
             ) from None
         finally:
-            ready.cancel()
-            refused.cancel()
+            settle(ready, refused)
         if b.launches == launches:
             log.info("territory %s: ssh answered again %.1f s after the reboot without a relaunch",
                      territory.id, time.monotonic() - t0)

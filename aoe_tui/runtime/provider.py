@@ -13,6 +13,7 @@ hostname = territory id.
 from __future__ import annotations
 
 import abc
+import asyncio
 import shlex
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -157,6 +158,16 @@ async def reboot_over_ssh(territory: Territory, *, reboot_timeout_s: float, conn
     except TimeoutError:
         await raise_if_refused(territory)
         raise RebootError(f"{territory.id}: SSH unavailable after reboot ({reboot_timeout_s:.0f} s)") from None
+
+
+def settle(*tasks: asyncio.Future) -> None:
+    """Cancel ``tasks`` (a reboot's readiness and lockout watchers) and retrieve the
+    exception of any that already ended with one, so asyncio never logs "Task exception was
+    never retrieved" (a traceback on the operator's terminal) for a watcher that lost the race."""
+    for t in tasks:
+        t.cancel()
+        if t.done() and not t.cancelled():
+            t.exception()
 
 
 async def raise_if_refused(territory: Territory, *, seen: str = "") -> None:

@@ -59,6 +59,7 @@ from aoe_tui.runtime.provider import (
     TerritoryProvider,
     TerritoryRefusedError,
     TerritorySpec,
+    settle,
     raise_if_refused,
     write_credential_file,
 )
@@ -722,8 +723,7 @@ class QemuProvider(TerritoryProvider):
                     ) from None
             raise RebootError(f"{territory.id}: SSH unavailable after reboot: {err}") from err
         finally:
-            ready.cancel()
-            refused.cancel()
+            settle(ready, refused)
         if g.boot_seen_at is not None:
             log.info("qemu: %s root SSH back %.1f s after its console showed the boot",
                      territory.id, time.monotonic() - g.boot_seen_at)

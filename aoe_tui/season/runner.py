@@ -345,7 +345,8 @@ class SeasonRunner:
             set, ``run_heat`` is also given ``on_supervisor=``.
         write_exports: ``(season_dir, state) -> None``, called after every heat and at the
             end (``aoe run`` passes :func:`aoe_tui.export.write_all`: standings files);
-            its exceptions are swallowed. ``None``: no exports.
+            a failure is one progress line, except a full disk at the season's end, which
+            stops the run (:meth:`_export`). ``None``: no exports.
         min_free_bytes: free bytes the season folder's file system needs before each attempt
             (default :func:`heat_disk_need`); 0 = no check.
 
