@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["NO_SPACE_ERRNOS", "SubPath", "fmt_bytes", "free_bytes", "fsync_dir", "is_no_space", "leftover_temps",
+           "sweep_pid_folders",
            "write_atomic", "write_json_atomic"]
 
 #: errno values that mean "the file system (or the quota) is full"
@@ -153,3 +154,27 @@ class SubPath:
         if obj is None:
             return self
         return getattr(obj, self.folder) / self.name
+
+
+def sweep_pid_folders(prefix: str, root: str | Path | None = None) -> int:
+    """Remove the folders ``<root>/<prefix><pid>-*`` (``root``: the temp folder) whose
+    process ``pid`` is gone: scratch a SIGKILLed process could not remove itself (spectator
+    servers' ``aoe-serve-``, heats' verifier ``aoe-verifiers-``). Returns how many."""
+    import shutil
+    import tempfile
+
+    removed = 0
+    for d in Path(root or tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = d.name[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit() or d.is_symlink() or not d.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its process still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed += 1
+    return removed

@@ -68,3 +68,17 @@ def pytest_runtest_makereport(item, call):
         return
     report.outcome = "failed"
     report.longrepr = f"skipped on CI, where every requirement must be present: {reason}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _verifier_scratch_removed():
+    """Tests that call ``run_verifier`` outside a heat never reach the heat end that removes
+    the verifiers' ``TMPDIR``; remove this test process's folders when the session ends."""
+    yield
+    import shutil
+    import tempfile
+
+    from aoe_tui.referee.verifier import TMPDIR_PREFIX
+
+    for d in Path(tempfile.gettempdir()).glob(f"{TMPDIR_PREFIX}{os.getpid()}-*"):
+        shutil.rmtree(d, ignore_errors=True)

@@ -151,6 +151,16 @@ async def test_scratch_of_a_killed_verifier_is_removed_at_heat_end(tmp_path):
     assert work.parent == heat_tmp and work.is_dir()  # the trap never ran
     assert end_leftover_verifiers(tmp_path / "evidence") == 0
     assert not heat_tmp.exists()
+    # a killed runner's folder is removed by the next heat's first verifier
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = heat_tmp.parent / f"aoe-verifiers-{int(dead.stdout)}-abcdefgh"
+    (orphan / "scratch").mkdir(parents=True)
+    verifier_tmpdir(tmp_path / "evidence2")
+    assert not orphan.exists()
+    end_leftover_verifiers(tmp_path / "evidence2")
 
 
 async def test_background_child_holding_stderr_does_not_stall(tmp_path):

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aoe_tui.fsio import is_no_space, write_atomic
+from aoe_tui.fsio import is_no_space, sweep_pid_folders, write_atomic
 from aoe_tui.runtime.procs import Starter, wait_exited
 
 __all__ = ["VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "run_verifier", "verifier_env",
@@ -130,20 +130,24 @@ def verifier_env(
     return env
 
 
+#: name prefix of the heats' verifier ``TMPDIR`` folders (see :func:`verifier_tmpdir`)
+TMPDIR_PREFIX = "aoe-verifiers-"
 #: each heat's verifier ``TMPDIR`` by its absolute ``evidence/`` folder (see :func:`verifier_tmpdir`)
 _TMPDIRS: dict[str, Path] = {}
 
 
 def verifier_tmpdir(evidence_root: Path) -> Path:
     """The ``TMPDIR`` every verifier of one heat gets: a fresh private folder
-    (``mkdtemp``: ``<tmp>/aoe-verifiers-XXXXXXXX``, mode 0700, so no other local user can
-    plant it in advance) made on first use for the heat's ``evidence/`` folder. A verifier
+    (``mkdtemp``: ``<tmp>/aoe-verifiers-<runner pid>-XXXXXXXX``, mode 0700, so no other
+    local user can plant it in advance) made on first use for the heat's ``evidence/``
+    folder; making one also removes those of runners that are gone (killed). A verifier
     killed at its timeout or at the finish (SIGKILL: its exit traps never run) leaves its
     scratch files there; :func:`end_leftover_verifiers` removes the folder when the heat ends."""
     key = str(Path(evidence_root).absolute())
     folder = _TMPDIRS.get(key)
     if folder is None or not folder.is_dir():
-        folder = _TMPDIRS[key] = Path(tempfile.mkdtemp(prefix="aoe-verifiers-"))
+        sweep_pid_folders(TMPDIR_PREFIX)  # those of runners that were killed
+        folder = _TMPDIRS[key] = Path(tempfile.mkdtemp(prefix=f"{TMPDIR_PREFIX}{os.getpid()}-"))
     return folder
 
 

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
+from aoe_tui.fsio import sweep_pid_folders
 from aoe_tui.serve.placement import Placement
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,22 +150,7 @@ SCRATCH_PREFIX = "aoe-serve-"
 def sweep_scratch(tmp: str | None = None) -> int:
     """Remove the scratch folders of spectator servers that are gone (a SIGKILLed
     server cannot remove its own); returns how many were removed."""
-    removed = 0
-    root = Path(tmp or tempfile.gettempdir())
-    for d in root.glob(f"{SCRATCH_PREFIX}*-*"):
-        pid = d.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or not d.is_dir():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # its server still runs
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        shutil.rmtree(d, ignore_errors=True)
-        removed += 1
-    return removed
+    return sweep_pid_folders(SCRATCH_PREFIX, tmp)
 
 
 @dataclass

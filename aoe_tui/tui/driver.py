@@ -32,6 +32,7 @@ import os
 import re
 import selectors
 import sys
+import threading
 from typing import Any
 
 from textual import events
@@ -193,7 +194,7 @@ class GuardedDriver(LinuxDriver):
                 parser = GuardedParser(self._debug)
 
         try:
-            while open_ and not self.exit_event.is_set():
+            while open_ and not self.exit_event.is_set() and threading.main_thread().is_alive():
                 try:
                     ready = selector.select(HOLD_S if decoder.pending else SELECT_TIMEOUT_S)
                 except (OSError, ValueError):  # the descriptor was closed under us
@@ -227,7 +228,11 @@ class GuardedDriver(LinuxDriver):
                     self.process_message(event)
             except Exception:  # pragma: no cover
                 pass
-            self.exit_event.wait()
+            # (or for the interpreter's shutdown: the main thread stopped without the app
+            # setting exit_event, e.g. after a hangup; a thread left waiting here would hold
+            # the process alive for ever, an orphaned spectator)
+            while not self.exit_event.wait(0.25) and threading.main_thread().is_alive():
+                pass
 
 
 def driver_class() -> Any:
