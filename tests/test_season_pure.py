@@ -164,6 +164,22 @@ def test_season_stopped_keeps_the_open_attempt_for_the_resume(tmp_path):
         reduce_season([*recs, done, late])
 
 
+def test_an_attempt_killed_before_its_folder_existed_is_interrupted_with_nothing_kept(tmp_path):
+    """A runner killed between ``attempt_started`` and making the attempt's folder: the
+    resume logs ``renamed_to: null`` (no folder claimed that does not exist) and re-runs it."""
+    from aoe_tui.domain.display import summarize_season_event
+
+    log = tmp_path / "season.jsonl"
+    _season_log(log)
+    with SeasonLogWriter(log) as w:
+        w.append(se.AttemptInterrupted(round=1, heat=2, attempt=2, renamed_to=None))
+    recs = read_season_log(log)
+    state = reduce_season(recs)
+    att = state.rounds[1].heats[2].attempts[-1]
+    assert att.status == "interrupted" and att.interrupted_as == []
+    assert summarize_season_event(recs[-1].event) == "r1h2a2 interrupted, before its folder was made"
+
+
 def test_standings_order_usage_and_ratings(tmp_path):
     log = tmp_path / "season.jsonl"
     _season_log(log)

@@ -356,7 +356,8 @@ def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
     if k == "attempt_started":
         return f"r{e.round}h{e.heat}a{e.attempt} started"
     if k == "attempt_interrupted":
-        return f"r{e.round}h{e.heat}a{e.attempt} interrupted, kept as {e.renamed_to}"
+        kept = f"kept as {e.renamed_to}" if e.renamed_to else "before its folder was made"
+        return f"r{e.round}h{e.heat}a{e.attempt} interrupted, {kept}"
     if k == "attempt_finished":
         tag = f"r{e.round}h{e.heat}a{e.attempt}"
         if e.outcome == "counted":

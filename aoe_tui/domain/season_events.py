@@ -175,13 +175,15 @@ class AttemptStarted(_Ev):
 
 
 class AttemptInterrupted(_Ev):
-    """A half-run attempt (runner killed) was renamed to ``renamed_to``; it is re-run."""
+    """A half-run attempt (runner killed) was renamed to ``renamed_to``; it is re-run.
+    ``renamed_to`` is null when the runner was killed after ``attempt_started`` but before
+    the attempt's folder was made: there was nothing to keep."""
 
     kind: Literal["attempt_interrupted"] = "attempt_interrupted"
     round: int
     heat: int
     attempt: int
-    renamed_to: str
+    renamed_to: str | None
 
 
 class AttemptFinished(_Ev):

@@ -266,7 +266,8 @@ def apply_season_record(state: SeasonState, rec: se.SeasonRecord) -> None:
         if att is None:
             raise _err(rec, f"attempt {e.attempt} of r{e.round}h{e.heat} is not running")
         att.status = "interrupted"
-        att.interrupted_as.append(e.renamed_to)
+        if e.renamed_to is not None:  # None: killed before the attempt had a folder
+            att.interrupted_as.append(e.renamed_to)
         return
     if e.kind == "attempt_finished":
         if att is None:

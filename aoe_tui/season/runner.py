@@ -569,12 +569,15 @@ class SeasonRunner:
             k = 1
             while (self.dir / f"{att.folder}.interrupted-{k}").exists():
                 k += 1
-            dest = f"{att.folder}.interrupted-{k}"
+            dest: str | None = f"{att.folder}.interrupted-{k}"
             if src.exists():
                 os.rename(src, self.dir / dest)
-            elif k > 1:
+            elif k > 1 and f"{att.folder}.interrupted-{k - 1}" not in att.interrupted_as:
                 dest = f"{att.folder}.interrupted-{k - 1}"  # renamed before the kill, not yet logged
-            self.say(f"r{heat.round}h{heat.heat}a{att.attempt}: interrupted attempt kept as {dest}; re-running it")
+            else:
+                dest = None  # killed after attempt_started, before the attempt's folder was made
+            kept = f"kept as {dest}" if dest else "it had no folder yet"
+            self.say(f"r{heat.round}h{heat.heat}a{att.attempt}: interrupted attempt ({kept}); re-running it")
             self._append(se.AttemptInterrupted(round=heat.round, heat=heat.heat, attempt=att.attempt, renamed_to=dest))
         for heat in self.state.pending_heats():  # attempt finished, heat_finished not yet logged
             last = heat.attempts[-1] if heat.attempts else None
