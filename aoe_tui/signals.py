@@ -9,9 +9,6 @@
 * :func:`release_terminal` — after a hangup (or a detach) the terminal is gone or no
   longer ours: fd 0 becomes ``/dev/null``, fds 1 and 2 an append-only log file (or
   ``/dev/null``). Writing to a dead terminal can then never kill the process.
-* :func:`never_readable_stdin` — before a view starts on a stdin that is not a terminal:
-  a pipe that never turns readable, so the view's input thread idles instead of spinning
-  on EOF.
 """
 
 from __future__ import annotations
@@ -22,14 +19,10 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["STOP_SIGNALS", "Stopped", "raise_on_signals", "release_terminal", "never_readable_stdin", "say_line"]
+__all__ = ["STOP_SIGNALS", "Stopped", "raise_on_signals", "release_terminal", "say_line"]
 
 #: the signals every entry point handles
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-#: write ends of the never-readable pipes put on fd 0 (kept open for the process's life)
-_HELD: list[int] = []
-
 
 class Stopped(KeyboardInterrupt):
     """A stop signal arrived; ``signum`` names it, ``exit_code`` is ``128 + signum``."""
@@ -69,16 +62,6 @@ def raise_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP))
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
-
-
-def never_readable_stdin() -> None:
-    """Put a pipe whose write end this process holds open on fd 0: ``select`` never
-    reports it readable, so a terminal reader (Textual's input thread) idles instead of
-    spinning on EOF (stdin ``/dev/null``, a closed pipe, a hung-up terminal)."""
-    r, w = os.pipe()
-    os.dup2(r, 0)
-    os.close(r)
-    _HELD.append(w)
 
 
 def release_terminal(log: Path | None = None) -> None:

@@ -414,17 +414,15 @@ def run_in_terminal(app: AoeApp, *, on_stop: Any = None, on_hangup: Any = None) 
       (:func:`aoe_tui.signals.release_terminal`: output to ``/dev/null``, so neither EIO nor
       a full output queue can hang or kill the exit), then ``app.exit(result=on_hangup)``.
 
-    A stdin that is not a terminal (``< /dev/null``, a closed pipe) is replaced by a pipe
-    that never turns readable, so Textual's input thread idles instead of spinning at EOF.
+    A stdin that is not a terminal (``< /dev/null``, a closed pipe) is read to its end and
+    then left alone by :class:`aoe_tui.tui.driver.GuardedDriver`, so the view idles.
     Returns ``(result, signal name or None)``; the first signal decides, later ones are
     only noted. Main thread only; the previous handlers (also of SIGTSTP and SIGCONT,
     which Textual's driver sets) are restored on return."""
     import signal
 
-    from aoe_tui.signals import STOP_SIGNALS, never_readable_stdin, release_terminal
+    from aoe_tui.signals import STOP_SIGNALS, release_terminal
 
-    if not os.isatty(0):
-        never_readable_stdin()
     got: list[int] = []
 
     def act(signum: int) -> None:
