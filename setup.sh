@@ -42,7 +42,7 @@ stamp=.venv/.aoe-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing aoe-tui into .venv"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,cluster]'
   touch "$stamp"
 fi
 # the opencode CLI (pinned; cached in ~/.cache/aoe-tui/opencode/, ~350 MB); skip with AOE_SKIP_OPENCODE=1

@@ -32,6 +32,7 @@ RANK = {
     "runtime": 3,
     "agents": 4,
     "referee": 5,
+    "cluster": 5.5,  # heats on Ray worker nodes (optional extra)
     "season": 6,
     "export": 7,
     "tui": 8,
