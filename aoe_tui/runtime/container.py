@@ -30,7 +30,10 @@ arguments. So are systemd drop-ins capping the guest's stop timeouts
 so :func:`cleanup_stale` can remove the leftovers of a killed runner.
 
 Needs root, ``systemd-nspawn`` (package ``systemd-container``), ``ip`` (iproute2),
-overlayfs, and the built guest image (``aoe image build``).
+overlayfs, and the built guest image (``aoe image build``). Raises the host's
+``fs.inotify.max_user_instances`` to :data:`INOTIFY_INSTANCES` when lower (many territories
+at once exhaust Debian's 128). Teardown kills the guest (no orderly shutdown): see
+:func:`destroy_from_state`.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -173,6 +177,23 @@ def _write_sysctl(path: str, value: str) -> None:
         Path(path).write_text(value)
 
 
+#: host-wide inotify instances per user (``fs.inotify.max_user_instances``) the provider
+#: raises the limit to: every territory's systemd, logind, dbus and user manager hold about
+#: 7-10 of root's, so Debian's default 128 stops the ~15th concurrent territory at boot
+#: ("Failed to allocate manager object: Too many open files", nspawn exits 255)
+INOTIFY_INSTANCES = 8192
+INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def _raise_inotify_limit() -> None:
+    """Raise ``fs.inotify.max_user_instances`` to :data:`INOTIFY_INSTANCES` when lower
+    (never lowers it; a host that refuses keeps its limit)."""
+    with contextlib.suppress(OSError, ValueError):
+        if int(INOTIFY_LIMIT.read_text()) < INOTIFY_INSTANCES:
+            INOTIFY_LIMIT.write_text(str(INOTIFY_INSTANCES))
+            log.info("raised fs.inotify.max_user_instances to %d (many territories)", INOTIFY_INSTANCES)
+
+
 def _hash_password(password: str) -> str:
     """SHA-512 crypt hash (5000 rounds, fast logins) computed with the password on stdin."""
     if _which("openssl"):
@@ -279,6 +300,24 @@ def remove_cgroup(path: Path) -> bool:
         with contextlib.suppress(OSError):
             os.rmdir(dirpath)
     return not path.exists()
+
+
+def _remove_cgroup_soon(path: Path, timeout_s: float = 3.0) -> bool:
+    """:func:`remove_cgroup`, retried for up to ``timeout_s`` seconds: SIGKILL to whatever
+    still runs in the territory's own cgroup tree (only its processes are there; e.g. an
+    nspawn stopped before its init existed leaves its helper), and time for the runner to
+    reap its nspawn (a zombie keeps a cgroup-v1 group busy). True when the tree is gone."""
+    deadline = time.monotonic() + timeout_s
+    while not remove_cgroup(path):
+        if time.monotonic() > deadline:
+            return False
+        for dirpath, _dirs, _files in os.walk(path):
+            with contextlib.suppress(OSError, ValueError):
+                for pid in Path(dirpath, "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.02)
+    return True
 
 
 def _signal_leader(nspawn_pid: int, sig: int) -> bool:
@@ -414,6 +453,8 @@ def _wait_gone(pids: list[int], timeout_s: float) -> bool:
 #: notices at once and removes its own files under ``/run/systemd/nspawn``) before it is
 #: SIGKILLed too
 NSPAWN_EXIT_S = 2.0
+#: where nspawn keeps each machine's mount propagation folder
+NSPAWN_PROPAGATE = Path("/run/systemd/nspawn/propagate")
 
 
 def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> list[str]:
@@ -468,11 +509,16 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
                 _umount(mp, lazy=True)
         if _mounts_under(Path(root)):
             leftovers.append(f"mount {root}")
+    veth = state.get("host_veth")
+    if veth and not any(x.startswith("processes") for x in leftovers):
+        # nspawn leaves its (empty) mount propagation folder: "Attempted to remove disk file
+        # system under /run/systemd/nspawn/propagate/..., and we can't allow that"
+        with contextlib.suppress(OSError):
+            shutil.rmtree(NSPAWN_PROPAGATE / f"aoe-{veth[3:]}")
     if not any(x.startswith("processes") for x in leftovers):
         for cg in state.get("cgroups") or []:
-            if not remove_cgroup(Path(cg)):
+            if not _remove_cgroup_soon(Path(cg)):
                 leftovers.append(f"cgroup {cg}")
-    veth = state.get("host_veth")
     ns = state.get("netns")
     # one `ip` process for the whole network side (deleting the veth drops its address and
     # route; -force goes on past an already-gone one); the rule is deleted up to 8 times in
@@ -569,6 +615,10 @@ class _Box:
     #: the image's read-only trees, top first (arena layers, then the base rootfs): where the
     #: referee finds the image's own copy of a guest file (see :func:`referee_tampering`)
     lowers: list[str] = field(default_factory=list)
+    #: set when the provisioning thread of this territory has ended (None: none started)
+    prepared: threading.Event | None = None
+    #: teardown removed ``state.json``: it is never written again
+    state_removed: bool = False
 
     root = SubPath("dir", "root", "The territory's root file system (an overlay mount, or a copy where overlayfs is unusable).")
     upper = SubPath("dir", "upper", "The overlay's upper (writable) tree.")
@@ -638,6 +688,7 @@ class ContainerProvider(TerritoryProvider):
         self._teardown_task: asyncio.Task[None] | None = None
         self._alloc = netalloc.NetAllocator()
         self.subnet: str | None = None
+        self._state_lock = threading.Lock()
 
     # -- checks ------------------------------------------------------------------------
 
@@ -671,6 +722,7 @@ class ContainerProvider(TerritoryProvider):
                 raise ProvisionError(f"territory {s.id}: index {s.index} out of range 0..240 (spec §6.2)")
         if not specs:
             raise ProvisionError("no territories to provision")
+        _raise_inotify_limit()
         return image, nspawn
 
     # -- provision ---------------------------------------------------------------------
@@ -698,6 +750,8 @@ class ContainerProvider(TerritoryProvider):
                     host_address=str(hosts[1]), netns=f"aoe-{h}", host_veth=f"aoe{h}", subnet=str(net),
                 )
             boxes = [self._boxes[s.id] for s in specs]
+            for b in boxes:  # a cancelled to_thread leaves its thread running: teardown waits for it
+                b.prepared = threading.Event()
             await asyncio.gather(*(asyncio.to_thread(self._prepare, b, image) for b in boxes))
             for b in boxes:
                 await self._launch(b, nspawn)
@@ -726,11 +780,30 @@ class ContainerProvider(TerritoryProvider):
         return out
 
     def _save_state(self, b: _Box) -> None:
-        b.dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(b.dir / "state.json", json.dumps(b.state(os.getpid(), self.heat_id), indent=2) + "\n", mode=0o644)
+        """Write ``b``'s ``state.json`` (blocking); never once teardown has removed it (a
+        write still in flight in a thread of a cancelled step must not bring it back)."""
+        with self._state_lock:
+            if b.state_removed:
+                return
+            b.dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(b.dir / "state.json", json.dumps(b.state(os.getpid(), self.heat_id), indent=2) + "\n",
+                         mode=0o644)
+
+    def _remove_state(self, b: _Box) -> None:
+        with self._state_lock:
+            b.state_removed = True
+            (b.dir / "state.json").unlink(missing_ok=True)
 
     def _prepare(self, b: _Box, image: GuestImage) -> None:
-        """Create the CoW root, write the identity, create netns + veth (blocking; run in a thread)."""
+        """Create the CoW root, write the identity, create netns + veth (blocking; run in a
+        thread); sets ``b.prepared`` when it ends, however it ends."""
+        try:
+            self._prepare_box(b, image)
+        finally:
+            if b.prepared is not None:
+                b.prepared.set()
+
+    def _prepare_box(self, b: _Box, image: GuestImage) -> None:
         for d in (b.upper, b.work, b.root):
             if d.exists():
                 b.mode = "foreign"  # not ours: teardown must leave it alone
@@ -1125,6 +1198,8 @@ class ContainerProvider(TerritoryProvider):
 
     async def _teardown(self) -> None:
         async def one(b: _Box) -> list[str]:
+            if b.prepared is not None and not b.prepared.is_set():  # provisioning cancelled mid-way
+                await asyncio.to_thread(b.prepared.wait, 60)
             if b.mode == "foreign":
                 return []
             async with b.lock:  # no launch is in flight past this point, and none will start
@@ -1138,7 +1213,7 @@ class ContainerProvider(TerritoryProvider):
                 with contextlib.suppress(BaseException):
                     await b.supervisor
             if not left:
-                (b.dir / "state.json").unlink(missing_ok=True)
+                await asyncio.to_thread(self._remove_state, b)
             return [f"{b.spec.id}: {x}" for x in left]
 
         results = await asyncio.gather(*(one(b) for b in self._boxes.values()), return_exceptions=True)
