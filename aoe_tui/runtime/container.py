@@ -470,7 +470,7 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
     teardown begins. Its init is SIGKILLed (the kernel then kills every process of its PID
     namespace), nspawn exits by itself within :data:`NSPAWN_EXIT_S` seconds (else it is
     SIGKILLed). Only an nspawn caught before its init exists gets SIGTERM and
-    ``graceful_s`` seconds, then SIGKILL. A teardown of three territories takes ~0.1 s
+    ``graceful_s`` seconds, then SIGKILL. A teardown of three territories takes 0.2-0.5 s
     (an orderly guest shutdown took 0.4-2.2 s).
     """
     leftovers: list[str] = []
