@@ -53,7 +53,6 @@ import os
 import re
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,45 +66,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from aoe_tui.testing.feeder import SeasonFeeder  # noqa: E402
+from aoe_tui.testing.lateness import pct, summary, tick_lateness  # noqa: E402
 
 SEED = REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
 #: where ``aoe serve`` puts its spectators (``--cpus`` / ``--priority``; default: its own default)
 PLACEMENT = None
-
-
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    v = sorted(values)
-    return v[min(len(v) - 1, max(0, round(p / 100 * (len(v) - 1))))]
-
-
-def summary(name: str, values: list[float], unit: str = "ms") -> str:
-    if not values:
-        return f"{name}: no samples"
-    return (f"{name}: n={len(values)} p50={pct(values, 50):.0f}{unit} p95={pct(values, 95):.0f}{unit} "
-            f"p99={pct(values, 99):.0f}{unit} max={max(values):.0f}{unit} mean={statistics.mean(values):.0f}{unit}")
-
-
-def tick_lateness(season_dir: Path) -> list[float]:
-    """Lateness (ms) of idle-entered territory ticks over every heat log under ``season_dir``."""
-    out: list[float] = []
-    for log in sorted(season_dir.glob("round-*/heat-*/attempt-*/events.jsonl")):
-        arena = json.loads((log.parent / "arena.json").read_text())
-        tick = int(arena["rules"]["tick_ms"])
-        last_result: dict[str, int] = {}
-        counted: set[tuple[str, int]] = set()
-        for line in log.read_text().splitlines():
-            r = json.loads(line)
-            kind, t, terr = r["kind"], r["elapsed_ms"], r.get("territory")
-            if kind in ("milestone_passed", "milestone_failed"):
-                last_result[terr] = t
-            elif kind == "milestone_evaluation_started":
-                k = t // tick
-                if k >= 1 and (terr, k) not in counted and last_result.get(terr, -1) < k * tick:
-                    counted.add((terr, k))
-                    out.append(t - k * tick)
-    return out
 
 
 def free_port() -> int:

@@ -130,3 +130,29 @@ def test_seat_pool():
     pool.release(a)
     pool.release(a)
     assert not pool and pool.take(b) is None and pool.sessions() == [b]
+
+
+def test_tick_lateness_counts_idle_entered_ticks_only(tmp_path):
+    """The benchmarks' one lateness measure (aoe_tui/testing/lateness.py): a territory's first
+    evaluation in tick k against k * tick_ms, only when its previous result came before the
+    tick; tick 0 and a second start within a tick are not counted."""
+    import json
+
+    from aoe_tui.testing.lateness import log_tick_lateness, pct, tick_lateness
+
+    heat = tmp_path / "round-1" / "heat-1" / "attempt-1"
+    heat.mkdir(parents=True)
+    (heat / "arena.json").write_text(json.dumps({"rules": {"tick_ms": 1000}}))
+    rows = [("milestone_evaluation_started", 5, "a"),     # tick 0: not counted
+            ("milestone_passed", 300, "a"),
+            ("milestone_evaluation_started", 1004, "a"),  # tick 1, idle since 300: 4 ms
+            ("milestone_evaluation_started", 1010, "b"),  # tick 1, never evaluated: 10 ms
+            ("milestone_evaluation_started", 1500, "b"),  # second start in tick 1: not counted
+            ("milestone_failed", 2100, "a"),              # a's check of tick 1 ran into tick 2
+            ("milestone_evaluation_started", 2150, "a"),  # so tick 2 was entered busy: not counted
+            ("milestone_evaluation_started", 3002, "a")]  # tick 3, idle since 2100: 2 ms
+    (heat / "events.jsonl").write_text("".join(
+        json.dumps({"kind": k, "elapsed_ms": t, "territory": terr}) + "\n" for k, t, terr in rows))
+    assert log_tick_lateness(heat / "events.jsonl") == [4, 10, 2]
+    assert tick_lateness(tmp_path) == [4, 10, 2]
+    assert pct([4, 10, 2], 50) == 4 and pct([], 99) != pct([], 99)  # NaN when empty

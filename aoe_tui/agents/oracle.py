@@ -23,13 +23,15 @@ import contextlib
 import hashlib
 from importlib import resources
 from pathlib import Path
-from typing import Any
-import asyncssh
+from typing import TYPE_CHECKING, Any
 
 from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun
 from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.agents.command import DEADLINE_SUMMARY, STOPPED_SUMMARY, apply_budget
 from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
+
+if TYPE_CHECKING:  # imported when first used: `aoe match run` starts its territories meanwhile
+    import asyncssh
 
 __all__ = [
     "APP_TEMPLATE",
@@ -149,6 +151,8 @@ class BuilderRun(AgentRun):
 
     async def connect(self) -> asyncssh.SSHClientConnection:
         """One root SSH connection to the territory (password auth); raises ``_Unreachable``."""
+        import asyncssh
+
         from aoe_tui.runtime.ssh import connect
 
         t = self.ctx.territory
@@ -162,6 +166,8 @@ class BuilderRun(AgentRun):
         timeout_s: float = 60.0,
     ) -> asyncssh.SSHCompletedProcess:
         """Run ``command`` in the guest, logging ``$ show`` and the first output line as activity."""
+        import asyncssh
+
         self.activity.append(f"$ {show or command.splitlines()[0]}")
         try:
             res = await asyncio.wait_for(conn.run(command, input=input, check=False), timeout=timeout_s)

@@ -12,7 +12,7 @@ Seasons are ours (upstream has no tournaments, spec §10.2). A season file::
     #                                 # arena for its `rounds` rounds in a row, in order
     seed = 7                        # draws are reproducible for the same seed
     max_attempts = 2                # attempts per heat (infrastructure retries), >= 1
-    concurrent_heats = 2            # heats run at once, >= 1
+    concurrent_heats = 2            # heats run at once, >= 1 (default 2)
     drain_seconds = 30              # post-match drain window (s), optional
 
     [provider]
@@ -224,7 +224,10 @@ class SeasonFile(_Model):
     suite: str | None = None
     seed: int = 0
     max_attempts: PosInt = 2
-    concurrent_heats: PosInt = 1
+    #: heats run at once; 2 by default: a first-build heat keeps about 0.7-0.9 of a CPU busy,
+    #: so two fit a 2-core host and four double the oracle's time to durable (docs/territories.md,
+    #: "Many heats on one machine"; raise it on bigger hosts)
+    concurrent_heats: PosInt = 2
     drain_seconds: Annotated[float | int, Field(ge=0)] = 30
     provider: AnySection = Field(default_factory=lambda: AnySection(kind=DEFAULT_PROVIDER_KIND))
     arena_overrides: ArenaOverrides = Field(default_factory=ArenaOverrides)

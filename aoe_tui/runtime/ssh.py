@@ -154,21 +154,53 @@ async def wait_down(host: str, port: int, password: str, *, timeout_s: float = 3
         await asyncio.sleep(interval_s)
 
 
+async def wait_login(
+    host: str,
+    port: int,
+    password: str,
+    *,
+    timeout_s: float = 120.0,
+    interval_s: float = 0.25,
+    connect_timeout_s: float = 10.0,
+) -> tuple[asyncssh.SSHClientConnection, float]:
+    """Poll until a root login works; return the open connection (the caller closes it)
+    and the seconds waited. One login less than :func:`wait_ready` followed by another
+    command: provisioning asks the boot state over the connection that proved readiness.
+
+    Raises:
+        TimeoutError: no successful login within ``timeout_s`` seconds.
+    """
+    start = time.monotonic()
+    while True:
+        try:
+            return await connect(host, port, password, connect_timeout_s=connect_timeout_s), time.monotonic() - start
+        except (asyncssh.Error, OSError, asyncio.TimeoutError, EOFError):
+            pass
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"ssh {host}:{port} not ready after {timeout_s:.0f} s")
+        await asyncio.sleep(interval_s)
+
+
 async def wait_boot_finished(host: str, port: int, password: str, *, timeout_s: float = 60.0,
-                             connect_timeout_s: float = 10.0) -> str:
+                             connect_timeout_s: float = 10.0,
+                             conn: asyncssh.SSHClientConnection | None = None) -> str:
     """Wait until the guest's boot has finished (every start-up job done, seeds included):
     ``systemctl is-system-running --wait``, which returns ``running`` or ``degraded`` (a
     failed unit, e.g. a dormant slot) once systemd has no more start-up jobs. SSH answers
     before that, so a territory is ready only then: the starting state is "booted, seeds
     done" (upstream's guests are too slow to show the difference). Returns the state.
+    ``conn``: an open login to ask over (left open), else a new one is made.
 
     Raises:
         TimeoutError: the boot did not finish within ``timeout_s`` seconds.
         asyncssh.Error, OSError: the login failed.
     """
+    command = "systemctl is-system-running --wait"
     try:
-        res = await run(host, port, password, "systemctl is-system-running --wait", timeout_s=timeout_s,
-                        connect_timeout_s=connect_timeout_s)
+        if conn is not None:
+            done = await asyncio.wait_for(conn.run(command, check=False), timeout=timeout_s)
+            return str(done.stdout or "").strip() or str(done.stderr or "").strip()
+        res = await run(host, port, password, command, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
     except asyncio.TimeoutError:
         raise TimeoutError(f"boot of {host}:{port} not finished after {timeout_s:.0f} s") from None
     return res.stdout.strip() or res.stderr.strip()
