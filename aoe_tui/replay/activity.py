@@ -1,0 +1,177 @@
+"""``activity.jsonl`` (ours): the agents' activity lines of one heat, appended as they happen.
+
+Upstream has no live activity file (docs/formats.md §0), so this is our own file in the
+match folder, next to ``events.jsonl`` and never inside it. One JSON object per line::
+
+    {"sequence": 0, "ms": 1234, "agent": "builder-one", "line": "$ systemctl start app"}
+
+- ``sequence``: 0, 1, 2, … (the framing, torn-tail and sequence rules of
+  :mod:`aoe_tui.replay.jsonl`, like ``events.jsonl``);
+- ``ms``: the heat clock when the adapter produced the line (**ms** since agent launch, the
+  ``elapsed_ms`` of ``events.jsonl``; frozen at the finish, so drain lines carry the
+  finish time);
+- ``agent``: the manifest agent id; ``line``: the adapter's text, as it wrote it (at most
+  :data:`MAX_LINE_CHARS` characters, ``…`` marks a cut). It is agent text: views pass it
+  through :func:`aoe_tui.domain.display.sanitize_line` before showing it.
+
+:class:`ActivityWriter` is the heat supervisor's writer: :meth:`~ActivityWriter.add` only
+buffers (cheap, any thread), :meth:`~ActivityWriter.flush` appends the buffer in one write
+(no fsync: a live view aid, not a durable record). Each agent may write at most
+:data:`MAX_AGENT_LINES` lines and :data:`MAX_AGENT_BYTES` bytes per heat; past that one
+line says so and the rest is counted in :attr:`ActivityWriter.dropped`, so an agent that
+prints megabytes fills neither the disk nor the views.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from aoe_tui.errors import AoeError
+from aoe_tui.replay.jsonl import LogAppender, LogFormat, LogTail
+
+__all__ = ["ACTIVITY_FILE", "ACTIVITY_LOG", "ActivityError", "ActivityRecord", "ActivityWriter",
+           "MAX_AGENT_BYTES", "MAX_AGENT_LINES", "MAX_LINE_CHARS", "dump_activity", "parse_activity",
+           "read_activity"]
+
+#: the file's name in a match folder
+ACTIVITY_FILE = "activity.jsonl"
+#: longest ``line`` kept (characters; longer ones are cut and end in ``…``)
+MAX_LINE_CHARS = 400
+#: lines one agent may write per heat (the cap line comes on top)
+MAX_AGENT_LINES = 20_000
+#: bytes (of the JSON lines) one agent may write per heat
+MAX_AGENT_BYTES = 4 << 20
+
+
+class ActivityError(AoeError):
+    """A bad line in an ``activity.jsonl`` (``path:line: invalid activity line: reason``)."""
+
+
+@dataclass(frozen=True)
+class ActivityRecord:
+    """One activity line: ``sequence``, ``ms`` (heat clock, ms), ``agent`` id, ``line`` text."""
+
+    sequence: int
+    ms: int
+    agent: str
+    line: str
+
+
+def parse_activity(raw: bytes) -> ActivityRecord:
+    """One line of the file → :class:`ActivityRecord`; ``ValueError`` naming what is wrong."""
+    obj = json.loads(raw)
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    seq, ms, agent, line = obj.get("sequence"), obj.get("ms"), obj.get("agent"), obj.get("line")
+    for name, value, kind in (("sequence", seq, int), ("ms", ms, int), ("agent", agent, str), ("line", line, str)):
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"{name}: expected {kind.__name__}")
+    if ms < 0:
+        raise ValueError("ms: negative")
+    return ActivityRecord(seq, ms, agent, line)
+
+
+def dump_activity(rec: ActivityRecord) -> str:
+    """The JSON line (no newline) of ``rec``."""
+    return json.dumps({"sequence": rec.sequence, "ms": rec.ms, "agent": rec.agent, "line": rec.line},
+                      ensure_ascii=False, separators=(",", ":"))
+
+
+#: the :class:`~aoe_tui.replay.jsonl.LogFormat` of ``activity.jsonl``
+ACTIVITY_LOG: LogFormat[ActivityRecord] = LogFormat(parse_activity, ActivityError, "activity line", "activity log")
+
+
+def read_activity(path: Path | str) -> tuple[list[ActivityRecord], str | None]:
+    """The records of ``path`` (a missing file: none) and the problem that cut them short,
+    if any (one line naming ``path:line``): the good lines before a bad one are kept, so a
+    damaged file still replays up to the damage."""
+    tail = LogTail(ACTIVITY_LOG, path)
+    records: list[ActivityRecord] = []
+    try:
+        records = tail.read()
+        if records:
+            tail.read()  # raises for a bad line after the good ones
+    except ActivityError as err:
+        return records, str(err)
+    return records, None
+
+
+def _clean(text: str) -> str:
+    """``text`` as valid UTF-8 (lone surrogates replaced), cut at :data:`MAX_LINE_CHARS`."""
+    text = str(text).encode("utf-8", "replace").decode("utf-8")
+    return text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS - 1] + "…"
+
+
+class ActivityWriter:
+    """Appends activity lines to ``path`` (see the module docstring for the bounds).
+
+    ``add(ms, agent, line)`` buffers and returns at once (thread-safe); ``flush()`` writes
+    what is buffered with one ``write`` and returns how many lines it wrote (an ``OSError``
+    from the write propagates; the file is then left without a half line and the lines stay
+    buffered for the next flush). Raises
+    :class:`ActivityError` when an existing ``path`` holds a bad line.
+    """
+
+    def __init__(self, path: Path | str, *, max_lines: int = MAX_AGENT_LINES,
+                 max_bytes: int = MAX_AGENT_BYTES) -> None:
+        self.path = Path(path)
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self._log = LogAppender(ACTIVITY_LOG, self.path)
+        self._seq = len(self._log.records)
+        self._lock = threading.Lock()
+        self._buf: list[str] = []
+        self._lines: dict[str, int] = {}
+        self._bytes: dict[str, int] = {}
+        self._capped: set[str] = set()
+        #: lines not kept because their agent reached its cap
+        self.dropped = 0
+        #: lines written so far (this writer)
+        self.written = 0
+
+    def add(self, ms: int, agent: str, line: str) -> None:
+        """Buffer one line of ``agent`` at heat clock ``ms`` (ms); dropped past the agent's cap."""
+        with self._lock:
+            if agent in self._capped:
+                self.dropped += 1
+                return
+            text = dump_activity(ActivityRecord(self._seq, max(0, int(ms)), agent, _clean(line)))
+            n = self._lines.get(agent, 0) + 1
+            size = self._bytes.get(agent, 0) + len(text.encode("utf-8")) + 1
+            if n > self.max_lines or size > self.max_bytes:
+                self._capped.add(agent)
+                self.dropped += 1
+                text = dump_activity(ActivityRecord(
+                    self._seq, max(0, int(ms)), agent,
+                    f"… activity cap reached ({self.max_lines} lines or {self.max_bytes // 1024} KiB "
+                    "per agent and heat): later lines are not kept"))
+            else:
+                self._lines[agent], self._bytes[agent] = n, size
+            self._seq += 1
+            self._buf.append(text)
+
+    def flush(self) -> int:
+        """Append the buffered lines (one write, no fsync); returns how many."""
+        with self._lock:
+            buf, self._buf = self._buf, []
+        if not buf or self._log.closed:
+            return 0
+        try:
+            self._log.append_line("\n".join(buf))
+        except OSError:  # nothing was kept (no half line): try these again next time, in order
+            with self._lock:
+                self._buf[:0] = buf
+            raise
+        self.written += len(buf)
+        return len(buf)
+
+    def close(self) -> None:
+        """Flush what is buffered (best effort) and close the file (idempotent)."""
+        try:
+            self.flush()
+        except OSError:
+            pass
+        self._log.close()
