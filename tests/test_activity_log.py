@@ -13,9 +13,11 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from aoe_tui.agents.base import ActivityLines
-from aoe_tui.replay.activity import (ACTIVITY_FILE, MAX_LINE_CHARS, ActivityRecord, ActivityWriter,
-                                     read_activity)
+from aoe_tui.replay.activity import (ACTIVITY_FILE, MAX_LINE_CHARS, ActivityError, ActivityRecord,
+                                     ActivityWriter, read_activity, tail_activity)
 from aoe_tui.replay.matchdir import load_match
 from aoe_tui.testing.feeder import FOLDER, SeasonFeeder
 from aoe_tui.tui.live import LiveFeed
@@ -144,3 +146,52 @@ def test_tailer_posts_activity_and_when_the_last_event_was_written(tmp_path):
     model.received_at = 500.0
     model.set_written_age(90.0, 500.0)
     assert model.clock_ms(500.0) == pending[104][1].elapsed_ms + 90_000
+
+
+def test_a_view_joining_a_long_heat_reads_only_the_latest_activity(tmp_path):
+    path = tmp_path / ACTIVITY_FILE
+    w = ActivityWriter(path)
+    for i in range(20_000):
+        w.add(i, f"agent-{i % 3}", f"output line {i}")
+    w.close()
+    tail = tail_activity(path, last_bytes=64 * 1024)
+    records = tail.read()
+    assert 500 < len(records) < 1500 and records[-1].line == "output line 19999"
+    assert [r.sequence for r in records] == list(range(records[0].sequence, 20_000))
+    assert tail.line == 20_000  # line numbers stay those of the file (for error messages)
+    with open(path, "ab") as fh:
+        fh.write(b"nonsense\n")
+    with pytest.raises(ActivityError, match=f"{path}:20001: invalid activity line"):
+        tail.read()
+    assert 0 < tail_activity(path).offset < path.stat().st_size - 200_000  # the default: the last 256 KiB
+    assert tail_activity(tmp_path / "none.jsonl").offset == 0
+
+
+async def test_aoe_replay_of_a_folder_plays_its_activity_lines_at_their_moments(tmp_path):
+    """``aoe replay FOLDER``'s app: the heat screen's panel shows a line of
+    ``activity.jsonl`` once the replay passes its ``ms`` (a damaged tail is said once)."""
+    from tui_fixtures import _write_match_folder
+
+    from aoe_tui.tui.app import AoeApp
+    from aoe_tui.tui.widgets import TerritoryPanel
+
+    folder = tmp_path / "heat"
+    _write_match_folder(folder, load_match(SEED))
+    w = ActivityWriter(folder / ACTIVITY_FILE)
+    w.add(1000, "kimi", "$ early step")
+    w.add(30_000, "kimi", "$ late step")
+    w.close()
+    with open(folder / ACTIVITY_FILE, "ab") as fh:
+        fh.write(b"not json\n")
+    at = next(r.sequence for r in load_match(folder).records if r.elapsed_ms >= 2000)
+    app = AoeApp.replay(load_match(folder), at_sequence=at)
+    async with app.run_test(size=(140, 50)) as pilot:
+        await pilot.pause()
+        panel = app.screen.query_one("#panel-builder-one", TerritoryPanel)
+        shown = panel._shown
+        assert shown is not None and shown.activity == ("$ early step",)
+        await pilot.press("end")
+        await pilot.pause()
+        assert panel._shown.activity == ("$ early step", "$ late step")
+        notes = [n.message for n in app._notifications]
+        assert any(f"{folder / ACTIVITY_FILE}:3: invalid activity line" in n for n in notes), notes

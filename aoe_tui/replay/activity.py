@@ -34,7 +34,7 @@ from aoe_tui.replay.jsonl import LogAppender, LogFormat, LogTail
 
 __all__ = ["ACTIVITY_FILE", "ACTIVITY_LOG", "ActivityError", "ActivityRecord", "ActivityWriter",
            "MAX_AGENT_BYTES", "MAX_AGENT_LINES", "MAX_LINE_CHARS", "dump_activity", "parse_activity",
-           "read_activity"]
+           "read_activity", "tail_activity"]
 
 #: the file's name in a match folder
 ACTIVITY_FILE = "activity.jsonl"
@@ -97,6 +97,40 @@ def read_activity(path: Path | str) -> tuple[list[ActivityRecord], str | None]:
     except ActivityError as err:
         return records, str(err)
     return records, None
+
+
+def tail_activity(path: Path | str, last_bytes: int = 256 * 1024) -> LogTail[ActivityRecord]:
+    """A :class:`~aoe_tui.replay.jsonl.LogTail` of ``path`` that starts at the first whole
+    line of its last ``last_bytes`` bytes (with that line's sequence and line number), so a
+    view that joins a long heat reads its latest lines, not the whole file (a view keeps
+    only the last few per agent). A missing or short file, or a first line there that does
+    not parse, is tailed from the start (a bad line is then reported as usual)."""
+    path = Path(path)
+    whole = LogTail(ACTIVITY_LOG, path)
+    try:
+        size = path.stat().st_size
+        if size <= last_bytes:
+            return whole
+        with open(path, "rb") as fh:
+            fh.seek(size - last_bytes)
+            chunk = fh.read(last_bytes)
+            nl = chunk.find(b"\n")
+            end = chunk.find(b"\n", nl + 1)
+            if nl < 0 or end < 0:
+                return whole
+            seq = parse_activity(chunk[nl + 1:end]).sequence
+            start = size - last_bytes + nl + 1
+            fh.seek(0)
+            lines, left = 0, start
+            while left > 0:
+                block = fh.read(min(left, 1 << 20))
+                if not block:
+                    return whole
+                lines += block.count(b"\n")
+                left -= len(block)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return whole
+    return LogTail(ACTIVITY_LOG, path, offset=start, line=lines, next_sequence=seq)
 
 
 def _clean(text: str) -> str:

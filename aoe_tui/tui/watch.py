@@ -20,8 +20,9 @@ finished are not tailed (the season screen opens them as replays from their fold
 
 Live agent activity: each running attempt's ``activity.jsonl`` (ours,
 :mod:`aoe_tui.replay.activity`, appended by the referee as the agents work) is tailed the
-same way and posted with :meth:`~aoe_tui.tui.live.LiveFeed.post_activity`; a bad line
-stops that heat's activity only (one line in ``errors``).
+same way and posted with :meth:`~aoe_tui.tui.live.LiveFeed.post_activity` (a view that
+joins reads only the file's last 256 KiB: :func:`~aoe_tui.replay.activity.tail_activity`);
+a bad line stops that heat's activity only (one line in ``errors``).
 
 The heat clock of a view that joins mid-heat: after reading a heat's new events, when
 the tail reached the end of ``events.jsonl``, the file's mtime is when its last event
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from aoe_tui.errors import AoeError
-from aoe_tui.replay.activity import ACTIVITY_FILE, ACTIVITY_LOG
+from aoe_tui.replay.activity import ACTIVITY_FILE, tail_activity
 from aoe_tui.replay.jsonl import LogTail
 from aoe_tui.replay.log import EVENT_LOG
 from aoe_tui.replay.season_log import SEASON_LOG
@@ -197,7 +198,7 @@ class SeasonTailer:
             t.opened = True
         if t.log is None:
             t.log = LogTail(EVENT_LOG, folder / "events.jsonl")
-            t.activity = LogTail(ACTIVITY_LOG, folder / ACTIVITY_FILE)
+            t.activity = tail_activity(folder / ACTIVITY_FILE)  # joining a long heat: its latest lines
         count = self._poll_activity(t)
         try:
             st = os.stat(t.log.path)
