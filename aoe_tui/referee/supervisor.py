@@ -39,8 +39,8 @@ folded into the world (the log stays a whole prefix, no half line, as after a ki
 Activity (ours): each adapter's :attr:`~aoe_tui.agents.base.AgentRun.activity` is listened
 to from the moment the run starts; every line is stamped with the heat clock (:attr:`clock_ms`)
 and buffered in an :class:`~aoe_tui.replay.activity.ActivityWriter`, which a background task
-flushes to ``activity.jsonl`` every :data:`ACTIVITY_FLUSH_S` (one write, no fsync), so a burst of
-output costs the tick loops one list append per line. A write that fails stops the file (one
+flushes to ``activity.jsonl`` every :data:`ACTIVITY_FLUSH_S` from a worker thread (one write, no
+fsync), so a burst of output costs the tick loops one list append per line. A write that fails stops the file (one
 line on stderr); a full disk is handled as above.
 
 Abort (:meth:`HeatSupervisor.abort`, or cancellation of :meth:`HeatSupervisor.run`):
@@ -53,6 +53,7 @@ cancellation).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import sys
 import time
@@ -193,6 +194,7 @@ class HeatSupervisor:
         #: ``activity.jsonl``'s writer while the heat runs (None before, after, or once it failed)
         self.activity_log: ActivityWriter | None = None
         self._activity_task: asyncio.Task | None = None
+        self._activity_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ clock + emit
 
@@ -626,6 +628,9 @@ class HeatSupervisor:
         except (OSError, AoeError) as err:
             print(f"aoe: no live activity file: {_one_line(err)}", file=sys.stderr)
             return
+        # its own thread, started before the clock: no tick waits for a thread to start
+        self._activity_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aoe-activity")
+        self._activity_pool.submit(lambda: None).result()
         self._activity_task = asyncio.create_task(self._activity_loop())
 
     def _listen_activity(self, seat: _Seat) -> None:
@@ -637,24 +642,29 @@ class HeatSupervisor:
         writer, agent = self.activity_log, seat.agent.id
         listen(lambda line: writer.add(self.clock_ms, agent, line))
 
-    def _flush_activity(self) -> None:
-        writer = self.activity_log
-        if writer is None:
-            return
-        try:
-            writer.flush()
-        except OSError as err:
+    def _activity_failed(self, writer: ActivityWriter, err: OSError) -> None:
+        """A write of ``activity.jsonl`` failed: no more activity is written (one line), a
+        full disk ends the heat as any full disk does."""
+        if self.activity_log is writer:
             self.activity_log = None
-            writer.close()
-            if is_no_space(err):
-                self.note_disk_full(writer.path)
-            else:
-                print(f"aoe: live activity file stopped: {writer.path}: {err.strerror or err}", file=sys.stderr)
+        writer.close()
+        if is_no_space(err):
+            self.note_disk_full(writer.path)
+        else:
+            print(f"aoe: live activity file stopped: {writer.path}: {err.strerror or err}", file=sys.stderr)
 
     async def _activity_loop(self) -> None:
+        """Every :data:`ACTIVITY_FLUSH_S`: encode and append the queued lines in a worker
+        thread, so even a burst of thousands of lines leaves the tick loops their loop."""
         while self.activity_log is not None:
             await asyncio.sleep(ACTIVITY_FLUSH_S)
-            self._flush_activity()
+            writer = self.activity_log
+            if writer is None:
+                return
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._activity_pool, writer.flush)
+            except OSError as err:
+                self._activity_failed(writer, err)
 
     async def _close_activity(self) -> None:
         """Stop listening, flush the rest and close ``activity.jsonl``."""
@@ -667,10 +677,16 @@ class HeatSupervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._activity_task
             self._activity_task = None
-        self._flush_activity()
-        if self.activity_log is not None:
-            self.activity_log.close()
-            self.activity_log = None
+        writer, self.activity_log = self.activity_log, None
+        if writer is not None:
+            try:
+                writer.flush()  # waits for a flush the cancelled task left running in its thread
+            except OSError as err:
+                self._activity_failed(writer, err)
+            writer.close()
+        if self._activity_pool is not None:
+            self._activity_pool.shutdown(wait=False)
+            self._activity_pool = None
 
     def _write_activity(self) -> None:
         """``agents/<id>/activity.log`` (ours): the adapter's last activity lines."""

@@ -134,19 +134,24 @@ def tail_activity(path: Path | str, last_bytes: int = 256 * 1024) -> LogTail[Act
 
 
 def _clean(text: str) -> str:
-    """``text`` as valid UTF-8 (lone surrogates replaced), cut at :data:`MAX_LINE_CHARS`."""
-    text = str(text).encode("utf-8", "replace").decode("utf-8")
-    return text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS - 1] + "…"
+    """``text`` as valid UTF-8 (lone surrogates replaced)."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+
+
+_encode_str = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class ActivityWriter:
     """Appends activity lines to ``path`` (see the module docstring for the bounds).
 
-    ``add(ms, agent, line)`` buffers and returns at once (thread-safe); ``flush()`` writes
-    what is buffered with one ``write`` and returns how many lines it wrote (an ``OSError``
-    from the write propagates; the file is then left without a half line and the lines stay
-    buffered for the next flush). Raises
-    :class:`ActivityError` when an existing ``path`` holds a bad line.
+    ``add(ms, agent, line)`` only queues the line (thread-safe, about a microsecond: the
+    heat's loop pays nothing more per line; an agent past its line cap is dropped here).
+    ``flush(max_lines)`` numbers, encodes and caps up to ``max_lines`` queued lines
+    (all: None) and appends them with one ``write``; it returns how many lines it wrote.
+    Flushes are serialized (any thread), so the file stays in sequence order. An
+    ``OSError`` from the write propagates; the file is then left without a half line and
+    the lines stay queued for the next flush. Raises :class:`ActivityError` when an
+    existing ``path`` holds a bad line.
     """
 
     def __init__(self, path: Path | str, *, max_lines: int = MAX_AGENT_LINES,
@@ -156,56 +161,88 @@ class ActivityWriter:
         self.max_bytes = max_bytes
         self._log = LogAppender(ACTIVITY_LOG, self.path)
         self._seq = len(self._log.records)
-        self._lock = threading.Lock()
-        self._buf: list[str] = []
-        self._lines: dict[str, int] = {}
-        self._bytes: dict[str, int] = {}
-        self._capped: set[str] = set()
+        self._lock = threading.Lock()  # the queue and the line counts
+        self._flushing = threading.Lock()  # one flush at a time (file order = sequence order)
+        self._queue: list[tuple[int, str, str | None]] = []  # (ms, agent, line; None: the cap line)
+        self._queued: dict[str, int] = {}  # lines queued per agent (the line cap, in add)
+        self._bytes: dict[str, int] = {}  # bytes written per agent (the byte cap, in flush)
+        self._capped: set[str] = set()  # agents whose cap line is written
         #: lines not kept because their agent reached its cap
         self.dropped = 0
         #: lines written so far (this writer)
         self.written = 0
 
-    def add(self, ms: int, agent: str, line: str) -> None:
-        """Buffer one line of ``agent`` at heat clock ``ms`` (ms); dropped past the agent's cap."""
-        with self._lock:
-            if agent in self._capped:
-                self.dropped += 1
-                return
-            text = dump_activity(ActivityRecord(self._seq, max(0, int(ms)), agent, _clean(line)))
-            n = self._lines.get(agent, 0) + 1
-            size = self._bytes.get(agent, 0) + len(text.encode("utf-8")) + 1
-            if n > self.max_lines or size > self.max_bytes:
-                self._capped.add(agent)
-                self.dropped += 1
-                text = dump_activity(ActivityRecord(
-                    self._seq, max(0, int(ms)), agent,
-                    f"… activity cap reached ({self.max_lines} lines or {self.max_bytes // 1024} KiB "
-                    "per agent and heat): later lines are not kept"))
-            else:
-                self._lines[agent], self._bytes[agent] = n, size
-            self._seq += 1
-            self._buf.append(text)
+    def _cap_line(self) -> str:
+        return (f"… activity cap reached ({self.max_lines} lines or {self.max_bytes // 1024} KiB "
+                "per agent and heat): later lines are not kept")
 
-    def flush(self) -> int:
-        """Append the buffered lines (one write, no fsync); returns how many."""
+    def add(self, ms: int, agent: str, text: str) -> None:
+        """Queue one line of ``agent`` at heat clock ``ms`` (ms)."""
+        line: str | None = str(text)
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS - 1] + "…"
         with self._lock:
-            buf, self._buf = self._buf, []
-        if not buf or self._log.closed:
-            return 0
-        try:
-            self._log.append_line("\n".join(buf))
-        except OSError:  # nothing was kept (no half line): try these again next time, in order
+            n = self._queued.get(agent, 0) + 1
+            if n > self.max_lines:
+                self.dropped += 1
+                if n > self.max_lines + 1:
+                    return
+                line = None  # the cap line, queued once in place of this line
+            self._queued[agent] = n
+            self._queue.append((ms, agent, line))
+
+    def flush(self, max_lines: int | None = None) -> int:
+        """Append up to ``max_lines`` queued lines (None: all; one write, no fsync);
+        returns how many lines it wrote."""
+        with self._flushing:
             with self._lock:
-                self._buf[:0] = buf
-            raise
-        self.written += len(buf)
-        return len(buf)
+                if max_lines is None or max_lines >= len(self._queue):
+                    queued, self._queue = self._queue, []
+                else:
+                    queued, self._queue = self._queue[:max_lines], self._queue[max_lines:]
+            if not queued or self._log.closed:
+                return 0
+            sizes, capped, seq, dropped, out = dict(self._bytes), set(self._capped), self._seq, 0, []
+            agents: dict[str, str] = {}
+            cap = _encode_str(self._cap_line())
+            for ms, agent, line in queued:
+                if agent in capped:
+                    dropped += 1
+                    continue
+                name = agents.get(agent) or agents.setdefault(agent, _encode_str(_clean(agent)))
+                head = f'{{"sequence":{seq},"ms":{max(0, int(ms))},"agent":{name},"line":'
+                text = head + (cap if line is None else _encode_str(_clean(line))) + "}"
+                size = sizes.get(agent, 0) + len(text) + 1  # characters: bytes for ASCII, close enough otherwise
+                if line is None or size > self.max_bytes:
+                    capped.add(agent)
+                    if line is not None:
+                        dropped += 1
+                        text = head + cap + "}"
+                sizes[agent] = size
+                seq += 1
+                out.append(text)
+            if out:
+                try:
+                    self._log.append_line("\n".join(out))
+                except OSError:  # nothing was kept (no half line): try these again next time, in order
+                    with self._lock:
+                        self._queue[:0] = queued
+                    raise
+            self._bytes, self._capped, self._seq = sizes, capped, seq
+            self.dropped += dropped
+            self.written += len(out)
+            return len(out)
+
+    def pending(self) -> int:
+        """Lines queued and not yet written."""
+        with self._lock:
+            return len(self._queue)
 
     def close(self) -> None:
-        """Flush what is buffered (best effort) and close the file (idempotent)."""
+        """Flush what is queued (best effort) and close the file (idempotent)."""
         try:
             self.flush()
         except OSError:
             pass
-        self._log.close()
+        with self._flushing:
+            self._log.close()
