@@ -175,7 +175,7 @@ class AoeApp(App):
         if self.feed is not None:
             self.feed.attach(lambda: self.post_message(RecordsPending()))
             self.post_message(RecordsPending())
-            if self.tailer is None:  # a watcher has no live activity to poll
+            if self.tailer is None:  # a watcher gets activity as records from its tailer
                 self.set_interval(ACTIVITY_POLL_S, self._poll_activity)
         if self.tailer is not None:
             self._tail()
