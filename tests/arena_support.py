@@ -102,12 +102,13 @@ async def reboot(territory: Territory) -> None:
 
 
 def run_heat(arena_dir: Path, out_dir: Path, agents: Sequence[str] = ("oracle",), *,
-             duration_s: float | None = None, drain_s: float = 5.0) -> WorldState:
+             duration_s: float | None = None, drain_s: float = 5.0, on_event=None) -> WorldState:
     """Run one real heat of ``arena_dir`` on container territories into ``out_dir``.
 
     ``agents`` are agent specs (``oracle``, ``scripted:NAME``, ``command:PATH``) or ready
     :class:`~aoe_tui.agents.base.Adapter` objects: one for every seat, or one per seat in
-    manifest territory order. Returns the final world.
+    manifest territory order. ``on_event(record, world)``: called after each event (in the
+    heat's loop). Returns the final world.
     """
     from aoe_tui.commands.match import build_adapters
     from aoe_tui.referee.heat import run_heat as run_one_heat
@@ -126,7 +127,7 @@ def run_heat(arena_dir: Path, out_dir: Path, agents: Sequence[str] = ("oracle",)
     image = image_for_arena(loaded.arena_dir)
     provider = ContainerProvider(Path(out_dir) / "territories", image=image, cidr=loaded.manifest.network.cidr)
     return asyncio.run(run_one_heat(loaded, provider, adapters, Path(out_dir), drain_seconds=drain_s,
-                                 duration_s=duration_s))
+                                 duration_s=duration_s, on_event=on_event))
 
 
 # ----------------------------------------------------------------------- small shared helpers

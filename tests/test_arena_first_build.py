@@ -10,6 +10,7 @@ passes ``write-read``; ``scripted:memory`` keeps records in its process and neve
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -40,7 +41,16 @@ def test_heat_oracle_hasty_memory(tmp_path):
     assert "stop_on_first_durable = true" in text
     (pkg / "arena.toml").write_text(text.replace("stop_on_first_durable = true", "stop_on_first_durable = false"))
     memory = ScriptedAdapter("memory", step_delay_s=0.2)
-    world = run_heat(pkg, tmp_path / "heat", ["oracle", "scripted:hasty", memory], duration_s=25, drain_s=2)
+    out = tmp_path / "heat"
+    on_disk: dict[str, list[dict]] = {}
+
+    def seen_mid_heat(rec, world) -> None:  # activity.jsonl as it stands when the oracle turns durable
+        if rec.event.kind == "durable_deployment_completed" and not on_disk:
+            on_disk["at_durable"] = [json.loads(x) for x in (out / "activity.jsonl").read_text().splitlines()]
+            on_disk["at_durable"].append({"durable_ms": rec.elapsed_ms})
+
+    world = run_heat(pkg, out, ["oracle", "scripted:hasty", memory], duration_s=25, drain_s=2,
+                     on_event=seen_mid_heat)
     terr = world.territories
     assert world.winner == "builder-one" and terr["builder-one"].durable_at_ms is not None
     assert all(v.passed for v in terr["builder-one"].milestones.values())
@@ -51,3 +61,14 @@ def test_heat_oracle_hasty_memory(tmp_path):
     assert mem["service-up"].passed and mem["write-read"].passed and not mem["service-restart"].passed
     assert "(record lost)" in mem["service-restart"].failure_detail
     assert terr["builder-two"].durable_at_ms is None and terr["builder-three"].durable_at_ms is None
+    # issue 16 item 3: the agents' activity was on disk while the heat ran, stamped with the heat clock
+    *mid, durable = on_disk["at_durable"]
+    agents = {r["agent"] for r in mid}
+    assert {"builder-one-agent", "builder-two-agent", "builder-three-agent"} <= agents, agents
+    assert all(0 <= r["ms"] <= durable["durable_ms"] for r in mid)
+    final = [json.loads(x) for x in (out / "activity.jsonl").read_text().splitlines()]
+    assert [r["sequence"] for r in final] == list(range(len(final))) and final[:len(mid)] == mid
+    assert all(r["ms"] <= world.elapsed_ms for r in final)
+    for seat in ("builder-one-agent", "builder-three-agent"):  # activity.log still written at the end
+        tail = (out / "agents" / seat / "activity.log").read_text().splitlines()
+        assert tail[-1] == [r["line"] for r in final if r["agent"] == seat][-1]

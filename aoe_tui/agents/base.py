@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -109,6 +110,39 @@ class AgentContext:
                             "``agents/<id>/referee-reboot``: written by the referee before it reboots the guest (§3.4).")
 
 
+class ActivityLines(collections.deque):
+    """:attr:`AgentRun.activity`: the latest activity lines (a bounded ``deque``, newest
+    last) that also tells a listener about each line as it is appended.
+
+    Adapters only ``append`` to it. The heat supervisor calls :meth:`listen` once the run
+    has started: the listener gets the lines already there, then every new one at once
+    (``listener(line)``; it must be cheap and must not raise — exceptions are swallowed so
+    a broken listener cannot break an adapter)."""
+
+    def __init__(self, maxlen: int) -> None:
+        super().__init__(maxlen=maxlen)
+        self._listener: Callable[[str], None] | None = None
+
+    def listen(self, listener: Callable[[str], None] | None) -> None:
+        """Send every line (those already kept first) to ``listener``; None stops it."""
+        self._listener = listener
+        if listener is not None:
+            for line in list(self):
+                self._tell(line)
+
+    def _tell(self, line: str) -> None:
+        listener = self._listener
+        if listener is not None:
+            try:
+                listener(line)
+            except Exception:
+                pass
+
+    def append(self, line: str) -> None:  # type: ignore[override]
+        super().append(line)
+        self._tell(line)
+
+
 class AgentRun(abc.ABC):
     """One running agent. Created by :meth:`Adapter.start`; owned by the referee.
 
@@ -124,8 +158,9 @@ class AgentRun(abc.ABC):
 
     def __init__(self, ctx: AgentContext, activity_lines: int = 50) -> None:
         self.ctx = ctx
-        #: Most recent human-readable activity lines (tool calls, output), newest last.
-        self.activity: collections.deque[str] = collections.deque(maxlen=activity_lines)
+        #: Most recent human-readable activity lines (tool calls, output), newest last;
+        #: the supervisor listens to it (:meth:`ActivityLines.listen`) to write ``activity.jsonl``.
+        self.activity: ActivityLines = ActivityLines(activity_lines)
 
     async def end_territory_sessions(self) -> None:
         """End the territory's login sessions (see the class docstring;

@@ -9,9 +9,11 @@ runner. It writes a complete upstream-format match folder:
 ``match.json``              provenance and compatibility key (§7.3)
 ``territories/``            provider work folders (consoles, overlays, credentials)
 ``events.jsonl``            the event log (opened after all territories are SSH-ready)
+``activity.jsonl``          ours: the agents' activity lines as they happen, heat clock
+                            ms (:mod:`aoe_tui.replay.activity`)
 ``agents/<id>/``            ``instruction.md``, ``result.json``, ``usage.json``,
                             ``stdout.log``, ``stderr.log``, ``referee-reboot``,
-                            and our ``activity.log``
+                            and our ``activity.log`` (its last lines, at the end)
 ``evidence/<territory>/``   verifier evidence and ``previous.json``
 ``world.json``              the final reduced world — also after an abort
 ``aoe-extra.json``          ours: provider, wall-clock timings, verifier durations,

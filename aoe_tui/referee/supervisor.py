@@ -3,7 +3,8 @@
 :class:`HeatSupervisor` owns everything with a side effect: the adapters (start,
 ``instruction.md``, watchers, stop), the per-territory tick loops and the bounded
 verifier pool (tasks and verifier processes), ``host_reboot`` (marker file +
-``provider.reboot``), live usage polling (``usage.json``), ``activity.log``, the
+``provider.reboot``), live usage polling (``usage.json``), the agents' activity
+(``activity.jsonl`` as it happens, ``agents/<id>/activity.log`` at the end), the
 match clock (monotonic, ms since agent launch) and our ``aoe-extra.json`` facts.
 Every decision is made by :class:`~aoe_tui.referee.rules.BuildRaceRules` (spec §3; the
 phases are described there): the supervisor hands it facts with their match-clock
@@ -35,6 +36,13 @@ source ``harness``) then aborted (:data:`~aoe_tui.referee.rules.REASONS` ``disk_
 Once the full disk refuses an event, the log ends there: no later event is appended or
 folded into the world (the log stays a whole prefix, no half line, as after a kill).
 
+Activity (ours): each adapter's :attr:`~aoe_tui.agents.base.AgentRun.activity` is listened
+to from the moment the run starts; every line is stamped with the heat clock (:attr:`clock_ms`)
+and buffered in an :class:`~aoe_tui.replay.activity.ActivityWriter`, which a background task
+flushes to ``activity.jsonl`` every :data:`ACTIVITY_FLUSH_S` from a worker thread (one write, no
+fsync), so a burst of output costs the tick loops one list append per line. A write that fails stops the file (one
+line on stderr); a full disk is handled as above.
+
 Abort (:meth:`HeatSupervisor.abort`, or cancellation of :meth:`HeatSupervisor.run`):
 in-flight verifiers are killed, the rules' abort events are written, agents are
 stopped (``agent_terminated`` "match aborted by operator" for those still running).
@@ -45,6 +53,7 @@ cancellation).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import sys
 import time
@@ -55,9 +64,11 @@ from typing import TYPE_CHECKING, Any
 
 from aoe_tui.domain.events import EventRecord, InfrastructureFailure, MatchState
 from aoe_tui.domain.world import WorldState
+from aoe_tui.errors import AoeError
 from aoe_tui.fsio import fmt_bytes, free_bytes, is_no_space, write_atomic
 from aoe_tui.referee.rules import REASONS, AgentResult, BuildRaceRules, Completion, Stamped
 from aoe_tui.referee.verifier import VerifierOutcome, run_verifier, verifier_starter
+from aoe_tui.replay.activity import ACTIVITY_FILE, ActivityWriter
 from aoe_tui.replay.reducer import apply_event
 from aoe_tui.runtime.procs import use_pidfd_child_watcher
 from aoe_tui.runtime.provider import TerritoryRefusedError
@@ -68,7 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.replay.log import EventLogWriter
     from aoe_tui.runtime.provider import Territory, TerritoryProvider
 
-__all__ = ["DISK_COMPONENT", "DISK_RESERVE_BYTES", "HeatSupervisor", "OnEvent"]
+__all__ = ["ACTIVITY_FLUSH_S", "DISK_COMPONENT", "DISK_RESERVE_BYTES", "HeatSupervisor", "OnEvent"]
 
 #: ``on_event(record, world)``: called after every event is appended and reduced.
 OnEvent = Callable[[EventRecord, WorldState], None]
@@ -77,6 +88,9 @@ OnEvent = Callable[[EventRecord, WorldState], None]
 DISK_COMPONENT = "disk"
 #: free bytes a running heat keeps on its match folder's file system (below: disk full)
 DISK_RESERVE_BYTES = 1 << 20
+
+#: seconds between two appends of buffered activity lines to ``activity.jsonl``
+ACTIVITY_FLUSH_S = 0.2
 
 _DEFAULT_DRAIN_S = 30.0
 _STOP_TIMEOUT_S = 15.0
@@ -177,6 +191,10 @@ class HeatSupervisor:
         #: ``"No space left on device: <path>"`` once the disk filled (the heat then aborts)
         self.disk_full: str | None = None
         self._log_full = False  # an append failed for a full disk: nothing more is logged
+        #: ``activity.jsonl``'s writer while the heat runs (None before, after, or once it failed)
+        self.activity_log: ActivityWriter | None = None
+        self._activity_task: asyncio.Task | None = None
+        self._activity_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ clock + emit
 
@@ -256,6 +274,7 @@ class HeatSupervisor:
         # before the clock starts: no tick ever waits for a thread to start
         use_pidfd_child_watcher()
         verifier_starter()
+        self._open_activity()
         try:
             self._emit_all(self.rules.start())
             self._t0 = time.monotonic()
@@ -279,6 +298,7 @@ class HeatSupervisor:
             for seat in self.seats:
                 if seat.watcher is not None and not seat.watcher.done():
                     seat.watcher.cancel()
+            await self._close_activity()
             self._write_activity()
 
     # ------------------------------------------------------------------ start
@@ -308,6 +328,7 @@ class HeatSupervisor:
                     arena_dir=self.loaded.arena_dir,
                 )
                 seat.run = await seat.adapter.start(ctx)
+                self._listen_activity(seat)
             except Exception as err:  # adapter could not start: a harness failure
                 if is_no_space(err):
                     self.note_disk_full(getattr(err, "filename", None) or seat.agent_dir)
@@ -599,6 +620,73 @@ class HeatSupervisor:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------------------------ extras
+
+    def _open_activity(self) -> None:
+        """Open ``activity.jsonl`` and start its flush task (a failure: no file, one line)."""
+        try:
+            self.activity_log = ActivityWriter(self.output_dir / ACTIVITY_FILE)
+        except (OSError, AoeError) as err:
+            print(f"aoe: no live activity file: {_one_line(err)}", file=sys.stderr)
+            return
+        # its own thread, started before the clock: no tick waits for a thread to start
+        self._activity_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aoe-activity")
+        self._activity_pool.submit(lambda: None).result()
+        self._activity_task = asyncio.create_task(self._activity_loop())
+
+    def _listen_activity(self, seat: _Seat) -> None:
+        """Stamp each activity line of ``seat``'s run with the heat clock and buffer it."""
+        lines = getattr(seat.run, "activity", None)
+        listen = getattr(lines, "listen", None)
+        if listen is None or self.activity_log is None:
+            return
+        writer, agent = self.activity_log, seat.agent.id
+        listen(lambda line: writer.add(self.clock_ms, agent, line))
+
+    def _activity_failed(self, writer: ActivityWriter, err: OSError) -> None:
+        """A write of ``activity.jsonl`` failed: no more activity is written (one line), a
+        full disk ends the heat as any full disk does."""
+        if self.activity_log is writer:
+            self.activity_log = None
+        writer.close()
+        if is_no_space(err):
+            self.note_disk_full(writer.path)
+        else:
+            print(f"aoe: live activity file stopped: {writer.path}: {err.strerror or err}", file=sys.stderr)
+
+    async def _activity_loop(self) -> None:
+        """Every :data:`ACTIVITY_FLUSH_S`: encode and append the queued lines in a worker
+        thread, so even a burst of thousands of lines leaves the tick loops their loop."""
+        while self.activity_log is not None:
+            await asyncio.sleep(ACTIVITY_FLUSH_S)
+            writer = self.activity_log
+            if writer is None:
+                return
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._activity_pool, writer.flush)
+            except OSError as err:
+                self._activity_failed(writer, err)
+
+    async def _close_activity(self) -> None:
+        """Stop listening, flush the rest and close ``activity.jsonl``."""
+        for seat in self.seats:
+            listen = getattr(getattr(seat.run, "activity", None), "listen", None)
+            if listen is not None:
+                listen(None)
+        if self._activity_task is not None:
+            self._activity_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._activity_task
+            self._activity_task = None
+        writer, self.activity_log = self.activity_log, None
+        if writer is not None:
+            try:
+                writer.flush()  # waits for a flush the cancelled task left running in its thread
+            except OSError as err:
+                self._activity_failed(writer, err)
+            writer.close()
+        if self._activity_pool is not None:
+            self._activity_pool.shutdown(wait=False)
+            self._activity_pool = None
 
     def _write_activity(self) -> None:
         """``agents/<id>/activity.log`` (ours): the adapter's last activity lines."""

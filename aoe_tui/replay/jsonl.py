@@ -209,7 +209,8 @@ class LogAppender(Generic[R]):
         return self._fh is None
 
     def append_line(self, line: str, sync: Sync = "none") -> None:
-        """Write ``line`` (no newline; UTF-8) plus ``\\n`` and sync as asked. Raises
+        """Write ``line`` (no newline; UTF-8) plus ``\\n`` and sync as asked; several lines
+        joined by ``\\n`` go in the same single write (all or none are kept). Raises
         ``ValueError`` if closed, ``OSError`` if the write fails (the log is then truncated
         back to where the line began: no half line is left)."""
         if self._fh is None:

@@ -9,6 +9,10 @@ A spectator (``aoe watch``) following ``out`` sees a live heat without any terri
 
 ``written`` maps each event ``sequence`` to the ``time.monotonic()`` at which its line
 was flushed (used for update-latency measurements).
+
+``activity``: ``(ms, agent, line)`` tuples written to the heat's ``activity.jsonl`` through
+the referee's :class:`~aoe_tui.replay.activity.ActivityWriter`, each at its ``ms`` among
+the events (``activity_written``: activity ``sequence`` → ``time.monotonic()`` flushed).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from aoe_tui.replay.activity import ACTIVITY_FILE, ActivityWriter
 from aoe_tui.replay.jsonl import LogAppender
 from aoe_tui.replay.log import EVENT_LOG, dump_record
 from aoe_tui.replay.matchdir import LoadedMatch, load_match
@@ -38,7 +43,8 @@ class SeasonFeeder:
     """
 
     def __init__(self, source: Path, out: Path, *, speed: float = 4.0, max_gap_s: float = 1.0,
-                 finish: bool = True, season_id: str = "spectator-cup", label: str = "live") -> None:
+                 finish: bool = True, season_id: str = "spectator-cup", label: str = "live",
+                 activity: list[tuple[int, str, str]] | None = None) -> None:
         self.loaded: LoadedMatch = load_match(source)
         if not self.loaded.arena or not self.loaded.arena.get("territories"):
             raise ValueError(f"{source}: no arena.json with territories")
@@ -49,6 +55,8 @@ class SeasonFeeder:
         self.season_id = season_id
         self.label = label
         self.written: dict[int, float] = {}
+        self.activity = sorted(activity or (), key=lambda a: a[0])
+        self.activity_written: dict[int, float] = {}
         self.done = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -89,17 +97,30 @@ class SeasonFeeder:
         prev_ms = 0
         done = []
         log = LogAppender(EVENT_LOG, path)
+        acts = ActivityWriter(self.out / FOLDER / ACTIVITY_FILE) if self.activity else None
+        timeline: list[tuple[int, int, object]] = [(r.elapsed_ms, 0, r) for r in self.loaded.records]
+        timeline += [(a[0], 1, a) for a in self.activity]
+        timeline.sort(key=lambda item: (item[0], item[1]))
         try:
-            for rec in self.loaded.records:
-                gap = max(0.0, (rec.elapsed_ms - prev_ms) / 1000.0 / self.speed)
-                prev_ms = rec.elapsed_ms
+            for ms, kind, item in timeline:
+                gap = max(0.0, (ms - prev_ms) / 1000.0 / self.speed)
+                prev_ms = ms
                 if self._stop.wait(min(gap, self.max_gap_s)):
                     break
-                log.append_line(dump_record(rec), "full")
-                self.written[rec.sequence] = time.monotonic()
+                if kind == 1 and acts is not None:
+                    seq = acts.written
+                    acts.add(*item)  # type: ignore[misc]
+                    acts.flush()
+                    self.activity_written[seq] = time.monotonic()
+                    continue
+                rec = item
+                log.append_line(dump_record(rec), "full")  # type: ignore[arg-type]
+                self.written[rec.sequence] = time.monotonic()  # type: ignore[attr-defined]
                 done.append(rec)
         finally:
             log.close()
+            if acts is not None:
+                acts.close()
         if self.finish and not self._stop.is_set() and done:
             world = reduce_match(done)
             seat_of = dict(zip(self.territories, self.seats))

@@ -31,6 +31,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from aoe_tui.errors import AoeError
+from aoe_tui.replay.activity import ACTIVITY_FILE, read_activity
 from aoe_tui.replay.matchdir import LoadedMatch, load_match
 from aoe_tui.tui.driver import driver_class
 from aoe_tui.tui.live import LiveFeed, RecordsPending
@@ -96,6 +97,8 @@ class AoeApp(App):
         self.signal_loop: asyncio.AbstractEventLoop | None = None
         self.on_signal: Callable[[int], None] | None = None
         self.pending_signals: list[int] = []
+        #: warnings found before the app could show them (shown once mounted)
+        self._pending_notes: list[str] = []
 
     # ------------------------------------------------------------------ constructors
 
@@ -105,20 +108,22 @@ class AoeApp(App):
                theme: str = DARK_THEME) -> AoeApp:
         """An app replaying ``loaded`` (``aoe_tui.replay.matchdir.load_match``).
 
-        ``activity`` defaults to ``agents/<id>/activity.log`` of a match folder when
-        present. ``at_sequence`` / ``at_end`` start paused at that point.
+        Activity: a match folder's ``activity.jsonl`` is replayed line by line at its
+        moments (:class:`~aoe_tui.tui.viewmodel.ReplayCursor`); without one, ``activity``
+        defaults to ``agents/<id>/activity.log`` of a match folder when present (the last
+        lines, shown throughout). ``at_sequence`` / ``at_end`` start paused at that point.
         """
         app = cls(theme=theme)
         source = Path(loaded.source)
-        if activity is None and source.is_dir():
-            activity = folder_activity(source)
-        elif activity is None and source.name == "events.jsonl":
-            activity = folder_activity(source.parent)
+        folder = source if source.is_dir() else source.parent if source.name == "events.jsonl" else None
+        timed = app._timed_activity(folder) if activity is None and folder is not None else None
+        if activity is None and timed is None and folder is not None:
+            activity = folder_activity(folder)
         title = None
         if loaded.provenance and isinstance(loaded.provenance, dict):
             title = loaded.provenance.get("match_name") or loaded.provenance.get("name")
         model = HeatModel(ArenaView.from_arena(loaded.arena), title=title or source.name, activity=activity)
-        cursor = ReplayCursor(loaded.records, model)
+        cursor = ReplayCursor(loaded.records, model, timed)
         if at_end:
             cursor.seek_position(cursor.total)
             playing = False
@@ -163,11 +168,14 @@ class AoeApp(App):
         if self.pending_signals and self.on_signal is not None:
             self.on_signal(self.pending_signals[0])
         self.push_screen(self._first_screen or HeatScreen(None))
+        for note in self._pending_notes:
+            self.notify(note, severity="warning", timeout=15)
+        self._pending_notes.clear()
         self.set_timer(GC_FREEZE_AFTER_S, gc.freeze)
         if self.feed is not None:
             self.feed.attach(lambda: self.post_message(RecordsPending()))
             self.post_message(RecordsPending())
-            if self.tailer is None:  # a watcher has no live activity to poll
+            if self.tailer is None:  # a watcher gets activity as records from its tailer
                 self.set_interval(ACTIVITY_POLL_S, self._poll_activity)
         if self.tailer is not None:
             self._tail()
@@ -267,7 +275,18 @@ class AoeApp(App):
                 self.latest_heat = key
             model.apply(rec)
             model.received_at = now
-        if opened or pending or season:
+        written = self.feed.drain_written()
+        if written:
+            wall_s = self.now_ms() / 1000
+            for key, unix_s in written.items():
+                if key in self.heats:
+                    self.heats[key].set_written_age(wall_s - unix_s, now)
+        acts = self.feed.drain_activity()
+        for key, act in acts:
+            model = self.heats.get(key)
+            if model is not None:
+                model.apply_activity(act)
+        if opened or pending or season or acts:
             self._refresh_current()
 
     def heat_clock_ms(self, key: str | None, model: HeatModel) -> int:
@@ -321,13 +340,28 @@ class AoeApp(App):
                 self.notify(str(err), severity="error")
                 return
             info = self.season.state.info if self.season is not None else None
+            timed = self._timed_activity(path)
             model = HeatModel(ArenaView.from_arena(loaded.arena), title=attempt_title(info, folder),
-                              activity=folder_activity(path), season_arena=self.season_arena(folder))
-            cursor = ReplayCursor(loaded.records, model)
+                              activity=folder_activity(path) if timed is None else None,
+                              season_arena=self.season_arena(folder))
+            cursor = ReplayCursor(loaded.records, model, timed)
             cursor.seek_position(cursor.total)
             self.heats[key] = model
             self._replays[key] = cursor
         self.push_screen(ReplayScreen(self._replays[key], key, playing=False))
+
+    def _timed_activity(self, folder: Path) -> list[Any] | None:
+        """The records of ``folder/activity.jsonl`` (None when there is none); a damaged
+        file keeps its lines before the damage and says where, once."""
+        path = folder / ACTIVITY_FILE
+        if not path.is_file():
+            return None
+        records, problem = read_activity(path)
+        if problem is not None and self.is_running:
+            self.notify(problem, severity="warning", timeout=15)
+        elif problem is not None:
+            self._pending_notes.append(problem)
+        return records
 
     @property
     def _replays(self) -> dict[str, ReplayCursor]:

@@ -51,9 +51,11 @@ class HeatOpened:
 class LiveFeed:
     """Thread-safe inbox of event records for one or many heats.
 
-    Engine side: :meth:`open_heat`, :meth:`post_record` / :meth:`on_event`.
-    App side: :meth:`attach` (a zero-arg notifier, called after each post) and
-    :meth:`drain`.
+    Engine side: :meth:`open_heat`, :meth:`post_record` / :meth:`on_event`; a tailer of
+    files (``aoe watch``) also posts activity records (:meth:`post_activity`) and when the
+    last record it read was written (:meth:`post_written`).
+    App side: :meth:`attach` (a zero-arg notifier, called after each post),
+    :meth:`drain`, :meth:`drain_activity` and :meth:`drain_written`.
     """
 
     def __init__(self) -> None:
@@ -61,6 +63,8 @@ class LiveFeed:
         self._opened: list[HeatOpened] = []
         self._pending: list[tuple[str, EventRecord]] = []
         self._season: list[Any] = []
+        self._activity: list[tuple[str, Any]] = []
+        self._written: dict[str, float] = {}
         self._notify: Callable[[], Any] | None = None
         self.posted = 0
 
@@ -90,6 +94,35 @@ class LiveFeed:
             self.post_record(record, heat)
 
         return _cb
+
+    def post_activity(self, records: Sequence[Any], heat: str = "heat") -> None:
+        """Queue ``activity.jsonl`` records of ``heat``
+        (:class:`aoe_tui.replay.activity.ActivityRecord`: ``sequence``, ``ms``, ``agent``,
+        ``line``), file order."""
+        if not records:
+            return
+        with self._lock:
+            self._activity.extend((heat, r) for r in records)
+            self.posted += len(records)
+        self._ping()
+
+    def post_written(self, heat: str, unix_s: float) -> None:
+        """The last record posted for ``heat`` was written to its log at ``unix_s``
+        (wall-clock seconds, e.g. the log's mtime): the heat clock counts from then."""
+        with self._lock:
+            self._written[heat] = unix_s
+
+    def drain_activity(self) -> list[tuple[str, Any]]:
+        """Take the (heat, activity record) pairs queued so far."""
+        with self._lock:
+            acts, self._activity = self._activity, []
+        return acts
+
+    def drain_written(self) -> dict[str, float]:
+        """Take the write times posted since the last call (heat → Unix seconds)."""
+        with self._lock:
+            written, self._written = self._written, {}
+        return written
 
     def post_season_record(self, record: Any) -> None:
         """Queue one ``season.jsonl`` record (:class:`aoe_tui.domain.season_events.SeasonRecord`)."""

@@ -59,6 +59,7 @@ class HeatScreen(Screen):
         super().__init__(name=name)
         self.heat = heat
         self._drawn_version = -1
+        self._drawn_activity: tuple[int, int] = (-1, -1)
         self._drawn_heat: str | None = None
         self._clock_timer = None
         #: (model version, clock second) the clock timer last drew
@@ -136,9 +137,11 @@ class HeatScreen(Screen):
             self.query_one("#heat-header", HeatHeader).set_text("waiting for the first heat…")
             return
         key = self.heat or self.app.latest_heat  # type: ignore[attr-defined]
-        if not force and model.version == self._drawn_version and key == self._drawn_heat and model.activity is None:
+        drawn = (model.version, model.activity_version)
+        if not force and drawn == self._drawn_activity and key == self._drawn_heat and model.activity is None:
             return
         self._drawn_version = model.version
+        self._drawn_activity = drawn
         with self.app.batch_update():
             self._drawn_heat = key
             clock = self.clock_ms(model)

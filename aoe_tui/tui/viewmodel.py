@@ -33,8 +33,13 @@ from aoe_tui.replay.reducer import apply_event
 from aoe_tui.replay.standings import compute_standings, winner_of
 
 #: ``activity(agent_id) -> lines`` (newest last). Live: the referee seat's
-#: ``AgentRun.activity`` deque; replay of a folder: ``agents/<id>/activity.log``.
+#: ``AgentRun.activity`` deque; replay of a folder without ``activity.jsonl``:
+#: ``agents/<id>/activity.log``. (``aoe watch`` and replays of a folder with an
+#: ``activity.jsonl`` feed :meth:`HeatModel.apply_activity` instead.)
 ActivitySource = Callable[[str], Sequence[str]]
+
+#: activity lines a :class:`HeatModel` keeps per agent (the panels show the last few)
+ACTIVITY_KEEP = 50
 
 FEED_LIMIT = 400
 #: a live heat clock runs on at most this long past the last event received (ms)
@@ -176,11 +181,39 @@ class HeatModel:
         self.live = False
         #: monotonic seconds when the last record was applied (live heats; None = never)
         self.received_at: float | None = None
+        #: agent id → its latest activity lines from ``activity.jsonl`` records
+        #: (:meth:`apply_activity`; newest last, at most :data:`ACTIVITY_KEEP`)
+        self.activity_lines: dict[str, deque[str]] = {}
+        #: True once this model shows activity from records (then the source is not read)
+        self.timed_activity = False
+        #: grows with every :meth:`apply_activity` (the heat screen redraws its panels;
+        #: ``version`` does not move, so views of the events alone skip the redraw)
+        self.activity_version = 0
 
     def reset(self) -> None:
         """Back to the empty world (used when scrubbing backwards)."""
+        timed = self.timed_activity
         self.__init__(self.arena, title=self.title, activity=self.activity,  # type: ignore[misc]
                       season_arena=self.season_arena)
+        self.timed_activity = timed
+
+    def apply_activity(self, record: Any) -> None:
+        """Take one ``activity.jsonl`` record (:class:`aoe_tui.replay.activity.ActivityRecord`:
+        ``agent``, ``line``; any order of agents, each agent's lines in order): the agent's
+        panel shows it from the next redraw (``activity_version`` grows)."""
+        lines = self.activity_lines.get(record.agent)
+        if lines is None:
+            lines = self.activity_lines[record.agent] = deque(maxlen=ACTIVITY_KEEP)
+        lines.append(record.line)
+        self.timed_activity = True
+        self.activity_version += 1
+
+    def set_written_age(self, age_s: float, now_mono: float) -> None:
+        """The last applied record was written ``age_s`` seconds before ``now_mono`` (monotonic
+        s): the ticking clock counts from then, not from when this view received it (a view
+        that joins a heat mid-way shows the referee's clock at once)."""
+        if self.received_at is not None:
+            self.received_at = now_mono - max(0.0, age_s)
 
     def ticking(self) -> bool:
         """True when :meth:`clock_ms` runs on between events: a live heat whose match is running."""
@@ -412,7 +445,9 @@ def panel_view(model: HeatModel, tid: str, activity_lines: int = 6, clock_ms: in
     ts = terr.state.value if terr else "provisioning"
     marker = _MARKERS.get(cs or "", "") if cs else _CONQUEST_MARKERS.get(ts, "")
     acts: tuple[str, ...] = ()
-    if model.activity is not None and agent_id:
+    if model.timed_activity and agent_id:
+        acts = tuple(sanitize_line(x) for x in list(model.activity_lines.get(agent_id, ()))[-activity_lines:])
+    elif model.activity is not None and agent_id:
         try:
             acts = tuple(sanitize_line(x) for x in list(model.activity(agent_id))[-activity_lines:])
         except Exception:  # a broken activity source must not break the view
@@ -440,7 +475,7 @@ def panel_view(model: HeatModel, tid: str, activity_lines: int = 6, clock_ms: in
         durable_at_ms=terr.durable_at_ms if terr else None,
         winner=w.winner == tid and w.match_state.value in ("finished", "aborted"),
         activity=acts,
-        has_activity_source=model.activity is not None,
+        has_activity_source=model.activity is not None or model.timed_activity,
         health=health,
         resources=terr.resources if conquest and terr else None,
     )
@@ -505,13 +540,33 @@ class ReplayCursor:
     ``position`` is the number of records applied (0…len). Forward moves apply only
     the new records; moving backwards resets and re-applies up to the target (a
     rare, user-initiated scrub — never per frame).
+
+    ``activity``: the heat's ``activity.jsonl`` records (:class:`aoe_tui.replay.activity.ActivityRecord`,
+    file order), or None. Those with ``ms`` up to the playhead are applied with the events
+    (:meth:`HeatModel.apply_activity`), so a replay shows each line at its moment; at the end
+    of the log every line is shown (drain lines carry the finish time).
     """
 
-    def __init__(self, records: Sequence[EventRecord], model: HeatModel) -> None:
+    def __init__(self, records: Sequence[EventRecord], model: HeatModel,
+                 activity: Sequence[Any] | None = None) -> None:
         self.records = list(records)
         self.model = model
         self.position = 0
         self.playhead_ms = 0.0
+        self.activity = sorted(activity or (), key=lambda r: (r.ms, r.sequence))
+        self.activity_position = 0
+        if activity is not None:
+            model.timed_activity = True
+        self._catch_up_activity()
+
+    def _catch_up_activity(self) -> None:
+        """Apply the activity lines due at the playhead (all of them at the end)."""
+        acts, i = self.activity, self.activity_position
+        limit = float("inf") if self.at_end else self.playhead_ms
+        while i < len(acts) and acts[i].ms <= limit:
+            self.model.apply_activity(acts[i])
+            i += 1
+        self.activity_position = i
 
     @property
     def total(self) -> int:
@@ -537,6 +592,7 @@ class ReplayCursor:
         self.position = end
         if self.position:
             self.playhead_ms = max(self.playhead_ms, float(self.records[self.position - 1].elapsed_ms))
+        self._catch_up_activity()
         return done
 
     def step_back(self) -> None:
@@ -546,12 +602,14 @@ class ReplayCursor:
     def seek_position(self, pos: int) -> None:
         """Move so that exactly ``pos`` records are applied (0…total)."""
         pos = max(0, min(len(self.records), pos))
-        if pos < self.position:
+        if pos < self.position or (pos == 0 and self.activity_position):
             self.model.reset()
             self.position = 0
+            self.activity_position = 0
             self.playhead_ms = 0.0
         self.step(pos - self.position)
         self.playhead_ms = float(self.records[pos - 1].elapsed_ms) if pos else 0.0
+        self._catch_up_activity()
 
     def seek_sequence(self, sequence: int) -> None:
         """Move so the record with ``sequence`` is the last applied (clamped)."""

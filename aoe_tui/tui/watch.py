@@ -17,19 +17,37 @@ times (issue 7: twenty spectators share one CPU with the race).
 
 The first :meth:`~SeasonTailer.poll` catches up from the start; attempts that already
 finished are not tailed (the season screen opens them as replays from their folder).
-Live agent activity is not available to a watcher (the runner writes
-``agents/<id>/activity.log`` when a heat ends); panels show it for finished heats.
+
+Live agent activity: each running attempt's ``activity.jsonl`` (ours,
+:mod:`aoe_tui.replay.activity`, appended by the referee as the agents work) is tailed the
+same way and posted with :meth:`~aoe_tui.tui.live.LiveFeed.post_activity` (a view that
+joins reads only the file's last 256 KiB: :func:`~aoe_tui.replay.activity.tail_activity`);
+a bad line stops that heat's activity only (one line in ``errors``).
+
+The heat clock of a view that joins mid-heat: after reading a heat's new events, when
+the tail reached the end of ``events.jsonl``, the file's mtime is when its last event
+was written, and is posted with :meth:`~aoe_tui.tui.live.LiveFeed.post_written`; the
+view's ticking clock then counts from that moment (the last event's ``elapsed_ms`` plus
+the wall time since the write) instead of from when it read the line — the same clock
+the runner's own view shows. The mtime is used rather than ``match.json``'s start time
+because the clock starts at agent launch, after provisioning (an unknown delay later),
+and rather than a stamp inside the record because upstream's records carry none; it is
+one file system's clock on both sides (the runner's and the watcher's host are the same
+one for ``aoe watch`` and SSH spectators; a shared folder on another host would add
+that host's clock skew).
 Nothing here writes into the season folder.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aoe_tui.errors import AoeError
+from aoe_tui.replay.activity import ACTIVITY_FILE, tail_activity
 from aoe_tui.replay.jsonl import LogTail
 from aoe_tui.replay.log import EVENT_LOG
 from aoe_tui.replay.season_log import SEASON_LOG
@@ -108,6 +126,8 @@ class FolderWatch:
 class _Tail:
     folder: str
     log: LogTail | None = None  # events.jsonl, once the folder is open
+    activity: LogTail | None = None  # activity.jsonl, once the folder is open
+    activity_broken: bool = False
     opened: bool = False
     final: bool = False
     broken: bool = False
@@ -178,14 +198,36 @@ class SeasonTailer:
             t.opened = True
         if t.log is None:
             t.log = LogTail(EVENT_LOG, folder / "events.jsonl")
-        if not t.log.grown():
-            return 0
+            t.activity = tail_activity(folder / ACTIVITY_FILE)  # joining a long heat: its latest lines
+        count = self._poll_activity(t)
+        try:
+            st = os.stat(t.log.path)
+        except OSError:
+            return count
+        if st.st_size <= t.log.offset:
+            return count
         try:
             records = t.log.read()
         except AoeError as err:
             self.errors.append(str(err))
             t.broken = True
-            return 0
+            return count
         for rec in records:
             self.feed.post_record(rec, t.folder)
+        if records and t.log.offset == st.st_size:  # the last record read is the last one written
+            self.feed.post_written(t.folder, st.st_mtime)
+        return count + len(records)
+
+    def _poll_activity(self, t: _Tail) -> int:
+        """Post the new lines of the heat's ``activity.jsonl``; returns how many."""
+        tail = t.activity
+        if tail is None or t.activity_broken or not tail.grown():
+            return 0
+        try:
+            records = tail.read()
+        except AoeError as err:
+            self.errors.append(str(err))
+            t.activity_broken = True
+            return 0
+        self.feed.post_activity(records, t.folder)
         return len(records)
