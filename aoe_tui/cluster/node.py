@@ -198,6 +198,26 @@ def use_token(token_file: Path | None = None) -> Path:
     return token
 
 
+def client_auth(token_file: Path | None = None) -> Path | None:
+    """Authenticate this process (a runner, ``aoe doctor --cluster``) to the cluster before
+    ``ray.init``: ``token_file`` if given (:func:`use_token`); else leave an explicit
+    ``RAY_AUTH_MODE``/``RAY_AUTH_TOKEN`` of the environment alone; else use
+    :func:`default_token_file` when it exists; else nothing (a cluster without
+    authentication). Returns the token file used, or None.
+
+    Raises:
+        ClusterError: the token file is missing (when named), empty or readable by others.
+    """
+    if token_file is not None:
+        return use_token(token_file)
+    if os.environ.get(ENV_AUTH_MODE) or os.environ.get(ENV_AUTH_TOKEN):
+        value = os.environ.get(ENV_AUTH_TOKEN_PATH)
+        return Path(value) if value else None
+    if default_token_file().exists():
+        return use_token(None)
+    return None
+
+
 # --- before joining ----------------------------------------------------------------------
 
 
@@ -221,8 +241,9 @@ def preflight(provider: str, run_checks: Callable[..., Any] | None = None) -> An
 
 
 def clean_leftovers(workdir: Path) -> list[tuple[Path, str]]:
-    """Tear down the territories lost heats left below ``workdir`` with every registered
-    provider's cleanup: in :func:`aoe_tui.cluster.territories_dir` (``<workdir>/territories``),
+    """Tear down the territories lost heats left below ``workdir``: first the heat actor's
+    sweep (``aoe_tui.cluster.sweep.sweep_stale_heats``, which also removes those heats'
+    folders) when that module exists; then, with every registered provider's cleanup, in :func:`aoe_tui.cluster.territories_dir` (``<workdir>/territories``),
     in each folder right under it that is not a territory itself (one per heat), and in any
     ``territories/`` folder up to three levels down (scratch match folders). Territories
     whose owner process is alive are left alone (the providers' rule). Returns ``(folder,
@@ -232,13 +253,19 @@ def clean_leftovers(workdir: Path) -> list[tuple[Path, str]]:
         aoe_tui.runtime.provider.ProviderError: a leftover could not be removed.
     """
     workdir = Path(workdir)
+    removed: list[tuple[Path, str]] = []
+    try:  # the heat actor's own layout (heat-<pid>-<tag> folders), when that module is there
+        from aoe_tui.cluster.sweep import sweep_stale_heats
+    except ImportError:
+        pass
+    else:
+        removed += [(territories_dir(workdir), x) for x in sweep_stale_heats(workdir)]
     tdir = territories_dir(workdir)
     folders: list[Path] = [tdir] if tdir.is_dir() else []
     if folders:
         folders += sorted(d for d in tdir.iterdir() if d.is_dir() and not (d / "state.json").exists())
     for pattern in ("*/territories", "*/*/territories", "*/*/*/territories"):
         folders += sorted(d for d in workdir.glob(pattern) if d.is_dir() and d not in folders)
-    removed: list[tuple[Path, str]] = []
     for folder in folders:
         removed += _cleanup_one(folder)
     return removed
@@ -337,15 +364,21 @@ def _ray_command() -> list[str]:
 
 def ray_start_argv(*, head: bool, address: str | None, port: int, slots: int, name: str, temp_dir: Path,
                    node_ip: str | None = None, extra: Sequence[str] = ()) -> list[str]:
-    """``ray start --block ...`` for one node (see the module docstring)."""
+    """``ray start --block ...`` for one node (see the module docstring).
+
+    Fewer processes and ports than Ray's defaults: no dashboard UI (``--include-dashboard
+    false``, what is left listens on 127.0.0.1), no autoscaler monitor (the cluster is made
+    of the nodes people start), no log monitor (what a heat prints stays in the node's own
+    log files, never streamed to the runner); the agents' ports are fresh free ones."""
     agent_listen, agent_grpc, env_agent, metrics, dashboard = _free_ports(5)
     argv = [*_ray_command(), "start", "--block", "--disable-usage-stats",
             "--temp-dir", str(temp_dir), "--node-name", name,
             "--resources", json.dumps({HEAT_SLOT: slots}), "--labels", f"{LABEL_WORKER}={name}",
             "--dashboard-agent-listen-port", str(agent_listen), "--dashboard-agent-grpc-port", str(agent_grpc),
-            "--runtime-env-agent-port", str(env_agent), "--metrics-export-port", str(metrics)]
+            "--runtime-env-agent-port", str(env_agent), "--metrics-export-port", str(metrics),
+            "--include-log-monitor", "false"]
     if head:
-        argv += ["--head", "--port", str(port), "--include-dashboard", "false",
+        argv += ["--head", "--port", str(port), "--include-dashboard", "false", "--no-monitor",
                  "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard)]
     else:
         argv += ["--address", str(address)]
@@ -566,7 +599,8 @@ class NodeStatus:
         alive: Ray sees it alive.
         aoe: started by ``aoe worker start`` (label ``aoe-worker``): its doctor checks passed.
         head: the head node.
-        slots_total: heat slots it offers; ``slots_free`` of them free now (0 when dead).
+        slots_total: heat slots it offers; ``slots_free`` of them free now (both 0 when dead:
+            Ray forgets a dead node's resources).
     """
 
     name: str
@@ -620,16 +654,17 @@ def resolve_address(address: str) -> str:
 
 
 def cluster_status(address: str, token_file: Path | None = None, *, connect_timeout_s: float = 5.0) -> list[NodeStatus]:
-    """The nodes of the cluster at ``address``, live ones first, then by name.
+    """The nodes of the cluster at ``address``: the head first, then by name; a name with a
+    live node is not also shown dead (a node restarted), a dead name only once.
 
-    Uses the token as :func:`use_token` does (this process becomes a token client).
+    Authenticates as :func:`client_auth` does (this process becomes a token client).
 
     Raises:
         ClusterError: no token, the address unreachable, or the cluster refusing the token.
     """
     address = resolve_address(address)
     host, port = _split_address(address)
-    use_token(token_file)
+    client_auth(token_file)
     try:
         socket.create_connection((host, port), timeout=connect_timeout_s).close()
     except OSError as err:
@@ -647,8 +682,9 @@ def cluster_status(address: str, token_file: Path | None = None, *, connect_time
         nodes = state.node_table()
         free = state.available_resources_per_node()
     except AuthenticationError:
-        raise ClusterError(f"cluster {address} refused the token in {os.environ[ENV_AUTH_TOKEN_PATH]} "
-                           "(not the head's token?)") from None
+        where = os.environ.get(ENV_AUTH_TOKEN_PATH)
+        raise ClusterError(f"cluster {address} refused the token in {where} (not the head's token?)" if where else
+                           f"cluster {address} wants a token: --token-file PATH (a copy of the head's)") from None
     except Exception as err:  # noqa: BLE001 - Ray's errors become one line
         raise ClusterError(f"cluster {address}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
     out = []
@@ -663,4 +699,12 @@ def cluster_status(address: str, token_file: Path | None = None, *, connect_time
             head="node:__internal_head__" in res, slots_total=total,
             slots_free=int((free.get(n.get("NodeID"), {}) or {}).get(HEAT_SLOT, 0)) if alive else 0))
     out.sort(key=lambda s: (not s.alive, s.name))
-    return out
+    # a node that died and came back (or died twice) under one name is shown once
+    seen: set[str] = set()
+    shown = []
+    for s in out:
+        if s.alive or s.name not in seen:
+            shown.append(s)
+        seen.add(s.name)
+    shown.sort(key=lambda s: (not s.head, s.name))
+    return shown
