@@ -93,32 +93,33 @@ def test_worker_start_refuses_a_token_file_others_can_read(tmp_path: Path) -> No
     assert not (tmp_path / "w" / "node.json").exists()
 
 
-def _fake_lost_territory(tdir: Path, ident: str) -> dict[str, object]:
-    """What a heat's territory leaves when its node dies: a ``state.json`` whose owner
-    process is dead, a mounted root, a network namespace and its folders (real ones)."""
-    tdir.mkdir(parents=True, exist_ok=True)
-    box = tdir / ident
+def _fake_lost_territory(base: Path, ident: str) -> tuple[Path, dict[str, object]]:
+    """What a heat's territory leaves when its node dies, where a heat actor keeps it
+    (``territories_dir(AOE_WORKER_DIR)/heat-<actor pid>-<tag>/territories/<id>``): a
+    ``state.json`` whose owner process is dead, a mounted root, a network namespace and its
+    folders (real ones). Returns (the territory's folder, its state)."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    box = base / f"heat-{dead.pid}-t1" / "territories" / ident
     root = box / "root"
     root.mkdir(parents=True)
     (box / "upper").mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "aoe-test", str(root)], check=True)
     netns = f"aoe-t{os.getpid() % 100000}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
-    dead = subprocess.Popen(["true"])
-    dead.wait()
     state = {"provider": "container", "id": ident, "heat_id": "round-1-heat-1-attempt-1", "owner_pid": dead.pid,
              "nspawn_pid": None, "leader_pid": None, "root": str(root), "mode": "overlay", "mounts": [str(root)],
              "dirs": [str(box / "upper"), str(root)], "cgroups": [], "lowers": [], "netns": netns,
              "host_veth": None, "address": None, "subnet": None, "launches": 1}
     (box / "state.json").write_text(json.dumps(state))
-    return state
+    return box, state
 
 
 def test_a_killed_node_restarted_tears_down_what_its_heats_left_before_joining(cluster: TestCluster) -> None:
     w1 = cluster.node("w1")
     killed = cluster.kill_node(w1)
     assert killed and w1.pids() == [] and cluster.head.pids()
-    state = _fake_lost_territory(w1.territories, "t-w1-seat-a")
+    box, state = _fake_lost_territory(w1.territories, "t-w1-seat-a")
     assert leftovers(cluster)["mounts"] and Path(f"/run/netns/{state['netns']}").exists()
     t0 = time.monotonic()
     res = cluster.restart_node(w1)
@@ -128,8 +129,7 @@ def test_a_killed_node_restarted_tears_down_what_its_heats_left_before_joining(c
     joined = next(i for i, ln in enumerate(out) if ln.startswith("node w1 joined"))
     assert removed < joined, out
     assert not Path(f"/run/netns/{state['netns']}").exists()
-    assert not (w1.territories / "t-w1-seat-a" / "state.json").exists()
-    assert not (w1.territories / "t-w1-seat-a" / "root").exists()
+    assert not (box / "state.json").exists() and not (box / "root").exists()
     assert leftovers(cluster)["mounts"] == [] and leftovers(cluster)["territories"] == []
     assert w1.pids()
     lines = cluster.doctor().stdout.splitlines()  # w1 shown once: alive again (its dead self hidden)

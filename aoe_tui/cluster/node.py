@@ -54,6 +54,11 @@ from aoe_tui.fsio import write_atomic, write_json_atomic
 
 #: Node label naming the aoe node (``aoe doctor --cluster`` tells aoe nodes from plain Ray ones).
 LABEL_WORKER = "aoe-worker"
+#: Node labels telling incarnations of one node apart: which machine + workdir (a hash) and
+#: when it started (ms). Ray notices a killed node only after its health checks fail (many
+#: seconds); a restarted node's older incarnation is known dead by the newer one's start.
+LABEL_NODE = "aoe-node"
+LABEL_STARTED = "aoe-started"
 #: Ray's default GCS port (``aoe worker start --head`` without ``--port``).
 DEFAULT_PORT = 6379
 #: Environment variables of Ray's token authentication.
@@ -127,6 +132,11 @@ def ray_temp_dir(workdir: Path) -> Path:
     one per node so two nodes on one machine never share sockets or session folders."""
     digest = hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:12]
     return Path("/tmp") / f"aoe-ray-{digest}"
+
+
+def node_key(temp_dir: Path) -> str:
+    """The ``aoe-node`` label: this machine and the node's workdir, hashed (12 hex digits)."""
+    return hashlib.sha256(f"{socket.gethostname()}:{temp_dir}".encode()).hexdigest()[:12]
 
 
 def check_name(name: str) -> str:
@@ -373,7 +383,8 @@ def ray_start_argv(*, head: bool, address: str | None, port: int, slots: int, na
     agent_listen, agent_grpc, env_agent, metrics, dashboard = _free_ports(5)
     argv = [*_ray_command(), "start", "--block", "--disable-usage-stats",
             "--temp-dir", str(temp_dir), "--node-name", name,
-            "--resources", json.dumps({HEAT_SLOT: slots}), "--labels", f"{LABEL_WORKER}={name}",
+            "--resources", json.dumps({HEAT_SLOT: slots}),
+            "--labels", f"{LABEL_WORKER}={name},{LABEL_NODE}={node_key(temp_dir)},{LABEL_STARTED}={int(time.time() * 1000)}",
             "--dashboard-agent-listen-port", str(agent_listen), "--dashboard-agent-grpc-port", str(agent_grpc),
             "--runtime-env-agent-port", str(env_agent), "--metrics-export-port", str(metrics),
             "--include-log-monitor", "false"]
@@ -638,11 +649,17 @@ def _split_address(address: str) -> tuple[str, int]:
 
 
 def resolve_address(address: str) -> str:
-    """``auto``: the address of the node running on this machine (Ray's
-    ``ray_current_cluster`` of the node in :func:`default_workdir`, else Ray's default temp
-    dir); anything else unchanged."""
+    """``auto``: ``$RAY_ADDRESS``, else the cluster of the node ``aoe worker start`` runs on
+    this machine with the default workdir (:func:`default_workdir`), else the one in Ray's
+    default temp dir (``/tmp/ray``); anything else unchanged. (Ray's own ``auto`` looks only
+    in ``/tmp/ray``, and an aoe node keeps its temp dir elsewhere, :func:`ray_temp_dir`.)
+
+    Raises:
+        ClusterError: ``auto`` and no cluster found."""
     if address != "auto":
         return address
+    if os.environ.get("RAY_ADDRESS") and os.environ["RAY_ADDRESS"] != "auto":
+        return os.environ["RAY_ADDRESS"]
     record = NodeRecord.read(default_workdir())
     if record is not None and record.address:
         return record.address
@@ -687,16 +704,24 @@ def cluster_status(address: str, token_file: Path | None = None, *, connect_time
                            f"cluster {address} wants a token: --token-file PATH (a copy of the head's)") from None
     except Exception as err:  # noqa: BLE001 - Ray's errors become one line
         raise ClusterError(f"cluster {address}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
+    latest: dict[str, int] = {}  # aoe-node -> start (ms) of its newest incarnation, live or dead
+    for n in nodes:
+        labels = n.get("Labels") or {}
+        if labels.get(LABEL_NODE):
+            started = int(labels.get(LABEL_STARTED) or 0)
+            latest[labels[LABEL_NODE]] = max(latest.get(labels[LABEL_NODE], 0), started)
     out = []
     for n in nodes:
         res = n.get("Resources") or {}
         labels = n.get("Labels") or {}
         alive = bool(n.get("Alive"))
+        if alive and labels.get(LABEL_NODE) and int(labels.get(LABEL_STARTED) or 0) < latest[labels[LABEL_NODE]]:
+            alive = False  # an older incarnation of a restarted node: dead, Ray has not noticed yet
         total = int(res.get(HEAT_SLOT, 0))
         out.append(NodeStatus(
             name=str(labels.get(LABEL_WORKER) or n.get("NodeName") or n.get("NodeID", "?")[:12]),
             address=str(n.get("NodeManagerAddress", "")), alive=alive, aoe=LABEL_WORKER in labels,
-            head="node:__internal_head__" in res, slots_total=total,
+            head="node:__internal_head__" in res, slots_total=total if alive else 0,
             slots_free=int((free.get(n.get("NodeID"), {}) or {}).get(HEAT_SLOT, 0)) if alive else 0))
     out.sort(key=lambda s: (not s.alive, s.name))
     # a node that died and came back (or died twice) under one name is shown once
