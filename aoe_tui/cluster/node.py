@@ -166,7 +166,7 @@ def token_file_for(path: Path | None, *, create: bool) -> Path:
         ClusterError: missing (and not ``create``), empty, not a regular file, or readable
             by group/others (``chmod 600 PATH``).
     """
-    token = Path(path) if path is not None else default_token_file()
+    token = (Path(path) if path is not None else default_token_file()).absolute()
     if not token.exists():
         if not create:
             raise ClusterError(f"{token}: no Ray token here: copy the head's token file to this path "
@@ -454,6 +454,8 @@ def start_node(workdir: Path, *, head: bool, address: str | None = None, port: i
     env = {k: v for k, v in os.environ.items() if k != ENV_AUTH_TOKEN}
     env.update(auth_env(token))
     env.update({ENV_WORKER_DIR: str(workdir), ENV_WORKER_NAME: name, "RAY_USAGE_STATS_ENABLED": "0"})
+    if head:  # the GCS notices a dead node after 5 failed health checks: 1 s apart, not 3
+        env.setdefault("RAY_health_check_period_ms", str(HEALTH_CHECK_PERIOD_MS))
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             return _spawn_and_join(workdir, temp_dir, env, head=head, address=address, port=port, slots=slots,
@@ -465,6 +467,11 @@ def start_node(workdir: Path, *, head: bool, address: str | None = None, port: i
             say(f"ray start did not come up ({err.reason}); trying again ({attempt + 1}/{START_ATTEMPTS})")
     raise AssertionError("unreachable")
 
+
+#: How often the head's GCS checks each node (ms). Ray's default is 3000, so a node that
+#: dies unannounced (killed, machine gone) stays "alive" about 15 s; a heat's actor on it is
+#: reported lost sooner (its connection closes), but the node keeps being offered until then.
+HEALTH_CHECK_PERIOD_MS = 1000
 
 #: ``ray start`` attempts when a node times out during startup: Ray waits a fixed ~17 s for
 #: its per-node agents (its raylet aborts after that) and 30 s for the raylet to register,
