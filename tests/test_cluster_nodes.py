@@ -60,6 +60,10 @@ def test_a_client_without_the_token_is_refused(cluster: TestCluster, tmp_path: P
     bad.chmod(0o600)
     res = aoe("doctor", "--cluster", cluster.address, "--token-file", str(bad))
     assert res.returncode == 1 and f"refused the token in {bad}" in res.stderr, res.stderr
+    res = aoe("worker", "start", "--address", cluster.address, "--workdir", str(tmp_path / "w"), "--token-file", str(bad))
+    assert res.returncode == 1 and res.stderr.strip() == (
+        f"aoe: error: cluster {cluster.address} refused the token in {bad} (not the head's token?)"), res.stderr
+    assert not (tmp_path / "w" / "node.json").exists()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token either: a client without any token
     res = aoe("doctor", "--cluster", cluster.address, env=env)

@@ -429,7 +429,9 @@ def start_node(workdir: Path, *, head: bool, address: str | None = None, port: i
 
     Raises:
         ClusterError: a failed doctor check, a node already running for ``workdir``, a bad
-            name/slots/token, or ``ray start`` that did not join within ``timeout_s`` (its
+            name/slots/token, a worker's cluster unreachable or refusing the token
+            (:func:`probe_cluster`; this process then holds the token's environment, as
+            :func:`use_token`), or ``ray start`` that did not join within ``timeout_s`` (its
             error line, and where its log is).
         aoe_tui.runtime.provider.ProviderError: a leftover territory could not be removed.
     """
@@ -449,6 +451,10 @@ def start_node(workdir: Path, *, head: bool, address: str | None = None, port: i
     if removed:
         say(f"removed {len(removed)} territor{'y' if len(removed) == 1 else 'ies'} lost heats left under {workdir}")
     token = token_file_for(token_file, create=head)
+    if not head:  # a wrong address or token: one clear line now, not a ray start that hangs
+        address = resolve_address(str(address))
+        use_token(token)
+        probe_cluster(address)
     temp_dir = ray_temp_dir(workdir)
     temp_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != ENV_AUTH_TOKEN}
@@ -677,6 +683,49 @@ def resolve_address(address: str) -> str:
     raise ClusterError("cluster address auto: no node runs on this machine (aoe worker start), name HOST:PORT")
 
 
+@contextlib.contextmanager
+def _quiet_stderr() -> Any:
+    """File descriptor 2 to /dev/null for the block (what native code writes there too)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def probe_cluster(address: str, *, connect_timeout_s: float = 5.0) -> None:
+    """Check that the cluster at ``address`` answers and accepts this process's token (set
+    by :func:`client_auth` / :func:`use_token`), in about a second.
+
+    Raises:
+        ClusterError: a bad address, nothing listening there, the cluster refusing the token
+            (or wanting one), or another Ray error (one line).
+    """
+    host, port = _split_address(address)
+    try:
+        socket.create_connection((host, port), timeout=connect_timeout_s).close()
+    except OSError as err:
+        raise ClusterError(f"cluster {address}: cannot connect: {err.strerror or err}") from None
+    require_ray()
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    try:
+        with _quiet_stderr():  # Ray's C++ client logs its own warning line; ours says it
+            GcsClient(address=address)
+    except AuthenticationError:
+        where = os.environ.get(ENV_AUTH_TOKEN_PATH) if os.environ.get(ENV_AUTH_MODE) == "token" else None
+        raise ClusterError(f"cluster {address} refused the token in {where} (not the head's token?)" if where else
+                           f"cluster {address} wants a token: --token-file PATH (a copy of the head's)") from None
+    except Exception as err:  # noqa: BLE001 - Ray's errors become one line
+        raise ClusterError(f"cluster {address}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
+
+
 def cluster_status(address: str, token_file: Path | None = None, *, connect_timeout_s: float = 5.0) -> list[NodeStatus]:
     """The nodes of the cluster at ``address``: the head first, then by name; a name with a
     live node is not also shown dead (a node restarted), a dead name only once.
@@ -687,28 +736,17 @@ def cluster_status(address: str, token_file: Path | None = None, *, connect_time
         ClusterError: no token, the address unreachable, or the cluster refusing the token.
     """
     address = resolve_address(address)
-    host, port = _split_address(address)
     client_auth(token_file)
-    try:
-        socket.create_connection((host, port), timeout=connect_timeout_s).close()
-    except OSError as err:
-        raise ClusterError(f"cluster {address}: cannot connect: {err.strerror or err}") from None
-    require_ray()
+    probe_cluster(address, connect_timeout_s=connect_timeout_s)
     from ray._private.state import GlobalState
-    from ray._raylet import GcsClient, GcsClientOptions
-    from ray.exceptions import AuthenticationError
+    from ray._raylet import GcsClientOptions
 
     try:
-        GcsClient(address=address)
         state = GlobalState()
         state._initialize_global_state(GcsClientOptions.create(address, None, allow_cluster_id_nil=True,
                                                                fetch_cluster_id_if_nil=False))
         nodes = state.node_table()
         free = state.available_resources_per_node()
-    except AuthenticationError:
-        where = os.environ.get(ENV_AUTH_TOKEN_PATH)
-        raise ClusterError(f"cluster {address} refused the token in {where} (not the head's token?)" if where else
-                           f"cluster {address} wants a token: --token-file PATH (a copy of the head's)") from None
     except Exception as err:  # noqa: BLE001 - Ray's errors become one line
         raise ClusterError(f"cluster {address}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
     latest: dict[str, int] = {}  # aoe-node -> start (ms) of its newest incarnation, live or dead
