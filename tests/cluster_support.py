@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aoe_tui.cluster import territories_dir
-from aoe_tui.cluster.node import ENV_AUTH_TOKEN, NodeRecord, auth_env, node_pids
+from aoe_tui.cluster.node import ENV_AUTH_TOKEN, NodeRecord, auth_env, node_pids, ray_temp_dir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -139,7 +140,8 @@ class TestCluster:
 
     def stop(self) -> None:
         """Stop the workers, then the head (``aoe worker stop``), and check nothing is left:
-        no Ray process of any node, no territory, mount or network namespace of theirs."""
+        no Ray process of any node, no territory, mount or network namespace of theirs; then
+        remove the nodes' Ray temp dirs (scan them for secrets before this)."""
         errors = []
         for node in [*self.workers, self.head]:
             if node.record() is not None:
@@ -149,6 +151,8 @@ class TestCluster:
         left = leftovers(self)
         if errors or any(left.values()):
             raise AssertionError(f"cluster not cleanly stopped: {errors} {left}")
+        for node in self.nodes:  # Ray's session folders (logs, sockets) of the test's nodes
+            shutil.rmtree(ray_temp_dir(node.workdir), ignore_errors=True)
 
 
 def leftovers(cluster: TestCluster) -> dict[str, list[str]]:
