@@ -1,0 +1,290 @@
+"""A season's heats on the worker nodes of a Ray cluster (issue 15), on one machine.
+
+One two-node cluster (head ``n1`` and worker ``n2``, one heat slot each, real ``ray start``
+processes, each node with its own ``AOE_WORKER_DIR``) serves every test of the module:
+
+* a small league (four built-in builders, two heats of two, ``concurrent_heats = 2``) runs
+  with ``--cluster``: the heats land on both nodes, and the finished-heat set, the standings
+  and every ``world.json`` (its race: milestones, durable, winner, agents' ends) equal a
+  local run's of the same season file; the attempt folders hold the same files;
+* the key scan: a command adapter's credential (``options.api_key_env`` naming a variable
+  that holds ``sk-dummy-<random>``) reaches the adapter on the node (it prints its sha256),
+  and the key is nowhere in the Ray session folder (logs, spilled objects), the season folder
+  or the nodes' folders;
+* node loss: killing node ``n2``'s processes mid-heat ends that attempt as an infrastructure
+  failure naming ``n2``; attempt 2 finishes on ``n1``; ``n2`` restarted tears down what the
+  lost heat left; nothing is left running (actors, territories, mounts);
+* ``kill -9`` of the runner mid-season, then the same command: no duplicate heat, no actor
+  left, the season finishes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]'; setup.sh installs it)")
+
+from aoe_tui.replay.season_log import read_season_log  # noqa: E402
+from aoe_tui.replay.season_reducer import reduce_season  # noqa: E402
+
+pytestmark = [pytest.mark.container]
+
+REPO = Path(__file__).resolve().parent.parent
+ARENA = REPO / "arenas" / "first-build" / "arena.toml"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _host(guest_image):
+    if os.geteuid() != 0 or shutil.which("systemd-nspawn") is None:
+        pytest.skip("container heats need root and systemd-nspawn")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TwoNodes:
+    """Two Ray nodes on this machine (each its own session of processes, so one can be
+    killed alone). ``address``: the head's ``HOST:PORT``; ``dirs``: node → AOE_WORKER_DIR."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.temp = root / "ray"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.dirs = {n: root / n for n in ("n1", "n2")}
+
+    def _env(self, name: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AOE_DUMMY")}
+        env.update(PYTHONPATH=str(REPO), AOE_WORKER_DIR=str(self.dirs[name]), AOE_WORKER_NAME=name,
+                   RAY_USAGE_STATS_ENABLED="0")
+        return env
+
+    def start(self, name: str) -> list[str]:
+        """Start node ``name``; first, as ``aoe worker start`` does, tear down what its lost
+        heats left (returns those territories)."""
+        self.dirs[name].mkdir(parents=True, exist_ok=True)
+        res = subprocess.run([sys.executable, "-c", "import sys,json\nfrom pathlib import Path\n"
+                              "from aoe_tui.cluster.sweep import sweep_stale_heats\n"
+                              "print(json.dumps(sweep_stale_heats(Path(sys.argv[1]))))", str(self.dirs[name])],
+                             capture_output=True, text=True, env=self._env(name), timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        common = ["--num-cpus", "1", "--resources", json.dumps({"aoe_heat_slot": 1}), "--block",
+                  "--disable-usage-stats"]
+        if name == "n1":
+            cmd = [ray_bin, "start", "--head", "--port", str(self.port), "--temp-dir", str(self.temp),
+                   "--include-dashboard=false", *common]
+        else:
+            cmd = [ray_bin, "start", "--address", self.address, *common]
+        log = open(self.root / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen(cmd, env=self._env(name), stdout=log, stderr=log, start_new_session=True)
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    def wait_slots(self, n: int, timeout: float = 120) -> None:
+        code = ("import ray,time,sys\nray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR')\n"
+                "end=time.time()+float(sys.argv[3])\n"
+                "while ray.cluster_resources().get('aoe_heat_slot',0) < int(sys.argv[2]) and time.time()<end:\n"
+                "    time.sleep(0.3)\n"
+                "sys.exit(0 if ray.cluster_resources().get('aoe_heat_slot',0) >= int(sys.argv[2]) else 1)\n")
+        res = subprocess.run([sys.executable, "-c", code, self.address, str(n), str(timeout)], capture_output=True,
+                             text=True, timeout=timeout + 60, env=self._env("n1"))
+        assert res.returncode == 0, res.stderr[-2000:]
+
+    def kill(self, name: str) -> None:
+        """SIGKILL every process of node ``name`` (its session)."""
+        p = self.procs.pop(name)
+        sid = p.pid
+        os.killpg(sid, signal.SIGKILL)
+        for pid_dir in Path("/proc").glob("[0-9]*"):  # children that left the group, same session
+            try:
+                if int(pid_dir.joinpath("stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
+                    os.kill(int(pid_dir.name), signal.SIGKILL)
+            except (OSError, ValueError, IndexError):
+                pass
+        p.wait(timeout=30)
+
+    def alive_actors(self) -> list:
+        code = ("import ray,sys,json\nray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR')\n"
+                "from ray.util.state import list_actors\n"
+                "print(json.dumps([a.class_name for a in list_actors(filters=[('state','=','ALIVE')])]))\n")
+        res = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True, timeout=120,
+                             env=self._env("n1"))
+        assert res.returncode == 0, res.stderr[-2000:]
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    def stop(self) -> None:
+        for name in list(self.procs)[::-1]:
+            self.kill(name)
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory):
+    c = TwoNodes(tmp_path_factory.mktemp("cluster"))
+    try:
+        c.start("n1")
+        c.start("n2")
+        c.wait_slots(2)
+        yield c
+    finally:
+        c.stop()
+
+
+def _season(tmp_path: Path, entrants: list[tuple[str, str, str]], *, name: str = "c.toml", duration: int = 20,
+            extra: str = "", concurrent: int = 2, entrant_extra: str = "") -> Path:
+    text = (f'id = "clu"\nlabel = "w1"\narena = "{ARENA}"\nseed = 5\nmax_attempts = 2\n'
+            f'concurrent_heats = {concurrent}\ndrain_seconds = 2\n[provider]\nkind = "container"\n'
+            f'ready_timeout_s = 90\n[arena_overrides]\nduration_seconds = {duration}\nminimum_territories = 2\n'
+            '[format]\nkind = "league"\nheats_per_entrant = 1\n' + extra
+            + "".join(f'[[entrants]]\nid = "{i}"\nadapter = "{a}"\nmodel = "{m}"\n{entrant_extra if i == "keyed" else ""}'
+                      for i, a, m in entrants))
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+def _run(season: Path, out: Path, *extra: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    e = dict(os.environ if env is None else env)
+    e["PYTHONPATH"] = str(REPO)
+    res = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "run", str(season), "--output", str(out), "--headless",
+                          *extra], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=e)
+    return res
+
+
+def _state(out: Path):
+    return reduce_season(read_season_log(out / "season.jsonl"))
+
+
+def _race(world: dict) -> dict:
+    """What a world.json says about the race: states, winner, each territory's milestones
+    (passed, points, failure category), each agent's end. Clock readings, the event count
+    and evidence values (boot ids, random records) differ between any two runs."""
+    ms = lambda m: {k: m.get(k) for k in ("passed", "points", "failure_category")}  # noqa: E731
+    return {
+        **{k: world.get(k) for k in ("match_state", "winner", "finish_reason", "infrastructure_failures")},
+        "territories": {t: {"agent": x.get("agent"), "state": x.get("competitor_state"),
+                            "points": x.get("milestone_points"), "durable": x.get("durable_at_ms") is not None,
+                            "milestones": {m: ms(v) for m, v in sorted((x.get("milestones") or {}).items())}}
+                        for t, x in sorted(world.get("territories", {}).items())},
+        "agents": {a: {k: v for k, v in sorted(ag.items())} for a, ag in sorted(world.get("agents", {}).items())},
+    }
+
+
+def _untimed(value):
+    """``value`` without the keys that hold clock readings (``*_ms``, ``*time*``)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if "ms" not in k.split("_") and "time" not in k}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+FOUR = [("oracle", "oracle", "oracle"), ("memory", "scripted:memory", "scripted-memory"),
+        ("oracle-2", "oracle", "oracle"), ("volatile", "scripted:volatile", "scripted-volatile")]
+
+
+def test_heats_on_both_nodes_equal_a_local_run(nodes, tmp_path):
+    # the demo's 45 s clock: the oracles go durable well within it even on a loaded machine,
+    # so both runs race to the same end; the local and the cluster run go side by side
+    season = _season(tmp_path, FOUR, duration=45)
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        fl = pool.submit(_run, season, tmp_path / "local")
+        fr = pool.submit(_run, season, tmp_path / "remote", "--cluster", nodes.address)
+        local, res = fl.result(), fr.result()
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    print(f"local and cluster runs side by side: {time.monotonic() - t0:.1f} s")
+    a, b = _state(tmp_path / "local"), _state(tmp_path / "remote")
+    # heats landed on both nodes, and the headless lines say where
+    placed = {att.node for h in b.heats() for att in h.attempts}
+    assert placed == {"n1", "n2"}, placed
+    assert "on node n1" in res.stdout and "on node n2" in res.stdout
+    fin = lambda s: {(h.round, h.heat, h.seats, tuple(sorted(h.result.ranks.items()))) for h in s.finished_heats()}  # noqa: E731
+    assert fin(a) == fin(b)
+    sa = json.loads((tmp_path / "local" / "standings.json").read_text())["standings"]
+    sb = json.loads((tmp_path / "remote" / "standings.json").read_text())["standings"]
+    assert _untimed(sa) == _untimed(sb)
+    for h in a.finished_heats():
+        la, lb = h.counted.folder, b.rounds[h.round].heats[h.heat].counted.folder
+        wa = json.loads((tmp_path / "local" / la / "world.json").read_text())
+        wb = json.loads((tmp_path / "remote" / lb / "world.json").read_text())
+        assert _race(wa) == _race(wb)
+        # the same files (a cluster attempt has no territories/ folder: they stayed on the node)
+        files = lambda d: sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and "territories" not in p.parts)  # noqa: E731
+        fa, fb = files(tmp_path / "local" / la), files(tmp_path / "remote" / lb)
+        assert fa == fb
+        # headers written on the runner from its arena files: identical
+        for name in ("arena.json", "match.json"):
+            ja = json.loads((tmp_path / "local" / la / name).read_text())
+            jb = json.loads((tmp_path / "remote" / lb / name).read_text())
+            ja.pop("source_revision", None), jb.pop("source_revision", None)
+            assert ja == jb, name
+    # nothing left on the nodes
+    assert nodes.alive_actors() == []
+    for d in nodes.dirs.values():
+        assert not list((d / "territories").glob("*")), list((d / "territories").iterdir())
+        assert not list((d / "matches").glob("*"))
+
+
+KEY_ADAPTER = """#!/usr/bin/env bash
+# prints the sha256 of the key it was given (never the key), then gives up (a player's end)
+set -eu
+printf 'key sha256 %s\\n' "$(printf '%s' "${AOE_DUMMY_KEY:-}" | sha256sum | cut -d' ' -f1)"
+printf '{"schema_version":1,"agent":"%s","territory":"%s","status":"failed","summary":"key checked",'\\
+'"usage":{"rounds":1,"tool_calls":0,"input_tokens":1,"output_tokens":1,"cost_microusd":0,"resource_units":1},'\\
+'"transcript":null}' "$AOE_AGENT_ID" "$AOE_TERRITORY_ID" > "$AOE_RESULT_FILE"
+"""
+
+
+def _scan(roots: list[Path], needle: bytes) -> list[str]:
+    hits = []
+    for root in roots:
+        for p in root.rglob("*"):
+            try:
+                if p.is_symlink() or not p.is_file():
+                    continue
+                if needle in p.read_bytes():
+                    hits.append(str(p))
+            except OSError:
+                continue
+    return hits
+
+
+def test_model_key_reaches_the_node_and_is_stored_nowhere(nodes, tmp_path):
+    key = f"sk-dummy-{secrets.token_hex(16)}"
+    adapter = tmp_path / "key-adapter.sh"
+    adapter.write_text(KEY_ADAPTER)
+    adapter.chmod(0o755)
+    season = _season(tmp_path, [("oracle", "oracle", "oracle"), ("keyed", f"command:{adapter}", "dummy-model")],
+                     concurrent=1, duration=15, entrant_extra='[entrants.options]\napi_key_env = "AOE_DUMMY_KEY"\n')
+    out = tmp_path / "season"
+    res = _run(season, out, "--cluster", nodes.address, env={**os.environ, "AOE_DUMMY_KEY": key})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    state = _state(out)
+    (heat,) = state.finished_heats()
+    # the key reached the adapter on the node: it printed the key's digest
+    stdout = (out / heat.counted.folder / "agents" / "keyed" / "stdout.log").read_text()
+    assert f"key sha256 {hashlib.sha256(key.encode()).hexdigest()}" in stdout
+    # and it is nowhere: Ray's session folder (logs, spilled objects), the nodes' folders, the season
+    roots = [nodes.root, out, tmp_path]
+    assert _scan(roots, key.encode()) == []
+    assert key not in res.stdout + res.stderr
