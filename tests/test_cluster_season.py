@@ -7,7 +7,7 @@ processes, each node with its own ``AOE_WORKER_DIR``) serves every test of the m
   with ``--cluster``: the heats land on both nodes, and the finished-heat set, the standings
   and every ``world.json`` (its race: milestones, durable, winner, agents' ends) equal a
   local run's of the same season file; the attempt folders hold the same files;
-* the key scan: a command adapter's credential (``options.api_key_env`` naming a variable
+* (the same run) the key scan: a command adapter's credential (``options.api_key_env`` naming a variable
   that holds ``sk-dummy-<random>``) reaches the adapter on the node (it prints its sha256),
   and the key is nowhere in the Ray session folder (logs, spilled objects), the season folder
   or the nodes' folders;
@@ -121,9 +121,10 @@ class TwoNodes:
         p.wait(timeout=30)
 
     def alive_actors(self) -> list:
+        """Class names of the cluster's actors that are not dead (alive, pending, restarting)."""
         code = ("import ray,sys,json\nray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR')\n"
-                "from ray.util.state import list_actors\n"
-                "print(json.dumps([a.class_name for a in list_actors(filters=[('state','=','ALIVE')])]))\n")
+                "from ray._private.state import actors\n"
+                "print(json.dumps(sorted(a['ActorClassName'] for a in actors().values() if a['State'] != 'DEAD')))\n")
         res = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True, timeout=120,
                              env=self._env("n1"))
         assert res.returncode == 0, res.stderr[-2000:]
@@ -199,52 +200,6 @@ FOUR = [("oracle", "oracle", "oracle"), ("memory", "scripted:memory", "scripted-
         ("oracle-2", "oracle", "oracle"), ("volatile", "scripted:volatile", "scripted-volatile")]
 
 
-def test_heats_on_both_nodes_equal_a_local_run(nodes, tmp_path):
-    # the demo's 45 s clock: the oracles go durable well within it even on a loaded machine,
-    # so both runs race to the same end; the local and the cluster run go side by side
-    season = _season(tmp_path, FOUR, duration=45)
-    from concurrent.futures import ThreadPoolExecutor
-
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(2) as pool:
-        fl = pool.submit(_run, season, tmp_path / "local")
-        fr = pool.submit(_run, season, tmp_path / "remote", "--cluster", nodes.address)
-        local, res = fl.result(), fr.result()
-    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    print(f"local and cluster runs side by side: {time.monotonic() - t0:.1f} s")
-    a, b = _state(tmp_path / "local"), _state(tmp_path / "remote")
-    # heats landed on both nodes, and the headless lines say where
-    placed = {att.node for h in b.heats() for att in h.attempts}
-    assert placed == {"n1", "n2"}, placed
-    assert "on node n1" in res.stdout and "on node n2" in res.stdout
-    fin = lambda s: {(h.round, h.heat, h.seats, tuple(sorted(h.result.ranks.items()))) for h in s.finished_heats()}  # noqa: E731
-    assert fin(a) == fin(b)
-    sa = json.loads((tmp_path / "local" / "standings.json").read_text())["standings"]
-    sb = json.loads((tmp_path / "remote" / "standings.json").read_text())["standings"]
-    assert _untimed(sa) == _untimed(sb)
-    for h in a.finished_heats():
-        la, lb = h.counted.folder, b.rounds[h.round].heats[h.heat].counted.folder
-        wa = json.loads((tmp_path / "local" / la / "world.json").read_text())
-        wb = json.loads((tmp_path / "remote" / lb / "world.json").read_text())
-        assert _race(wa) == _race(wb)
-        # the same files (a cluster attempt has no territories/ folder: they stayed on the node)
-        files = lambda d: sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and "territories" not in p.parts)  # noqa: E731
-        fa, fb = files(tmp_path / "local" / la), files(tmp_path / "remote" / lb)
-        assert fa == fb
-        # headers written on the runner from its arena files: identical
-        for name in ("arena.json", "match.json"):
-            ja = json.loads((tmp_path / "local" / la / name).read_text())
-            jb = json.loads((tmp_path / "remote" / lb / name).read_text())
-            ja.pop("source_revision", None), jb.pop("source_revision", None)
-            assert ja == jb, name
-    # nothing left on the nodes
-    assert nodes.alive_actors() == []
-    for d in nodes.dirs.values():
-        assert not list((d / "territories").glob("*")), list((d / "territories").iterdir())
-        assert not list((d / "matches").glob("*"))
-
-
 KEY_ADAPTER = """#!/usr/bin/env bash
 # prints the sha256 of the key it was given (never the key), then gives up (a player's end)
 set -eu
@@ -269,22 +224,199 @@ def _scan(roots: list[Path], needle: bytes) -> list[str]:
     return hits
 
 
-def test_model_key_reaches_the_node_and_is_stored_nowhere(nodes, tmp_path):
+def test_heats_on_both_nodes_equal_a_local_run_and_the_key_stays_secret(nodes, tmp_path):
+    # the demo's 45 s clock: the oracles go durable well within it even on a loaded machine,
+    # so both runs race to the same end; the local and the cluster run go side by side
+    # "keyed" is a command adapter whose credential (options.api_key_env) holds a dummy key
     key = f"sk-dummy-{secrets.token_hex(16)}"
     adapter = tmp_path / "key-adapter.sh"
     adapter.write_text(KEY_ADAPTER)
     adapter.chmod(0o755)
-    season = _season(tmp_path, [("oracle", "oracle", "oracle"), ("keyed", f"command:{adapter}", "dummy-model")],
-                     concurrent=1, duration=15, entrant_extra='[entrants.options]\napi_key_env = "AOE_DUMMY_KEY"\n')
-    out = tmp_path / "season"
-    res = _run(season, out, "--cluster", nodes.address, env={**os.environ, "AOE_DUMMY_KEY": key})
+    entrants = FOUR[:3] + [("keyed", f"command:{adapter}", "dummy-model")]
+    season = _season(tmp_path, entrants, duration=45,
+                     entrant_extra='[entrants.options]\napi_key_env = "AOE_DUMMY_KEY"\n')
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = {**os.environ, "AOE_DUMMY_KEY": key}
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        fl = pool.submit(_run, season, tmp_path / "local", env=env)
+        fr = pool.submit(_run, season, tmp_path / "remote", "--cluster", nodes.address, env=env)
+        local, res = fl.result(), fr.result()
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    state = _state(out)
-    (heat,) = state.finished_heats()
-    # the key reached the adapter on the node: it printed the key's digest
-    stdout = (out / heat.counted.folder / "agents" / "keyed" / "stdout.log").read_text()
+    print(f"local and cluster runs side by side: {time.monotonic() - t0:.1f} s")
+    a, b = _state(tmp_path / "local"), _state(tmp_path / "remote")
+    # heats landed on both nodes, and the headless lines say where
+    placed = {att.node for h in b.heats() for att in h.attempts}
+    assert placed == {"n1", "n2"}, placed
+    assert "on node n1" in res.stdout and "on node n2" in res.stdout
+    fin = lambda s: {(h.round, h.heat, h.seats, tuple(sorted(h.result.ranks.items()))) for h in s.finished_heats()}  # noqa: E731
+    assert fin(a) == fin(b)
+    sa = json.loads((tmp_path / "local" / "standings.json").read_text())["standings"]
+    sb = json.loads((tmp_path / "remote" / "standings.json").read_text())["standings"]
+    # the same rows; only the order of entrants tied on everything but the clock (the two
+    # oracles, durable seconds apart) may differ, as between any two local runs
+    by = lambda rows: {r["entrant"]: {k: v for k, v in _untimed(r).items() if k not in ("rank", "champion")}  # noqa: E731
+                       for r in rows}
+    assert by(sa) == by(sb)
+    assert sorted(r["rank"] for r in sa) == sorted(r["rank"] for r in sb)
+    for h in a.finished_heats():
+        la, lb = h.counted.folder, b.rounds[h.round].heats[h.heat].counted.folder
+        wa = json.loads((tmp_path / "local" / la / "world.json").read_text())
+        wb = json.loads((tmp_path / "remote" / lb / "world.json").read_text())
+        assert _race(wa) == _race(wb)
+        # the same files (a cluster attempt has no territories/ folder: they stayed on the node)
+        files = lambda d: sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and "territories" not in p.parts)  # noqa: E731
+        fa, fb = files(tmp_path / "local" / la), files(tmp_path / "remote" / lb)
+        assert fa == fb
+        # headers written on the runner from its arena files: identical
+        for name in ("arena.json", "match.json"):
+            ja = json.loads((tmp_path / "local" / la / name).read_text())
+            jb = json.loads((tmp_path / "remote" / lb / name).read_text())
+            ja.pop("source_revision", None), jb.pop("source_revision", None)
+            assert ja == jb, name
+    # the key reached the adapter on its node (it printed the key's digest) ...
+    keyed = next(h for h in b.finished_heats() if "keyed" in h.entrants)
+    stdout = (tmp_path / "remote" / keyed.counted.folder / "agents" / "keyed" / "stdout.log").read_text()
     assert f"key sha256 {hashlib.sha256(key.encode()).hexdigest()}" in stdout
-    # and it is nowhere: Ray's session folder (logs, spilled objects), the nodes' folders, the season
-    roots = [nodes.root, out, tmp_path]
-    assert _scan(roots, key.encode()) == []
+    # ... and is stored nowhere: Ray's session folder (logs, spilled objects), the nodes'
+    # folders, the season folder, what the runner printed
+    assert _scan([nodes.root, tmp_path / "remote"], key.encode()) == []
     assert key not in res.stdout + res.stderr
+    # nothing left on the nodes
+    assert nodes.alive_actors() == []
+    for d in nodes.dirs.values():
+        assert not list((d / "territories").glob("*")), list((d / "territories").iterdir())
+        assert not list((d / "matches").glob("*"))
+
+
+
+
+HOLD = """import os, sys, time, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+@ray.remote(num_cpus=0, resources={"aoe_heat_slot": 1})
+class Hold:
+    def node(self):
+        return os.environ.get("AOE_WORKER_NAME")
+hs = [Hold.remote() for _ in range(2)]
+names = ray.get([h.node.remote() for h in hs])
+for h, n in zip(hs, names):
+    if n != sys.argv[2]:
+        ray.kill(h)
+print("held", flush=True)
+time.sleep(3600)
+"""
+
+
+def _hold_slot(nodes: TwoNodes, name: str) -> subprocess.Popen:
+    """A driver holding node ``name``'s heat slot until it is killed (Ray then ends its actor)."""
+    p = subprocess.Popen([sys.executable, "-c", HOLD, nodes.address, name], stdout=subprocess.PIPE, text=True,
+                         env=nodes._env("n1"))
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def _wait_for(pred, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"runner exited ({proc.returncode}) before {what}")
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _runner(season: Path, out: Path, nodes: TwoNodes) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run", str(season), "--output", str(out),
+                             "--headless", "--cluster", nodes.address], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _racing_on(out: Path, node: str) -> Path | None:
+    """The folder of a running attempt placed on ``node`` whose clock runs (an event after
+    the first milestone check), else None."""
+    try:
+        lines = [json.loads(x) for x in (out / "season.jsonl").read_text().splitlines() if x.strip()]
+    except (OSError, ValueError):
+        return None
+    folders = {(x["round"], x["heat"], x["attempt"]): x["folder"] for x in lines if x["kind"] == "attempt_started"}
+    for x in lines:
+        if x["kind"] == "attempt_placed" and x["node"] == node:
+            folder = out / folders[(x["round"], x["heat"], x["attempt"])]
+            log = folder / "events.jsonl"
+            if log.is_file() and "milestone_" in log.read_text():
+                return folder
+    return None
+
+
+def _leftovers(base: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in base.glob("territories/*/territories/*/state.json")]
+
+
+def _mounted(paths: list[str]) -> list[str]:
+    mounts = Path("/proc/self/mounts").read_text()
+    return [p for p in paths if f" {p} " in mounts]
+
+
+def test_node_lost_mid_heat_is_an_infrastructure_failure_retried_elsewhere(nodes, tmp_path):
+    season = _season(tmp_path, FOUR[:2], duration=30, concurrent=1)
+    out = tmp_path / "season"
+    hold = _hold_slot(nodes, "n1")  # attempt 1 goes to n2
+    try:
+        p = _runner(season, out, nodes)
+        _wait_for(lambda: _racing_on(out, "n2") is not None, p, 180, "a heat racing on n2")
+        states = _leftovers(nodes.dirs["n2"])
+        assert states, "the heat's territories on n2"
+        nodes.kill("n2")
+    finally:
+        hold.kill()
+        hold.wait()
+    t0 = time.monotonic()
+    text, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, text[-3000:]
+    state = _state(out)
+    (heat,) = state.heats()
+    first, second = heat.attempts
+    assert first.node == "n2" and first.finished.outcome == "retry"
+    assert first.finished.failure_source == "provider" and "n2" in first.finished.detail, first.finished.detail
+    assert second.node == "n1" and second.finished.outcome == "counted" and heat.result is not None
+    assert "r1h1a1: spoiled by provider" in text and "n2" in text
+    print(f"node loss seen and attempt 2 done in {time.monotonic() - t0:.1f} s: {first.finished.detail}")
+    # n2 comes back: it tears down what its lost heat left before it takes heats
+    cleaned = nodes.start("n2")
+    nodes.wait_slots(2)
+    assert sorted(c.split(": ")[-1] for c in cleaned) == sorted(s["id"] for s in states)
+    assert _leftovers(nodes.dirs["n2"]) == []
+    assert _mounted([m for s in states for m in s.get("mounts", [])]) == []
+    for s in states:
+        for pid in (s.get("nspawn_pid"), s.get("leader_pid")):
+            assert not pid or not Path(f"/proc/{pid}").exists(), s
+    assert nodes.alive_actors() == []
+    for d in nodes.dirs.values():
+        assert not list((d / "territories").glob("*")) and not list((d / "matches").glob("*"))
+
+
+def test_runner_killed_then_resumed_reruns_no_heat_twice_and_leaves_no_actor(nodes, tmp_path):
+    season = _season(tmp_path, FOUR, duration=25)
+    out = tmp_path / "season"
+    p = _runner(season, out, nodes)
+    _wait_for(lambda: _racing_on(out, "n1") is not None and _racing_on(out, "n2") is not None, p, 180,
+              "heats racing on both nodes")
+    p.kill()
+    p.wait(timeout=30)
+    res = _run(season, out, "--cluster", nodes.address)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    state = _state(out)  # the reducer refuses a heat scheduled or finished twice
+    assert state.finished is not None and state.resumes == 1
+    assert len(state.finished_heats()) == 2 and all(h.result is not None and not h.result.void for h in state.heats())
+    for h in state.heats():
+        assert [a.status for a in h.attempts] == ["interrupted", "finished"]
+        assert h.counted.attempt == 1 and h.counted.folder.endswith("attempt-1")
+    assert len(list(out.glob("round-1/heat-*/attempt-1.interrupted-1"))) == 2
+    assert nodes.alive_actors() == []
+    for d in nodes.dirs.values():
+        left = _leftovers(d)
+        assert left == [], (res.stdout[-4000:], [(x["owner_pid"], Path(f"/proc/{x['owner_pid']}").exists(),
+                                                   x.get("nspawn_pid")) for x in left])

@@ -373,7 +373,11 @@ class HeatActor:
         self._abort = asyncio.Event()
         if self._aborted:
             self._abort.set()
-        cleaned = sweep_stale_heats(base)
+        try:
+            cleaned = sweep_stale_heats(base)
+        except AoeError as err:  # never this heat's fault: said, and left for the next sweep
+            cleaned = []
+            q.put(("phase", f"node {node_name()}: {err}"))
         if cleaned:
             q.put(("phase", f"node {node_name()}: tore down {len(cleaned)} territories lost heats left"))
         arena_dir = _extract_cached(heat.arena_tar, base / "arenas" / heat.arena_sha256)
@@ -431,10 +435,10 @@ class HeatActor:
             err.aoe_scratch = out  # type: ignore[attr-defined]
             raise
         finally:
-            with contextlib.suppress(OSError):
-                if not any(workdir.iterdir()):
-                    shutil.rmtree(workdir.parent, ignore_errors=True)
-        # a territory folder that still holds state (a teardown that failed) stays for the sweep
+            # torn down (no territory's state.json left): the folder goes; a teardown that
+            # failed leaves it for the sweep
+            if not list(workdir.glob("*/state.json")):
+                shutil.rmtree(workdir.parent, ignore_errors=True)
         return out
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 from aoe_tui.cluster import territories_dir
@@ -53,27 +54,43 @@ def _owner_alive(name: str) -> bool | None:
     return True
 
 
-def sweep_stale_heats(base: Path) -> list[str]:
+def sweep_stale_heats(base: Path, *, retries: int = 5, retry_s: float = 1.0) -> list[str]:
     """Tear down the territories of every heat on this node whose process is gone and
     remove its folders (see the module docstring). ``base`` is the node's state folder
     (``AOE_WORKER_DIR``). Returns ``"<heat folder>: <territory>"`` strings for the
-    territories torn down. Heats of live processes are never touched.
+    territories torn down. Heats of live processes are never touched. A heat whose cleanup
+    fails (processes of a just-killed heat still exiting) is tried again ``retries`` times,
+    ``retry_s`` seconds apart.
 
     Raises:
-        aoe_tui.runtime.provider.ProviderError: a leftover territory could not be removed
-            (its folder is kept, so the next sweep tries again).
+        aoe_tui.runtime.provider.ProviderError: after the sweep, when a leftover could still
+            not be removed (named; its folder is kept, so the next sweep tries again).
     """
     from aoe_tui.runtime.cleanup import cleanup_under
+    from aoe_tui.runtime.provider import ProviderError
 
     cleaned: list[str] = []
+    problems: list[str] = []
     tdir = territories_dir(Path(base))
     for d in sorted(tdir.iterdir()) if tdir.is_dir() else []:
         if not d.is_dir() or d.is_symlink() or _owner_alive(d.name) is not False:
             continue
-        cleaned += [f"{d.name}: {ident}" for _t, ident in cleanup_under(d)]
-        shutil.rmtree(d, ignore_errors=True)
+        for attempt in range(retries + 1):  # a just-killed heat's processes may still be exiting
+            try:
+                cleaned += [f"{d.name}: {ident}" for _t, ident in cleanup_under(d)]
+            except ProviderError as err:
+                if attempt == retries:
+                    problems.append(str(err).splitlines()[0])
+                    break
+                time.sleep(retry_s)
+                continue
+            shutil.rmtree(d, ignore_errors=True)
+            break
     mdir = matches_dir(Path(base))
     for d in sorted(mdir.iterdir()) if mdir.is_dir() else []:
         if d.is_dir() and not d.is_symlink() and _owner_alive(d.name) is False:
             shutil.rmtree(d, ignore_errors=True)
+    if problems:
+        raise ProviderError(f"{tdir}: leftovers of lost heats not torn down yet (kept for the next sweep): "
+                            + "; ".join(problems))
     return cleaned
