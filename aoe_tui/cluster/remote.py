@@ -516,6 +516,7 @@ class ClusterHeats:
         ray = require_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        self.wait_orphans()
         task = ray.remote(_sweep_here)
         refs = [task.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
             n["NodeID"], soft=False)).remote()
@@ -525,6 +526,25 @@ class ClusterHeats:
             with contextlib.suppress(Exception):
                 out += ray.get(ref, timeout=300)
         return out
+
+    def wait_orphans(self, timeout_s: float = 90.0) -> int:
+        """Wait until no heat actor of another job (a runner killed with ``kill -9``: Ray
+        ends the actors it owned, within seconds) is still alive, so a sweep finds their
+        processes gone; returns how many were still alive at the end (0 normally)."""
+        ray = require_ray()
+        from ray._private.state import actors
+
+        mine = ray.get_runtime_context().get_job_id()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                left = [a for a in actors().values() if a.get("ActorClassName") == HeatActor.__name__
+                        and a.get("State") != "DEAD" and str(a.get("JobID", "")) != mine]
+            except Exception:  # noqa: BLE001 - a private table that moved: do not wait
+                return 0
+            if not left or time.monotonic() > deadline:
+                return len(left)
+            time.sleep(0.5)
 
     def heat_slots(self) -> int:
         """Heat slots the cluster offers now (all nodes)."""
