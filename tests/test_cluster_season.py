@@ -323,7 +323,8 @@ def _wait_for(pred, proc: subprocess.Popen, timeout: float, what: str) -> None:
         if pred():
             return
         if proc.poll() is not None:
-            raise AssertionError(f"runner exited ({proc.returncode}) before {what}")
+            said = proc.stdout.read()[-3000:] if proc.stdout is not None else ""
+            raise AssertionError(f"runner exited ({proc.returncode}) before {what}:\n{said}")
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
 
