@@ -173,15 +173,16 @@ def _state(out: Path):
 
 
 def _race(world: dict) -> dict:
-    """What a world.json says about the race: states, winner, each territory's milestones
-    (passed, points, failure category), each agent's end. Clock readings, the event count
-    and evidence values (boot ids, random records) differ between any two runs."""
-    ms = lambda m: {k: m.get(k) for k in ("passed", "points", "failure_category")}  # noqa: E731
+    """What a world.json says about the race: states, winner, each territory's passed
+    milestones and points, each agent's end. Clock readings, the event count, evidence values
+    (boot ids, random records) and which failed checks of a losing seat ran before the
+    winner went durable differ between any two runs."""
     return {
         **{k: world.get(k) for k in ("match_state", "winner", "finish_reason", "infrastructure_failures")},
         "territories": {t: {"agent": x.get("agent"), "state": x.get("competitor_state"),
                             "points": x.get("milestone_points"), "durable": x.get("durable_at_ms") is not None,
-                            "milestones": {m: ms(v) for m, v in sorted((x.get("milestones") or {}).items())}}
+                            "passed": {m: v.get("points") for m, v in sorted((x.get("milestones") or {}).items())
+                                       if v.get("passed")}}
                         for t, x in sorted(world.get("territories", {}).items())},
         "agents": {a: {k: v for k, v in sorted(ag.items())} for a, ag in sorted(world.get("agents", {}).items())},
     }
