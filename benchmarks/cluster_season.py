@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark: a season's heats on Ray worker nodes (issue 15) against a local run.
 
-Starts its own Ray cluster on this machine (real ``ray start`` processes: a head node
-``n1`` and a worker node ``n2``, one heat slot each, each with its own ``AOE_WORKER_DIR``),
-then prints two figures:
+Starts its own Ray cluster on this machine with the real ``aoe worker start``
+(``tests/cluster_support.py``: a head node and a worker node ``w1``, one heat slot each, token
+authentication, each with its own folder), then prints two figures:
 
 1. **per-heat overhead of the cluster path**, against the same heats run locally: a small
    season (two heats of two built-in builders, one at a time) runs once locally and once on
@@ -15,7 +15,7 @@ then prints two figures:
    bundle, and on the cluster the archive sent and extracted). Printed per heat, as medians
    and as the ratio cluster / local.
 2. **the demo season's wall time** (``seasons/demo.toml`` or ``--season``) with
-   ``aoe run --cluster``: on one node (``n1`` only) and on two (``n1`` + ``n2``), and the
+   ``aoe run --cluster``: on one node (the head only: ``w1`` stopped) and on two, and the
    speed-up.
 
 Usage: ``.venv/bin/python benchmarks/cluster_season.py [--season seasons/demo.toml] [--skip-demo] [--keep]``
@@ -26,11 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,47 +37,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 ARENA = REPO / "arenas" / "first-build" / "arena.toml"
-
-
-class Nodes:
-    """Ray nodes on this machine, each in its own session (stopped by killing it)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.address = f"127.0.0.1:{self.port}"
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def env(self, name: str) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": str(REPO), "AOE_WORKER_DIR": str(self.root / name),
-                "AOE_WORKER_NAME": name, "RAY_USAGE_STATS_ENABLED": "0"}
-
-    def start(self, name: str) -> None:
-        (self.root / name).mkdir(parents=True, exist_ok=True)
-        ray_bin = str(Path(sys.executable).with_name("ray"))
-        common = ["--num-cpus", "1", "--resources", json.dumps({"aoe_heat_slot": 1}), "--block", "--disable-usage-stats"]
-        cmd = ([ray_bin, "start", "--head", "--port", str(self.port), "--temp-dir", str(self.root / "ray"),
-                "--include-dashboard=false", *common] if not self.procs else
-               [ray_bin, "start", "--address", self.address, *common])
-        log = open(self.root / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(cmd, env=self.env(name), stdout=log, stderr=log, start_new_session=True)
-
-    def wait_slots(self, n: int) -> None:
-        code = ("import ray,time,sys\nray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR')\n"
-                "while ray.cluster_resources().get('aoe_heat_slot',0) != int(sys.argv[2]): time.sleep(0.3)\n")
-        subprocess.run([sys.executable, "-c", code, self.address, str(n)], check=True, timeout=300, env=self.env("n1"))
-
-    def stop(self, name: str) -> None:
-        p = self.procs.pop(name)
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait(timeout=30)
-
-    def stop_all(self) -> None:
-        for name in list(self.procs)[::-1]:
-            self.stop(name)
 
 
 def small_season(folder: Path) -> Path:
@@ -122,11 +80,11 @@ def heat_overheads(season: Path, out: Path, cluster: str | None) -> list[tuple[f
     return [(m["first"] - m["start"], m["done"] - m["last"]) for _t, m in sorted(marks.items())]
 
 
-def run_demo(season: Path, out: Path, address: str) -> float:
+def run_demo(season: Path, out: Path, address: str, env: dict[str, str]) -> float:
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "run", str(season), "--output", str(out), "--headless",
                           "--cluster", address], capture_output=True, text=True, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+                         env={**env, "PYTHONPATH": str(REPO)})
     if res.returncode != 0:
         raise SystemExit(f"demo season failed ({res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
     return time.monotonic() - t0
@@ -138,45 +96,41 @@ def main() -> int:
     ap.add_argument("--skip-demo", action="store_true", help="only the per-heat overhead")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = ap.parse_args()
+    from cluster_support import start_cluster
+
     root = Path(tempfile.mkdtemp(prefix="aoe-cluster-bench-"))
-    nodes = Nodes(root)
     try:
-        nodes.start("n1")
-        nodes.start("n2")
-        nodes.wait_slots(2)
-        season = small_season(root)
-        local = heat_overheads(season, root / "local", None)
-        remote = heat_overheads(season, root / "cluster", nodes.address)
-        print("per-heat overhead (s): scheduling → first event | last event → artifacts written")
-        for i, ((lf, la), (rf, ra)) in enumerate(zip(local, remote), 1):
-            print(f"  heat {i}: local {lf:6.2f} | {la:5.2f}    cluster {rf:6.2f} | {ra:5.2f}")
-        med = lambda xs: statistics.median(xs)  # noqa: E731
-        lf, la = med([x[0] for x in local]), med([x[1] for x in local])
-        rf, ra = med([x[0] for x in remote]), med([x[1] for x in remote])
-        print(f"  median: local {lf:.2f} | {la:.2f}, cluster {rf:.2f} | {ra:.2f}; "
-              f"ratio cluster/local: {rf / lf:.2f}x to the first event, {ra / la:.2f}x to the artifacts")
-        if not args.skip_demo:
-            nodes.stop("n2")
-            nodes.wait_slots(1)
-            one = run_demo(Path(args.season), root / "demo-1", nodes.address)
-            nodes.start("n2")
-            nodes.wait_slots(2)
-            two = run_demo(Path(args.season), root / "demo-2", nodes.address)
-            print(f"{Path(args.season).name} wall time: one node {one:.1f} s, two nodes {two:.1f} s "
-                  f"(speed-up {one / two:.2f}x)")
-    finally:
-        with_ray = "ray" in sys.modules
-        if with_ray:
+        with start_cluster(root / "cluster", workers=("w1",), head_slots=1) as cluster:
+            env = cluster.client_env()
+            os.environ.update({k: v for k, v in env.items() if k.startswith("RAY_AUTH")})
+            season = small_season(root)
+            local = heat_overheads(season, root / "local", None)
+            remote = heat_overheads(season, root / "on-cluster", cluster.address)
             import ray
 
             ray.shutdown()
-        nodes.stop_all()
+            print("per-heat overhead (s): scheduling → first event | last event → artifacts written")
+            for i, ((lf, la), (rf, ra)) in enumerate(zip(local, remote), 1):
+                print(f"  heat {i}: local {lf:6.2f} | {la:5.2f}    cluster {rf:6.2f} | {ra:5.2f}")
+            med = statistics.median
+            lf, la = med([x[0] for x in local]), med([x[1] for x in local])
+            rf, ra = med([x[0] for x in remote]), med([x[1] for x in remote])
+            print(f"  median: local {lf:.2f} | {la:.2f}, cluster {rf:.2f} | {ra:.2f}; "
+                  f"ratio cluster/local: {rf / lf:.2f}x to the first event, {ra / la:.2f}x to the artifacts")
+            if not args.skip_demo:
+                w1 = cluster.node("w1")
+                cluster.stop_node(w1)
+                one = run_demo(Path(args.season), root / "demo-1", cluster.address, env)
+                cluster.restart_node(w1)
+                two = run_demo(Path(args.season), root / "demo-2", cluster.address, env)
+                print(f"{Path(args.season).name} wall time: one node {one:.1f} s, two nodes {two:.1f} s "
+                      f"(speed-up {one / two:.2f}x)")
+    finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
         else:
             print(f"kept {root}")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

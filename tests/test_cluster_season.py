@@ -1,7 +1,8 @@
 """A season's heats on the worker nodes of a Ray cluster (issue 15), on one machine.
 
-One two-node cluster (head ``n1`` and worker ``n2``, one heat slot each, real ``ray start``
-processes, each node with its own ``AOE_WORKER_DIR``) serves every test of the module:
+One two-node cluster (``head`` and worker ``w1``, one heat slot each, started with the real
+``aoe worker start``: token authentication, each node with its own ``AOE_WORKER_DIR``) serves
+every test of the module:
 
 * a small league (four built-in builders, two heats of two, ``concurrent_heats = 2``) runs
   with ``--cluster``: the heats land on both nodes, and the finished-heat set, the standings
@@ -11,8 +12,8 @@ processes, each node with its own ``AOE_WORKER_DIR``) serves every test of the m
   that holds ``sk-dummy-<random>``) reaches the adapter on the node (it prints its sha256),
   and the key is nowhere in the Ray session folder (logs, spilled objects), the season folder
   or the nodes' folders;
-* node loss: killing node ``n2``'s processes mid-heat ends that attempt as an infrastructure
-  failure naming ``n2``; attempt 2 finishes on ``n1``; ``n2`` restarted tears down what the
+* node loss: killing node ``w1``'s processes mid-heat ends that attempt as an infrastructure
+  failure naming ``w1``; attempt 2 finishes on ``head``; ``w1`` restarted tears down what the
   lost heat left; nothing is left running (actors, territories, mounts);
 * ``kill -9`` of the runner mid-season, then the same command: no duplicate heat, no actor
   left, the season finishes.
@@ -25,7 +26,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -35,7 +35,10 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]'; setup.sh installs it)")
 
+from cluster_support import cluster_fixture  # noqa: E402
+
 from aoe_tui.replay.season_log import read_season_log  # noqa: E402
+from aoe_tui.runtime.container import _cgroup_pids  # noqa: E402
 from aoe_tui.replay.season_reducer import reduce_season  # noqa: E402
 
 pytestmark = [pytest.mark.container]
@@ -50,101 +53,29 @@ def _host(guest_image):
         pytest.skip("container heats need root and systemd-nspawn")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class TwoNodes:
-    """Two Ray nodes on this machine (each its own session of processes, so one can be
-    killed alone). ``address``: the head's ``HOST:PORT``; ``dirs``: node → AOE_WORKER_DIR."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.port = _free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.temp = root / "ray"
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.dirs = {n: root / n for n in ("n1", "n2")}
-
-    def _env(self, name: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AOE_DUMMY")}
-        env.update(PYTHONPATH=str(REPO), AOE_WORKER_DIR=str(self.dirs[name]), AOE_WORKER_NAME=name,
-                   RAY_USAGE_STATS_ENABLED="0")
-        return env
-
-    def start(self, name: str) -> list[str]:
-        """Start node ``name``; first, as ``aoe worker start`` does, tear down what its lost
-        heats left (returns those territories)."""
-        self.dirs[name].mkdir(parents=True, exist_ok=True)
-        res = subprocess.run([sys.executable, "-c", "import sys,json\nfrom pathlib import Path\n"
-                              "from aoe_tui.cluster.sweep import sweep_stale_heats\n"
-                              "print(json.dumps(sweep_stale_heats(Path(sys.argv[1]))))", str(self.dirs[name])],
-                             capture_output=True, text=True, env=self._env(name), timeout=120)
-        assert res.returncode == 0, res.stderr[-2000:]
-        ray_bin = str(Path(sys.executable).with_name("ray"))
-        common = ["--num-cpus", "1", "--resources", json.dumps({"aoe_heat_slot": 1}), "--block",
-                  "--disable-usage-stats"]
-        if name == "n1":
-            cmd = [ray_bin, "start", "--head", "--port", str(self.port), "--temp-dir", str(self.temp),
-                   "--include-dashboard=false", *common]
-        else:
-            cmd = [ray_bin, "start", "--address", self.address, *common]
-        log = open(self.root / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(cmd, env=self._env(name), stdout=log, stderr=log, start_new_session=True)
-        return json.loads(res.stdout.strip().splitlines()[-1])
-
-    def wait_slots(self, n: int, timeout: float = 120) -> None:
-        code = ("import ray,time,sys\nray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR')\n"
-                "end=time.time()+float(sys.argv[3])\n"
-                "while ray.cluster_resources().get('aoe_heat_slot',0) < int(sys.argv[2]) and time.time()<end:\n"
-                "    time.sleep(0.3)\n"
-                "sys.exit(0 if ray.cluster_resources().get('aoe_heat_slot',0) >= int(sys.argv[2]) else 1)\n")
-        res = subprocess.run([sys.executable, "-c", code, self.address, str(n), str(timeout)], capture_output=True,
-                             text=True, timeout=timeout + 60, env=self._env("n1"))
-        assert res.returncode == 0, res.stderr[-2000:]
-
-    def kill(self, name: str) -> None:
-        """SIGKILL every process of node ``name`` (its session)."""
-        p = self.procs.pop(name)
-        sid = p.pid
-        os.killpg(sid, signal.SIGKILL)
-        for pid_dir in Path("/proc").glob("[0-9]*"):  # children that left the group, same session
-            try:
-                if int(pid_dir.joinpath("stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
-                    os.kill(int(pid_dir.name), signal.SIGKILL)
-            except (OSError, ValueError, IndexError):
-                pass
-        p.wait(timeout=30)
-
-    def alive_actors(self) -> list:
-        """Class names of the cluster's actors that are not dead (alive, pending, restarting)."""
-        code = ("import ray,sys,json\nray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR')\n"
-                "from ray._private.state import actors\n"
-                "print(json.dumps(sorted(a['ActorClassName'] for a in actors().values() if a['State'] != 'DEAD')))\n")
-        res = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True, timeout=120,
-                             env=self._env("n1"))
-        assert res.returncode == 0, res.stderr[-2000:]
-        return json.loads(res.stdout.strip().splitlines()[-1])
-
-    def stop(self) -> None:
-        for name in list(self.procs)[::-1]:
-            self.kill(name)
-
-
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory):
-    c = TwoNodes(tmp_path_factory.mktemp("cluster"))
-    try:
-        c.start("n1")
-        c.start("n2")
-        c.wait_slots(2)
-        yield c
-    finally:
-        c.stop()
+    """Two nodes started with the real ``aoe worker start`` (tests/cluster_support.py): the
+    head (one heat slot) and ``w1`` (one heat slot, the one a test kills). Leaving the module
+    stops both and fails if anything is left (Ray processes, territories, mounts, netns)."""
+    yield from cluster_fixture(tmp_path_factory.mktemp("ray"), workers=("w1",), head_slots=1)
+
+
+def _driver(cluster, code: str, *args: str, timeout: float = 120) -> str:
+    """Run ``code`` as a Ray driver of ``cluster`` (its token by file); returns its stdout."""
+    res = subprocess.run([sys.executable, "-c", code, cluster.address, *args], capture_output=True, text=True,
+                         timeout=timeout, env=cluster.client_env({**os.environ, "PYTHONPATH": str(REPO)}))
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+def alive_actors(cluster) -> list:
+    """Class names of the cluster's actors that are not dead (alive, pending, restarting)."""
+    out = _driver(cluster, "import ray,sys,json\nray.init(address=sys.argv[1], log_to_driver=False, "
+                           "logging_level='ERROR')\nfrom ray._private.state import actors\n"
+                           "print(json.dumps(sorted(a['ActorClassName'] for a in actors().values() "
+                           "if a['State'] != 'DEAD')))\n")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _season(tmp_path: Path, entrants: list[tuple[str, str, str]], *, name: str = "c.toml", duration: int = 20,
@@ -161,6 +92,7 @@ def _season(tmp_path: Path, entrants: list[tuple[str, str, str]], *, name: str =
 
 
 def _run(season: Path, out: Path, *extra: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``aoe run SEASON --output OUT --headless EXTRA`` (``env``: with the cluster's token)."""
     e = dict(os.environ if env is None else env)
     e["PYTHONPATH"] = str(REPO)
     res = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "run", str(season), "--output", str(out), "--headless",
@@ -238,7 +170,7 @@ def test_heats_on_both_nodes_equal_a_local_run_and_the_key_stays_secret(nodes, t
                      entrant_extra='[entrants.options]\napi_key_env = "AOE_DUMMY_KEY"\n')
     from concurrent.futures import ThreadPoolExecutor
 
-    env = {**os.environ, "AOE_DUMMY_KEY": key}
+    env = nodes.client_env({**os.environ, "AOE_DUMMY_KEY": key})
     t0 = time.monotonic()
     with ThreadPoolExecutor(2) as pool:
         fl = pool.submit(_run, season, tmp_path / "local", env=env)
@@ -250,8 +182,8 @@ def test_heats_on_both_nodes_equal_a_local_run_and_the_key_stays_secret(nodes, t
     a, b = _state(tmp_path / "local"), _state(tmp_path / "remote")
     # heats landed on both nodes, and the headless lines say where
     placed = {att.node for h in b.heats() for att in h.attempts}
-    assert placed == {"n1", "n2"}, placed
-    assert "on node n1" in res.stdout and "on node n2" in res.stdout
+    assert placed == {"head", "w1"}, placed
+    assert "on node head" in res.stdout and "on node w1" in res.stdout
     fin = lambda s: {(h.round, h.heat, h.seats, tuple(sorted(h.result.ranks.items()))) for h in s.finished_heats()}  # noqa: E731
     assert fin(a) == fin(b)
     sa = json.loads((tmp_path / "local" / "standings.json").read_text())["standings"]
@@ -283,13 +215,13 @@ def test_heats_on_both_nodes_equal_a_local_run_and_the_key_stays_secret(nodes, t
     assert f"key sha256 {hashlib.sha256(key.encode()).hexdigest()}" in stdout
     # ... and is stored nowhere: Ray's session folder (logs, spilled objects), the nodes'
     # folders, the season folder, what the runner printed
-    assert _scan([nodes.root, tmp_path / "remote"], key.encode()) == []
+    assert _scan([nodes.root, tmp_path / "remote"], key.encode()) == []  # root: nodes' folders, Ray temp dirs
     assert key not in res.stdout + res.stderr
     # nothing left on the nodes
-    assert nodes.alive_actors() == []
-    for d in nodes.dirs.values():
-        assert not list((d / "territories").glob("*")), list((d / "territories").iterdir())
-        assert not list((d / "matches").glob("*"))
+    assert alive_actors(nodes) == []
+    for n in nodes.nodes:
+        assert not list(n.territories.glob("*")), list(n.territories.iterdir())
+        assert not list((n.workdir / "matches").glob("*"))
 
 
 
@@ -310,10 +242,10 @@ time.sleep(3600)
 """
 
 
-def _hold_slot(nodes: TwoNodes, name: str) -> subprocess.Popen:
+def _hold_slot(nodes, name: str) -> subprocess.Popen:
     """A driver holding node ``name``'s heat slot until it is killed (Ray then ends its actor)."""
     p = subprocess.Popen([sys.executable, "-c", HOLD, nodes.address, name], stdout=subprocess.PIPE, text=True,
-                         env=nodes._env("n1"))
+                         env=nodes.client_env({**os.environ, "PYTHONPATH": str(REPO)}))
     assert p.stdout.readline().strip() == "held"
     return p
 
@@ -330,10 +262,11 @@ def _wait_for(pred, proc: subprocess.Popen, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _runner(season: Path, out: Path, nodes: TwoNodes) -> subprocess.Popen:
+def _runner(season: Path, out: Path, nodes) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run", str(season), "--output", str(out),
                              "--headless", "--cluster", nodes.address], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+                            stderr=subprocess.STDOUT, text=True,
+                            env=nodes.client_env({**os.environ, "PYTHONPATH": str(REPO)}))
 
 
 def _racing_on(out: Path, node: str) -> Path | None:
@@ -363,15 +296,16 @@ def _mounted(paths: list[str]) -> list[str]:
 
 
 def test_node_lost_mid_heat_is_an_infrastructure_failure_retried_elsewhere(nodes, tmp_path):
-    season = _season(tmp_path, FOUR[:2], duration=30, concurrent=1)
+    season = _season(tmp_path, FOUR[:2], duration=20, concurrent=1)
     out = tmp_path / "season"
-    hold = _hold_slot(nodes, "n1")  # attempt 1 goes to n2
+    w1 = nodes.node("w1")
+    hold = _hold_slot(nodes, "head")  # attempt 1 goes to w1
     try:
         p = _runner(season, out, nodes)
-        _wait_for(lambda: _racing_on(out, "n2") is not None, p, 180, "a heat racing on n2")
-        states = _leftovers(nodes.dirs["n2"])
-        assert states, "the heat's territories on n2"
-        nodes.kill("n2")
+        _wait_for(lambda: _racing_on(out, "w1") is not None, p, 180, "a heat racing on w1")
+        states = _leftovers(w1.workdir)
+        assert states, "the heat's territories on w1"
+        nodes.kill_node(w1)
     finally:
         hold.kill()
         hold.wait()
@@ -381,34 +315,34 @@ def test_node_lost_mid_heat_is_an_infrastructure_failure_retried_elsewhere(nodes
     state = _state(out)
     (heat,) = state.heats()
     first, second = heat.attempts
-    assert first.node == "n2" and first.finished.outcome == "retry"
-    assert first.finished.failure_source == "provider" and "n2" in first.finished.detail, first.finished.detail
-    assert second.node == "n1" and second.finished.outcome == "counted" and heat.result is not None
-    assert "r1h1a1: spoiled by provider" in text and "n2" in text
+    assert first.node == "w1" and first.finished.outcome == "retry"
+    assert first.finished.failure_source == "provider" and "w1" in first.finished.detail, first.finished.detail
+    assert second.node == "head" and second.finished.outcome == "counted" and heat.result is not None
+    assert "r1h1a1: spoiled by provider" in text and "node w1 lost" in text
     print(f"node loss seen and attempt 2 done in {time.monotonic() - t0:.1f} s: {first.finished.detail}")
-    # n2 comes back: it tears down what its lost heat left before it takes heats
-    cleaned = nodes.start("n2")
-    nodes.wait_slots(2)
-    assert sorted(c.split(": ")[-1] for c in cleaned) == sorted(s["id"] for s in states)
-    assert _leftovers(nodes.dirs["n2"]) == []
+    # the killed node left its heat's territories (their processes run on, mounts, netns) ...
+    assert _leftovers(w1.workdir)
+    # ... w1 comes back (aoe worker start): it tears them down before it takes heats
+    nodes.restart_node(w1)
+    assert _leftovers(w1.workdir) == []
     assert _mounted([m for s in states for m in s.get("mounts", [])]) == []
     for s in states:
-        for pid in (s.get("nspawn_pid"), s.get("leader_pid")):
-            assert not pid or not Path(f"/proc/{pid}").exists(), s
-    assert nodes.alive_actors() == []
-    for d in nodes.dirs.values():
-        assert not list((d / "territories").glob("*")) and not list((d / "matches").glob("*"))
+        assert not s.get("netns") or not Path(f"/run/netns/{s['netns']}").exists(), s
+        assert _cgroup_pids(s.get("cgroups") or []) == [], s
+    assert alive_actors(nodes) == []
+    for n in nodes.nodes:
+        assert not list(n.territories.glob("*")) and not list((n.workdir / "matches").glob("*"))
 
 
 def test_runner_killed_then_resumed_reruns_no_heat_twice_and_leaves_no_actor(nodes, tmp_path):
-    season = _season(tmp_path, FOUR, duration=25)
+    season = _season(tmp_path, FOUR, duration=20)
     out = tmp_path / "season"
     p = _runner(season, out, nodes)
-    _wait_for(lambda: _racing_on(out, "n1") is not None and _racing_on(out, "n2") is not None, p, 180,
+    _wait_for(lambda: _racing_on(out, "head") is not None and _racing_on(out, "w1") is not None, p, 180,
               "heats racing on both nodes")
     p.kill()
     p.wait(timeout=30)
-    res = _run(season, out, "--cluster", nodes.address)
+    res = _run(season, out, "--cluster", nodes.address, env=nodes.client_env())
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     state = _state(out)  # the reducer refuses a heat scheduled or finished twice
     assert state.finished is not None and state.resumes == 1
@@ -417,8 +351,8 @@ def test_runner_killed_then_resumed_reruns_no_heat_twice_and_leaves_no_actor(nod
         assert [a.status for a in h.attempts] == ["interrupted", "finished"]
         assert h.counted.attempt == 1 and h.counted.folder.endswith("attempt-1")
     assert len(list(out.glob("round-1/heat-*/attempt-1.interrupted-1"))) == 2
-    assert nodes.alive_actors() == []
-    for d in nodes.dirs.values():
-        left = _leftovers(d)
+    assert alive_actors(nodes) == []
+    for n in nodes.nodes:
+        left = _leftovers(n.workdir)
         assert left == [], (res.stdout[-4000:], [(x["owner_pid"], Path(f"/proc/{x['owner_pid']}").exists(),
                                                    x.get("nspawn_pid")) for x in left])

@@ -481,8 +481,9 @@ class ClusterHeats:
         agent_memory_gb, referee_memory_gb: a heat's Ray memory need (GB): per agent, plus
             the referee.
 
-    Raises (:meth:`connect`): :class:`ClusterError` when Ray is missing, the cluster cannot
-    be reached, or no node offers a heat slot.
+    Raises (:meth:`connect`): :class:`ClusterError` when Ray is missing, the token file is
+    unusable (:func:`aoe_tui.cluster.node.client_auth`), the cluster cannot be reached, or no
+    node offers a heat slot.
     """
 
     def __init__(self, address: str, *, agent_memory_gb: float = 0.6, referee_memory_gb: float = 0.5) -> None:
@@ -494,8 +495,11 @@ class ClusterHeats:
     def connect(self) -> None:
         """Join the cluster as a driver (once per process); checks that a node offers heat slots."""
         ray = require_ray()
+        from aoe_tui.cluster.node import client_auth
+
         with _RAY_LOCK:
             if not ray.is_initialized():
+                client_auth()  # Ray's token authentication: the token file, never the token
                 try:
                     ray.init(address=self.address, namespace="aoe-tui", log_to_driver=False,
                              logging_level="ERROR", configure_logging=True, include_dashboard=False)
