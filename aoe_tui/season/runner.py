@@ -42,6 +42,15 @@ stopped too), so the next ``aoe run`` marks it interrupted and re-runs it with t
 number. A torn last line of ``season.jsonl`` cut on resume is kept beside it
 (``season.jsonl.torn-<offset>``) and its offset is said and logged in ``season_resumed``.
 
+Cluster (``aoe run --cluster ADDRESS`` or ``[cluster]``): every attempt runs on a worker
+node of a Ray cluster (:class:`aoe_tui.cluster.remote.ClusterHeats`) instead of
+:func:`aoe_tui.referee.heat.run_heat` here; the runner still writes the whole season folder
+(the attempt's headers, its ``events.jsonl`` as the events stream in, the artifacts at the
+end) and logs where the attempt ran (``attempt_placed``). A node lost mid-heat spoils the
+attempt (source ``provider``, the node named) under the same retry rule. On resume, it waits
+for the killed runner's heat actors to end (Ray ends them with their owner) and sweeps every
+node's leftovers; their attempts are re-run as above (never re-attached).
+
 Prices (``[prices]``): a priced entrant's adapter is given the model's rates
 (:attr:`aoe_tui.agents.base.Adapter.price`, µUSD per million tokens); cache tokens and who
 computed the cost come from each attempt's ``aoe-extra.json`` (``agents[id].usage``). When
@@ -349,6 +358,9 @@ class SeasonRunner:
             stops the run (:meth:`_export`). ``None``: no exports.
         min_free_bytes: free bytes the season folder's file system needs before each attempt
             (default :func:`heat_disk_need`); 0 = no check.
+        cluster: a Ray address (``aoe run --cluster``; overrides the season file's
+            ``[cluster] address``): heats run on its worker nodes. ``None``: the season's
+            ``[cluster]`` table if any, else this machine.
 
     :meth:`run` raises :class:`AoeError` for bad input (arena manifest, unknown adapter,
     too few entrants, another season in the folder) before anything runs, and
