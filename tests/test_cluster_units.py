@@ -133,3 +133,19 @@ def test_sweep_removes_only_heats_whose_process_is_gone(tmp_path):
     assert sweep_stale_heats(tmp_path) == []  # no territory state: nothing to tear down
     assert [p.name for p in territories_dir(tmp_path).iterdir()] == [live]
     assert [p.name for p in matches_dir(tmp_path).iterdir()] == [live]
+
+
+def test_credentials_handed_to_an_adapter_win_over_the_environment(monkeypatch):
+    from aoe_tui.agents.opencode import OpencodeAdapter, OpencodeError
+
+    monkeypatch.delenv("AOE_TEST_KEY", raising=False)
+    adapter = OpencodeAdapter({"api_key_env": "AOE_TEST_KEY"})
+    assert adapter.credential_names() == ["AOE_TEST_KEY"]
+    with pytest.raises(OpencodeError, match="AOE_TEST_KEY"):
+        adapter.preflight()  # neither handed over nor in the environment
+    adapter.credentials = {"AOE_TEST_KEY": "sk-handed"}
+    adapter.preflight()  # a worker's adapter: the key was handed over, the environment has none
+    assert adapter.credential("AOE_TEST_KEY") == "sk-handed" and "AOE_TEST_KEY" not in os.environ
+    monkeypatch.setenv("AOE_TEST_KEY", "sk-env")
+    assert adapter.credential("AOE_TEST_KEY") == "sk-handed"
+    assert OpencodeAdapter({"api_key_env": "AOE_TEST_KEY"}).credential("AOE_TEST_KEY") == "sk-env"
