@@ -15,6 +15,7 @@ reports the same things:
 from __future__ import annotations
 
 import abc
+import os
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -226,6 +227,24 @@ class Adapter(abc.ABC):
     #: season runner). An adapter that honours it reports its ``cost_microusd`` at these
     #: rates (built-in builders, opencode); ``None``: the adapter's own cost.
     price: PriceRates | None = None
+
+    #: Credentials handed to this adapter explicitly (environment variable name → value),
+    #: read before the process environment by :meth:`credential`. Set on a cluster worker
+    #: (:mod:`aoe_tui.cluster.remote`), where the runner's environment is not there and the
+    #: worker's own must not carry the key (its children would inherit it). ``None``: none.
+    credentials: dict[str, str] | None = None
+
+    def credential(self, name: str | None) -> str | None:
+        """The value of credential variable ``name``: :attr:`credentials` first, then this
+        process's environment; ``None`` when unset, empty or ``name`` is None."""
+        if not name:
+            return None
+        return (self.credentials or {}).get(name) or os.environ.get(name) or None
+
+    def credential_names(self) -> list[str]:
+        """Names of the environment variables holding this adapter's credentials (what a
+        cluster runner seals and ships to the worker); ``[]`` by default."""
+        return []
 
     def preflight(self) -> None:
         """Check, before any territory is provisioned, what the adapter needs on the runner.

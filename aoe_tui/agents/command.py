@@ -296,7 +296,8 @@ class CommandAdapter(Adapter):
         with ``harness_error`` naming the path.
         """
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)
-        env = adapter_environment(ctx)
+        # credentials handed over explicitly (a cluster worker) join what it inherits
+        env = adapter_environment(ctx, {**os.environ, **self.credentials} if self.credentials else None)
         out = open(ctx.stdout_file, "ab")
         err = open(ctx.stderr_file, "ab")
         try:

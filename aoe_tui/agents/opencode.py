@@ -667,7 +667,7 @@ class OpencodeRun(AgentRun):
         rg = _rg_binary()
         key = None
         if self.opts.api_key_env:
-            key = os.environ.get(self.opts.api_key_env)
+            key = self.adapter.credential(self.opts.api_key_env)
             if not key:
                 raise OpencodeError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
         proxy = CredentialProxy(self.opts.base_url, key)
@@ -1007,13 +1007,17 @@ class OpencodeAdapter(Adapter):
             setattr(options, k, v)
         self.options = options
 
+    def credential_names(self) -> list[str]:
+        """``[api_key_env]`` (``[]`` without a key)."""
+        return [self.options.api_key_env] if self.options.api_key_env else []
+
     def preflight(self) -> None:
         """Refuse to start a heat whose model key is missing on the runner (before provisioning).
 
         Raises:
             OpencodeError: the environment variable named by ``api_key_env`` is unset or empty.
         """
-        if self.options.api_key_env and not os.environ.get(self.options.api_key_env):
+        if self.options.api_key_env and not self.credential(self.options.api_key_env):
             raise OpencodeError(
                 f"environment variable {self.options.api_key_env} (the model API key) is not set on the runner"
             )
@@ -1036,7 +1040,7 @@ class OpencodeAdapter(Adapter):
         from aoe_tui.agents.proxy import CredentialProxy
 
         self.preflight()
-        key = os.environ.get(self.options.api_key_env) if self.options.api_key_env else None
+        key = self.credential(self.options.api_key_env)
         model_id = model.split("/", 1)[1] if "/" in model else model
         proxy = CredentialProxy(self.options.base_url, key)
         host = urlsplit(self.options.base_url).netloc.rsplit("@", 1)[-1]
@@ -1053,7 +1057,7 @@ class OpencodeAdapter(Adapter):
             del key
         if 200 <= status < 300:
             return
-        message = _scrub(_error_message(text), os.environ.get(self.options.api_key_env or "") or None)
+        message = _scrub(_error_message(text), self.credential(self.options.api_key_env))
         detail = f"HTTP {status}" + (f": {message}" if message else "")
         if status in (401, 403):
             raise PreflightError(f"credentials refused by {host} ({detail})")

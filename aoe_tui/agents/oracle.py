@@ -246,7 +246,10 @@ class BuilderAdapter(Adapter):
         import sys
 
         h = hashlib.sha256()
-        for mod in {sys.modules[__name__], sys.modules[type(self).__module__]}:
+        # in name order: a set of modules iterates in memory-address order, which made the
+        # digest of a subclass (scripted builders) differ from one process to the next
+        for name in sorted({__name__, type(self).__module__}):
+            mod = sys.modules[name]
             with contextlib.suppress(OSError, TypeError):
                 h.update(Path(inspect.getfile(mod)).read_bytes())
         h.update(_template_bytes())

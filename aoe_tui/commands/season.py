@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="re-run the heats in which the infrastructure spoiled every attempt (each gets up to "
                    "max_attempts new attempts; the season file may differ from the folder's season.toml in "
                    "max_attempts only)")
+    r.add_argument("--cluster", metavar="ADDRESS",
+                   help="run every heat on a worker node of this Ray cluster (as Ray takes it: auto, HOST:PORT; "
+                   "overrides the season file's [cluster] address; needs the cluster extra)")
     add_priority_arg(r)
     add_run_args(r)  # --serve-ssh PORT: spectators over SSH while the season runs
     r.set_defaults(func=_cmd_run)
@@ -73,7 +76,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     with serving(args, out, headless=headless) as server:
         rc = run_season(loaded, out, headless=headless, light=getattr(args, "light", False),
                         priority=args.engine_priority,
-                        runner_kwargs={"retry_void": True} if getattr(args, "retry_void", False) else None)
+                        runner_kwargs={**({"retry_void": True} if getattr(args, "retry_void", False) else {}),
+                                       **({"cluster": args.cluster} if getattr(args, "cluster", None) else {})})
         if server is not None:
             server.finished = rc == 0  # spectators keep the final view a while
         return rc
@@ -123,7 +127,8 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     with hold_season_folder(out):
         # the guest image and every arena's image layer, with a progress bar, before the
         # engine (and the TUI) start; cached after the first run
-        prepare_provider_images(loaded.season.provider.kind, [a.arena_dir for a in arenas])
+        if not (runner_kwargs.get("cluster") or loaded.season.cluster is not None):  # workers build their own
+            prepare_provider_images(loaded.season.provider.kind, [a.arena_dir for a in arenas])
         if headless:
             return _run_headless(loaded, out, runner_kwargs, priority)
         return _run_tui(loaded, out, light, runner_kwargs, priority)

@@ -355,6 +355,8 @@ def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
             f"; byes {', '.join(e.byes)}" if e.byes else "")
     if k == "attempt_started":
         return f"r{e.round}h{e.heat}a{e.attempt} started"
+    if k == "attempt_placed":
+        return f"r{e.round}h{e.heat}a{e.attempt} on node {e.node}"
     if k == "attempt_interrupted":
         kept = f"kept as {e.renamed_to}" if e.renamed_to else "before its folder was made"
         return f"r{e.round}h{e.heat}a{e.attempt} interrupted, {kept}"

@@ -8,7 +8,8 @@ are refused on read (the format is ours and strict).
 
 Lifecycle of a heat: ``round_scheduled`` (all heats of a round in one line, so a kill can
 never leave half a round scheduled) → ``attempt_started`` → ``attempt_finished``
-(``outcome`` ``counted`` / ``retry`` / ``void``) or, on resume, ``attempt_interrupted`` →
+(``outcome`` ``counted`` / ``retry`` / ``void``; on a cluster ``attempt_placed`` between the
+two names the worker node) or, on resume, ``attempt_interrupted`` →
 … → ``heat_finished``. Rounds end with ``round_finished`` (knockout: who advanced), the
 season with ``season_finished``. ``season_stopped`` records that a run session ended
 before the season did (a signal, or "stop" in the TUI) after its running heats aborted
@@ -174,6 +175,19 @@ class AttemptStarted(_Ev):
     folder: str
 
 
+class AttemptPlaced(_Ev):
+    """A running attempt's heat was placed on a worker node of a Ray cluster (``aoe run
+    --cluster``): ``node`` is the node's name (``AOE_WORKER_NAME``), ``node_id`` Ray's id
+    of it. Local heats have none."""
+
+    kind: Literal["attempt_placed"] = "attempt_placed"
+    round: int
+    heat: int
+    attempt: int
+    node: str
+    node_id: str = ""
+
+
 class AttemptInterrupted(_Ev):
     """A half-run attempt (runner killed) was renamed to ``renamed_to``; it is re-run.
     ``renamed_to`` is null when the runner was killed after ``attempt_started`` but before
@@ -264,6 +278,7 @@ SEASON_EVENT_TYPES = (
     StaleTerritoriesCleaned,
     RoundScheduled,
     AttemptStarted,
+    AttemptPlaced,
     AttemptInterrupted,
     AttemptFinished,
     HeatFinished,

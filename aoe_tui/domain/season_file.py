@@ -26,6 +26,11 @@ Seasons are ours (upstream has no tournaments, spec §10.2). A season file::
     [adapters]                      # optional upstream-style NAME = PATH registrations
     tiny = "../tests/adapters/tiny-adapter.sh"
 
+    [cluster]                       # optional: heats on the worker nodes of a Ray cluster
+    address = "auto"                # as Ray takes it (aoe run --cluster ADDRESS overrides)
+    agent_memory_gb = 0.6           # a heat's Ray memory need: per agent (GB) ...
+    referee_memory_gb = 0.5         # ... plus the referee's (GB)
+
     [format]
     kind = "league"                 # a registered format (aoe_tui.season.formats.FORMATS)
     heats_per_entrant = 3           # league only
@@ -82,6 +87,7 @@ __all__ = [
     "DEFAULT_PROVIDER_KIND",
     "AnySection",
     "ArenaOverrides",
+    "ClusterConfig",
     "Entrant",
     "KnockoutFormat",
     "LeagueFormat",
@@ -199,6 +205,20 @@ class ArenaOverrides(_Model):
     minimum_territories: Annotated[int, Field(ge=2)] | None = None
 
 
+class ClusterConfig(_Model):
+    """``[cluster]``: run every heat on a worker node of a Ray cluster (``aoe run
+    --cluster ADDRESS`` does the same and wins over the table).
+
+    ``address`` as Ray takes it (``"auto"``, ``"HOST:PORT"``); a heat's actor declares
+    ``agent_memory_gb`` (GB) per seated agent plus ``referee_memory_gb`` (GB) as its Ray
+    memory need, so Ray places it on a node with that much and its out-of-memory killer
+    accounts for it."""
+
+    address: str
+    agent_memory_gb: Annotated[float | int, Field(gt=0)] = 0.6
+    referee_memory_gb: Annotated[float | int, Field(ge=0)] = 0.5
+
+
 class KnockoutFormat(SectionConfig):
     """``[format] kind = "knockout"``: heats; the top ``advance`` of each go on, until a final."""
 
@@ -234,6 +254,8 @@ class SeasonFile(_Model):
     adapters: dict[str, str] = Field(default_factory=dict)
     format: AnySection
     entrants: list[Entrant]
+    #: heats on a Ray cluster's worker nodes (None: on this machine)
+    cluster: ClusterConfig | None = None
     #: model (as entrants name it) → its prices; a priced entrant's cost is ours, not its
     #: adapter's (see :mod:`aoe_tui.domain.prices`)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
@@ -271,6 +293,8 @@ def semantic_problems(s: SeasonFile) -> list[tuple[str, str]]:
                                             "rounds already cycle through the list"))
             else:
                 seen_arenas[key] = i
+    if s.cluster is not None and not s.cluster.address.strip():
+        out.append(("cluster.address", "must not be blank (a Ray address: \"auto\" or HOST:PORT)"))
     if len(s.entrants) < 2:
         out.append(("entrants", f"a season needs at least 2 entrants, got {len(s.entrants)}"))
     seen: dict[str, int] = {}

@@ -75,6 +75,7 @@ __all__ = [
     "read_credential_password",
     "run_heat",
     "territory_specs",
+    "write_heat_headers",
 ]
 
 PROVISION_FAILED_REASON = "territory provisioning failed"
@@ -181,6 +182,19 @@ def _write_headers(
                     hashes[adapter.name] = digest
     prov = prov.model_copy(update={"adapter_sha256": dict(sorted(hashes.items()))})
     write_atomic(output_dir / "match.json", pretty_json(prov.to_json()), fsync=False)
+
+
+def write_heat_headers(loaded: LoadedManifest, adapters: Mapping[str, Adapter],
+                       registered: Mapping[str, Path], output_dir: Path) -> LoadedManifest:
+    """Write ``arena.json`` and ``match.json`` of a heat into ``output_dir`` (created) as
+    :func:`run_heat` does, from this machine's arena files; returns the manifest with each
+    agent's adapter as used. A season on a cluster writes them on the runner
+    (:mod:`aoe_tui.cluster.remote`), so they do not depend on where the worker keeps the
+    package. Raises :class:`AoeError` (provenance: a file that cannot be read)."""
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    loaded = dataclasses.replace(loaded, manifest=_effective_manifest(loaded, adapters))
+    _write_headers(loaded, adapters, registered, Path(output_dir))
+    return loaded
 
 
 def _provision_failed(log: EventLogWriter, world: WorldState, component: str, detail: str, reason: str,

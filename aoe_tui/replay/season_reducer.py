@@ -38,6 +38,8 @@ class AttemptState:
     status: str = "running"
     interrupted_as: list[str] = field(default_factory=list)
     finished: se.AttemptFinished | None = None
+    #: the worker node the attempt ran on (``attempt_placed``; None: a local heat)
+    node: str | None = None
     world: WorldState | None = None
 
 
@@ -262,6 +264,11 @@ def apply_season_record(state: SeasonState, rec: se.SeasonRecord) -> None:
         heat.attempts.append(AttemptState(e.attempt, e.folder))
         return
     att = next((a for a in heat.attempts if a.attempt == e.attempt and a.status == "running"), None)
+    if e.kind == "attempt_placed":
+        if att is None:
+            raise _err(rec, f"attempt {e.attempt} of r{e.round}h{e.heat} is not running")
+        att.node = e.node
+        return
     if e.kind == "attempt_interrupted":
         if att is None:
             raise _err(rec, f"attempt {e.attempt} of r{e.round}h{e.heat} is not running")

@@ -291,6 +291,19 @@ def territory_cgroups(machine: str) -> list[Path]:
     return paths
 
 
+def _cgroup_pids(paths: list[str]) -> list[int]:
+    """Every process in the cgroup trees ``paths`` (a territory's own groups, see
+    :func:`territory_cgroups`); ``[]`` for groups that are gone."""
+    found: set[int] = set()
+    for cg in paths:
+        for dirpath, _dirs, files in os.walk(cg):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError, ValueError):
+                    found |= {int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()}
+    found.discard(os.getpid())
+    return sorted(found)
+
+
 def remove_cgroup(path: Path) -> bool:
     """Remove a territory's cgroup tree bottom-up (``rmdir`` only: cgroup folders hold no
     files); True when it is gone. A group with a process left in it stays."""
@@ -503,6 +516,16 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
                 os.kill(p, signal.SIGKILL)
         if not _wait_gone(pids, 5.0):
             leftovers.append(f"processes {pids}")
+    # what still runs in the territory's own cgroups: a container whose nspawn was killed with
+    # its runner's whole process group (a Ray node's processes) keeps its init and services,
+    # which the readlink check above cannot always recognise; the cgroups are ours alone
+    left = _cgroup_pids(state.get("cgroups") or [])
+    if left:
+        for p in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+        if not _wait_gone(left, 5.0):
+            leftovers.append(f"processes {left}")
     if root:
         for mp in _mounts_under(Path(root)):
             if not _umount(mp):

@@ -42,6 +42,15 @@ stopped too), so the next ``aoe run`` marks it interrupted and re-runs it with t
 number. A torn last line of ``season.jsonl`` cut on resume is kept beside it
 (``season.jsonl.torn-<offset>``) and its offset is said and logged in ``season_resumed``.
 
+Cluster (``aoe run --cluster ADDRESS`` or ``[cluster]``): every attempt runs on a worker
+node of a Ray cluster (:class:`aoe_tui.cluster.remote.ClusterHeats`) instead of
+:func:`aoe_tui.referee.heat.run_heat` here; the runner still writes the whole season folder
+(the attempt's headers, its ``events.jsonl`` as the events stream in, the artifacts at the
+end) and logs where the attempt ran (``attempt_placed``). A node lost mid-heat spoils the
+attempt (source ``provider``, the node named) under the same retry rule. On resume, it waits
+for the killed runner's heat actors to end (Ray ends them with their owner) and sweeps every
+node's leftovers; their attempts are re-run as above (never re-attached).
+
 Prices (``[prices]``): a priced entrant's adapter is given the model's rates
 (:attr:`aoe_tui.agents.base.Adapter.price`, µUSD per million tokens); cache tokens and who
 computed the cost come from each attempt's ``aoe-extra.json`` (``agents[id].usage``). When
@@ -349,6 +358,9 @@ class SeasonRunner:
             stops the run (:meth:`_export`). ``None``: no exports.
         min_free_bytes: free bytes the season folder's file system needs before each attempt
             (default :func:`heat_disk_need`); 0 = no check.
+        cluster: a Ray address (``aoe run --cluster``; overrides the season file's
+            ``[cluster] address``): heats run on its worker nodes. ``None``: the season's
+            ``[cluster]`` table if any, else this machine.
 
     :meth:`run` raises :class:`AoeError` for bad input (arena manifest, unknown adapter,
     too few entrants, another season in the folder) before anything runs, and
@@ -361,7 +373,8 @@ class SeasonRunner:
                  run_heat: Callable[..., Any] | None = None,
                  observer: SeasonObserver | None = None,
                  write_exports: Callable[[Path, SeasonState], None] | None = None,
-                 retry_void: bool = False, min_free_bytes: int | None = None) -> None:
+                 retry_void: bool = False, min_free_bytes: int | None = None,
+                 cluster: str | None = None) -> None:
         self.write_exports = write_exports
         self.min_free_bytes = heat_disk_need() if min_free_bytes is None else int(min_free_bytes)
         self._torn_note = ""
@@ -421,6 +434,17 @@ class SeasonRunner:
         if run_heat is None:
             from aoe_tui.referee.heat import run_heat
         self.run_heat = run_heat
+        #: the Ray cluster the heats run on (``--cluster`` or ``[cluster]``), None: this machine
+        self.cluster: Any = None
+        table = self.season.cluster
+        address = cluster or (table.address if table is not None else None)
+        if address:
+            from aoe_tui.cluster.remote import ClusterHeats
+
+            self.cluster = ClusterHeats(address, **({"agent_memory_gb": table.agent_memory_gb,
+                                                     "referee_memory_gb": table.referee_memory_gb}
+                                                    if table is not None else {}))
+        self._arena_tars: dict[str, tuple[bytes, str, str]] = {}
         self.state = SeasonState()
         self.log: SeasonLogWriter | None = None
         self.abort_event = asyncio.Event()
@@ -561,6 +585,8 @@ class SeasonRunner:
         detail = f"{len(self.state.open_attempts())} attempt(s) interrupted"
         self._append(se.SeasonResumed(pid=os.getpid(), detail=detail + (f"; {self._torn_note}" if self._torn_note else "")))
         cleaned = cleanup_stale_territories(self.dir)
+        if self.cluster is not None:  # Ray ended the killed runner's actors: their territories
+            cleaned += self.cluster.sweep_nodes()
         if cleaned:
             self.say(f"tore down {len(cleaned)} leftover territories: {', '.join(cleaned)}")
             self._append(se.StaleTerritoriesCleaned(folder=str(self.dir), territories=cleaned))
@@ -670,11 +696,6 @@ class SeasonRunner:
                 from aoe_tui.agents.base import preflight_entrants
 
                 await preflight_entrants([(f"entrant {e}", adapters[e], self.entrants[e].model) for e in heat.entrants])
-                heat_id = f"{self.season.id}-{tag}-{os.getpid()}"
-                if self._factory_takes_arena:
-                    provider = self.provider_factory(folder / "territories", heat_id, arena)
-                else:
-                    provider = self.provider_factory(folder / "territories", heat_id)
                 extra: dict[str, Any] = {}
                 if self.observer is not None:
                     from aoe_tui.domain.arena import arena_json
@@ -682,13 +703,21 @@ class SeasonRunner:
                     with contextlib.suppress(Exception):
                         self.observer.attempt_started(rel, arena_json(loaded.manifest), name)
                     extra["on_supervisor"] = lambda supervisor, r=rel: self._observe("supervisor_ready", r, supervisor)
-                world = await self.run_heat(
-                    loaded, provider, adapters, folder, drain_seconds=float(self.season.drain_seconds),
-                    registered_adapters=self.registered, name=name, slug=slug,
-                    on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
-                    on_event=lambda rec, w, t=tag, h=heat, r=rel: self._on_event(t, h, rec, r),
-                    **extra,
-                )
+                if self.cluster is not None:  # on a worker node: same folder, same result
+                    world = await self._run_remote(heat, a, tag, rel, folder, arena, loaded, adapters, name, slug)
+                else:
+                    heat_id = f"{self.season.id}-{tag}-{os.getpid()}"
+                    if self._factory_takes_arena:
+                        provider = self.provider_factory(folder / "territories", heat_id, arena)
+                    else:
+                        provider = self.provider_factory(folder / "territories", heat_id)
+                    world = await self.run_heat(
+                        loaded, provider, adapters, folder, drain_seconds=float(self.season.drain_seconds),
+                        registered_adapters=self.registered, name=name, slug=slug,
+                        on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
+                        on_event=lambda rec, w, t=tag, h=heat, r=rel: self._on_event(t, h, rec, r),
+                        **extra,
+                    )
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # recorded as a spoiled attempt, never a traceback
@@ -743,6 +772,59 @@ class SeasonRunner:
                 if outcome == "void":
                     self._finish_heat(heat, fin)
             self._export()
+
+    async def _run_remote(self, heat: HeatState, a: int, tag: str, rel: str, folder: Path, arena: LoadedManifest,
+                          loaded: LoadedManifest, adapters: dict[str, Any], name: str, slug: str) -> Any:
+        """One attempt on a worker node of the cluster (:mod:`aoe_tui.cluster.remote`): the
+        runner writes the headers and ``events.jsonl`` as they stream in, the artifacts at the
+        end; returns the final world (raises as :meth:`ClusterHeats.run_heat`)."""
+        from aoe_tui.cluster.remote import RemoteHeat, arena_archive
+        from aoe_tui.referee.heat import write_heat_headers
+
+        write_heat_headers(loaded, adapters, self.registered, folder)
+        headers = {n: (folder / n).read_bytes() for n in ("arena.json", "match.json")}
+        key = arena.manifest.arena.id
+        if key not in self._arena_tars:
+            self._arena_tars[key] = await asyncio.to_thread(arena_archive, arena)
+        tar, sha, manifest_rel = self._arena_tars[key]
+        agents: dict[str, dict[str, Any]] = {}
+        credentials: dict[str, str] = {}
+        files: dict[str, tuple[str, bytes]] = {}
+        for e in heat.entrants:
+            ent = self.entrants[e]
+            names = list(adapters[e].credential_names())
+            opt = (ent.options or {}).get("api_key_env")
+            if isinstance(opt, str) and opt and opt not in names:
+                names.append(opt)
+            for n in names:
+                value = os.environ.get(n)
+                if value:
+                    credentials[n] = value
+            agents[e] = {"spec": ent.adapter, "options": dict(ent.options or {}), "price": self.rates.get(ent.model),
+                         "credentials": names}
+            spec = ent.adapter.strip()
+            if spec in self.registered:
+                files[spec] = (self.registered[spec].name, self.registered[spec].read_bytes())
+            elif spec.startswith("command:"):
+                path = Path(spec.split(":", 1)[1])
+                files[spec] = (path.name, path.read_bytes())
+        remote = RemoteHeat(
+            arena_tar=tar, arena_sha256=sha, manifest_rel=manifest_rel, manifest=loaded.manifest, raw=loaded.raw,
+            agents=agents, provider=self.season.provider, drain_seconds=float(self.season.drain_seconds),
+            name=name, slug=slug, tag=tag, heat_id=f"{self.season.id}-{tag}-{os.getpid()}", headers=headers,
+            adapter_files=files, registered={n: p.name for n, p in self.registered.items() if n in files})
+
+        def placed(node: str, node_id: str) -> None:
+            self._append(se.AttemptPlaced(round=heat.round, heat=heat.heat, attempt=a, node=node, node_id=node_id))
+            self.say(f"{tag}: on node {node}")
+
+        try:
+            return await self.cluster.run_heat(
+                remote, folder, credentials, on_placed=placed,
+                on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
+                on_event=lambda rec, w, t=tag, h=heat, r=rel: self._on_event(t, h, rec, r))
+        finally:
+            credentials.clear()
 
     @staticmethod
     def _usage_extra(folder: Path) -> dict[str, Any]:
@@ -845,6 +927,10 @@ class SeasonRunner:
                 self.log.close()
 
     async def _run(self) -> SeasonState:
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.connect)
+            self.say(f"heats run on the Ray cluster at {self.cluster.address}: "
+                     f"{self.cluster.heat_slots()} heat slot(s)")
         resuming = self._open()
         if resuming:
             self.say(f"resuming season {self.season.id} · {self.season.label} in {self.dir}")

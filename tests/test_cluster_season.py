@@ -1,0 +1,358 @@
+"""A season's heats on the worker nodes of a Ray cluster (issue 15), on one machine.
+
+One two-node cluster (``head`` and worker ``w1``, one heat slot each, started with the real
+``aoe worker start``: token authentication, each node with its own ``AOE_WORKER_DIR``) serves
+every test of the module:
+
+* a small league (four built-in builders, two heats of two, ``concurrent_heats = 2``) runs
+  with ``--cluster``: the heats land on both nodes, and the finished-heat set, the standings
+  and every ``world.json`` (its race: milestones, durable, winner, agents' ends) equal a
+  local run's of the same season file; the attempt folders hold the same files;
+* (the same run) the key scan: a command adapter's credential (``options.api_key_env`` naming a variable
+  that holds ``sk-dummy-<random>``) reaches the adapter on the node (it prints its sha256),
+  and the key is nowhere in the Ray session folder (logs, spilled objects), the season folder
+  or the nodes' folders;
+* node loss: killing node ``w1``'s processes mid-heat ends that attempt as an infrastructure
+  failure naming ``w1``; attempt 2 finishes on ``head``; ``w1`` restarted tears down what the
+  lost heat left; nothing is left running (actors, territories, mounts);
+* ``kill -9`` of the runner mid-season, then the same command: no duplicate heat, no actor
+  left, the season finishes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]'; setup.sh installs it)")
+
+from cluster_support import cluster_fixture  # noqa: E402
+
+from aoe_tui.replay.season_log import read_season_log  # noqa: E402
+from aoe_tui.runtime.container import _cgroup_pids  # noqa: E402
+from aoe_tui.replay.season_reducer import reduce_season  # noqa: E402
+
+pytestmark = [pytest.mark.container]
+
+REPO = Path(__file__).resolve().parent.parent
+ARENA = REPO / "arenas" / "first-build" / "arena.toml"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _host(guest_image):
+    if os.geteuid() != 0 or shutil.which("systemd-nspawn") is None:
+        pytest.skip("container heats need root and systemd-nspawn")
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory):
+    """Two nodes started with the real ``aoe worker start`` (tests/cluster_support.py): the
+    head (one heat slot) and ``w1`` (one heat slot, the one a test kills). Leaving the module
+    stops both and fails if anything is left (Ray processes, territories, mounts, netns)."""
+    yield from cluster_fixture(tmp_path_factory.mktemp("ray"), workers=("w1",), head_slots=1)
+
+
+def _driver(cluster, code: str, *args: str, timeout: float = 120) -> str:
+    """Run ``code`` as a Ray driver of ``cluster`` (its token by file); returns its stdout."""
+    res = subprocess.run([sys.executable, "-c", code, cluster.address, *args], capture_output=True, text=True,
+                         timeout=timeout, env=cluster.client_env({**os.environ, "PYTHONPATH": str(REPO)}))
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+def alive_actors(cluster) -> list:
+    """Class names of the cluster's actors that are not dead (alive, pending, restarting)."""
+    out = _driver(cluster, "import ray,sys,json\nray.init(address=sys.argv[1], log_to_driver=False, "
+                           "logging_level='ERROR')\nfrom ray._private.state import actors\n"
+                           "print(json.dumps(sorted(a['ActorClassName'] for a in actors().values() "
+                           "if a['State'] != 'DEAD')))\n")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _season(tmp_path: Path, entrants: list[tuple[str, str, str]], *, name: str = "c.toml", duration: int = 20,
+            extra: str = "", concurrent: int = 2, entrant_extra: str = "") -> Path:
+    text = (f'id = "clu"\nlabel = "w1"\narena = "{ARENA}"\nseed = 5\nmax_attempts = 2\n'
+            f'concurrent_heats = {concurrent}\ndrain_seconds = 2\n[provider]\nkind = "container"\n'
+            f'ready_timeout_s = 90\n[arena_overrides]\nduration_seconds = {duration}\nminimum_territories = 2\n'
+            '[format]\nkind = "league"\nheats_per_entrant = 1\n' + extra
+            + "".join(f'[[entrants]]\nid = "{i}"\nadapter = "{a}"\nmodel = "{m}"\n{entrant_extra if i == "keyed" else ""}'
+                      for i, a, m in entrants))
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+def _run(season: Path, out: Path, *extra: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``aoe run SEASON --output OUT --headless EXTRA`` (``env``: with the cluster's token)."""
+    e = dict(os.environ if env is None else env)
+    e["PYTHONPATH"] = str(REPO)
+    res = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "run", str(season), "--output", str(out), "--headless",
+                          *extra], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=e)
+    return res
+
+
+def _state(out: Path):
+    return reduce_season(read_season_log(out / "season.jsonl"))
+
+
+def _race(world: dict) -> dict:
+    """What a world.json says about the race: states, winner, each territory's passed
+    milestones and points, each agent's end. Clock readings, the event count, evidence values
+    (boot ids, random records) and which failed checks of a losing seat ran before the
+    winner went durable differ between any two runs."""
+    return {
+        **{k: world.get(k) for k in ("match_state", "winner", "finish_reason", "infrastructure_failures")},
+        "territories": {t: {"agent": x.get("agent"), "state": x.get("competitor_state"),
+                            "points": x.get("milestone_points"), "durable": x.get("durable_at_ms") is not None,
+                            "passed": {m: v.get("points") for m, v in sorted((x.get("milestones") or {}).items())
+                                       if v.get("passed")}}
+                        for t, x in sorted(world.get("territories", {}).items())},
+        "agents": {a: {k: v for k, v in sorted(ag.items())} for a, ag in sorted(world.get("agents", {}).items())},
+    }
+
+
+def _untimed(value):
+    """``value`` without the keys that hold clock readings (``*_ms``, ``*time*``)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if "ms" not in k.split("_") and "time" not in k}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+FOUR = [("oracle", "oracle", "oracle"), ("memory", "scripted:memory", "scripted-memory"),
+        ("oracle-2", "oracle", "oracle"), ("volatile", "scripted:volatile", "scripted-volatile")]
+
+
+KEY_ADAPTER = """#!/usr/bin/env bash
+# prints the sha256 of the key it was given (never the key), then gives up (a player's end)
+set -eu
+printf 'key sha256 %s\\n' "$(printf '%s' "${AOE_DUMMY_KEY:-}" | sha256sum | cut -d' ' -f1)"
+printf '{"schema_version":1,"agent":"%s","territory":"%s","status":"failed","summary":"key checked",'\\
+'"usage":{"rounds":1,"tool_calls":0,"input_tokens":1,"output_tokens":1,"cost_microusd":0,"resource_units":1},'\\
+'"transcript":null}' "$AOE_AGENT_ID" "$AOE_TERRITORY_ID" > "$AOE_RESULT_FILE"
+"""
+
+
+def _scan(roots: list[Path], needle: bytes) -> list[str]:
+    hits = []
+    for root in roots:
+        for p in root.rglob("*"):
+            try:
+                if p.is_symlink() or not p.is_file():
+                    continue
+                if needle in p.read_bytes():
+                    hits.append(str(p))
+            except OSError:
+                continue
+    return hits
+
+
+def test_heats_on_both_nodes_equal_a_local_run_and_the_key_stays_secret(nodes, tmp_path):
+    # the demo's 45 s clock: the oracles go durable well within it even on a loaded machine,
+    # so both runs race to the same end; the local and the cluster run go side by side
+    # "keyed" is a command adapter whose credential (options.api_key_env) holds a dummy key
+    key = f"sk-dummy-{secrets.token_hex(16)}"
+    adapter = tmp_path / "key-adapter.sh"
+    adapter.write_text(KEY_ADAPTER)
+    adapter.chmod(0o755)
+    entrants = FOUR[:3] + [("keyed", f"command:{adapter}", "dummy-model")]
+    season = _season(tmp_path, entrants, duration=45,
+                     entrant_extra='[entrants.options]\napi_key_env = "AOE_DUMMY_KEY"\n')
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = nodes.client_env({**os.environ, "AOE_DUMMY_KEY": key})
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:
+        fl = pool.submit(_run, season, tmp_path / "local", env=env)
+        fr = pool.submit(_run, season, tmp_path / "remote", "--cluster", nodes.address, env=env)
+        local, res = fl.result(), fr.result()
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    print(f"local and cluster runs side by side: {time.monotonic() - t0:.1f} s")
+    a, b = _state(tmp_path / "local"), _state(tmp_path / "remote")
+    # heats landed on both nodes, and the headless lines say where
+    placed = {att.node for h in b.heats() for att in h.attempts}
+    assert placed == {"head", "w1"}, placed
+    assert "on node head" in res.stdout and "on node w1" in res.stdout
+    fin = lambda s: {(h.round, h.heat, h.seats, tuple(sorted(h.result.ranks.items()))) for h in s.finished_heats()}  # noqa: E731
+    assert fin(a) == fin(b)
+    sa = json.loads((tmp_path / "local" / "standings.json").read_text())["standings"]
+    sb = json.loads((tmp_path / "remote" / "standings.json").read_text())["standings"]
+    # the same rows; only the order of entrants tied on everything but the clock (the two
+    # oracles, durable seconds apart) may differ, as between any two local runs
+    by = lambda rows: {r["entrant"]: {k: v for k, v in _untimed(r).items() if k not in ("rank", "champion")}  # noqa: E731
+                       for r in rows}
+    assert by(sa) == by(sb)
+    assert sorted(r["rank"] for r in sa) == sorted(r["rank"] for r in sb)
+    for h in a.finished_heats():
+        la, lb = h.counted.folder, b.rounds[h.round].heats[h.heat].counted.folder
+        wa = json.loads((tmp_path / "local" / la / "world.json").read_text())
+        wb = json.loads((tmp_path / "remote" / lb / "world.json").read_text())
+        assert _race(wa) == _race(wb)
+        # the same files (a cluster attempt has no territories/ folder: they stayed on the node)
+        files = lambda d: sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and "territories" not in p.parts)  # noqa: E731
+        fa, fb = files(tmp_path / "local" / la), files(tmp_path / "remote" / lb)
+        assert fa == fb
+        # headers written on the runner from its arena files: identical
+        for name in ("arena.json", "match.json"):
+            ja = json.loads((tmp_path / "local" / la / name).read_text())
+            jb = json.loads((tmp_path / "remote" / lb / name).read_text())
+            ja.pop("source_revision", None), jb.pop("source_revision", None)
+            assert ja == jb, name
+    # the key reached the adapter on its node (it printed the key's digest) ...
+    keyed = next(h for h in b.finished_heats() if "keyed" in h.entrants)
+    stdout = (tmp_path / "remote" / keyed.counted.folder / "agents" / "keyed" / "stdout.log").read_text()
+    assert f"key sha256 {hashlib.sha256(key.encode()).hexdigest()}" in stdout
+    # ... and is stored nowhere: Ray's session folder (logs, spilled objects), the nodes'
+    # folders, the season folder, what the runner printed
+    assert _scan([nodes.root, tmp_path / "remote"], key.encode()) == []  # root: nodes' folders, Ray temp dirs
+    assert key not in res.stdout + res.stderr
+    # nothing left on the nodes
+    assert alive_actors(nodes) == []
+    for n in nodes.nodes:
+        assert not list(n.territories.glob("*")), list(n.territories.iterdir())
+        assert not list((n.workdir / "matches").glob("*"))
+
+
+
+
+HOLD = """import os, sys, time, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+@ray.remote(num_cpus=0, resources={"aoe_heat_slot": 1})
+class Hold:
+    def node(self):
+        return os.environ.get("AOE_WORKER_NAME")
+hs = [Hold.remote() for _ in range(2)]
+names = ray.get([h.node.remote() for h in hs])
+for h, n in zip(hs, names):
+    if n != sys.argv[2]:
+        ray.kill(h)
+print("held", flush=True)
+time.sleep(3600)
+"""
+
+
+def _hold_slot(nodes, name: str) -> subprocess.Popen:
+    """A driver holding node ``name``'s heat slot until it is killed (Ray then ends its actor)."""
+    p = subprocess.Popen([sys.executable, "-c", HOLD, nodes.address, name], stdout=subprocess.PIPE, text=True,
+                         env=nodes.client_env({**os.environ, "PYTHONPATH": str(REPO)}))
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def _wait_for(pred, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        if proc.poll() is not None:
+            said = proc.stdout.read()[-3000:] if proc.stdout is not None else ""
+            raise AssertionError(f"runner exited ({proc.returncode}) before {what}:\n{said}")
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _runner(season: Path, out: Path, nodes) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run", str(season), "--output", str(out),
+                             "--headless", "--cluster", nodes.address], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env=nodes.client_env({**os.environ, "PYTHONPATH": str(REPO)}))
+
+
+def _racing_on(out: Path, node: str) -> Path | None:
+    """The folder of a running attempt placed on ``node`` whose clock runs (an event after
+    the first milestone check), else None."""
+    try:
+        lines = [json.loads(x) for x in (out / "season.jsonl").read_text().splitlines() if x.strip()]
+    except (OSError, ValueError):
+        return None
+    folders = {(x["round"], x["heat"], x["attempt"]): x["folder"] for x in lines if x["kind"] == "attempt_started"}
+    for x in lines:
+        if x["kind"] == "attempt_placed" and x["node"] == node:
+            folder = out / folders[(x["round"], x["heat"], x["attempt"])]
+            log = folder / "events.jsonl"
+            if log.is_file() and "milestone_" in log.read_text():
+                return folder
+    return None
+
+
+def _leftovers(base: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in base.glob("territories/*/territories/*/state.json")]
+
+
+def _mounted(paths: list[str]) -> list[str]:
+    mounts = Path("/proc/self/mounts").read_text()
+    return [p for p in paths if f" {p} " in mounts]
+
+
+def test_node_lost_mid_heat_is_an_infrastructure_failure_retried_elsewhere(nodes, tmp_path):
+    season = _season(tmp_path, FOUR[:2], duration=20, concurrent=1)
+    out = tmp_path / "season"
+    w1 = nodes.node("w1")
+    hold = _hold_slot(nodes, "head")  # attempt 1 goes to w1
+    try:
+        p = _runner(season, out, nodes)
+        _wait_for(lambda: _racing_on(out, "w1") is not None, p, 180, "a heat racing on w1")
+        states = _leftovers(w1.workdir)
+        assert states, "the heat's territories on w1"
+        nodes.kill_node(w1)
+    finally:
+        hold.kill()
+        hold.wait()
+    t0 = time.monotonic()
+    text, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, text[-3000:]
+    state = _state(out)
+    (heat,) = state.heats()
+    first, second = heat.attempts
+    assert first.node == "w1" and first.finished.outcome == "retry"
+    assert first.finished.failure_source == "provider" and "w1" in first.finished.detail, first.finished.detail
+    assert second.node == "head" and second.finished.outcome == "counted" and heat.result is not None
+    assert "r1h1a1: spoiled by provider" in text and "node w1 lost" in text
+    print(f"node loss seen and attempt 2 done in {time.monotonic() - t0:.1f} s: {first.finished.detail}")
+    # the killed node left its heat's territories (their processes run on, mounts, netns) ...
+    assert _leftovers(w1.workdir)
+    # ... w1 comes back (aoe worker start): it tears them down before it takes heats
+    nodes.restart_node(w1)
+    assert _leftovers(w1.workdir) == []
+    assert _mounted([m for s in states for m in s.get("mounts", [])]) == []
+    for s in states:
+        assert not s.get("netns") or not Path(f"/run/netns/{s['netns']}").exists(), s
+        assert _cgroup_pids(s.get("cgroups") or []) == [], s
+    assert alive_actors(nodes) == []
+    for n in nodes.nodes:
+        assert not list(n.territories.glob("*")) and not list((n.workdir / "matches").glob("*"))
+
+
+def test_runner_killed_then_resumed_reruns_no_heat_twice_and_leaves_no_actor(nodes, tmp_path):
+    season = _season(tmp_path, FOUR, duration=20)
+    out = tmp_path / "season"
+    p = _runner(season, out, nodes)
+    _wait_for(lambda: _racing_on(out, "head") is not None and _racing_on(out, "w1") is not None, p, 180,
+              "heats racing on both nodes")
+    p.kill()
+    p.wait(timeout=30)
+    res = _run(season, out, "--cluster", nodes.address, env=nodes.client_env())
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    state = _state(out)  # the reducer refuses a heat scheduled or finished twice
+    assert state.finished is not None and state.resumes == 1
+    assert len(state.finished_heats()) == 2 and all(h.result is not None and not h.result.void for h in state.heats())
+    for h in state.heats():
+        assert [a.status for a in h.attempts] == ["interrupted", "finished"]
+        assert h.counted.attempt == 1 and h.counted.folder.endswith("attempt-1")
+    assert len(list(out.glob("round-1/heat-*/attempt-1.interrupted-1"))) == 2
+    assert alive_actors(nodes) == []
+    for n in nodes.nodes:
+        left = _leftovers(n.workdir)
+        assert left == [], (res.stdout[-4000:], [(x["owner_pid"], Path(f"/proc/{x['owner_pid']}").exists(),
+                                                   x.get("nspawn_pid")) for x in left])

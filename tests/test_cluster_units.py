@@ -1,0 +1,151 @@
+"""Units of the cluster path that need no cluster (issue 15): the ``[cluster]`` table, where
+an attempt ran (``attempt_placed``: log, reducer, season screen, season lines), sealed
+credentials, the artifacts archive, the node sweep. The path itself runs on a real two-node
+cluster in ``tests/test_cluster_season.py``."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import textwrap
+
+import pytest
+
+from aoe_tui.cluster import territories_dir
+from aoe_tui.cluster.remote import open_sealed, pack_folder, seal, unpack_into
+from aoe_tui.cluster.sweep import heat_folder_name, matches_dir, sweep_stale_heats
+from aoe_tui.domain import season_events as se
+from aoe_tui.domain.display import summarize_season_event
+from aoe_tui.domain.season_file import SeasonFileError, parse_season_text
+from aoe_tui.errors import AoeError
+from aoe_tui.replay.season_log import SeasonLogWriter, read_season_log
+from aoe_tui.replay.season_reducer import reduce_season
+
+SEASON = textwrap.dedent("""\
+    id = "s"
+    label = "w"
+    arena = "a.toml"
+    [format]
+    kind = "league"
+    [[entrants]]
+    id = "a"
+    adapter = "oracle"
+    model = "oracle"
+    [[entrants]]
+    id = "b"
+    adapter = "oracle"
+    model = "oracle"
+    """)
+
+
+def test_cluster_table_is_optional_checked_and_refuses_unknown_keys():
+    assert parse_season_text(SEASON, "s.toml").cluster is None
+    c = parse_season_text(SEASON + '[cluster]\naddress = "auto"\nagent_memory_gb = 1.5\n', "s.toml").cluster
+    assert (c.address, c.agent_memory_gb, c.referee_memory_gb) == ("auto", 1.5, 0.5)
+    with pytest.raises(SeasonFileError, match=r"s\.toml:\d+: cluster\.adress"):
+        parse_season_text(SEASON + '[cluster]\naddress = "auto"\nadress = "x"\n', "s.toml")
+    with pytest.raises(SeasonFileError, match=r"cluster\.address: must not be blank"):
+        parse_season_text(SEASON + '[cluster]\naddress = " "\n', "s.toml")
+
+
+def test_attempt_placed_is_logged_reduced_shown_and_refused_for_no_running_attempt(tmp_path):
+    from aoe_tui.tui.seasonmodel import SeasonModel
+
+    log = tmp_path / "season.jsonl"
+    with SeasonLogWriter(log, clock=lambda: 1000) as w:
+        w.append(se.SeasonStarted(season="s", label="w", arena_id="x", format={"kind": "league"}, entrants=["a", "b"],
+                                  seed=1, heat_size=2, min_heat_size=2, max_attempts=2, season_sha256="0" * 64))
+        w.append(se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=["a", "b"])]))
+        w.append(se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"))
+        placed = se.AttemptPlaced(round=1, heat=1, attempt=1, node="n2", node_id="abc")
+        w.append(placed)
+    recs = read_season_log(log)
+    state = reduce_season(recs)
+    (heat,) = state.heats()
+    assert heat.attempts[0].node == "n2"
+    assert summarize_season_event(placed) == "r1h1a1 on node n2"
+    model = SeasonModel()
+    for r in recs:
+        model.apply(r)
+    labels = [row.label for row in model.rows({})]
+    assert "    attempt 1 @n2" in labels
+    # a placement of an attempt that is not running is refused, as every season line is
+    with pytest.raises(AoeError, match="not running"):
+        reduce_season(recs + [recs[-1].model_copy(update={"sequence": 4, "event": se.AttemptPlaced(
+            round=1, heat=1, attempt=2, node="n1")})])
+
+
+def test_sealed_credentials_open_only_with_the_actors_key():
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    key = X25519PrivateKey.generate()
+    pub = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    payload = b'{"AOE_KEY": "sk-dummy-123"}'
+    sealed = seal(pub, payload)
+    assert b"sk-dummy" not in sealed and open_sealed(key, sealed) == payload
+    with pytest.raises(InvalidTag):
+        open_sealed(X25519PrivateKey.generate(), sealed)
+    with pytest.raises(InvalidTag):
+        open_sealed(key, sealed[:-1] + bytes([sealed[-1] ^ 1]))
+
+
+def test_artifacts_archive_round_trips_and_refuses_escapes(tmp_path):
+    src = tmp_path / "src"
+    (src / "agents" / "a").mkdir(parents=True)
+    (src / "agents" / "a" / "result.json").write_text("{}")
+    (src / "world.json").write_text("{\"w\": 1}")
+    (src / "territories").mkdir()
+    (src / "territories" / "state.json").write_text("x")
+    os.symlink("/etc/passwd", src / "link")
+    data = pack_folder(src, exclude=frozenset({"territories"}))
+    assert data == pack_folder(src, exclude=frozenset({"territories"}))  # deterministic
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "events.jsonl").write_text("kept\n")
+    assert unpack_into(data, dest) == ["agents", "world.json"]
+    assert (dest / "agents" / "a" / "result.json").read_text() == "{}"
+    assert (dest / "events.jsonl").read_text() == "kept\n" and not (dest / "link").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "src"]  # no scratch left
+    for name, kind in (("../evil", tarfile.REGTYPE), ("/abs", tarfile.REGTYPE), ("ln", tarfile.SYMTYPE)):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            info.linkname = "/etc/passwd" if kind == tarfile.SYMTYPE else ""
+            tar.addfile(info, io.BytesIO(b""))
+        with pytest.raises(AoeError, match="refused member"):
+            unpack_into(buf.getvalue(), dest)
+    assert not (tmp_path / "evil").exists()
+
+
+def test_sweep_removes_only_heats_whose_process_is_gone(tmp_path):
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live, gone = heat_folder_name(os.getpid(), "r1h1a1"), heat_folder_name(dead.pid, "r1h2a1")
+    for name in (live, gone):
+        (territories_dir(tmp_path) / name / "territories").mkdir(parents=True)
+        (matches_dir(tmp_path) / name).mkdir(parents=True)
+    assert sweep_stale_heats(tmp_path) == []  # no territory state: nothing to tear down
+    assert [p.name for p in territories_dir(tmp_path).iterdir()] == [live]
+    assert [p.name for p in matches_dir(tmp_path).iterdir()] == [live]
+
+
+def test_credentials_handed_to_an_adapter_win_over_the_environment(monkeypatch):
+    from aoe_tui.agents.opencode import OpencodeAdapter, OpencodeError
+
+    monkeypatch.delenv("AOE_TEST_KEY", raising=False)
+    adapter = OpencodeAdapter({"api_key_env": "AOE_TEST_KEY"})
+    assert adapter.credential_names() == ["AOE_TEST_KEY"]
+    with pytest.raises(OpencodeError, match="AOE_TEST_KEY"):
+        adapter.preflight()  # neither handed over nor in the environment
+    adapter.credentials = {"AOE_TEST_KEY": "sk-handed"}
+    adapter.preflight()  # a worker's adapter: the key was handed over, the environment has none
+    assert adapter.credential("AOE_TEST_KEY") == "sk-handed" and "AOE_TEST_KEY" not in os.environ
+    monkeypatch.setenv("AOE_TEST_KEY", "sk-env")
+    assert adapter.credential("AOE_TEST_KEY") == "sk-handed"
+    assert OpencodeAdapter({"api_key_env": "AOE_TEST_KEY"}).credential("AOE_TEST_KEY") == "sk-env"
