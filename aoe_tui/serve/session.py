@@ -1,7 +1,10 @@
-"""One SSH session of ``aoe serve``: a spectator TUI on its own PTY, or a fixed command.
+"""One SSH session of ``aoe serve``: a spectator TUI on a PTY, or a fixed command.
 
-A PTY session (``ssh -t host`` / ``ssh -t host watch``) gets its own child process
-(the spectator TUI, ``aoe watch SEASON_DIR`` by default) on a fresh pseudo-terminal:
+A PTY session (``ssh -t host`` / ``ssh -t host watch``) shows a view
+(:mod:`aoe_tui.serve.views`): a child process (the spectator TUI, ``aoe watch SEASON_DIR``
+by default, forked from the server's warm zygote, :mod:`aoe_tui.serve.zygote`) on a fresh
+pseudo-terminal, shared with the sessions of the same terminal type and size that pressed
+the same keys (:class:`PtyChild` below is that child):
 
 * the PTY is sized to the client (``TIOCSWINSZ`` before the child starts) and resized
   on every ``window-change`` request (the kernel then sends SIGWINCH to the child);
