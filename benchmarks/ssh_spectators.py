@@ -78,6 +78,9 @@ sys.path.insert(0, str(REPO))
 from aoe_tui.testing.feeder import SeasonFeeder  # noqa: E402
 
 SEED = REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"
+#: priority of the SSH client process (``--clients-priority``): idle as in issue 7; on a machine
+#: that other work keeps busy, idle clients are starved and measure their own wait
+CLIENTS_PRIORITY = "idle"
 #: update latency target (issue 16), ms
 TARGET_MS = 250
 #: where ``aoe serve`` puts its spectators (``--cpus`` / ``--priority``; default: its own default)
@@ -177,7 +180,8 @@ class Client:
                     self.join_s = time.monotonic() - t0
                 if open_heat and "attempt 1" in self.words:
                     self.proc.stdin.write(b"\r")
-                await asyncio.sleep(0.5 if open_heat and "attempt 1" in self.words else 0.02)
+                # like a person: Enter, then a look (2 s) before pressing again
+                await asyncio.sleep(2.0 if open_heat and "attempt 1" in self.words else 0.02)
             if self.join_s is None and want in self.words:
                 self.join_s = time.monotonic() - t0
             ready.set()
@@ -193,7 +197,7 @@ async def clients_main(port: int, key: Path, sessions: int, open_heat: bool, dis
 
     # like clients on other machines: they neither queue behind the spectators nor take the runner's CPU
     others = frozenset(os.sched_getaffinity(0)) - (PLACEMENT.cpus or frozenset())
-    Placement(others or None, "idle").apply_to_self()
+    Placement(others or None, CLIENTS_PRIORITY).apply_to_self()
     clients = [Client() for _ in range(sessions)]
     stop = asyncio.Event()
     readies = [asyncio.Event() for _ in clients]
@@ -216,7 +220,8 @@ class Clients:
         self.t_start = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, __file__, "--clients", str(port), "--key", str(key),
                                       "--sessions", str(sessions), "--cpus", PLACEMENT.cpu_text,
-                                      "--priority", PLACEMENT.priority] + (["--open-heat"] if open_heat else [])
+                                      "--priority", PLACEMENT.priority, "--clients-priority", CLIENTS_PRIORITY]
+                                     + (["--open-heat"] if open_heat else [])
                                      + (["--distinct"] if distinct else []),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
         self.t_ready: float | None = None
@@ -522,23 +527,28 @@ def main() -> int:
                     help="then a season with N spectators: memory, CPU, tick lateness (0 skips it; default 100)")
     ap.add_argument("--cpus", default=None, help="aoe serve --cpus (default: its default)")
     ap.add_argument("--priority", default="idle", help="aoe serve --priority (default idle)")
+    ap.add_argument("--clients-priority", default="idle", choices=("idle", "low", "normal"),
+                    help="priority of the SSH clients' process (default idle; normal on a machine other work "
+                         "keeps busy, where idle clients are starved and measure their own wait)")
     ap.add_argument("--clients", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--key", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--open-heat", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--distinct", action="store_true",
                     help="part 4 only: every spectator a terminal size of its own (no shared views, the worst case)")
     args = ap.parse_args()
-    global PLACEMENT
+    global PLACEMENT, CLIENTS_PRIORITY
     from aoe_tui.serve.placement import Placement, default_cpus, parse_cpus
 
     PLACEMENT = Placement(default_cpus() if args.cpus is None else parse_cpus(args.cpus), args.priority)
+    CLIENTS_PRIORITY = args.clients_priority
     if args.clients is not None:
         asyncio.run(clients_main(args.clients, args.key, args.sessions, args.open_heat, args.distinct))
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="aoe-ssh-bench-"))
     key, auth = make_keys(tmp)
     print(f"ssh spectators benchmark: {args.sessions} sessions, {os.cpu_count()} cores, "
-          f"spectators on {PLACEMENT.describe()}, work dir {tmp}", flush=True)
+          f"spectators on {PLACEMENT.describe()}, clients at {CLIENTS_PRIORITY} priority, "
+          f"load average {os.getloadavg()[0]:.1f}, work dir {tmp}", flush=True)
     if not args.skip_lone:
         joins = lone_joins(args, tmp, key, auth)
         print("[0] one spectator joining alone, 3 times: " + ", ".join(f"{j * 1000:.0f} ms" for j in joins)

@@ -76,7 +76,9 @@ class ServeConfig:
     ``placement``: CPU set and priority of the spectator processes
     (:class:`~aoe_tui.serve.placement.Placement`; default: the upper half of the CPUs,
     idle priority); ``warm_start``: fork spectators from a warm zygote process
-    (:mod:`aoe_tui.serve.zygote`) instead of starting each from scratch.
+    (:mod:`aoe_tui.serve.zygote`) instead of starting each from scratch; ``spare_view``:
+    keep one spectator process on screen ahead of need, for the next new view
+    (:mod:`aoe_tui.serve.views`; with ``warm_start`` only).
     """
 
     season_dir: Path
@@ -93,6 +95,7 @@ class ServeConfig:
     extra_env: dict[str, str] = field(default_factory=dict)
     placement: Placement = field(default_factory=Placement.default)
     warm_start: bool = True
+    spare_view: bool = True
 
 
 #: seconds a session waits for a zygote that is still warming up (it imports and draws one
@@ -228,6 +231,7 @@ class SpectatorServer:
         self.host_key_created = False
         #: the warm spectator zygote (:mod:`aoe_tui.serve.zygote`), when ``warm_start``
         self.zygote: Zygote | None = None
+        self._ready_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------ policy hooks
     def _admit(self, info: _ConnInfo) -> str | None:
@@ -267,6 +271,11 @@ class SpectatorServer:
         if "PYTHONPATH" in os.environ:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         return env
+
+    def _zygote_ready(self) -> None:
+        """Once the zygote is warm: start the spare view (the next new view's process)."""
+        if self.config.spare_view:
+            self.views.keep_spare()
 
     async def warm_zygote(self) -> Zygote | None:
         """The zygote to fork a spectator from, once it is warm (waits up to
@@ -337,6 +346,13 @@ class SpectatorServer:
             self.zygote = Zygote(self.zygote_env(), cfg.placement.ctty_args())
             try:
                 await self.zygote.start()
+                zyg = self.zygote
+
+                async def when_ready() -> None:
+                    await zyg.ready.wait()
+                    self._zygote_ready()
+
+                self._ready_task = asyncio.get_running_loop().create_task(when_ready())
             except OSError as err:
                 log.warning("cannot start the spectator zygote (%s); spectators start from scratch", err)
                 self.zygote = None
@@ -368,6 +384,8 @@ class SpectatorServer:
             if not self.seats:
                 break
             await asyncio.sleep(0.05)
+        if self._ready_task is not None:
+            self._ready_task.cancel()
         if self.zygote is not None:
             await self.zygote.close()
             self.zygote = None

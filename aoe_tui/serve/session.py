@@ -338,6 +338,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
         self.stale = False
         self.paused = False
         self._moving = False
+        self._move_task: asyncio.Task | None = None
         self.started = 0.0
         self.dropped_input = 0
         self.input_budget = InputBudget()
@@ -409,6 +410,10 @@ class SpectatorSession(asyncssh.SSHServerSession):
                 await self._run_spectator()
         except Exception:  # never let one session take the server down
             log.exception("session failed addr=%s", self.conn.addr)
+            view, self.view = self.view, None
+            if view is not None:
+                await self.server.views.leave(self, view)
+            self.server.seats.release(self)
             self._exit(1)
 
     def _finish_text(self, text: str, rc: int) -> None:
@@ -475,6 +480,8 @@ class SpectatorSession(asyncssh.SSHServerSession):
         try:
             await self._eof
         finally:
+            if self._move_task is not None:  # a move in flight lands first, then is undone
+                await asyncio.gather(self._move_task, return_exceptions=True)
             view, self.view = self.view, None
         rc = None
         if view is not None:
@@ -529,14 +536,13 @@ class SpectatorSession(asyncssh.SSHServerSession):
         async def move() -> None:
             try:
                 await self.server.views.move(self, view, cols, rows, history)
-                if self._closed and self._eof is not None and not self._eof.done():
-                    self._eof.set_result(None)
             except OSError as err:
                 log.warning("session move failed addr=%s: %s", self.conn.addr, err)
             finally:
                 self._moving = False
+                self._move_task = None
 
-        asyncio.get_running_loop().create_task(move())
+        self._move_task = asyncio.get_running_loop().create_task(move())
 
     def data_received(self, data: bytes, datatype: int | None) -> None:  # type: ignore[override]
         view = self.view

@@ -24,6 +24,10 @@ A session's own keys never reach another session's screen:
   terminal's own chatter does not split it;
 * a view whose input grew past :data:`PRIVATE_AFTER` bytes is private: nobody joins it.
 
+A new view takes the **spare** when there is one: a view process kept on screen with nobody
+watching (``xterm-256color``, 80×24; resized to the newcomer's terminal), so its first screen
+does not wait for the app to build; a new spare is started behind it.
+
 Joining a view that is already on screen: the new member first gets the terminal modes the
 view's process has set (alternate screen, mouse and paste modes, cursor), then the process
 is asked to repaint its whole screen (``SIGUSR1``, see :mod:`aoe_tui.tui.app`); input from
@@ -55,6 +59,12 @@ log = logging.getLogger("aoe_tui.serve")
 PRIVATE_AFTER = 256
 #: seconds after its first screen before a new view's process gets its input history
 REPLAY_AFTER_S = 0.15
+#: output bytes after the full-screen switch that make a first screen (or PAINTED_AFTER_S seconds)
+PAINTED_BYTES = 512
+PAINTED_AFTER_S = 0.5
+#: the spare view's terminal (a client with another TERM gets a view started for it)
+SPARE_TERM = "xterm-256color"
+SPARE_SIZE = (80, 24)
 #: DEC private modes a joining member must have set to show the view as its process set up
 #: its terminal (never 2026, synchronized output, which would freeze a terminal mid-frame)
 _MODES = {1, 7, 12, 25, 1000, 1002, 1003, 1005, 1006, 1015, 1049, 2004}
@@ -136,10 +146,11 @@ class SharedView:
         out = self.filter.feed(data)
         self._track_modes(data)
         if self.filter.ready:
+            if not was_ready:  # a small terminal's first screen may be under PAINTED_BYTES
+                asyncio.get_running_loop().call_later(PAINTED_AFTER_S, self._mark_painted)
             self._after_ready += len(data)
-            if not self.painted and (was_ready or self._after_ready > 0) and self._after_ready >= 512:
-                self.painted = True
-                self._on_painted()
+            if self._after_ready >= PAINTED_BYTES:
+                self._mark_painted()
         if not out:
             return
         for member in list(self.members):
@@ -156,6 +167,11 @@ class SharedView:
     def mode_bytes(self) -> bytes:
         """The terminal modes the process has set, as sequences for a joining member."""
         return b"".join(b"\x1b[?%d%s" % (n, hl) for n, hl in sorted(self.modes.items()))
+
+    def _mark_painted(self) -> None:
+        if not self.painted and not self.ended:
+            self.painted = True
+            self._on_painted()
 
     def _on_painted(self) -> None:
         if self._replay:
@@ -222,10 +238,47 @@ class ViewPool:
         self.server = server
         self.views: dict[tuple, SharedView] = {}
         self.all: list[SharedView] = []
+        #: a view process started ahead, on screen with nobody watching, for the next new view
+        self.spare: SharedView | None = None
+        self._spare_task: asyncio.Task | None = None
+        self.closed = False
 
     def pids(self) -> list[int]:
-        """Pids of the running view processes."""
-        return [v.child.pid for v in self.all if v.child.pid and not v.ended]
+        """Pids of the running view processes (not the spare's: nobody watches it yet)."""
+        return [v.child.pid for v in self.all if v.child.pid and not v.ended and v is not self.spare]
+
+    def keep_spare(self) -> None:
+        """Start a spare view in the background unless one runs (or is being started)."""
+        if self.closed or (self.spare is not None and not self.spare.ended) or self._spare_task is not None:
+            return
+
+        async def make() -> None:
+            try:
+                view = await self._start((SPARE_TERM, SPARE_SIZE[0], SPARE_SIZE[1], b""), b"", register=False)
+                if self.closed:
+                    await self.leave(None, view)
+                else:
+                    self.spare = view
+            except OSError as err:
+                log.warning("cannot start a spare spectator view: %s", err)
+            finally:
+                self._spare_task = None
+
+        self._spare_task = asyncio.get_running_loop().create_task(make())
+
+    def _take_spare(self, key: tuple) -> SharedView | None:
+        """The spare, given ``key`` (resized to its size), when it can show it; then another
+        spare is started."""
+        spare = self.spare
+        if spare is None or spare.ended or key[0] != SPARE_TERM or key[3]:
+            return None
+        self.spare = None
+        spare.key = key
+        self.views[key] = spare
+        if (key[1], key[2]) != SPARE_SIZE:
+            spare.child.resize(key[1], key[2])  # SIGWINCH: the app lays out and redraws it all
+        self.keep_spare()
+        return spare
 
     async def join(self, session: Any, cols: int, rows: int, history: bytes = b"") -> SharedView:
         """Put ``session`` on the view keyed ``(session.term, cols, rows, history)``, starting
@@ -233,7 +286,7 @@ class ViewPool:
         key = (session.term, cols, rows, history)
         view = self.views.get(key)
         if view is None or view.ended:
-            view = await self._start(key, history)
+            view = self._take_spare(key) or await self._start(key, history)
         else:
             await view.started.wait()
             if view.failed:
@@ -249,19 +302,20 @@ class ViewPool:
             session.view_output(b"\x1b[H\x1b[2J" + view.mode_bytes(), view)
             view.request_repaint()
 
-    async def _start(self, key: tuple, replay: bytes) -> SharedView:
+    async def _start(self, key: tuple, replay: bytes, register: bool = True) -> SharedView:
         term, cols, rows, _ = key
         srv = self.server
         child = PtyChild(list(srv.spectator_argv()), cols=cols, rows=rows, term=term, env=srv.child_env(),
                          placement=srv.config.placement, zygote=await srv.warm_zygote())
         view = SharedView(self, key, child, replay)
-        existing = self.views.get(key)
+        existing = self.views.get(key) if register else None
         if existing is not None and not existing.ended:  # another session started it meanwhile
             await existing.started.wait()
             if existing.failed:
                 raise OSError(existing.failed)
             return existing
-        self.views[key] = view
+        if register:
+            self.views[key] = view
         self.all.append(view)
         try:
             await child.start()
@@ -299,7 +353,7 @@ class ViewPool:
             self.views[view.key] = view
 
     async def leave(self, session: Any, view: SharedView) -> None:
-        """Take ``session`` off ``view``; the last member's leaving ends the process."""
+        """Take ``session`` off ``view`` (None: nobody); the last member's leaving ends the process."""
         if session in view.members:
             view.members.remove(session)
         if not view.members:
@@ -316,7 +370,11 @@ class ViewPool:
         return new
 
     async def close(self) -> None:
-        """End every view's process."""
+        """End every view's process (and the spare)."""
+        self.closed = True
+        if self._spare_task is not None:
+            await asyncio.gather(self._spare_task, return_exceptions=True)
+        self.spare = None
         views = list(self.all)
         for v in views:
             v.stop_reading()
