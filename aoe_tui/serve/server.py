@@ -70,7 +70,8 @@ class ServeConfig:
     clients); ``max_per_address``: SSH connections at once per client IP;
     ``login_timeout_s``: seconds to finish authentication; ``spectator_argv``: the
     command each PTY session runs (default :func:`watch_argv`); ``fps``: the
-    ``TEXTUAL_FPS`` cap given to spectator apps; ``allow_missing_season``: start even if
+    ``TEXTUAL_FPS`` cap given to spectator apps (30: a frame waits 33 ms at most; one view draws
+    for all its sessions, so frames are cheap); ``allow_missing_season``: start even if
     ``season_dir`` does not exist yet (``aoe run --serve-ssh`` on a new season: clients
     are told the season has not started until ``season.jsonl`` appears);
     ``placement``: CPU set and priority of the spectator processes
@@ -90,7 +91,7 @@ class ServeConfig:
     max_per_address: int = 4
     login_timeout_s: float = 30.0
     spectator_argv: list[str] | None = None
-    fps: int = 15
+    fps: int = 30
     allow_missing_season: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
     placement: Placement = field(default_factory=Placement.default)
