@@ -344,7 +344,9 @@ class SpectatorServer:
         if sockets:
             self.port = sockets[0].getsockname()[1]
         if cfg.warm_start:
-            self.zygote = Zygote(self.zygote_env(), cfg.placement.ctty_args())
+            argv = self.spectator_argv()
+            preload = [argv[2]] if argv[1:2] == ["-m"] and len(argv) > 2 else []
+            self.zygote = Zygote(self.zygote_env(), cfg.placement.ctty_args(), preload)
             try:
                 await self.zygote.start()
                 zyg = self.zygote

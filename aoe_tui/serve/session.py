@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.serve.server import SpectatorServer, _ConnInfo
     from aoe_tui.serve.zygote import ForkedProcess, Zygote
 
-__all__ = ["PtyChild", "SpectatorSession", "parse_command", "OutputFilter"]
+__all__ = ["PtyChild", "SpectatorSession", "parse_command", "OutputFilter", "is_passive_input"]
 
 log = logging.getLogger("aoe_tui.serve")
 
@@ -138,6 +138,31 @@ class OutputFilter:
             self._carry = data[cut:]
             data = data[:cut]
         return data
+
+
+#: terminal replies and pointer motion (nothing a spectator would see change)
+_PASSIVE = re.compile(
+    rb"\x1b\[<(\d+);\d+;\d+[Mm]"  # SGR mouse report (passive when it is motion, bit 32)
+    rb"|\x1b\[\?[\d;]*c|\x1b\[>[\d;]*c"  # device attributes
+    rb"|\x1b\[\??[\d;]*\$y"  # mode reports
+    rb"|\x1b\[\d+;\d+R"  # cursor position report
+    rb"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC replies (colours)
+    rb"|\x1bP[^\x1b]*\x1b\\"  # DCS replies
+    rb"|\x1b\[[IO]"  # focus in/out
+)
+
+
+def is_passive_input(data: bytes) -> bool:
+    """Whether ``data`` is only terminal replies and pointer motion (SGR mouse reports with
+    the motion bit and no button): input that shows nothing a spectator would miss."""
+    pos = 0
+    for m in _PASSIVE.finditer(data):
+        if m.start() != pos:
+            return False
+        if m.group(1) is not None and not int(m.group(1)) & 32:
+            return False  # a press or release
+        pos = m.end()
+    return pos == len(data) and pos > 0
 
 
 def _winsize(cols: int, rows: int, pw: int = 0, ph: int = 0) -> bytes:
@@ -553,8 +578,6 @@ class SpectatorSession(asyncssh.SSHServerSession):
             self.dropped_input += len(data)
             return
         if view.shared:
-            from aoe_tui.serve.views import is_passive_input
-
             if is_passive_input(data):  # a terminal's chatter must not split a shared view
                 self.dropped_input += len(data)
                 return

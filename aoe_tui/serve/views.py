@@ -46,7 +46,7 @@ import re
 import signal
 from typing import TYPE_CHECKING, Any
 
-from aoe_tui.serve.session import OutputFilter, PtyChild
+from aoe_tui.serve.session import OutputFilter, PtyChild, is_passive_input
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.serve.server import SpectatorServer
@@ -69,31 +69,6 @@ SPARE_SIZE = (80, 24)
 #: its terminal (never 2026, synchronized output, which would freeze a terminal mid-frame)
 _MODES = {1, 7, 12, 25, 1000, 1002, 1003, 1005, 1006, 1015, 1049, 2004}
 _MODE_SEQ = re.compile(rb"\x1b\[\?([\d;]+)([hl])")
-#: terminal replies and pointer motion (nothing a spectator would see change)
-_PASSIVE = re.compile(
-    rb"\x1b\[<(\d+);\d+;\d+[Mm]"  # SGR mouse report (passive when it is motion, bit 32)
-    rb"|\x1b\[\?[\d;]*c|\x1b\[>[\d;]*c"  # device attributes
-    rb"|\x1b\[\??[\d;]*\$y"  # mode reports
-    rb"|\x1b\[\d+;\d+R"  # cursor position report
-    rb"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC replies (colours)
-    rb"|\x1bP[^\x1b]*\x1b\\"  # DCS replies
-    rb"|\x1b\[[IO]"  # focus in/out
-)
-
-
-def is_passive_input(data: bytes) -> bool:
-    """Whether ``data`` is only terminal replies and pointer motion (SGR mouse reports with
-    the motion bit and no button): input that shows nothing a spectator would miss."""
-    pos = 0
-    for m in _PASSIVE.finditer(data):
-        if m.start() != pos:
-            return False
-        if m.group(1) is not None and not int(m.group(1)) & 32:
-            return False  # a press or release
-        pos = m.end()
-    return pos == len(data) and pos > 0
-
-
 class SharedView:
     """One spectator process (a :class:`~aoe_tui.serve.session.PtyChild`) and the sessions
     that show it. ``key``: its view key (None once private); ``members``: sessions in join

@@ -10,8 +10,8 @@ share those pages instead of copying them when a collection touches them) and wa
 each PTY session the server sends it the PTY's slave end (``SCM_RIGHTS`` over a
 ``SOCK_SEQPACKET`` socket pair) with the command, ``TERM``, scratch folder and environment;
 the zygote ``fork()``\\ s a child that becomes a session leader with the PTY as its
-controlling terminal and runs the command's ``aoe`` entry point in-process (any other
-command is ``exec``\\ ed). Process-per-session isolation is kept: each spectator is still its
+controlling terminal and runs the command in-process when it is ``python -m MODULE ...``
+(``runpy``; any other command is ``exec``\\ ed). Process-per-session isolation is kept: each spectator is still its
 own process, own terminal, own signal handlers, own ``GuardedDriver``.
 
 The zygote runs single-threaded (``fork`` of a threaded process is unsafe; it checks), at the
@@ -83,14 +83,17 @@ class Zygote:
     """The server's handle on its zygote process (see the module docstring).
 
     ``env``: the zygote's (and so every spectator's) base environment; ``placement_args``:
-    :meth:`~aoe_tui.serve.placement.Placement.ctty_args` of the spectator placement.
+    :meth:`~aoe_tui.serve.placement.Placement.ctty_args` of the spectator placement;
+    ``preload``: modules to import before forking (those of the ``python -m MODULE``
+    spectator command).
     :meth:`start` launches it (returns at once; spawns wait until it is warm);
     :meth:`spawn` forks a spectator; :meth:`close` ends the zygote (not its children).
     """
 
-    def __init__(self, env: dict[str, str], placement_args: list[str]) -> None:
+    def __init__(self, env: dict[str, str], placement_args: list[str], preload: list[str] = ()) -> None:
         self.env = env
         self.placement_args = placement_args
+        self.preload = list(preload)
         self.proc: asyncio.subprocess.Process | None = None
         self.sock: socket.socket | None = None
         self.ready = asyncio.Event()
@@ -105,7 +108,8 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "aoe_tui.serve.zygote", str(theirs.fileno()), *self.placement_args,
+                sys.executable, "-m", "aoe_tui.serve.zygote", str(theirs.fileno()),
+                *(["--preload", ",".join(self.preload)] if self.preload else []), *self.placement_args,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                 pass_fds=[theirs.fileno()], env=self.env, cwd="/", start_new_session=True)
         except BaseException:
@@ -210,20 +214,23 @@ def _die_with_parent() -> None:
         pass
 
 
-def _warm_up() -> None:
-    """Import what a spectator runs and draw one frame off-screen, so the children start
-    with warm stylesheet and render caches."""
+def _warm_up(modules: list[str]) -> None:
+    """Import ``modules`` (what the spectators run) and draw one ``aoe watch`` frame
+    off-screen, so the children start with warm stylesheet and render caches."""
+    import importlib
     import tempfile
     from pathlib import Path
 
-    import aoe_tui.cli  # noqa: F401
-    import aoe_tui.commands.tui  # noqa: F401
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+            # a CLI that imports its commands lazily names them (aoe_tui.cli.COMMAND_MODULES)
+            for sub in getattr(module, "COMMAND_MODULES", ()):
+                importlib.import_module(sub)
+        except ImportError:
+            pass
     from aoe_tui.tui.app import watch_app
 
-    try:
-        from aoe_tui.testing.feeder import FOLDER  # noqa: F401
-    except ImportError:  # pragma: no cover
-        pass
     with tempfile.TemporaryDirectory(prefix="aoe-zygote-") as tmp:
         season = Path(tmp)
         (season / "season.jsonl").write_bytes(b"")
@@ -234,9 +241,7 @@ def _warm_up() -> None:
                 async with app.run_test(size=(120, 40)) as pilot:
                     await pilot.pause()
 
-            import asyncio as _asyncio
-
-            _asyncio.run(once())
+            asyncio.run(once())
         except Exception:  # a warm-up is an optimisation only
             pass
 
@@ -272,16 +277,19 @@ def _child(sock: socket.socket, wake_r: int, req: dict[str, Any], slave: int) ->
         sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.open(2, "wb", closefd=False), encoding="utf-8",
                                                        errors="backslashreplace", line_buffering=True)
         argv = [str(a) for a in req["argv"]]
-        if len(argv) >= 3 and argv[1:3] == ["-m", "aoe_tui.cli"]:
-            from aoe_tui.cli import main as aoe_main
+        if len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m":
+            import runpy
 
-            sys.argv = ["aoe", *argv[3:]]
-            rc = aoe_main(argv[3:])
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
+            sys.argv = [argv[2], *argv[3:]]
+            try:
+                runpy.run_module(argv[2], run_name="__main__", alter_sys=True)  # python -m MODULE, in-process
+                rc = 0
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except (OSError, ValueError):
+                        pass
         else:
             os.execv(argv[0], argv)
     except SystemExit as ex:
@@ -304,8 +312,8 @@ def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
 
 
 def zygote_main(argv: list[str]) -> int:
-    """``python -m aoe_tui.serve.zygote FD [--cpus LIST] [--priority P] --``: serve fork
-    requests on socket ``FD`` until the server closes it."""
+    """``python -m aoe_tui.serve.zygote FD [--preload MOD,...] [--cpus LIST] [--priority P] --``:
+    serve fork requests on socket ``FD`` until the server closes it."""
     import gc
     import selectors
     import signal
@@ -313,6 +321,7 @@ def zygote_main(argv: list[str]) -> int:
 
     fd = int(argv[0])
     opts = argv[1:]
+    preload: list[str] = []
     _die_with_parent()
     from aoe_tui.serve.placement import Placement
 
@@ -323,11 +332,13 @@ def zygote_main(argv: list[str]) -> int:
             cpus = frozenset(int(c) for c in value.split(","))
         elif opt == "--priority":
             prio = value
+        elif opt == "--preload":
+            preload = [m for m in value.split(",") if m]
     Placement(cpus, prio).apply_to_self()
     sock = socket.socket(fileno=fd)
     if os.getppid() == 1:  # the server died before we got here
         return 0
-    _warm_up()
+    _warm_up(preload)
     if threading.active_count() != 1:  # fork() would copy a half-held lock: refuse to serve
         print("aoe serve: spectator zygote has threads after warm-up; not forking", file=sys.stderr)
         return 1
