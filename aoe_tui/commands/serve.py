@@ -36,8 +36,8 @@ def add_limit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-key", type=Path, default=None, metavar="FILE",
                    help="private host key; created (Ed25519, mode 0600) if missing "
                         f"(default: <user config>/aoe-tui/{DEFAULT_HOST_KEY_NAME})")
-    p.add_argument("--max-sessions", type=int, default=20, metavar="N",
-                   help="spectator TUIs at once, all clients together (default 20)")
+    p.add_argument("--max-sessions", type=int, default=100, metavar="N",
+                   help="spectator TUIs at once, all clients together (default 100; one more is told, in one line, that every seat is taken)")
     p.add_argument("--max-per-address", type=int, default=4, metavar="N",
                    help="SSH connections at once per client address (default 4)")
     p.add_argument("--cpus", default=None, metavar="LIST",

@@ -1,6 +1,7 @@
-"""Serve layer, ``aoe serve``: an asyncssh server giving every PTY session its own read-only
-spectator TUI on a real PTY (``session``), other sessions the standings as text (``server``
-policy, ``placement`` CPUs). A view: may import every layer but ``commands``; names load
+"""Serve layer, ``aoe serve``: an asyncssh server giving every PTY session a read-only
+spectator TUI on a real PTY (``session``; one process per view, shared by the sessions that
+show it: ``views``; forked from a warm ``zygote``), other sessions the standings as text
+(``server`` policy, ``placement`` CPUs). A view: may import every layer but ``commands``; names load
 lazily, so the CLI loads asyncssh only when a server starts. Terminal facts:
 ``docs/serving.md``; layers: ``docs/architecture.md``.
 """

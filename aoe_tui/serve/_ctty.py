@@ -13,6 +13,7 @@ be applied is skipped: the spectator still starts.
 
 import fcntl
 import os
+import signal
 import sys
 import termios
 
@@ -30,4 +31,5 @@ while args and args[0] != "--":
         pass
 args = args[1:]
 fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a repaint request before the app handles it
 os.execv(args[0], args)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import threading
 import time
@@ -45,6 +46,8 @@ from aoe_tui.serve.keys import ServeError, ensure_host_key, fingerprint, load_au
 from aoe_tui.serve.placement import Placement
 from aoe_tui.serve.seats import SeatPool
 from aoe_tui.serve.session import SpectatorSession, sweep_scratch
+from aoe_tui.serve.views import ViewPool
+from aoe_tui.serve.zygote import Zygote
 
 __all__ = ["ServeConfig", "SpectatorServer", "ServerThread", "watch_argv"]
 
@@ -67,12 +70,16 @@ class ServeConfig:
     clients); ``max_per_address``: SSH connections at once per client IP;
     ``login_timeout_s``: seconds to finish authentication; ``spectator_argv``: the
     command each PTY session runs (default :func:`watch_argv`); ``fps``: the
-    ``TEXTUAL_FPS`` cap given to spectator apps; ``allow_missing_season``: start even if
+    ``TEXTUAL_FPS`` cap given to spectator apps (30: a frame waits 33 ms at most; one view draws
+    for all its sessions, so frames are cheap); ``allow_missing_season``: start even if
     ``season_dir`` does not exist yet (``aoe run --serve-ssh`` on a new season: clients
     are told the season has not started until ``season.jsonl`` appears);
     ``placement``: CPU set and priority of the spectator processes
     (:class:`~aoe_tui.serve.placement.Placement`; default: the upper half of the CPUs,
-    idle priority).
+    idle priority); ``warm_start``: fork spectators from a warm zygote process
+    (:mod:`aoe_tui.serve.zygote`) instead of starting each from scratch; ``spare_view``:
+    keep one spectator process on screen ahead of need, for the next new view
+    (:mod:`aoe_tui.serve.views`; with ``warm_start`` only).
     """
 
     season_dir: Path
@@ -80,14 +87,21 @@ class ServeConfig:
     authorized_keys: Path
     host: str = "127.0.0.1"
     port: int = 2222
-    max_sessions: int = 20
+    max_sessions: int = 100
     max_per_address: int = 4
     login_timeout_s: float = 30.0
     spectator_argv: list[str] | None = None
-    fps: int = 15
+    fps: int = 30
     allow_missing_season: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
     placement: Placement = field(default_factory=Placement.default)
+    warm_start: bool = True
+    spare_view: bool = True
+
+
+#: seconds a session waits for a zygote that is still warming up (it imports and draws one
+#: frame once, at server start) before starting its spectator from scratch
+ZYGOTE_WAIT_S = 15.0
 
 
 @dataclass
@@ -211,9 +225,14 @@ class SpectatorServer:
         self._conn_objs: dict[int, _ConnInfo] = {}
         #: the spectator seats (sessions take and release them)
         self.seats = SeatPool(self.config.max_sessions)
+        #: the spectator processes and the sessions showing each (:mod:`aoe_tui.serve.views`)
+        self.views = ViewPool(self)
         self.port: int = config.port
         self.host_key_fingerprint = ""
         self.host_key_created = False
+        #: the warm spectator zygote (:mod:`aoe_tui.serve.zygote`), when ``warm_start``
+        self.zygote: Zygote | None = None
+        self._ready_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------ policy hooks
     def _admit(self, info: _ConnInfo) -> str | None:
@@ -237,12 +256,40 @@ class SpectatorServer:
         return len(self.seats)
 
     def spectator_pids(self) -> list[int]:
-        """Pids of the running spectator processes (each its own process group)."""
-        return [s.child.pid for s in self.seats.sessions() if s.child is not None and s.child.pid]
+        """Pids of the running spectator processes (each its own process group; one per
+        view, shown by one or more sessions)."""
+        return self.views.pids()
 
     def spectator_argv(self) -> list[str]:
         """The command a PTY session runs."""
         return list(self.config.spectator_argv or watch_argv(self.config.season_dir))
+
+    def zygote_env(self) -> dict[str, str]:
+        """The zygote's environment: what every spectator shares (a minimal one, no secret
+        of the server's; per-session ``TERM``/``HOME`` come with each request)."""
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+               "COLORTERM": "truecolor", "PYTHONDONTWRITEBYTECODE": "1", **self.child_env()}
+        if "PYTHONPATH" in os.environ:
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        return env
+
+    def _zygote_ready(self) -> None:
+        """Once the zygote is warm: start the spare view (the next new view's process)."""
+        if self.config.spare_view:
+            self.views.keep_spare()
+
+    async def warm_zygote(self) -> Zygote | None:
+        """The zygote to fork a spectator from, once it is warm (waits up to
+        :data:`ZYGOTE_WAIT_S`); None without one (the session starts its spectator from scratch)."""
+        z = self.zygote
+        if z is None or not z.alive:
+            return None
+        if not z.ready.is_set():
+            try:
+                await asyncio.wait_for(z.ready.wait(), ZYGOTE_WAIT_S)
+            except asyncio.TimeoutError:
+                return None
+        return z if z.alive else None
 
     def child_env(self) -> dict[str, str]:
         """Extra environment for spectator processes."""
@@ -296,6 +343,22 @@ class SpectatorServer:
         sockets = self._acceptor.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
+        if cfg.warm_start:
+            argv = self.spectator_argv()
+            preload = [argv[2]] if argv[1:2] == ["-m"] and len(argv) > 2 else []
+            self.zygote = Zygote(self.zygote_env(), cfg.placement.ctty_args(), preload)
+            try:
+                await self.zygote.start()
+                zyg = self.zygote
+
+                async def when_ready() -> None:
+                    await zyg.ready.wait()
+                    self._zygote_ready()
+
+                self._ready_task = asyncio.get_running_loop().create_task(when_ready())
+            except OSError as err:
+                log.warning("cannot start the spectator zygote (%s); spectators start from scratch", err)
+                self.zygote = None
         log.info("listening host=%s port=%d host_key=%s%s season=%s spectator_cpus=%s priority=%s", cfg.host,
                  self.port, self.host_key_fingerprint, " (new)" if self.host_key_created else "", cfg.season_dir,
                  cfg.placement.cpu_text, cfg.placement.priority)
@@ -314,8 +377,7 @@ class SpectatorServer:
             if not self.seats:
                 break
             await asyncio.sleep(0.05)
-        children = [s.child for s in self.seats.sessions() if s.child is not None]
-        await asyncio.gather(*(c.terminate() for c in children), return_exceptions=True)
+        await self.views.close()
         for info in list(self._conn_objs.values()):
             try:
                 info.conn.disconnect(asyncssh.DISC_BY_APPLICATION, f"aoe serve: {reason}")
@@ -325,6 +387,11 @@ class SpectatorServer:
             if not self.seats:
                 break
             await asyncio.sleep(0.05)
+        if self._ready_task is not None:
+            self._ready_task.cancel()
+        if self.zygote is not None:
+            await self.zygote.close()
+            self.zygote = None
 
     async def serve_forever(self, stop: asyncio.Event | None = None) -> None:
         """``start()``, then run until ``stop`` is set (or cancelled), then ``close()``."""

@@ -1,7 +1,10 @@
-"""One SSH session of ``aoe serve``: a spectator TUI on its own PTY, or a fixed command.
+"""One SSH session of ``aoe serve``: a spectator TUI on a PTY, or a fixed command.
 
-A PTY session (``ssh -t host`` / ``ssh -t host watch``) gets its own child process
-(the spectator TUI, ``aoe watch SEASON_DIR`` by default) on a fresh pseudo-terminal:
+A PTY session (``ssh -t host`` / ``ssh -t host watch``) shows a view
+(:mod:`aoe_tui.serve.views`): a child process (the spectator TUI, ``aoe watch SEASON_DIR``
+by default, forked from the server's warm zygote, :mod:`aoe_tui.serve.zygote`) on a fresh
+pseudo-terminal, shared with the sessions of the same terminal type and size that pressed
+the same keys (:class:`PtyChild` below is that child):
 
 * the PTY is sized to the client (``TIOCSWINSZ`` before the child starts) and resized
   on every ``window-change`` request (the kernel then sends SIGWINCH to the child);
@@ -28,7 +31,6 @@ never run: it gets one line naming what is offered and exit status 1. Subsystems
 from __future__ import annotations
 
 import asyncio
-import errno
 import fcntl
 import logging
 import os
@@ -52,8 +54,9 @@ from aoe_tui.serve.placement import Placement
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.serve.server import SpectatorServer, _ConnInfo
+    from aoe_tui.serve.zygote import ForkedProcess, Zygote
 
-__all__ = ["PtyChild", "SpectatorSession", "parse_command", "OutputFilter"]
+__all__ = ["PtyChild", "SpectatorSession", "parse_command", "OutputFilter", "is_passive_input"]
 
 log = logging.getLogger("aoe_tui.serve")
 
@@ -137,6 +140,31 @@ class OutputFilter:
         return data
 
 
+#: terminal replies and pointer motion (nothing a spectator would see change)
+_PASSIVE = re.compile(
+    rb"\x1b\[<(\d+);\d+;\d+[Mm]"  # SGR mouse report (passive when it is motion, bit 32)
+    rb"|\x1b\[\?[\d;]*c|\x1b\[>[\d;]*c"  # device attributes
+    rb"|\x1b\[\??[\d;]*\$y"  # mode reports
+    rb"|\x1b\[\d+;\d+R"  # cursor position report
+    rb"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC replies (colours)
+    rb"|\x1bP[^\x1b]*\x1b\\"  # DCS replies
+    rb"|\x1b\[[IO]"  # focus in/out
+)
+
+
+def is_passive_input(data: bytes) -> bool:
+    """Whether ``data`` is only terminal replies and pointer motion (SGR mouse reports with
+    the motion bit and no button): input that shows nothing a spectator would miss."""
+    pos = 0
+    for m in _PASSIVE.finditer(data):
+        if m.start() != pos:
+            return False
+        if m.group(1) is not None and not int(m.group(1)) & 32:
+            return False  # a press or release
+        pos = m.end()
+    return pos == len(data) and pos > 0
+
+
 def _winsize(cols: int, rows: int, pw: int = 0, ph: int = 0) -> bytes:
     cols = max(1, min(int(cols or 80), 1000))
     rows = max(1, min(int(rows or 24), 1000))
@@ -160,7 +188,9 @@ class PtyChild:
     ``argv``: the command (``argv[0]`` an absolute path); ``cols``/``rows``: initial size
     in cells; ``term``: the ``TERM`` value; ``env``: extra environment variables;
     ``placement``: CPU set and priority applied in the child before it execs
-    (:mod:`aoe_tui.serve.placement`; default: unchanged).
+    (:mod:`aoe_tui.serve.placement`; default: unchanged); ``zygote``: the server's warm
+    :class:`~aoe_tui.serve.zygote.Zygote`, which forks the child in milliseconds (it already
+    runs at the placement); without one, or when it fails, the child is started from scratch.
     Start with :meth:`start`; :meth:`terminate` ends the whole process group.
     """
 
@@ -170,9 +200,12 @@ class PtyChild:
     term: str = DEFAULT_TERM
     env: dict[str, str] = field(default_factory=dict)
     placement: Placement = field(default_factory=lambda: Placement(None, "normal"))
+    zygote: Zygote | None = None
     master: int = -1
-    proc: asyncio.subprocess.Process | None = None
+    proc: asyncio.subprocess.Process | ForkedProcess | None = None
     scratch: str | None = None
+    #: how the child was started: ``"fork"`` (from the warm zygote) or ``"exec"``
+    started_by: str = ""
 
     @property
     def pid(self) -> int | None:
@@ -199,11 +232,19 @@ class PtyChild:
             if "PYTHONPATH" in os.environ:
                 env["PYTHONPATH"] = os.environ["PYTHONPATH"]
             env.update(self.env)
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", CTTY_HELPER, *self.placement.ctty_args(), *self.argv,
-                stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                env=env, cwd=self.scratch, close_fds=True,
-            )
+            if self.zygote is not None and self.zygote.alive:
+                try:
+                    self.proc = await self.zygote.spawn(self.argv, slave, term=self.term, cwd=self.scratch, env=env)
+                    self.started_by = "fork"
+                except OSError as err:
+                    log.warning("spectator zygote could not start a session (%s); starting it from scratch", err)
+            if self.proc is None:
+                self.proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-I", "-S", CTTY_HELPER, *self.placement.ctty_args(), *self.argv,
+                    stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                    env=env, cwd=self.scratch, close_fds=True,
+                )
+                self.started_by = "exec"
         except BaseException:
             os.close(master)
             if self.scratch:
@@ -316,8 +357,13 @@ class SpectatorSession(asyncssh.SSHServerSession):
         self.size = (80, 24)
         self.pty = False
         self.command: tuple[str, dict[str, str]] | None = ("watch", {})
-        self.child: PtyChild | None = None
-        self.filter = OutputFilter()
+        #: the shared view this session shows (:mod:`aoe_tui.serve.views`)
+        self.view: Any = None
+        self.synced = False
+        self.stale = False
+        self.paused = False
+        self._moving = False
+        self._move_task: asyncio.Task | None = None
         self.started = 0.0
         self.dropped_input = 0
         self.input_budget = InputBudget()
@@ -389,6 +435,10 @@ class SpectatorSession(asyncssh.SSHServerSession):
                 await self._run_spectator()
         except Exception:  # never let one session take the server down
             log.exception("session failed addr=%s", self.conn.addr)
+            view, self.view = self.view, None
+            if view is not None:
+                await self.server.views.leave(self, view)
+            self.server.seats.release(self)
             self._exit(1)
 
     def _finish_text(self, text: str, rc: int) -> None:
@@ -406,12 +456,13 @@ class SpectatorSession(asyncssh.SSHServerSession):
         and exit 0. The spectator process is ended by the session's own cleanup."""
         if self.chan is None or self._closed:
             return
-        self._stop_reading()
+        view, self.view = self.view, None
         try:
             self.chan.write(TERMINAL_RESET + b"\r\n" + message.encode("utf-8") + b"\r\n")
         except (OSError, asyncssh.Error):
             pass
         self._exit(0)
+        self.view = view  # the session's cleanup takes it off its view
         if self._eof is not None and not self._eof.done():
             self._eof.set_result(None)
 
@@ -423,6 +474,12 @@ class SpectatorSession(asyncssh.SSHServerSession):
             except (OSError, asyncssh.Error):
                 pass
 
+    @property
+    def child(self) -> PtyChild | None:
+        """The spectator process this session shows (shared with the other sessions on its
+        view, :mod:`aoe_tui.serve.views`), or None."""
+        return self.view.child if self.view is not None else None
+
     async def _run_spectator(self) -> None:
         assert self.chan is not None
         seat = self.server.seats.take(self)
@@ -430,28 +487,32 @@ class SpectatorSession(asyncssh.SSHServerSession):
             self._finish_text(seat, 1)
             return
         cols, rows = self.size
-        self.child = PtyChild(list(self.server.spectator_argv()), cols=cols, rows=rows, term=self.term,
-                              env=self.server.child_env(), placement=self.server.config.placement)
         try:
-            await self.child.start()
+            await self.server.views.join(self, cols, rows)
         except OSError as err:
             self.server.seats.release(self)
-            self._finish_text(f"aoe serve: cannot start the spectator view: {err.strerror}\n", 1)
+            self._finish_text(f"aoe serve: cannot start the spectator view: {err.strerror or err}\n", 1)
             return
-        log.info("session start addr=%s key=%s term=%s size=%dx%d pid=%s sessions=%d/%d", self.conn.addr,
-                 self.conn.key_fp, self.term, cols, rows, self.child.pid, self.server.session_count,
-                 self.server.config.max_sessions)
+        view = self.view
+        assert view is not None
+        log.info("session start addr=%s key=%s term=%s size=%dx%d pid=%s (%s) viewers=%d sessions=%d/%d",
+                 self.conn.addr, self.conn.key_fp, self.term, cols, rows, view.child.pid, view.child.started_by,
+                 len(view.members), self.server.session_count, self.server.config.max_sessions)
         loop = asyncio.get_running_loop()
         self._eof = loop.create_future()
-        if self._closed:  # the client left while the child was starting
+        if self._closed:  # the client left while the view was starting
             self._eof.set_result(None)
-        else:
-            self._start_reading()
         try:
             await self._eof
         finally:
-            self._stop_reading()
-        rc = await self.child.terminate()
+            if self._move_task is not None:  # a move in flight lands first, then is undone
+                await asyncio.gather(self._move_task, return_exceptions=True)
+            view, self.view = self.view, None
+        rc = None
+        if view is not None:
+            await self.server.views.leave(self, view)
+            if view.ended and view.child.proc is not None:
+                rc = view.child.proc.returncode
         self.server.seats.release(self)
         if self.chan is not None and not self._closed:
             # flush what is left, then report the exit status
@@ -459,59 +520,95 @@ class SpectatorSession(asyncssh.SSHServerSession):
         log.info("session end addr=%s key=%s size=%dx%d duration=%.1fs exit=%s dropped_input=%d", self.conn.addr,
                  self.conn.key_fp, self.size[0], self.size[1], time.monotonic() - self.started, rc, self.dropped_input)
 
-    def _start_reading(self) -> None:
-        if self.child is not None and self.child.master >= 0 and not self._reading:
-            asyncio.get_running_loop().add_reader(self.child.master, self._on_output)
-            self._reading = True
+    # ------------------------------------------------------------ the view's side
+    def attach(self, view: Any, synced: bool) -> None:
+        """Show ``view`` from now on; ``synced``: this session has seen its whole screen
+        (else input waits for the repaint it was promised)."""
+        self.view = view
+        self.synced = synced
+        self.stale = False
 
-    def _stop_reading(self) -> None:
-        if self._reading and self.child is not None and self.child.master >= 0:
-            asyncio.get_running_loop().remove_reader(self.child.master)
-        self._reading = False
+    def mark_synced(self, view: Any) -> None:
+        """The repaint requested for this session has been drawn."""
+        if view is self.view:
+            self.synced = True
 
-    def _on_output(self) -> None:
-        assert self.child is not None
+    def view_output(self, data: bytes, view: Any) -> None:
+        """Output of ``view``'s process, for this session's client (dropped while the client's
+        channel is paused; a repaint follows when it resumes)."""
+        if view is not self.view or self.chan is None or self._closed:
+            return
+        if self.paused:
+            self.stale = True
+            return
         try:
-            data = os.read(self.child.master, 65536)
-        except BlockingIOError:
+            self.chan.write(data)
+        except (OSError, asyncssh.Error):
+            pass
+
+    def view_ended(self, view: Any) -> None:
+        """``view``'s process exited (``q``, a crash): the session ends with it."""
+        if view is self.view and self._eof is not None and not self._eof.done():
+            self._eof.set_result(None)
+
+    def _move(self, cols: int, rows: int, history: bytes) -> None:
+        """Leave a shared view for the one of this terminal size and input (in the background)."""
+        view = self.view
+        if view is None or self._moving:
             return
-        except OSError as err:  # EIO: every slave fd closed (the child exited)
-            if err.errno != errno.EIO:
-                log.warning("pty read failed addr=%s: %s", self.conn.addr, err)
-            data = b""
-        if not data:
-            self._stop_reading()
-            if self._eof is not None and not self._eof.done():
-                self._eof.set_result(None)
-            return
-        out = self.filter.feed(data)
-        if out and self.chan is not None and not self._closed:
+        self._moving = True
+
+        async def move() -> None:
             try:
-                self.chan.write(out)
-            except (OSError, asyncssh.Error):
-                pass
+                await self.server.views.move(self, view, cols, rows, history)
+            except OSError as err:
+                log.warning("session move failed addr=%s: %s", self.conn.addr, err)
+            finally:
+                self._moving = False
+                self._move_task = None
+
+        self._move_task = asyncio.get_running_loop().create_task(move())
 
     def data_received(self, data: bytes, datatype: int | None) -> None:  # type: ignore[override]
-        if self.child is None or not self.filter.ready:
+        view = self.view
+        if view is None or not view.filter.ready or not self.synced or not view.accepting or self._moving:
             self.dropped_input += len(data)
             return
-        n = self.child.write(data) if self.input_budget.admit(len(data)) else 0
+        if not self.input_budget.admit(len(data)):
+            self.dropped_input += len(data)
+            return
+        if view.shared:
+            if is_passive_input(data):  # a terminal's chatter must not split a shared view
+                self.dropped_input += len(data)
+                return
+            self._move(self.size[0], self.size[1], view.history + data)
+            return
+        n = view.give_input(data)
         self.dropped_input += len(data) - n
 
     def terminal_size_changed(self, width: int, height: int, pixwidth: int, pixheight: int) -> None:
         if width and height:
             self.size = (int(width), int(height))
-            if self.child is not None:
-                self.child.resize(width, height, pixwidth, pixheight)
+            view = self.view
+            if view is not None:
+                if view.shared:
+                    self._move(self.size[0], self.size[1], view.history)
+                else:
+                    view.child.resize(width, height, pixwidth, pixheight)
+                    self.server.views._rekey(view, self.size[0], self.size[1])
             log.info("resize addr=%s size=%dx%d", self.conn.addr, width, height)
 
     def pause_writing(self) -> None:
-        self._stop_reading()  # back-pressure: the child blocks on its PTY, nobody else does
+        self.paused = True  # back-pressure: this client misses output, nobody else waits
 
     def resume_writing(self) -> None:
-        if not self._closed and self.child is not None and self.child.master >= 0 and self._eof is not None \
-                and not self._eof.done():
-            self._start_reading()
+        self.paused = False
+        view = self.view
+        if self.stale and view is not None and not self._closed:
+            self.stale = False
+            self.synced = False
+            self.view_output(b"\x1b[H\x1b[2J" + view.mode_bytes(), view)
+            view.request_repaint()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True

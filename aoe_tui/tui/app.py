@@ -172,6 +172,13 @@ class AoeApp(App):
             self.notify(note, severity="warning", timeout=15)
         self._pending_notes.clear()
         self.set_timer(GC_FREEZE_AFTER_S, gc.freeze)
+        if self.spectator:  # aoe serve asks for a whole screen when a session joins this view
+            import signal
+
+            try:
+                asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self.repaint_all)
+            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread (tests)
+                pass
         if self.feed is not None:
             self.feed.attach(lambda: self.post_message(RecordsPending()))
             self.post_message(RecordsPending())
@@ -181,6 +188,11 @@ class AoeApp(App):
             self._tail()
         if self.host is not None:
             self.set_interval(0.5, self._check_host)
+
+    def repaint_all(self) -> None:
+        """Draw the whole screen again (every row, not only what changed): an SSH spectator
+        joining a view that is already on screen needs all of it (:mod:`aoe_tui.serve.views`)."""
+        self.screen.refresh()
 
     def _tail(self) -> None:
         """``aoe watch``: poll the season folder until the app closes, when inotify says a
