@@ -251,9 +251,18 @@ async def supervise(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1
     import os
 
     os.environ["FAKE_STATE"] = str(state)
-    if abort_after is not None:
-        asyncio.get_running_loop().call_later(abort_after, ref.abort)
+    if abort_after is not None:  # s on the match clock (which starts inside run(), after setup)
+
+        async def abort_later():
+            while "clock_started_unix" not in ref.timings:
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(abort_after)
+            ref.abort()
+
+        aborter = asyncio.ensure_future(abort_later())
     world = await ref.run()
+    if abort_after is not None:
+        aborter.cancel()
     log.close()
     records = read_events(out / "events.jsonl")
     assert seen == list(range(len(records)))
@@ -411,7 +420,7 @@ async def test_reboot_lockout_is_the_players_failure(tmp_path):
         [{"steps": ALL}, {"steps": ALL, "after": refused}, {}],
         provider_kw={"refuse_reboot": {"builder-one"}},
         on_event=watch,
-        duration=10,
+        duration=20,
     )
     assert not kinds(records, "infrastructure_failure") and world.infrastructure_failures == 0
     fails = [r.event for r in kinds(records, "milestone_failed") if r.event.territory == "builder-one"]
