@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,77 @@ def repo_root() -> Path:
 def fixtures_dir() -> Path:
     """``tests/fixtures``: published upstream match artifacts and the seed bundle (read-only)."""
     return REPO_ROOT / "tests" / "fixtures"
+
+
+class DemoRun:
+    """``seasons/demo.toml`` run locally through the real CLI (``aoe run DEMO --output OUT``,
+    its own process), once per test session: :meth:`start` starts it (once), :meth:`wait`
+    waits for it (starting it if need be) and returns the season folder, checking it
+    exited 0 with ``season finished``. A test can start it, do its own work alongside
+    (``tests/test_cluster_season.py`` runs the same season on a cluster), then wait."""
+
+    __test__ = False
+
+    def __init__(self, root: Path) -> None:
+        self.out = Path(root) / "season"
+        self.proc: subprocess.Popen[str] | None = None
+        self.started = 0.0
+        #: wall time of the run (s), once it ended
+        self.seconds: float | None = None
+        self._result: tuple[int, str, str] | None = None
+
+    def start(self) -> None:
+        if self.proc is None:
+            import sys
+            import time
+
+            self.started = time.monotonic()
+            self.proc = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run", str(REPO_ROOT / "seasons" / "demo.toml"),
+                                          "--output", str(self.out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+
+    def wait(self, timeout: float = 900) -> Path:
+        self.start()
+        assert self.proc is not None
+        if self._result is None:
+            import time
+
+            try:
+                out, err = self.proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.stop()
+                out, err = self.proc.communicate()
+            self.seconds = time.monotonic() - self.started
+            self._result = (self.proc.returncode, out, err)
+        rc, out, err = self._result
+        assert rc == 0, out[-3000:] + err[-3000:]
+        assert "season finished" in out
+        return self.out
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def demo_local(tmp_path_factory, guest_image):
+    """The session's :class:`DemoRun` (not yet started; stopped at the session's end).
+    Skips where container territories cannot run (root, systemd-nspawn)."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("systemd-nspawn") is None:
+        pytest.skip("container seasons need root and systemd-nspawn")
+    run = DemoRun(tmp_path_factory.mktemp("demo"))
+    yield run
+    run.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_run(demo_local: DemoRun) -> Path:
+    """The season folder of the session's local run of ``seasons/demo.toml`` (7 entrants,
+    league, ``concurrent_heats = 2``; :class:`DemoRun`), run once for every test that needs it."""
+    return demo_local.wait()
 
 
 @pytest.fixture(scope="session")
