@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -39,47 +40,51 @@ def fixtures_dir() -> Path:
 
 class DemoRun:
     """``seasons/demo.toml`` run locally through the real CLI (``aoe run DEMO --output OUT``,
-    its own process), once per test session: :meth:`start` starts it (once), :meth:`wait`
-    waits for it (starting it if need be) and returns the season folder, checking it
-    exited 0 with ``season finished``. A test can start it, do its own work alongside
-    (``tests/test_cluster_season.py`` runs the same season on a cluster), then wait."""
+    its own process, its output in ``OUT/../run.log``), once per test session: :meth:`start`
+    starts it (once), :meth:`wait` waits for it (starting it if need be) and returns the
+    season folder, checking it exited 0 with ``season finished``. A test can start it, do
+    its own work alongside (``tests/test_cluster_season.py`` runs the same season on a
+    cluster), then wait."""
 
     __test__ = False
 
     def __init__(self, root: Path) -> None:
         self.out = Path(root) / "season"
-        self.proc: subprocess.Popen[str] | None = None
-        self.started = 0.0
+        self.log = Path(root) / "run.log"
+        self.proc: subprocess.Popen[bytes] | None = None
         #: wall time of the run (s), once it ended
         self.seconds: float | None = None
-        self._result: tuple[int, str, str] | None = None
+        self._reaper: threading.Thread | None = None
 
     def start(self) -> None:
-        if self.proc is None:
-            import sys
-            import time
+        if self.proc is not None:
+            return
+        import sys
+        import time
 
-            self.started = time.monotonic()
-            self.proc = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run", str(REPO_ROOT / "seasons" / "demo.toml"),
-                                          "--output", str(self.out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)
+        t0 = time.monotonic()
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run",
+                                          str(REPO_ROOT / "seasons" / "demo.toml"), "--output", str(self.out)],
+                                         cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+        def reap(proc: subprocess.Popen[bytes] = self.proc) -> None:
+            proc.wait()
+            self.seconds = time.monotonic() - t0
+
+        self._reaper = threading.Thread(target=reap, daemon=True)
+        self._reaper.start()
 
     def wait(self, timeout: float = 900) -> Path:
         self.start()
-        assert self.proc is not None
-        if self._result is None:
-            import time
-
-            try:
-                out, err = self.proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.stop()
-                out, err = self.proc.communicate()
-            self.seconds = time.monotonic() - self.started
-            self._result = (self.proc.returncode, out, err)
-        rc, out, err = self._result
-        assert rc == 0, out[-3000:] + err[-3000:]
-        assert "season finished" in out
+        assert self.proc is not None and self._reaper is not None
+        self._reaper.join(timeout)
+        if self._reaper.is_alive():
+            self.stop()
+            self._reaper.join()
+        said = self.log.read_text(errors="replace")
+        assert self.proc.returncode == 0, f"aoe run demo exited {self.proc.returncode}:\n{said[-3000:]}"
+        assert "season finished" in said
         return self.out
 
     def stop(self) -> None:

@@ -4,17 +4,22 @@ One two-node cluster (``head`` and worker ``w1``, one heat slot each, started wi
 ``aoe worker start``: token authentication, each node with its own ``AOE_WORKER_DIR``) serves
 every test of the module:
 
-* a small league (four built-in builders, two heats of two, ``concurrent_heats = 2``) runs
-  with ``--cluster``: the heats land on both nodes, and the finished-heat set, the standings
-  and every ``world.json`` (its race: milestones, durable, winner, agents' ends) equal a
-  local run's of the same season file; the attempt folders hold the same files;
-* (the same run) the key scan: a command adapter's credential (``options.api_key_env`` naming a variable
-  that holds ``sk-dummy-<random>``) reaches the adapter on the node (it prints its sha256),
-  and the key is nowhere in the Ray session folder (logs, spilled objects), the season folder
-  or the nodes' folders;
-* node loss: killing node ``w1``'s processes mid-heat ends that attempt as an infrastructure
-  failure naming ``w1``; attempt 2 finishes on ``head``; ``w1`` restarted tears down what the
-  lost heat left; nothing is left running (actors, territories, mounts);
+* ``seasons/demo.toml`` (unchanged: 7 entrants, ``concurrent_heats = 2``, seed 2026) runs
+  with ``--cluster`` beside the session's local run of it (``tests/conftest.py``
+  ``DemoRun``, shared with ``tests/test_season_container.py``): the heats land on both
+  nodes, and the finished-heat set, the standings and every ``world.json`` (its race:
+  milestones, durable, winner, agents' ends) equal the local run's (where both oracles race
+  in one heat, the clock decides which wins, as between two local runs); the attempt
+  folders hold the same files, ``activity.jsonl`` in a local heat's form;
+* node loss (``--cluster auto``): killing node ``w1``'s processes mid-heat ends that attempt
+  as an infrastructure failure naming ``w1``; attempt 2 finishes on ``head``; ``w1``
+  restarted tears down what the lost heat left; nothing is left running (actors,
+  territories, mounts). The lost attempt's ``activity.jsonl`` got its lines while the heat
+  ran (its archive never came);
+* (the same run) the key scan: a command adapter's credential (``options.api_key_env``
+  naming a variable that holds ``sk-dummy-<random>``) reaches the adapter on the node (it
+  prints its sha256), and the key is nowhere in the Ray session folders (logs, spilled
+  objects), the season folder or the nodes' folders;
 * ``kill -9`` of the runner mid-season, then the same command: no duplicate heat, no actor
   left, the season finishes.
 """
@@ -194,31 +199,16 @@ def _activity(folder: Path) -> dict[str, str]:
     return first
 
 
-def test_demo_on_both_nodes_equals_the_local_run_and_the_key_stays_secret(nodes, demo_local, tmp_path):
+def test_demo_on_both_nodes_equals_the_local_run(nodes, demo_local, tmp_path):
     # issue 15's acceptance: seasons/demo.toml as it is (7 entrants, concurrent_heats = 2,
     # seed 2026) with --cluster, beside the session's local run of the same file
-    # (tests/conftest.py DemoRun: started here if no test has needed it yet, else reused).
-    # Beside them, a one-heat season whose "keyed" entrant is a command adapter with a
-    # credential (options.api_key_env) holding a dummy key.
-    key = f"sk-dummy-{secrets.token_hex(16)}"
-    adapter = tmp_path / "key-adapter.sh"
-    adapter.write_text(KEY_ADAPTER)
-    adapter.chmod(0o755)
-    keyed = _season(tmp_path, [FOUR[0], ("keyed", f"command:{adapter}", "dummy-model")], concurrent=1,
-                    entrant_extra='[entrants.options]\napi_key_env = "AOE_DUMMY_KEY"\n')
-    from concurrent.futures import ThreadPoolExecutor
-
+    # (tests/conftest.py DemoRun: started here if no test has needed it yet, else reused)
     demo_local.start()
-    env = nodes.client_env({**os.environ, "AOE_DUMMY_KEY": key})
     t0 = time.monotonic()
-    with ThreadPoolExecutor(2) as pool:
-        fr = pool.submit(_run, DEMO, tmp_path / "remote", "--cluster", nodes.address, env=env, timeout=900)
-        fk = pool.submit(_run, keyed, tmp_path / "keyed", "--cluster", nodes.address, env=env)
-        res, kres = fr.result(), fk.result()
+    res = _run(DEMO, tmp_path / "remote", "--cluster", nodes.address, env=nodes.client_env(), timeout=900)
     cluster_s = time.monotonic() - t0
     local = demo_local.wait()
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert kres.returncode == 0, kres.stdout[-3000:] + kres.stderr[-3000:]
     print(f"demo on the cluster: {cluster_s:.1f} s (local demo run: {demo_local.seconds:.1f} s)")
     a, b = _state(local), _state(tmp_path / "remote")
     assert b.finished is not None and len(b.finished_heats()) == len(a.finished_heats()) == 6
@@ -269,14 +259,6 @@ def test_demo_on_both_nodes_equals_the_local_run_and_the_key_stays_secret(nodes,
         # activity.jsonl (streamed, then not in the archive): a local heat's form, every agent's
         # lines, and each agent's first line the same
         assert _activity(la) == _activity(lb), h.counted.folder
-    # the key reached the adapter on its node (it printed the key's digest) ...
-    (kh,) = _state(tmp_path / "keyed").finished_heats()
-    stdout = (tmp_path / "keyed" / kh.counted.folder / "agents" / "keyed" / "stdout.log").read_text()
-    assert f"key sha256 {hashlib.sha256(key.encode()).hexdigest()}" in stdout
-    # ... and is stored nowhere: Ray's session folder (logs, spilled objects), the nodes'
-    # folders, the season folders, what the runners printed
-    assert _scan([nodes.root, tmp_path], key.encode()) == []  # root: nodes' folders, Ray temp dirs
-    assert key not in res.stdout + res.stderr + kres.stdout + kres.stderr
     # nothing left on the nodes
     assert alive_actors(nodes) == []
     for n in nodes.nodes:
@@ -353,22 +335,29 @@ def _mounted(paths: list[str]) -> list[str]:
     return [p for p in paths if f" {p} " in mounts]
 
 
-def test_node_lost_mid_heat_is_an_infrastructure_failure_retried_elsewhere(nodes, tmp_path):
-    season = _season(tmp_path, FOUR[:2], duration=20, concurrent=1)
+def test_node_lost_mid_heat_is_an_infrastructure_failure_retried_elsewhere_and_the_key_stays_secret(nodes, tmp_path):
+    # "keyed" is a command adapter whose credential (options.api_key_env) holds a dummy key;
+    # it prints the key's digest and gives up, the oracle races on
+    key = f"sk-dummy-{secrets.token_hex(16)}"
+    adapter = tmp_path / "key-adapter.sh"
+    adapter.write_text(KEY_ADAPTER)
+    adapter.chmod(0o755)
+    season = _season(tmp_path, [FOUR[0], ("keyed", f"command:{adapter}", "dummy-model")], duration=20, concurrent=1,
+                     entrant_extra='[entrants.options]\napi_key_env = "AOE_DUMMY_KEY"\n')
     out = tmp_path / "season"
     w1 = nodes.node("w1")
     hold = _hold_slot(nodes, "head")  # attempt 1 goes to w1
     try:
         # --cluster auto: the cluster of this machine's aoe node (its node.json in the default
         # workdir), which Ray's own auto (/tmp/ray) would not find
-        p = _runner(season, out, nodes, "auto", nodes.auto_env(tmp_path / "state"))
+        p = _runner(season, out, nodes, "auto", nodes.auto_env(tmp_path / "state", {**os.environ, "AOE_DUMMY_KEY": key}))
         _wait_for(lambda: _racing_on(out, "w1") is not None, p, 180, "a heat racing on w1")
         # the agents' activity streams into the runner's activity.jsonl while the heat runs
         # (its end-of-heat archive, with world.json, has not come; here it never will)
         lost = _racing_on(out, "w1")
         from aoe_tui.replay.activity import read_activity
 
-        _wait_for(lambda: {r.agent for r in read_activity(lost / "activity.jsonl")[0]} == {"oracle", "memory"},
+        _wait_for(lambda: {r.agent for r in read_activity(lost / "activity.jsonl")[0]} == {"oracle", "keyed"},
                   p, 60, "activity lines of both agents of w1's heat")
         assert not (lost / "world.json").exists()
         states = _leftovers(w1.workdir)
@@ -390,7 +379,7 @@ def test_node_lost_mid_heat_is_an_infrastructure_failure_retried_elsewhere(nodes
     assert "r1h1a1: spoiled by provider" in text and "node w1 lost" in text
     # the lost attempt's activity lines came as they happened (no archive ever came)
     assert lost == out / first.folder and not (lost / "world.json").exists()
-    assert set(_activity(lost)) == {"oracle", "memory"}
+    assert set(_activity(lost)) == {"oracle", "keyed"}
     print(f"node loss seen and attempt 2 done in {time.monotonic() - t0:.1f} s: {first.finished.detail}")
     # the killed node left its heat's territories (their processes run on, mounts, netns) ...
     assert _leftovers(w1.workdir)
@@ -404,6 +393,17 @@ def test_node_lost_mid_heat_is_an_infrastructure_failure_retried_elsewhere(nodes
     assert alive_actors(nodes) == []
     for n in nodes.nodes:
         assert not list(n.territories.glob("*")) and not list((n.workdir / "matches").glob("*"))
+    # the key reached the adapter on its node (it printed the key's digest) ...
+    digest = f"key sha256 {hashlib.sha256(key.encode()).hexdigest()}"
+    assert digest in (out / second.folder / "agents" / "keyed" / "stdout.log").read_text()
+    # ... and is stored nowhere: Ray's session folders (logs, spilled objects; the killed
+    # node's too), the nodes' folders, the season folder, what the runner printed
+    from aoe_tui.cluster.node import ray_temp_dir
+
+    sessions = [ray_temp_dir(n.workdir) for n in nodes.nodes]  # /tmp/aoe-ray-<hash>: sessions, logs, spilling
+    assert all(d.is_dir() for d in sessions), sessions
+    assert _scan([nodes.root, tmp_path, *sessions], key.encode()) == []  # root: the nodes' workdirs
+    assert key not in text
 
 
 def test_runner_killed_then_resumed_reruns_no_heat_twice_and_leaves_no_actor(nodes, tmp_path):
