@@ -101,6 +101,18 @@ class TestCluster:
         env.update(auth_env(self.token_file))
         return env
 
+    def auto_env(self, state_home: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+        """:meth:`client_env` for ``--cluster auto``: ``XDG_STATE_HOME=state_home`` holding a
+        copy of the head's ``node.json`` where ``aoe worker start`` without ``--workdir``
+        keeps it (``aoe-tui/worker/``), as on a machine whose node runs with the default
+        workdir; no ``RAY_ADDRESS``."""
+        default = Path(state_home) / "aoe-tui" / "worker"
+        default.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.head.workdir / "node.json", default / "node.json")
+        env = {k: v for k, v in self.client_env(base).items() if k != "RAY_ADDRESS"}
+        env["XDG_STATE_HOME"] = str(state_home)
+        return env
+
     def start_args(self, node: Node) -> list[str]:
         """``aoe worker start`` arguments for ``node``."""
         args = ["worker", "start", "--workdir", str(node.workdir), "--name", node.name, "--slots", str(node.slots),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,81 @@ def repo_root() -> Path:
 def fixtures_dir() -> Path:
     """``tests/fixtures``: published upstream match artifacts and the seed bundle (read-only)."""
     return REPO_ROOT / "tests" / "fixtures"
+
+
+class DemoRun:
+    """``seasons/demo.toml`` run locally through the real CLI (``aoe run DEMO --output OUT``,
+    its own process, its output in ``OUT/../run.log``), once per test session: :meth:`start`
+    starts it (once), :meth:`wait` waits for it (starting it if need be) and returns the
+    season folder, checking it exited 0 with ``season finished``. A test can start it, do
+    its own work alongside (``tests/test_cluster_season.py`` runs the same season on a
+    cluster), then wait."""
+
+    __test__ = False
+
+    def __init__(self, root: Path) -> None:
+        self.out = Path(root) / "season"
+        self.log = Path(root) / "run.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        #: wall time of the run (s), once it ended
+        self.seconds: float | None = None
+        self._reaper: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.proc is not None:
+            return
+        import sys
+        import time
+
+        t0 = time.monotonic()
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run",
+                                          str(REPO_ROOT / "seasons" / "demo.toml"), "--output", str(self.out)],
+                                         cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+        def reap(proc: subprocess.Popen[bytes] = self.proc) -> None:
+            proc.wait()
+            self.seconds = time.monotonic() - t0
+
+        self._reaper = threading.Thread(target=reap, daemon=True)
+        self._reaper.start()
+
+    def wait(self, timeout: float = 900) -> Path:
+        self.start()
+        assert self.proc is not None and self._reaper is not None
+        self._reaper.join(timeout)
+        if self._reaper.is_alive():
+            self.stop()
+            self._reaper.join()
+        said = self.log.read_text(errors="replace")
+        assert self.proc.returncode == 0, f"aoe run demo exited {self.proc.returncode}:\n{said[-3000:]}"
+        assert "season finished" in said
+        return self.out
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def demo_local(tmp_path_factory, guest_image):
+    """The session's :class:`DemoRun` (not yet started; stopped at the session's end).
+    Skips where container territories cannot run (root, systemd-nspawn)."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("systemd-nspawn") is None:
+        pytest.skip("container seasons need root and systemd-nspawn")
+    run = DemoRun(tmp_path_factory.mktemp("demo"))
+    yield run
+    run.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_run(demo_local: DemoRun) -> Path:
+    """The season folder of the session's local run of ``seasons/demo.toml`` (7 entrants,
+    league, ``concurrent_heats = 2``; :class:`DemoRun`), run once for every test that needs it."""
+    return demo_local.wait()
 
 
 @pytest.fixture(scope="session")

@@ -51,6 +51,12 @@ def test_doctor_lists_nodes_slots_and_readiness(cluster: TestCluster) -> None:
         f"w1  {ip}  worker  slots 1/1 free  ready",
         f"cluster {cluster.address}: 1 of 2 node(s) ready, 1/1 heat slots free",
     ], res.stdout
+    # --cluster auto: the cluster of the node aoe worker start runs here (its node.json in
+    # the default workdir), not Ray's /tmp/ray
+    auto = aoe("doctor", "--cluster", "auto", "--token-file", str(cluster.token_file),
+               env=cluster.auto_env(cluster.root / "state"))
+    assert auto.returncode == 0, auto.stderr
+    assert auto.stdout == res.stdout
 
 
 def test_a_client_without_the_token_is_refused(cluster: TestCluster, tmp_path: Path) -> None:

@@ -149,3 +149,25 @@ def test_credentials_handed_to_an_adapter_win_over_the_environment(monkeypatch):
     monkeypatch.setenv("AOE_TEST_KEY", "sk-env")
     assert adapter.credential("AOE_TEST_KEY") == "sk-handed"
     assert OpencodeAdapter({"api_key_env": "AOE_TEST_KEY"}).credential("AOE_TEST_KEY") == "sk-env"
+
+
+def test_a_cluster_heats_activity_reaches_the_live_tui_as_aoe_watch_posts_it():
+    """A heat on a worker node has no local supervisor: the runner hands its activity
+    records to the observer (``heat_activity``), which the live TUI posts as ``aoe watch``
+    does (:meth:`LiveFeed.post_activity`), so its heat model shows them."""
+    from aoe_tui.replay.activity import ActivityRecord
+    from aoe_tui.tui.live import FeedObserver, LiveFeed
+    from aoe_tui.tui.viewmodel import HeatModel
+
+    feed = LiveFeed()
+    obs = FeedObserver(feed)
+    folder = "round-1/heat-1/attempt-1"
+    obs.attempt_started(folder, {}, "t")
+    recs = [ActivityRecord(0, 5, "oracle", "$ systemctl start app"), ActivityRecord(1, 9, "memory", "  ok")]
+    obs.heat_activity(folder, recs)
+    assert obs.activity(folder, "oracle") == ()  # no supervisor to read
+    assert feed.drain_activity() == [(folder, recs[0]), (folder, recs[1])]
+    model = HeatModel()
+    for r in recs:
+        model.apply_activity(r)
+    assert model.timed_activity and list(model.activity_lines["oracle"]) == ["$ systemctl start app"]

@@ -46,14 +46,8 @@ def heat_set(season_dir: Path) -> set[tuple]:
     return {(h.round, h.heat, h.seats) for h in state.finished_heats()}
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("demo") / "season"
-    res = subprocess.run(aoe_cmd("run", str(DEMO), "--output", str(out)), capture_output=True, text=True,
-                         timeout=900, cwd=REPO)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "season finished" in res.stdout
-    return out
+# demo_run: tests/conftest.py (one local run of the demo per session, shared with
+# tests/test_cluster_season.py, which compares a cluster run with it)
 
 
 def test_demo_season_runs_to_the_end(demo_run, tmp_path):

@@ -33,9 +33,15 @@ One attempt, end to end:
    progress lines) written since, as they are written. The runner appends each to ITS
    ``events.jsonl`` through :class:`~aoe_tui.replay.log.EventLogWriter` (the same bytes, the
    same fsync of lifecycle lines as a local heat), folds it into its world and calls
-   ``on_event`` (season lines, the TUI). At the end the actor yields one archive of the
-   match folder (evidence, agents, world.json, aoe-extra.json, the bundle: everything but
-   the territories and the files the runner wrote) and the heat's end (its error, if any,
+   ``on_event`` (season lines, the TUI). Likewise the agents' activity: the actor tails its
+   scratch folder's ``activity.jsonl`` and yields the new records with each batch; the
+   runner appends them to ITS ``activity.jsonl`` through
+   :class:`~aoe_tui.replay.activity.ActivityWriter` (as a local heat's supervisor does:
+   one write per batch, no fsync) and hands them to ``on_activity`` (the live TUI; ``aoe
+   watch`` and spectators tail the file). At the end the actor yields the activity lines
+   left, one archive of the match folder (evidence, agents, world.json, aoe-extra.json,
+   the bundle: everything but the territories and the two logs the runner wrote as they
+   came) and the heat's end (its error, if any,
    and the sha256 of its ``events.jsonl``, which must equal the runner's). The runner
    extracts the archive safely (regular files and folders only, no path outside the
    attempt folder) into a scratch folder beside the attempt's, then moves each entry in.
@@ -275,6 +281,9 @@ class HeatActor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._abort: asyncio.Event | None = None
         self._aborted = False
+        self._scratch: Path | None = None  # the heat's scratch match folder, once known
+        self._activity: Any = None  # LogTail of its activity.jsonl
+        self._activity_lock = threading.Lock()
 
     def hello(self) -> dict[str, Any]:
         """``{"node", "node_id", "pid", "public_key"}`` (raw X25519 public key bytes)."""
@@ -292,9 +301,32 @@ class HeatActor:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._abort.set)
 
+    def _new_activity(self) -> list[tuple[str, Any]]:
+        """``("activity", (sequence, ms, agent, line))`` for each complete line the heat's
+        supervisor appended to the scratch folder's ``activity.jsonl`` since the last call
+        (``[]`` before the folder is known or once the file is unreadable)."""
+        from aoe_tui.replay.activity import ACTIVITY_FILE, ACTIVITY_LOG
+        from aoe_tui.replay.jsonl import LogTail
+
+        with self._activity_lock:
+            if self._activity is None:
+                if self._scratch is None:
+                    return []
+                self._activity = LogTail(ACTIVITY_LOG, self._scratch / ACTIVITY_FILE)
+            tail = self._activity
+            if tail is False or not tail.grown():
+                return []
+            try:
+                recs = tail.read()
+            except AoeError:  # a bad line: what came before was sent; a view aid, never a failure
+                self._activity = False
+                return []
+            return [("activity", (r.sequence, r.ms, r.agent, r.line)) for r in recs]
+
     def run(self, heat: RemoteHeat, sealed: bytes):
         """Run the heat; a generator of messages (lists of ``("event", line)`` /
-        ``("phase", text)``, then ``("archive", bytes)``, then ``("end", {...})``)."""
+        ``("phase", text)`` / ``("activity", (sequence, ms, agent, line))``, then
+        ``("archive", bytes)``, then ``("end", {...})``)."""
         creds = json.loads(open_sealed(self._key, sealed)) if sealed else {}
         self._key = None  # one heat per key
         q: queue.Queue = queue.Queue()
@@ -308,6 +340,9 @@ class HeatActor:
                 item = q.get(timeout=BATCH_S)
             except queue.Empty:
                 item = None
+            if item is not None and item[0] == "activity":
+                pending += item[1]
+                continue
             if item is not None and item[0] not in ("event", "phase"):
                 if pending:
                     yield pending
@@ -318,6 +353,8 @@ class HeatActor:
                 continue
             if item is not None:
                 pending.append(item)
+            if item is None or time.monotonic() - last >= BATCH_S:
+                pending += self._new_activity()
             if pending and (item is None or time.monotonic() - last >= BATCH_S):
                 yield pending
                 pending = []
@@ -351,7 +388,12 @@ class HeatActor:
                 log = scratch / "events.jsonl"
                 if log.is_file():
                     end["events_sha256"] = hashlib.sha256(log.read_bytes()).hexdigest()
-                q.put(("archive", pack_folder(scratch, exclude=frozenset({"territories", "events.jsonl"}))))
+                # the activity lines not sent yet (the file is closed: run_heat returned), then
+                # the archive without the two logs the runner wrote as they came
+                self._scratch = scratch
+                q.put(("activity", self._new_activity()))
+                q.put(("archive", pack_folder(scratch, exclude=frozenset({"territories", "events.jsonl",
+                                                                          "activity.jsonl"}))))
         except BaseException as err:  # noqa: BLE001
             end["error"] = end["error"] or f"artifacts not sent: {type(err).__name__}: {err}"
             end["source"] = end["source"] or "harness"
@@ -408,6 +450,7 @@ class HeatActor:
                                 path_text=str(path))
         folder = heat_folder_name(os.getpid(), heat.tag)
         out = matches_dir(base) / folder
+        self._scratch = out  # run() tails its activity.jsonl from now on
         workdir = territories_dir(base) / folder / "territories"
         workdir.mkdir(parents=True, exist_ok=True)
         provider = season_provider_factory(heat.provider)(workdir, heat.heat_id, loaded)
@@ -477,13 +520,16 @@ class ClusterHeats:
     """The runner's side: connects to the cluster once and runs attempts on it.
 
     Args:
-        address: as Ray takes it (``"auto"``, ``"HOST:PORT"``).
+        address: as Ray takes it (``"HOST:PORT"``), or ``"auto"``: resolved by
+            :func:`aoe_tui.cluster.node.resolve_address` in :meth:`connect` (``$RAY_ADDRESS``,
+            else the cluster of the node ``aoe worker start`` runs on this machine), which
+            then holds the address found.
         agent_memory_gb, referee_memory_gb: a heat's Ray memory need (GB): per agent, plus
             the referee.
 
-    Raises (:meth:`connect`): :class:`ClusterError` when Ray is missing, the token file is
-    unusable (:func:`aoe_tui.cluster.node.client_auth`), the cluster cannot be reached, or no
-    node offers a heat slot.
+    Raises (:meth:`connect`): :class:`ClusterError` when Ray is missing, ``auto`` finds no
+    cluster, the token file is unusable (:func:`aoe_tui.cluster.node.client_auth`), the
+    cluster cannot be reached, or no node offers a heat slot.
     """
 
     def __init__(self, address: str, *, agent_memory_gb: float = 0.6, referee_memory_gb: float = 0.5) -> None:
@@ -495,10 +541,13 @@ class ClusterHeats:
     def connect(self) -> None:
         """Join the cluster as a driver (once per process); checks that a node offers heat slots."""
         ray = require_ray()
-        from aoe_tui.cluster.node import client_auth
+        from aoe_tui.cluster.node import client_auth, resolve_address
 
         with _RAY_LOCK:
             if not ray.is_initialized():
+                # ``auto``: the cluster of this machine's aoe node (Ray's own ``auto`` looks
+                # only in /tmp/ray; an aoe node keeps its temp dir elsewhere)
+                self.address = resolve_address(self.address)
                 client_auth()  # Ray's token authentication: the token file, never the token
                 try:
                     ray.init(address=self.address, namespace="aoe-tui", log_to_driver=False,
@@ -562,12 +611,17 @@ class ClusterHeats:
                        on_event: Callable[[Any, WorldState], None] | None = None,
                        on_phase: Callable[[str], None] | None = None,
                        on_placed: Callable[[str, str], None] | None = None,
+                       on_activity: Callable[[list[Any]], None] | None = None,
                        timings: dict[str, float] | None = None) -> WorldState:
         """Run one attempt on a node with a free heat slot; fill ``folder`` (its headers are
         already there) and return the final world.
 
         ``credentials``: env name → value, sealed to the actor's key. ``on_placed(node,
-        node_id)`` once the actor runs on a node. ``timings`` (if given) gets monotonic
+        node_id)`` once the actor runs on a node. The agents' activity lines the node's
+        ``activity.jsonl`` gets are appended to ``folder``'s as they arrive, through an
+        :class:`~aoe_tui.replay.activity.ActivityWriter` as a local heat's supervisor does, and
+        handed to ``on_activity(records)`` (:class:`~aoe_tui.replay.activity.ActivityRecord`
+        list, file order). ``timings`` (if given) gets monotonic
         seconds: ``scheduled``, ``placed``, ``first_event``, ``last_event``, ``artifacts``.
 
         Raises:
@@ -577,6 +631,7 @@ class ClusterHeats:
             asyncio.CancelledError: after the aborted heat's artifacts were taken.
         """
         from aoe_tui.domain.world import WorldState
+        from aoe_tui.replay.activity import ACTIVITY_FILE, ActivityRecord, ActivityWriter
         from aoe_tui.replay.log import EventLogWriter, parse_line
         from aoe_tui.replay.reducer import apply_event
 
@@ -594,6 +649,8 @@ class ClusterHeats:
         inbox: asyncio.Queue = asyncio.Queue()
         world = WorldState()
         writer: EventLogWriter | None = None
+        activity: ActivityWriter | None = None
+        activity_off = False  # the runner's activity.jsonl could not be written: no more lines
         reader: threading.Thread | None = None
         try:
             try:
@@ -646,9 +703,20 @@ class ClusterHeats:
                 if kind == "eof":
                     break
                 if isinstance(item, list):
+                    acts: list[ActivityRecord] = []
+                    if activity is None and not activity_off:
+                        # opened with the heat's first lines, as a local heat's supervisor opens its own
+                        try:
+                            activity = ActivityWriter(folder / ACTIVITY_FILE)
+                        except (OSError, AoeError) as err:
+                            activity_off = True
+                            say(f"no live activity file: {_first_line(err)}")
                     for what, value in item:
                         if what == "phase":
                             say(value)
+                            continue
+                        if what == "activity":
+                            acts.append(ActivityRecord(*value))
                             continue
                         rec = parse_line(value)
                         if writer is None:
@@ -662,9 +730,25 @@ class ClusterHeats:
                         if on_event is not None:
                             with contextlib.suppress(Exception):
                                 on_event(written, world)
+                    if acts and activity is not None and not activity_off:
+                        # as a local heat's supervisor: one write per batch, no fsync (a live
+                        # view aid: a failure is one line, never the heat's)
+                        try:
+                            for rec in acts:
+                                activity.add(rec.ms, rec.agent, rec.line)
+                            activity.flush()
+                        except (OSError, AoeError) as err:
+                            activity_off = True
+                            say(f"live activity file stopped: {folder / ACTIVITY_FILE}: {_first_line(err)}")
+                        else:
+                            if on_activity is not None:
+                                with contextlib.suppress(Exception):
+                                    on_activity(acts)
                 elif item[0] == "archive":
                     if writer is not None:
                         writer.close()
+                    if activity is not None:
+                        activity.close()
                     await asyncio.to_thread(unpack_into, item[1], folder)
                     t["artifacts"] = time.monotonic()
                 elif item[0] == "end":
@@ -685,6 +769,8 @@ class ClusterHeats:
         finally:
             if writer is not None:
                 writer.close()
+            if activity is not None:
+                activity.close()
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
 

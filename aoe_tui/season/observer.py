@@ -31,3 +31,8 @@ class SeasonObserver:
 
     def supervisor_ready(self, folder: str, supervisor: Any) -> None:
         """The attempt's :class:`aoe_tui.referee.supervisor.HeatSupervisor` exists (activity source)."""
+
+    def heat_activity(self, folder: str, records: list[Any]) -> None:
+        """Activity lines the attempt in ``folder`` appended to its ``activity.jsonl``
+        (:class:`aoe_tui.replay.activity.ActivityRecord`, file order). Only for a heat on a
+        worker node (``aoe run --cluster``), which has no local supervisor to read them from."""

@@ -822,6 +822,7 @@ class SeasonRunner:
             return await self.cluster.run_heat(
                 remote, folder, credentials, on_placed=placed,
                 on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
+                on_activity=lambda records, r=rel: self._observe("heat_activity", r, records),
                 on_event=lambda rec, w, t=tag, h=heat, r=rel: self._on_event(t, h, rec, r))
         finally:
             credentials.clear()

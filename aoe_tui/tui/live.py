@@ -157,7 +157,9 @@ class FeedObserver(SeasonObserver):
     """The :class:`~aoe_tui.season.observer.SeasonObserver` of ``aoe run``'s TUI: posts the
     season's records and every attempt's events to a :class:`LiveFeed` (heat key = attempt
     folder, ``round-R/heat-H/attempt-A``), and serves live agent activity from the
-    referee's seats (``AgentRun.activity``, newest last)."""
+    referee's seats (``AgentRun.activity``, newest last); a heat on a worker node of a
+    cluster has no local seats: its ``activity.jsonl`` records are posted as they arrive
+    (:meth:`LiveFeed.post_activity`, as ``aoe watch`` does)."""
 
     def __init__(self, feed: LiveFeed) -> None:
         self.feed = feed
@@ -175,6 +177,9 @@ class FeedObserver(SeasonObserver):
 
     def supervisor_ready(self, folder: str, supervisor: Any) -> None:
         self._supervisors[folder] = supervisor
+
+    def heat_activity(self, folder: str, records: list[Any]) -> None:
+        self.feed.post_activity(records, folder)
 
     def activity(self, folder: str, agent: str) -> Sequence[str]:
         """Latest activity lines of ``agent`` in attempt ``folder`` (``()`` before it starts)."""
