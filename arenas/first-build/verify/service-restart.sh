@@ -12,8 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 need_env AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT AOE_EVIDENCE_FILE AOE_PREVIOUS_EVIDENCE
 
-record=$(previous_field write-read record)
-value=$(previous_field write-read value)
+previous_fields record=write-read.record value=write-read.value
 [[ -n "$record" && -n "$value" ]] || fail "no write-read evidence (record/value) in $AOE_PREVIOUS_EVIDENCE"
 
 load_password
