@@ -113,7 +113,8 @@ REFEREE_SSH_PATH=/usr/bin:/usr/sbin:/bin:/sbin:/run/current-system/sw/bin
 REFEREE_BINARIES=(/usr/bin/env /usr/bin/bash /usr/bin/systemctl /usr/bin/cat)
 REFEREE_PYTHON=/usr/bin/python3
 [[ -x "$REFEREE_PYTHON" ]] || REFEREE_PYTHON=python3
-# python3 -c "$REFEREE_ENTER" LEADER PROGRAM ARGS...: join the ipc, uts, net, pid and mount
+# python3 -I -S -c "$REFEREE_ENTER" LEADER PROGRAM ARGS... (isolated, no site import: less
+# start-up CPU, and no PYTHON* variable of the runner's steers it): join the ipc, uts, net, pid and mount
 # namespaces of host PID LEADER, then run PROGRAM (a guest path) in a child with an empty
 # capability bounding set, no ambient capabilities and no_new_privs; exits with its status
 REFEREE_ENTER='
@@ -211,7 +212,7 @@ guest() {
       printf "tampering: the territory's %s is not the image's (the referee runs it)\n" "${bad% }" >&2
       return 125
     fi
-    "$REFEREE_PYTHON" -c "$REFEREE_ENTER" "$leader" \
+    "$REFEREE_PYTHON" -I -S -c "$REFEREE_ENTER" "$leader" \
       /usr/bin/env -i PATH="$REFEREE_PATH" HOME=/root LC_ALL=C /usr/bin/bash --noprofile --norc -c "$cmd"
     return
   fi
