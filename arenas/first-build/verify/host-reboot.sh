@@ -53,4 +53,4 @@ while :; do
   sleep 0.1
 done
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" --arg b "$boot_id" '{reboot:true, record:$r, value:$v, boot_id:$b}')"
+write_evidence "{\"reboot\":true,\"record\":$(json_str "$record"),\"value\":$(json_str "$value"),\"boot_id\":$(json_str "$boot_id")}"
