@@ -22,7 +22,7 @@ import pytest
 import pytest_asyncio
 
 from aoe_tui.runtime import netalloc, ssh
-from aoe_tui.runtime.container import ContainerProvider, cleanup_stale, doctor_checks
+from aoe_tui.runtime.container import CONTAINER_MASKED_UNITS, ContainerProvider, cleanup_stale, doctor_checks
 from aoe_tui.runtime.provider import ProvisionError, RebootError, Territory, TerritoryRefusedError, TerritorySpec
 
 pytestmark = [pytest.mark.container]
@@ -134,6 +134,14 @@ async def test_three_territories_root_ssh(heat):
         assert (workdir / t.id / "console.log").stat().st_size > 0
         assert t.password not in (workdir / t.id / "console.log").read_text()
         assert t.password not in (workdir / t.id / "state.json").read_text()
+    # guest units a container has no use for are masked in its own layer, not in the image
+    # (QEMU guests share the image and keep them)
+    t = territories[0]
+    res = await sh(t, "systemctl is-enabled console-getty.service systemd-update-utmp.service; pgrep -c agetty")
+    assert res.stdout.split() == ["masked", "masked", "0"], res.stdout
+    for unit in CONTAINER_MASKED_UNITS:
+        assert os.readlink(workdir / t.id / "upper/etc/systemd/system" / unit) == "/dev/null", unit
+        assert not (provider.image.rootfs / "etc/systemd/system" / unit).is_symlink(), unit
     from aoe_tui.runtime.image import image_users
 
     assert {str(workdir / t.id / "root") for t in territories} <= set(image_users(provider.image))

@@ -63,6 +63,9 @@ def test_every_arena_uses_the_same_referee_access():
 
     enter = re.search(r"^REFEREE_ENTER='(.*?)'$", next(iter(blocks.values())), re.S | re.M)
     assert enter and enter.group(1) == ENTER_GUEST
+    from aoe_tui.runtime.container import ENTER_FLAGS
+
+    assert f'"$REFEREE_PYTHON" {" ".join(ENTER_FLAGS)} -c "$REFEREE_ENTER"' in next(iter(blocks.values()))
     for script in sorted(REPO.glob("arenas/*/verify/*.sh")):
         text = "\n".join(ln for ln in script.read_text().splitlines() if not ln.lstrip().startswith("#"))
         if script.name != "lib.sh":

@@ -7,12 +7,11 @@
 . "$(dirname "$0")/lib.sh"
 need_env AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT AOE_EVIDENCE_FILE AOE_PREVIOUS_EVIDENCE
 
-record=$(previous_field service-restart record)
-value=$(previous_field service-restart value)
-[[ -n "$record" ]] || record=$(previous_field write-read record)
-[[ -n "$value" ]] || value=$(previous_field write-read value)
+previous_fields record=service-restart.record value=service-restart.value old_boot=service-restart.boot_id \
+  wr_record=write-read.record wr_value=write-read.value
+[[ -n "$record" ]] || record=$wr_record
+[[ -n "$value" ]] || value=$wr_value
 [[ -n "$record" && -n "$value" ]] || fail "no record/value in earlier evidence in $AOE_PREVIOUS_EVIDENCE"
-old_boot=$(previous_field service-restart boot_id)
 
 load_password
 deadline=$(( $(now_s) + ${REBOOT_POLL_SECONDS:-24} ))
@@ -54,4 +53,4 @@ while :; do
   sleep 0.1
 done
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" --arg b "$boot_id" '{reboot:true, record:$r, value:$v, boot_id:$b}')"
+write_evidence "{\"reboot\":true,\"record\":$(json_str "$record"),\"value\":$(json_str "$value"),\"boot_id\":$(json_str "$boot_id")}"

@@ -52,6 +52,32 @@ previous_field() {
   jq -r --arg m "$1" --arg f "$2" '(.[$m].evidence // {})[$f] // empty | tostring' "$AOE_PREVIOUS_EVIDENCE" 2>/dev/null || true
 }
 
+# previous_fields VAR=MILESTONE.FIELD...: set each VAR to what `previous_field MILESTONE
+# FIELD` prints (the same string, trailing newlines dropped, empty when absent), with one jq
+# run for them all (jq 1.6 costs ~45 ms of CPU a start). MILESTONE has no "."; VAR is a
+# variable name other than this function's own locals (a, out, spec, vals, i).
+previous_fields() {
+  local a out
+  local -a spec=() vals=()
+  for a in "$@"; do
+    printf -v "${a%%=*}" '%s' ""
+    spec+=("${a#*=}")
+  done
+  [[ -f "${AOE_PREVIOUS_EVIDENCE:-}" ]] || return 0
+  out=$(jq -r '. as $e | $ARGS.positional[] | (split(".") | {m: .[0], f: (.[1:] | join("."))}) as $k
+    | [try (($e[$k.m].evidence // {})[$k.f] // empty | tostring) catch empty] | (.[0] // "") | @sh' \
+    "$AOE_PREVIOUS_EVIDENCE" --args "${spec[@]}" 2>/dev/null) || return 0
+  eval "vals=($out)"
+  (( ${#vals[@]} == $# )) || return 0
+  local i=0
+  for a in "$@"; do
+    out=${vals[i]}
+    out=${out%"${out##*[!$'\n']}"}
+    printf -v "${a%%=*}" '%s' "$out"
+    i=$((i + 1))
+  done
+}
+
 # load_password: read AOE_SSH_PASSWORD from the credential file without exporting
 # anything else from it into this shell (the file may also set other AOE_* keys).
 load_password() {
@@ -81,7 +107,8 @@ REFEREE_SSH_PATH=/usr/bin:/usr/sbin:/bin:/sbin:/run/current-system/sw/bin
 REFEREE_BINARIES=(/usr/bin/env /usr/bin/bash /usr/bin/systemctl /usr/bin/cat)
 REFEREE_PYTHON=/usr/bin/python3
 [[ -x "$REFEREE_PYTHON" ]] || REFEREE_PYTHON=python3
-# python3 -c "$REFEREE_ENTER" LEADER PROGRAM ARGS...: join the ipc, uts, net, pid and mount
+# python3 -I -S -c "$REFEREE_ENTER" LEADER PROGRAM ARGS... (isolated, no site import: less
+# start-up CPU, and no PYTHON* variable of the runner's steers it): join the ipc, uts, net, pid and mount
 # namespaces of host PID LEADER, then run PROGRAM (a guest path) in a child with an empty
 # capability bounding set, no ambient capabilities and no_new_privs; exits with its status
 REFEREE_ENTER='
@@ -112,10 +139,13 @@ sys.exit(code if code >= 0 else 128 - code)
 
 # territory_state: read the container provider's state.json of this territory with one jq
 # run (jq 1.6 costs ~45 ms of CPU a start) into T_ROOT, T_NSPAWN, T_LEADER and the array
-# T_LOWERS; status 1 (nothing set) when the territory is not a container
+# T_LOWERS; status 1 (nothing set) when the territory is not a container. Inside one guest
+# call the state is read once (T_READ: 1 = container, 0 = not; the helpers guest runs in
+# subshells inherit it); elsewhere it is read anew (a reboot changes the init's PID)
 territory_state() {
   local state
   local -a f=()
+  case "${T_READ:-}" in 1) return 0 ;; 0) return 1 ;; esac
   state="$(dirname -- "${AOE_CREDENTIAL_FILE:-/nonexistent/x}")/state.json"
   [[ -r "$state" ]] || return 1
   mapfile -t f < <(jq -r 'select(.provider == "container") | (.root // ""), (.nspawn_pid // "" | tostring),
@@ -162,7 +192,9 @@ referee_tampering() {
 # reach (see above); exit 125 with "tampering: ..." on stderr when a binary the referee
 # runs was replaced, 255 when the territory cannot be reached
 guest() {
-  local cmd="$*" leader bad
+  local cmd="$*" leader bad T_READ="" T_ROOT T_NSPAWN T_LEADER
+  local -a T_LOWERS=()
+  if territory_state; then T_READ=1; else T_READ=0; fi
   leader=$(territory_leader)
   if [[ -n "$leader" ]]; then
     if [[ "$leader" == none ]]; then
@@ -174,7 +206,7 @@ guest() {
       printf "tampering: the territory's %s is not the image's (the referee runs it)\n" "${bad% }" >&2
       return 125
     fi
-    "$REFEREE_PYTHON" -c "$REFEREE_ENTER" "$leader" \
+    "$REFEREE_PYTHON" -I -S -c "$REFEREE_ENTER" "$leader" \
       /usr/bin/env -i PATH="$REFEREE_PATH" HOME=/root LC_ALL=C /usr/bin/bash --noprofile --norc -c "$cmd"
     return
   fi
@@ -242,6 +274,17 @@ restart_tampering() {
 # without_ids OUT: OUT without the unit_ids lines
 without_ids() { printf '%s\n' "$1" | grep -v -E '^(before|after) [^ ]+ (MainPID=|InvocationID=|procs=)'; }
 # --- end of the referee's access block ----------------------------------------------------
+
+# json_str VALUE: VALUE as a JSON string, byte for byte what `jq -cn --arg s VALUE '$s'`
+# prints; strings made only of the characters listed below need no escaping and are quoted
+# without a jq run (jq 1.6 costs ~45 ms of CPU a start), any other string goes to jq
+json_str() {
+  if [[ -z "${1//[abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.:\/+=@,%-]/}" ]]; then
+    printf '"%s"' "$1"
+  else
+    jq -cn --arg s "$1" '$s'
+  fi
+}
 
 # write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE
 write_evidence() {

@@ -12,8 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 need_env AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT AOE_EVIDENCE_FILE AOE_PREVIOUS_EVIDENCE
 
-record=$(previous_field write-read record)
-value=$(previous_field write-read value)
+previous_fields record=write-read.record value=write-read.value
 [[ -n "$record" && -n "$value" ]] || fail "no write-read evidence (record/value) in $AOE_PREVIOUS_EVIDENCE"
 
 load_password
@@ -58,9 +57,10 @@ if [[ -n "$listener_before" && "$listener_after" == "$listener_before" ]]; then
   fail "tampering: the process serving port $AOE_SERVICE_PORT (host pid ${listener_before%%:*}) is the same before and after restarting builder-app.service"
 fi
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" --arg b "$boot_id" \
-  --arg mb "$main_before" --arg ma "$main_after" --arg ib "$inv_before" --arg ia "$inv_after" \
-  --arg lb "$listener_before" --arg la "$listener_after" \
-  '{record:$r, restart:true, value:$v} + (if $b == "" then {} else {boot_id:$b} end)
-   + {main_pid_before:$mb, main_pid_after:$ma, invocation_before:$ib, invocation_after:$ia,
-      listener_before:$lb, listener_after:$la}')"
+# the same bytes as jq -c of {record, restart:true, value} + {boot_id} (when known) + the ids
+ev="{\"record\":$(json_str "$record"),\"restart\":true,\"value\":$(json_str "$value")"
+[[ -z "$boot_id" ]] || ev+=",\"boot_id\":$(json_str "$boot_id")"
+ev+=",\"main_pid_before\":$(json_str "$main_before"),\"main_pid_after\":$(json_str "$main_after")"
+ev+=",\"invocation_before\":$(json_str "$inv_before"),\"invocation_after\":$(json_str "$inv_after")"
+ev+=",\"listener_before\":$(json_str "$listener_before"),\"listener_after\":$(json_str "$listener_after")}"
+write_evidence "$ev"

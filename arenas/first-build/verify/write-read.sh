@@ -18,4 +18,4 @@ code=$(http_get "/records/$record" "$body")
 [[ "$code" == 200 ]] || fail "GET /records/$record returned HTTP $code right after the write, expected 200"
 body_is "$body" "$value" || fail "GET /records/$record returned a different value than was written"
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" '{record:$r, value:$v}')"
+write_evidence "{\"record\":$(json_str "$record"),\"value\":$(json_str "$value")}"
