@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--cluster", metavar="ADDRESS",
                    help="run every heat on a worker node of this Ray cluster (as Ray takes it: auto, HOST:PORT; "
                    "overrides the season file's [cluster] address; needs the cluster extra)")
+    r.add_argument("--token-file", type=Path, default=None, metavar="PATH",
+                   help="with a cluster: Ray's token file, a copy of the head's (default: $RAY_AUTH_TOKEN_PATH "
+                   "or ~/.ray/auth_token)")
     add_priority_arg(r)
     add_run_args(r)  # --serve-ssh PORT: spectators over SSH while the season runs
     r.set_defaults(func=_cmd_run)
@@ -75,7 +78,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     headless = args.headless or not sys.stdout.isatty()
     with serving(args, out, headless=headless) as server:
         rc = run_season(loaded, out, headless=headless, light=getattr(args, "light", False),
-                        priority=args.engine_priority,
+                        priority=args.engine_priority, token_file=getattr(args, "token_file", None),
                         runner_kwargs={**({"retry_void": True} if getattr(args, "retry_void", False) else {}),
                                        **({"cluster": args.cluster} if getattr(args, "cluster", None) else {})})
         if server is not None:
@@ -107,13 +110,15 @@ def add_priority_arg(p: argparse.ArgumentParser) -> None:
 
 
 def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner_kwargs: dict | None = None,
-               priority: str = "realtime") -> int:
+               priority: str = "realtime", token_file: Path | None = None) -> int:
     """Run or resume ``loaded`` (a :class:`aoe_tui.domain.season_file.LoadedSeason`) into ``out``,
     headless (plain lines) or in the TUI; the engine thread runs at ``priority`` (one of
     :data:`aoe_tui.runtime.realtime.ENGINE_PRIORITIES`). Returns the exit code (0
     finished, ``128 + signum`` stopped by a signal: 130, 143). SIGHUP while the guest image
     is still being prepared (before the season starts) stops the command (129); once the
-    season runs, it detaches. Raises :class:`AoeError` for bad input (also when the engine
+    season runs, it detaches. A cluster season (``runner_kwargs["cluster"]`` or ``[cluster]``)
+    is checked first with ``token_file`` (:func:`check_cluster`), before the folder is touched.
+    Raises :class:`AoeError` for bad input (also when the engine
     fails before/while running); :class:`aoe_tui.season.runner.DiskFullStop` (exit 75)
     when a full disk stops the season."""
     from aoe_tui.commands.image import prepare_provider_images
@@ -123,6 +128,7 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     # standings files after every heat and at the end (the runner does not know exports)
     runner_kwargs = {"write_exports": write_all, **(runner_kwargs or {})}
     arenas, _ = load_season_arenas(loaded)
+    check_cluster(loaded, runner_kwargs.get("cluster"), token_file)
     _LOST_TERMINAL_LOG.append(out / RUN_LOG)
     with hold_season_folder(out):
         # the guest image and every arena's image layer, with a progress bar, before the
@@ -132,6 +138,36 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
         if headless:
             return _run_headless(loaded, out, runner_kwargs, priority)
         return _run_tui(loaded, out, light, runner_kwargs, priority)
+
+
+def check_cluster(loaded, address: str | None, token_file: Path | None = None) -> None:
+    """Before a cluster season touches its folder: authenticate this process as the
+    cluster's client (``aoe_tui.cluster.node.client_auth``: the token file of
+    ``token_file`` (``--token-file``), else of ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``;
+    it must be set before Ray is first
+    imported, or Ray keeps asking without a token) and check that the cluster answers and
+    accepts the token (``probe_cluster``, a few seconds at most). ``address``: ``--cluster``,
+    else the season file's ``[cluster] address``; no address: nothing to do.
+
+    Raises:
+        ClusterError: one line naming where the address came from (``--cluster`` or the
+            season file's ``cluster.address``) and what is wrong (unreachable, no token, a
+            refused token, a token file readable by others) — instead of a runner that waits
+            for Ray forever.
+    """
+    table = loaded.season.cluster
+    if not address and table is None:
+        return
+    from aoe_tui.cluster import ClusterError
+    from aoe_tui.cluster.node import client_auth, probe_cluster, resolve_address
+
+    where = "--cluster" if address else f"{loaded.path}: cluster.address"
+    address = address or table.address
+    try:
+        client_auth(token_file)
+        probe_cluster(resolve_address(address))
+    except ClusterError as err:
+        raise ClusterError(f"{where}: {err}") from None
 
 
 #: the detached (or hung-up) runner's output, inside the season folder

@@ -67,6 +67,11 @@ def _cmd_start(args: argparse.Namespace) -> int:
         raise UsageError("worker start: --port is for --head (a worker joins the head's --address)")
     slots = args.slots if args.slots is not None else (0 if args.head else 1)
     workdir = args.workdir or default_workdir()
+    try:  # a file in the way: one line naming the option, not a traceback from start_node
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--workdir {workdir}: cannot use it as the node's state folder: "
+                         f"{'not a folder' if isinstance(err, FileExistsError) else err.strerror}") from None
     record = start_node(workdir, head=args.head, address=args.address,
                         port=DEFAULT_PORT if args.port is None else args.port, slots=slots, name=args.name,
                         token_file=args.token_file, provider=args.provider, node_ip=args.node_ip_address,

@@ -280,8 +280,10 @@ class SeasonModel:
                     detail = f"kept as {_attempt_folder(a)}"
                 t = fmt_clock(a.finished.elapsed_ms) if a.finished is not None and a.finished.elapsed_ms else ""
                 w = (a.finished.winner or "") if a.finished is not None and a.finished.outcome == "counted" else ""
-                on = f" @{a.node}" if a.node else ""  # the worker node of a heat on a cluster
-                rows.append(BracketRow(f"r{h.round}h{h.heat}a{a.attempt}#{i}", "attempt", f"    attempt {a.attempt}{on}", s,
+                if a.node:  # the worker node of a heat on a cluster, in the wide detail column (the
+                    # 13-column Heat column cut "attempt 1 @NODE" to "attempt 1 ")
+                    detail = f"on {a.node}" + (f" · {detail}" if detail else "")
+                rows.append(BracketRow(f"r{h.round}h{h.heat}a{a.attempt}#{i}", "attempt", f"    attempt {a.attempt}", s,
                                        detail, w, t, _attempt_folder(a), a.status == "running"))
         return rows
 
