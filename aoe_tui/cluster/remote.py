@@ -540,15 +540,17 @@ class ClusterHeats:
 
     def connect(self) -> None:
         """Join the cluster as a driver (once per process); checks that a node offers heat slots."""
-        ray = require_ray()
         from aoe_tui.cluster.node import client_auth, resolve_address
 
+        # Ray's token authentication (the token file, never the token) must be set before
+        # Ray is imported: Ray fixes its auth mode at import
+        client_auth()
+        ray = require_ray()
         with _RAY_LOCK:
             if not ray.is_initialized():
                 # ``auto``: the cluster of this machine's aoe node (Ray's own ``auto`` looks
                 # only in /tmp/ray; an aoe node keeps its temp dir elsewhere)
                 self.address = resolve_address(self.address)
-                client_auth()  # Ray's token authentication: the token file, never the token
                 try:
                     ray.init(address=self.address, namespace="aoe-tui", log_to_driver=False,
                              logging_level="ERROR", configure_logging=True, include_dashboard=False)
