@@ -172,3 +172,50 @@ def test_a_cluster_heats_activity_reaches_the_live_tui_as_aoe_watch_posts_it():
     for r in recs:
         model.apply_activity(r)
     assert model.timed_activity and list(model.activity_lines["oracle"]) == ["$ systemctl start app"]
+
+
+def test_a_resume_sweeps_the_nodes_off_the_event_loop_and_logs_what_they_tore_down(tmp_path):
+    """The nodes' sweep waits for a killed runner's actors (up to minutes): it must not hold
+    the runner's event loop (the TUI, the stop signals), and what it tore down is logged."""
+    import asyncio
+    import threading
+
+    from aoe_tui.domain.season_file import load_season
+    from aoe_tui.season.runner import SeasonRunner
+    from tests.test_season_results import _season_text
+
+    f = tmp_path / "s.toml"
+    f.write_text(_season_text())
+    out = tmp_path / "out"
+    first = SeasonRunner(load_season(f), out)
+    first._open()
+    first.log.close()
+
+    class Nodes:  # the ClusterHeats calls the runner makes
+        address = "fake:1"
+        swept_on: threading.Thread | None = None
+
+        def connect(self) -> None:
+            pass
+
+        def heat_slots(self) -> int:
+            return 1
+
+        def sweep_nodes(self) -> list[str]:
+            Nodes.swept_on = threading.current_thread()
+            return ["node-b: heat-7-r1h1a1: r1h1-t1"]
+
+    class Stop(Exception):
+        pass
+
+    async def no_heats() -> None:
+        raise Stop
+
+    runner = SeasonRunner(load_season(f), out)
+    runner.cluster = Nodes()
+    runner._run_round_heats = no_heats
+    with pytest.raises(Stop):
+        asyncio.run(runner.run())
+    assert Nodes.swept_on is not None and Nodes.swept_on is not threading.main_thread()
+    cleaned = [ev for ev in read_season_log(out / "season.jsonl") if isinstance(ev.event, se.StaleTerritoriesCleaned)]
+    assert [c.event.territories for c in cleaned] == [["node-b: heat-7-r1h1a1: r1h1-t1"]]
