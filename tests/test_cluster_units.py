@@ -172,3 +172,80 @@ def test_a_cluster_heats_activity_reaches_the_live_tui_as_aoe_watch_posts_it():
     for r in recs:
         model.apply_activity(r)
     assert model.timed_activity and list(model.activity_lines["oracle"]) == ["$ systemctl start app"]
+
+
+def test_a_resume_sweeps_the_nodes_off_the_event_loop_and_logs_what_they_tore_down(tmp_path):
+    """The nodes' sweep waits for a killed runner's actors (up to minutes): it must not hold
+    the runner's event loop (the TUI, the stop signals), and what it tore down is logged."""
+    import asyncio
+    import threading
+
+    from aoe_tui.domain.season_file import load_season
+    from aoe_tui.season.runner import SeasonRunner
+    from tests.test_season_results import _season_text
+
+    f = tmp_path / "s.toml"
+    f.write_text(_season_text())
+    out = tmp_path / "out"
+    first = SeasonRunner(load_season(f), out)
+    first._open()
+    first.log.close()
+
+    class Nodes:  # the ClusterHeats calls the runner makes
+        address = "fake:1"
+        swept_on: threading.Thread | None = None
+
+        def connect(self) -> None:
+            pass
+
+        def heat_slots(self) -> int:
+            return 1
+
+        def sweep_nodes(self) -> list[str]:
+            Nodes.swept_on = threading.current_thread()
+            return ["node-b: heat-7-r1h1a1: r1h1-t1"]
+
+    class Stop(Exception):
+        pass
+
+    async def no_heats() -> None:
+        raise Stop
+
+    runner = SeasonRunner(load_season(f), out)
+    runner.cluster = Nodes()
+    runner._run_round_heats = no_heats
+    with pytest.raises(Stop):
+        asyncio.run(runner.run())
+    assert Nodes.swept_on is not None and Nodes.swept_on is not threading.main_thread()
+    cleaned = [ev for ev in read_season_log(out / "season.jsonl") if isinstance(ev.event, se.StaleTerritoriesCleaned)]
+    assert [c.event.territories for c in cleaned] == [["node-b: heat-7-r1h1a1: r1h1-t1"]]
+
+
+def test_a_stale_node_record_never_names_another_session(tmp_path):
+    """``aoe worker stop`` after a reboot: the record's pid now leads someone else's session
+    (here a ``sleep`` in a session of its own): none of its processes is the node's, so
+    none is signalled; the node's own (carrying its ``AOE_WORKER_DIR``) still are."""
+    import signal
+    import subprocess
+
+    from aoe_tui.cluster import ENV_WORKER_DIR
+    from aoe_tui.cluster.node import NodeRecord, node_alive, node_pids, stop_node
+    from aoe_tui.fsio import write_json_atomic
+
+    work = tmp_path / "node"
+    work.mkdir()
+    base = {k: v for k, v in os.environ.items() if k != ENV_WORKER_DIR}
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True, env=base)
+    ours = subprocess.Popen(["sleep", "30"], start_new_session=True, env={**base, ENV_WORKER_DIR: str(work)})
+    try:
+        rec = NodeRecord(str(work), "n", False, 1, "", stranger.pid, str(tmp_path / "ray"), "")
+        assert node_pids(rec) == [] and not node_alive(rec)
+        assert node_pids(stranger.pid) == [stranger.pid]  # by session alone it would be
+        write_json_atomic(work / "node.json", rec.to_json())
+        assert stop_node(work, grace_s=0.5)[0] == rec
+        assert stranger.poll() is None and not (work / "node.json").exists()
+        assert node_pids(NodeRecord(str(work), "n", False, 1, "", ours.pid, "", "")) == [ours.pid]
+    finally:
+        for p in (stranger, ours):
+            p.send_signal(signal.SIGKILL)
+            p.wait()

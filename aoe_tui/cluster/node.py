@@ -309,10 +309,31 @@ def _session_of(pid: int) -> int | None:
     return int(fields[3])  # state ppid pgrp session
 
 
+def _leader_is_node(record: NodeRecord) -> bool:
+    """False when the record's pid runs but is not the node's ``ray start`` (its environment
+    lacks ``AOE_WORKER_DIR=<workdir>``: a pid reused since, e.g. after a reboot); True
+    otherwise (ours, or gone: its session's processes are then the node's leftovers).
+    Only the leader is checked: Ray's agents retitle themselves, which overwrites the
+    environment ``/proc`` shows."""
+    try:
+        with open(f"/proc/{record.pid}/environ", "rb") as fh:
+            env = fh.read()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    # empty: a zombie (the killed ray start not reaped yet), as good as gone
+    return not env or f"{ENV_WORKER_DIR}={record.workdir}".encode() in env.split(b"\0")
+
+
 def node_pids(record: NodeRecord | int) -> list[int]:
-    """The live processes of a node: those in the session of its ``ray start`` process."""
+    """The live processes of a node: those in the session of its ``ray start`` process.
+
+    For a :class:`NodeRecord` whose pid now runs another program (a stale record: the
+    machine rebooted since and the pid leads someone else's session, a login shell, a
+    daemon), none: see :func:`_leader_is_node`."""
     sid = record if isinstance(record, int) else record.pid
-    if sid <= 0:
+    if sid <= 0 or (not isinstance(record, int) and not _leader_is_node(record)):
         return []
     out = []
     for entry in os.scandir("/proc"):
@@ -578,8 +599,9 @@ def wait_node(record: NodeRecord) -> int:
 
 def _kill_session(record: NodeRecord, grace_s: float = 0.0) -> None:
     if grace_s > 0:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(record.pid, signal.SIGTERM)
+        if record.pid in node_pids(record):  # still the node's ray start, not a reused pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGTERM)
         if _wait_gone(record, grace_s):
             return
     for _ in range(50):

@@ -580,13 +580,14 @@ class SeasonRunner:
                  + ", ".join(f"r{h.round}h{h.heat}" for h in heats)
                  + f" (up to {self.season.max_attempts} new attempt(s) each)")
 
-    def _recover(self) -> None:
-        """Resume bookkeeping: stale territories, interrupted attempts, half-logged heats."""
+    def _recover(self, swept: list[str] | None = None) -> None:
+        """Resume bookkeeping: stale territories, interrupted attempts, half-logged heats.
+        ``swept``: what the cluster's nodes tore down (:meth:`ClusterHeats.sweep_nodes`, run
+        off the event loop by the caller), logged with this machine's leftovers."""
         detail = f"{len(self.state.open_attempts())} attempt(s) interrupted"
         self._append(se.SeasonResumed(pid=os.getpid(), detail=detail + (f"; {self._torn_note}" if self._torn_note else "")))
         cleaned = cleanup_stale_territories(self.dir)
-        if self.cluster is not None:  # Ray ended the killed runner's actors: their territories
-            cleaned += self.cluster.sweep_nodes()
+        cleaned += list(swept or [])  # on the cluster's nodes: the killed runner's heats (Ray ended its actors)
         if cleaned:
             self.say(f"tore down {len(cleaned)} leftover territories: {', '.join(cleaned)}")
             self._append(se.StaleTerritoriesCleaned(folder=str(self.dir), territories=cleaned))
@@ -935,7 +936,10 @@ class SeasonRunner:
         resuming = self._open()
         if resuming:
             self.say(f"resuming season {self.season.id} · {self.season.label} in {self.dir}")
-            self._recover()
+            # the nodes' sweep waits for the killed runner's actors (up to minutes): off the loop,
+            # so the TUI and the stop signals stay live meanwhile
+            swept = await asyncio.to_thread(self.cluster.sweep_nodes) if self.cluster is not None else []
+            self._recover(swept)
         else:
             self.say(f"season {self.season.id} · {self.season.label}: {len(self.entrants)} entrants, "
                      f"{self.format.kind}, heats of {self.min_heat}-{self.heat_size}, output {self.dir}")
