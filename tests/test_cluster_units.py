@@ -249,3 +249,29 @@ def test_a_stale_node_record_never_names_another_session(tmp_path):
         for p in (stranger, ours):
             p.send_signal(signal.SIGKILL)
             p.wait()
+
+
+def test_ray_driver_messages_stay_out_of_the_runners_output(capsys, caplog):
+    """A node's death makes Ray's error listener print ``(raylet) Raylet is terminated...``
+    (with the raylet's last log lines) to the runner's stdout; after joining, those lines
+    go to the ``aoe_tui.cluster.ray`` logger instead."""
+    pytest.importorskip("ray")
+    import logging
+
+    import ray._private.worker as ray_worker
+
+    from aoe_tui.cluster.remote import quiet_ray_driver_messages
+
+    before = ray_worker.print_to_stdstream
+    try:
+        msg = {"lines": ["Raylet is terminated. Termination is unexpected."], "pid": "raylet", "is_err": False}
+        before(dict(msg), ignore_prefix=False)  # Ray's own: to stdout
+        assert "Raylet is terminated" in capsys.readouterr().out
+        assert quiet_ray_driver_messages()
+        with caplog.at_level(logging.DEBUG, logger="aoe_tui.cluster.ray"):
+            ray_worker.print_to_stdstream(dict(msg), ignore_prefix=False)
+        out = capsys.readouterr()
+        assert "Raylet" not in out.out and "Raylet" not in out.err
+        assert "(raylet) Raylet is terminated. Termination is unexpected." in caplog.text
+    finally:
+        ray_worker.print_to_stdstream = before

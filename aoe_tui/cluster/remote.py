@@ -516,6 +516,33 @@ def _node_lost_types(ray: Any) -> tuple[type[BaseException], ...]:
     return tuple(getattr(ex, n) for n in names if isinstance(getattr(ex, n, None), type))
 
 
+def quiet_ray_driver_messages() -> bool:
+    """Keep Ray's driver-side error messages (``(raylet) Raylet is terminated...`` with the
+    dead raylet's last log lines and ANSI colours, published when a node dies) out of
+    ``aoe run``'s output and TUI: Ray's error listener thread prints them to ``sys.stdout``
+    even with ``log_to_driver=False``. They go to the ``aoe_tui.cluster.ray`` logger (debug)
+    instead; the season says a lost node itself (:class:`NodeLostError`). Ray is pinned
+    (2.60.0): this replaces ``ray._private.worker.print_to_stdstream``, which the listener
+    looks up at each message. Returns False when that name is missing (a Ray that changed:
+    its messages then print as before)."""
+    import logging
+
+    try:
+        import ray._private.worker as ray_worker
+    except ImportError:  # pragma: no cover - ray is required here
+        return False
+    if not callable(getattr(ray_worker, "print_to_stdstream", None)):
+        return False
+    log = logging.getLogger("aoe_tui.cluster.ray")
+
+    def to_log(data: Any, ignore_prefix: bool = False) -> None:
+        for line in (data or {}).get("lines") or []:
+            log.debug("(%s) %s", (data or {}).get("pid"), line)
+
+    ray_worker.print_to_stdstream = to_log
+    return True
+
+
 class ClusterHeats:
     """The runner's side: connects to the cluster once and runs attempts on it.
 
@@ -557,6 +584,7 @@ class ClusterHeats:
                 except Exception as err:  # noqa: BLE001 - one line naming the address
                     raise ClusterError(f"cannot join the Ray cluster at {self.address}: "
                                        f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
+                quiet_ray_driver_messages()
             self._connected = True
         slots = ray.cluster_resources().get(HEAT_SLOT, 0)
         if slots < 1:
