@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -199,43 +198,6 @@ async def test_watch_follows_appended_records(season_dir, tmp_path, monkeypatch,
         assert rows_by_key(app)["r2h1"].state == "finishing"
         # nothing was written by the watcher
         assert not list(folder.glob("standings.*"))
-
-
-async def test_watch_reads_a_lone_event_at_once_and_a_burst_once_per_window(season_dir, tmp_path, monkeypatch):
-    """inotify wakes the tailer: after a quiet spell a new line is read at once (no timer
-    between the write and the screen: issue 16's fixed latency), while a line written
-    within :data:`TAIL_COALESCE_S` of that poll waits for the window's end (one poll per
-    window for a burst). The window is widened to 2 s here so that the order is certain."""
-    import aoe_tui.tui.app as app_module
-    from aoe_tui.replay.log import dump_record
-    from aoe_tui.replay.matchdir import load_match
-
-    from tui_fixtures import SEED
-
-    monkeypatch.setattr(app_module, "TAIL_SAFETY_POLL_S", 3600.0)
-    monkeypatch.setattr(app_module, "TAIL_COALESCE_S", 2.0)
-    folder = tmp_path / "season"
-    shutil.copytree(season_dir, folder)
-    log = folder / "round-2/heat-1/attempt-1/events.jsonl"
-    rest = [r for r in load_match(SEED).records if r.sequence > 104]
-    app = watch_app(folder, follow=True)
-    async with app.run_test(size=(120, 40)) as pilot:
-        model = app.heats["round-2/heat-1/attempt-1"]
-        await pilot.pause(2.1)  # a quiet spell longer than the window since the catch-up poll
-        assert model.applied == 105
-        with open(log, "a", encoding="utf-8") as fh:
-            fh.write(dump_record(rest[0]) + "\n")
-        t0 = time.monotonic()
-        while model.applied < 106 and time.monotonic() - t0 < 1.9:
-            await pilot.pause(0.02)
-        assert model.applied == 106, "a lone line waited for the coalescing window"
-        with open(log, "a", encoding="utf-8") as fh:  # within the window of that poll
-            fh.write(dump_record(rest[1]) + "\n")
-        await pilot.pause(0.3)
-        assert model.applied == 106, "a second line within the window was polled at once"
-        while model.applied < 107 and time.monotonic() - t0 < 6:
-            await pilot.pause(0.05)
-        assert model.applied == 107
 
 
 class FakeHost:

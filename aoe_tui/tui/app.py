@@ -196,13 +196,12 @@ class AoeApp(App):
 
     def _tail(self) -> None:
         """``aoe watch``: poll the season folder until the app closes, when inotify says a
-        file changed (at once, at most once per :data:`TAIL_COALESCE_S`) and every :data:`TAIL_SAFETY_POLL_S`
+        file changed (:data:`TAIL_COALESCE_S` later) and every :data:`TAIL_SAFETY_POLL_S`
         seconds, or every :data:`TAIL_POLL_S` seconds without inotify
         (:mod:`aoe_tui.tui.watch`). Polls run on the app's own loop, not a thread: twenty
         spectators sharing one CPU must not pay a thread hand-off per poll."""
         self._tail_reported = 0
         self._tail_soon = None
-        self._tail_last = 0.0  # time.monotonic() of the last poll
         self._watch = FolderWatch.open()
         if self._watch is not None:
             asyncio.get_running_loop().add_reader(self._watch.fd, self._tail_woken)
@@ -211,17 +210,9 @@ class AoeApp(App):
         self._tail_once()
 
     def _tail_woken(self) -> None:
-        """inotify: a watched file changed. Poll at once when the last poll was at least
-        :data:`TAIL_COALESCE_S` ago, else at that moment (once for a burst of writes): a
-        lone event is read without waiting, a burst costs at most one poll per
-        :data:`TAIL_COALESCE_S`."""
-        if self._watch is None or not self._watch.drain() or self._tail_soon is not None:
-            return
-        wait = self._tail_last + TAIL_COALESCE_S - time.monotonic()
-        if wait <= 0:
-            self._tail_once()
-        else:
-            self._tail_soon = self.set_timer(wait, self._tail_once)
+        """inotify: a watched file changed; poll shortly (once for a burst of writes)."""
+        if self._watch is not None and self._watch.drain() and self._tail_soon is None:
+            self._tail_soon = self.set_timer(TAIL_COALESCE_S, self._tail_once)
 
     def _stop_tailing(self) -> None:
         self._tail_timer.stop()
@@ -232,7 +223,6 @@ class AoeApp(App):
 
     def _tail_once(self) -> None:
         self._tail_soon = None
-        self._tail_last = time.monotonic()
         try:
             self.tailer.poll()
         except Exception as err:  # a bad season log: say it once, keep the view
