@@ -248,12 +248,15 @@ async def test_verifiers_on_the_untouched_territory(tmp_path):
 
         out = await verify(ARENA, t, "bounded-optional", ev)
         assert not out.passed
-        # one request at a time, 0.45 s each: at most 4 answered within 2 s, the rest time out
+        # one request at a time, 0.45 s each: about 4 answered within 2 s, the rest time out
+        # (how many more get in depends on how far apart the 16 curls start on a loaded
+        # machine: each has its own 2 s; at least half time out, where a bounded service
+        # lets none)
         m = re.match(r"of 16 concurrent GET /optional/bounded-N, (\d+) timed out after 2 s \(served (\d+), shed 0\); "
                      r"each must be 200 'optional:bounded-N' or shed with 429/503 within 2 s: optional load is not bounded$",
                      out.detail)
         assert m, out.detail
-        assert int(m.group(1)) >= 12 and int(m.group(1)) + int(m.group(2)) == 16, out.detail
+        assert int(m.group(1)) >= 8 and int(m.group(1)) + int(m.group(2)) == 16, out.detail
         await asyncio.sleep(6)
 
         out = await verify(ARENA, t, "recover-peak", ev)
