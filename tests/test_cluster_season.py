@@ -110,9 +110,13 @@ def _state(out: Path):
     return reduce_season(read_season_log(out / "season.jsonl"))
 
 
+#: world.json agent fields that say how a builder's own run ended (see :func:`_race`)
+_AGENT_END = frozenset({"successful", "terminal_state", "terminal_detail"})
+
+
 def _race(world: dict, racing: frozenset[str] = frozenset()) -> dict:
     """What a world.json says about the race: states, winner, each territory's passed
-    milestones and points, each agent's end. Clock readings, the event count, evidence values
+    milestones and points, each agent's usage and failure source. Clock readings, the event count, evidence values
     (boot ids, random records) and which failed checks of a losing seat ran before the
     winner went durable differ between any two runs.
 
@@ -126,7 +130,11 @@ def _race(world: dict, racing: frozenset[str] = frozenset()) -> dict:
                             "passed": {m: v.get("points") for m, v in sorted((x.get("milestones") or {}).items())
                                        if v.get("passed")}}
                         for t, x in sorted(world.get("territories", {}).items())},
-        "agents": {a: {k: v for k, v in sorted(ag.items())} for a, ag in sorted(world.get("agents", {}).items())},
+        # how a builder's run ended is left out: a scripted builder's self-check (curl PUT+GET
+        # at ~4.4 s) races the referee's service-restart verifier restarting its service at
+        # ~4.1 s, so it fails or succeeds by tens of ms, in local runs too
+        "agents": {a: {k: v for k, v in sorted(ag.items()) if k not in _AGENT_END}
+                   for a, ag in sorted(world.get("agents", {}).items())},
     }
     if racing:
         terr = out["territories"]
