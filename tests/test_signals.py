@@ -103,14 +103,22 @@ class Term:
         self.proc = subprocess.Popen([*pre, *argv], stdin=subprocess.DEVNULL if stdin_devnull else slave,
                                      stdout=slave, stderr=slave, env=env, cwd=REPO, start_new_session=True)
         os.close(slave)
+        self._stop = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
-        while True:
+        import select
+
+        while not self._stop:
             try:
+                # never blocked in read() when hang_up closes the master: a read in progress
+                # holds the master open, so the terminal would not hang up until the view
+                # next wrote (an idle view: never)
+                if not select.select([self.master], [], [], 0.05)[0]:
+                    continue
                 data = os.read(self.master, 65536)
-            except OSError:
+            except (OSError, ValueError):
                 return
             if not data:
                 return
@@ -130,6 +138,8 @@ class Term:
         os.write(self.master, data)
 
     def hang_up(self) -> None:
+        self._stop = True
+        self._reader.join(5)
         os.close(self.master)
         self.master = -1
 
@@ -141,7 +151,9 @@ class Term:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._stop = True
         if self.master >= 0:
+            self._reader.join(5)
             os.close(self.master)
             self.master = -1
 
