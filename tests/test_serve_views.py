@@ -9,27 +9,14 @@ folder growing from the seed heat (:class:`~aoe_tui.testing.feeder.SeasonFeeder`
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import asyncssh
-import pytest
-from test_serve_ssh import SEED, TERRITORIES, LogCapture, Spectator, clock_s, connect, start_server
+from test_serve_ssh import SEED, TERRITORIES, Spectator, clock_s, connect, start_server
 from test_serve_ssh import keys as keys  # noqa: F401 (the fixture)
+from test_serve_ssh import server_log as server_log  # noqa: F401 (the fixture)
 
 from aoe_tui.serve.views import is_passive_input
 from aoe_tui.testing.feeder import SeasonFeeder
-
-
-@pytest.fixture
-def serve_log():
-    cap = LogCapture()
-    lg = logging.getLogger("aoe_tui.serve")
-    lg.addHandler(cap)
-    old = lg.level
-    lg.setLevel(logging.INFO)
-    yield cap
-    lg.removeHandler(cap)
-    lg.setLevel(old)
 
 
 def test_terminal_chatter_is_passive_and_keys_are_not():
@@ -40,7 +27,7 @@ def test_terminal_chatter_is_passive_and_keys_are_not():
         assert not is_passive_input(active), active
 
 
-async def test_shared_views_a_key_moves_one_session_and_the_cap_refuses_one_more(tmp_path, keys, serve_log):
+async def test_shared_views_a_key_moves_one_session_and_the_cap_refuses_one_more(tmp_path, keys, server_log):
     """Three spectators of one terminal size share one process (joiners get the whole
     screen); one pressing Enter moves alone to its own heat screen; a fourth is told in one
     line that every seat is taken, and the three others' screens keep following the heat."""
@@ -58,7 +45,7 @@ async def test_shared_views_a_key_moves_one_session_and_the_cap_refuses_one_more
             await spec.wait_for(lambda s: "attempt 1" in s, 30, "the season screen")
             specs.append(spec)
         assert len(t.server.spectator_pids()) == 1, "three 120x36 spectators share one view process"
-        assert any("(fork)" in line and "session start" in line for line in serve_log.lines), serve_log.lines
+        assert any("(fork)" in line and "session start" in line for line in server_log.lines), server_log.lines
         a, b, c = specs
         await a.open_heat()  # Enter: a moves to a view of its own; b and c stay on the season
         await a.wait_for(lambda s: clock_s(s) is not None, 15, "a's heat clock")

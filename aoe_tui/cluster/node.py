@@ -282,18 +282,9 @@ def clean_leftovers(workdir: Path) -> list[tuple[Path, str]]:
 
 
 def _cleanup_one(folder: Path) -> list[tuple[Path, str]]:
-    from aoe_tui.runtime.provider import ProviderError
-    from aoe_tui.runtime.registry import providers
+    from aoe_tui.runtime.cleanup import cleanup_folder
 
-    removed: list[tuple[Path, str]] = []
-    for entry in providers():
-        try:
-            removed += [(folder, ident) for ident in entry.cleanup_stale(folder)]
-        except ProviderError:
-            raise
-        except Exception as err:  # noqa: BLE001 - a plugin's bug becomes one clear line
-            raise ProviderError(f"{folder}: cleanup of provider {entry.name!r} failed: {type(err).__name__}: {err}") from None
-    return removed
+    return cleanup_folder(folder)
 
 
 # --- the node's processes ----------------------------------------------------------------

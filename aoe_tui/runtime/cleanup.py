@@ -31,12 +31,21 @@ def cleanup_under(root: Path) -> list[tuple[Path, str]]:
     dirs = [root] if root.name == "territories" else sorted(p for p in root.glob("**/territories") if p.is_dir())
     cleaned: list[tuple[Path, str]] = []
     for tdir in dirs:
-        for entry in providers():
-            try:
-                cleaned += [(tdir, ident) for ident in entry.cleanup_stale(tdir)]
-            except ProviderError:
-                raise
-            except Exception as err:  # noqa: BLE001 - a plugin's bug becomes one clear line
-                raise ProviderError(f"{tdir}: cleanup of provider {entry.name!r} failed: "
-                                    f"{type(err).__name__}: {err}") from None
+        cleaned += cleanup_folder(tdir)
+    return cleaned
+
+
+def cleanup_folder(tdir: Path) -> list[tuple[Path, str]]:
+    """Every provider's ``cleanup_stale`` on the one folder ``tdir`` (territory records
+    directly in it); returns ``(tdir, territory id)`` for each territory removed. Raises as
+    :func:`cleanup_under`."""
+    cleaned: list[tuple[Path, str]] = []
+    for entry in providers():
+        try:
+            cleaned += [(tdir, ident) for ident in entry.cleanup_stale(tdir)]
+        except ProviderError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a plugin's bug becomes one clear line
+            raise ProviderError(f"{tdir}: cleanup of provider {entry.name!r} failed: "
+                                f"{type(err).__name__}: {err}") from None
     return cleaned
