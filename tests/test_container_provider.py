@@ -22,7 +22,14 @@ import pytest
 import pytest_asyncio
 
 from aoe_tui.runtime import netalloc, ssh
-from aoe_tui.runtime.container import CONTAINER_MASKED_UNITS, ContainerProvider, cleanup_stale, doctor_checks
+from aoe_tui.runtime.container import (
+    CONTAINER_DROPINS,
+    CONTAINER_MASKED_GENERATORS,
+    CONTAINER_MASKED_UNITS,
+    ContainerProvider,
+    cleanup_stale,
+    doctor_checks,
+)
 from aoe_tui.runtime.provider import ProvisionError, RebootError, Territory, TerritoryRefusedError, TerritorySpec
 
 pytestmark = [pytest.mark.container]
@@ -142,6 +149,22 @@ async def test_three_territories_root_ssh(heat):
     for unit in CONTAINER_MASKED_UNITS:
         assert os.readlink(workdir / t.id / "upper/etc/systemd/system" / unit) == "/dev/null", unit
         assert not (provider.image.rootfs / "etc/systemd/system" / unit).is_symlink(), unit
+    for gen in CONTAINER_MASKED_GENERATORS:
+        assert os.readlink(workdir / t.id / "upper/etc/systemd/system-generators" / gen) == "/dev/null", gen
+        assert (provider.image.rootfs / "usr/lib/systemd/system-generators" / gen).is_file(), gen  # a real one
+    for rel in (*CONTAINER_DROPINS, "etc/.updated"):
+        assert (workdir / t.id / "upper" / rel).is_file() and not (provider.image.rootfs / rel).exists(), rel
+    # what the boot skips now: sysusers (its condition), sshd's config pre-check, and the
+    # per-user manager a root login used to start; the login session itself is still logind's
+    res = await sh(t, "for p in ConditionResult ActiveState; do systemctl show -p $p systemd-sysusers.service; done; "
+                      "echo \"pre=[$(systemctl show -p ExecStartPre --value ssh.service)]\"; systemctl show -p ActiveState ssh.service; "
+                      "systemctl is-active systemd-logind.service user-runtime-dir@0.service user@0.service; "
+                      "for p in Remote Name; do loginctl show-session \"$XDG_SESSION_ID\" -p $p; done; "
+                      "ps -eo args= | grep -c '^/lib/systemd/systemd --user'; test -d /run/user/0 && echo runtime-dir")
+    out = res.stdout.split()
+    assert out[:4] == ["ConditionResult=no", "ActiveState=inactive", "pre=[]", "ActiveState=active"], res.stdout
+    assert out[4:7] == ["active", "active", "inactive"], res.stdout
+    assert out[7:] == ["Remote=yes", "Name=root", "0", "runtime-dir"], res.stdout
     from aoe_tui.runtime.image import image_users
 
     assert {str(workdir / t.id / "root") for t in territories} <= set(image_users(provider.image))
@@ -256,6 +279,40 @@ async def test_reboot_keeps_var_lib_state(heat):
     assert boot_after != boot_before
     assert host == t.id
     assert t.extra["nspawn_pid"] != pid_before
+
+
+@amod
+async def test_reboot_is_orderly_and_restarts_units(heat):
+    """provider.reboot is a real reboot: units are stopped (their ExecStop runs), the boot
+    is new, and systemd starts the enabled units again (the masks and skipped steps of a
+    container territory's layer change none of that)."""
+    provider, territories, _ = heat
+    t = territories[2]
+    unit = textwrap.dedent(
+        """
+        [Unit]
+        Description=aoe test: a service with a stop step
+        [Service]
+        Type=oneshot
+        RemainAfterExit=yes
+        ExecStart=/bin/sh -c 'echo started >> /var/lib/stop-test/log'
+        ExecStop=/bin/sh -c 'echo stopped >> /var/lib/stop-test/log'
+        [Install]
+        WantedBy=multi-user.target
+        """
+    )
+    res = await sh(t, "mkdir -p /var/lib/stop-test && cat > /etc/systemd/system/stop-test.service <<'EOF'\n"
+                      f"{unit}EOF\n"
+                      "systemctl daemon-reload && systemctl enable --now stop-test.service 2>&1 && "
+                      "cat /proc/sys/kernel/random/boot_id", timeout_s=30)
+    assert res.exit_status == 0, res.stdout + res.stderr
+    boot_before = res.stdout.split()[-1]
+    await provider.reboot(t)
+    res = await sh(t, "cat /var/lib/stop-test/log; systemctl is-active stop-test.service; "
+                      "cat /proc/sys/kernel/random/boot_id")
+    *log_lines, active, boot_after = res.stdout.split()
+    assert log_lines == ["started", "stopped", "started"], res.stdout
+    assert active == "active" and boot_after != boot_before
 
 
 @amod

@@ -153,7 +153,43 @@ CONTAINER_MASKED_UNITS: tuple[str, ...] = (
     "systemd-update-utmp.service", "systemd-update-utmp-runlevel.service",
     "dpkg-db-backup.timer", "systemd-tmpfiles-clean.timer",
     "systemd-network-generator.service", "sys-fs-fuse-connections.mount",
+    # the root is nspawn's mount (the image's fstab names the QEMU disk /dev/vda)
+    "systemd-remount-fs.service",
+    # the journal is volatile (the image has no /var/log/journal): nothing to flush, but
+    # the flush was on the boot's critical chain before sysinit.target
+    "systemd-journal-flush.service",
+    # the per-user service manager (``systemd --user``) that logind starts for root's first
+    # SSH session: the session's login waited for it (~0.6 s wall on a loaded host, a whole
+    # systemd instance of CPU, and again after each 10 s without a session) and stopping it
+    # lengthened every reboot. Sessions, ``loginctl`` and ``/run/user/0`` stay (logind and
+    # user-runtime-dir@); only ``systemctl --user`` has no manager to talk to.
+    "user@.service",
 )
+#: systemd generators masked the same way (``/etc/systemd/system-generators/NAME ->
+#: /dev/null``): systemd runs every generator at each boot and each ``daemon-reload``, one
+#: process each; these read the kernel command line, block devices or offline-update
+#: markers, none of which a container territory has. ``fstab``, ``rc-local`` and ``sysv``
+#: stay: they read files a player may edit.
+CONTAINER_MASKED_GENERATORS: tuple[str, ...] = (
+    "systemd-cryptsetup-generator", "systemd-debug-generator", "systemd-getty-generator",
+    "systemd-gpt-auto-generator", "systemd-hibernate-resume-generator",
+    "systemd-integritysetup-generator", "systemd-run-generator",
+    "systemd-system-update-generator", "systemd-veritysetup-generator",
+)
+#: drop-ins written into each container territory's own layer besides
+#: :data:`FAST_STOP_DROPINS` (path relative to the guest root -> content): Debian's
+#: ``ssh.service`` runs ``sshd -t`` (a config check: one more sshd start, every host key
+#: loaded) before ``sshd -D``, which makes the same checks itself and fails the unit the
+#: same way on a broken config.
+CONTAINER_DROPINS: dict[str, str] = {
+    "etc/systemd/system/ssh.service.d/aoe-container.conf": "[Service]\nExecStartPre=\n",
+}
+#: ``ConditionNeedsUpdate=`` stamps (guest paths) written into each container territory's
+#: layer: without them ``systemd-sysusers`` runs at every boot (Debian has no
+#: ``systemd-update-done``), although the image's users already exist (``systemd-sysusers
+#: --dry-run`` on the image does nothing). A player's later change to ``/usr`` makes it run
+#: again at the next boot, as systemd intends.
+NEEDS_UPDATE_STAMPS: tuple[str, ...] = ("etc/.updated", "var/.updated")
 #: added to nspawn's environment: no tmpfs on the guest's /tmp, so /tmp survives a reboot
 #: as on upstream's NixOS territories and on our QEMU guests
 NSPAWN_ENV = {"SYSTEMD_NSPAWN_TMPFS_TMP": "0"}
@@ -245,13 +281,18 @@ def _hash_password(password: str) -> str:
 
 
 def _apply_identity(root: Path, territory_id: str, password: str) -> None:
-    """Write hostname, /etc/hosts and the root password hash into the territory's own layer."""
+    """Write hostname, /etc/hosts and the root password hash into the territory's own layer.
+
+    Atomic renames without fsync, like every file of the territory's layer: the layer does
+    not outlive the host (a crashed runner's territories are removed by
+    :func:`cleanup_stale`), so an fsync would only make each boot wait for the disk.
+    """
     etc = root / "etc"
-    write_atomic(etc / "hostname", territory_id + "\n", mode=0o644)
+    write_atomic(etc / "hostname", territory_id + "\n", mode=0o644, fsync=False)
     hosts = (etc / "hosts").read_text() if (etc / "hosts").exists() else ""
     lines = [ln for ln in hosts.splitlines() if not ln.startswith("127.0.1.1")]
     lines.insert(1, f"127.0.1.1 {territory_id}")
-    write_atomic(etc / "hosts", "\n".join(lines) + "\n", mode=0o644)
+    write_atomic(etc / "hosts", "\n".join(lines) + "\n", mode=0o644, fsync=False)
     shadow = etc / "shadow"
     st = shadow.stat()
     hashed = _hash_password(password)
@@ -262,7 +303,7 @@ def _apply_identity(root: Path, territory_id: str, password: str) -> None:
             parts[1] = hashed
             ln = ":".join(parts)
         out.append(ln)
-    write_atomic(shadow, "\n".join(out) + "\n", mode=0o640)
+    write_atomic(shadow, "\n".join(out) + "\n", mode=0o640, fsync=False)
     os.chown(shadow, st.st_uid, st.st_gid)
     os.chmod(shadow, st.st_mode & 0o7777)
     marker = root / "var" / "lib" / "aoe"
@@ -271,25 +312,36 @@ def _apply_identity(root: Path, territory_id: str, password: str) -> None:
 
 
 def _apply_fast_stop(root: Path) -> None:
-    """Write :data:`FAST_STOP_DROPINS` and the masks of :data:`CONTAINER_MASKED_UNITS` into
-    a territory root (its own layer, never the image).
+    """Write :data:`FAST_STOP_DROPINS`, :data:`CONTAINER_DROPINS`, the
+    :data:`NEEDS_UPDATE_STAMPS` and the masks of :data:`CONTAINER_MASKED_UNITS` and
+    :data:`CONTAINER_MASKED_GENERATORS` into a territory root (its own layer, never the image).
 
-    Directories are created root-owned 0755, files 0644, written atomically.
+    Directories are created root-owned 0755, files 0644, written atomically (no fsync: see
+    :func:`_apply_identity`).
     """
-    for rel, text in FAST_STOP_DROPINS.items():
+    for rel, text in {**FAST_STOP_DROPINS, **CONTAINER_DROPINS}.items():
         path = root / rel
         for parent in reversed(path.relative_to(root).parents[:-1]):
             d = root / parent
             if not d.is_dir():
                 d.mkdir(mode=0o755)
                 os.chmod(d, 0o755)
-        write_atomic(path, text, mode=0o644)
+        write_atomic(path, text, mode=0o644, fsync=False)
         os.chmod(path, 0o644)
+    generators = root / "etc/systemd/system-generators"
+    if not generators.is_dir():
+        generators.mkdir(mode=0o755)
+        os.chmod(generators, 0o755)
     units = root / "etc/systemd/system"
-    for unit in CONTAINER_MASKED_UNITS:
-        link = units / unit
+    for link in [units / u for u in CONTAINER_MASKED_UNITS] + [generators / g for g in CONTAINER_MASKED_GENERATORS]:
         if not link.exists() and not link.is_symlink():
             link.symlink_to("/dev/null")
+    stamp = ("# written by aoe (container territory): the image's users and caches are current\n"
+             f"TIMESTAMP_NSEC={time.time_ns()}\n")
+    for rel in NEEDS_UPDATE_STAMPS:
+        if not (root / rel).exists():
+            write_atomic(root / rel, stamp, mode=0o644, fsync=False)
+            os.chmod(root / rel, 0o644)
 
 
 def _cgroup2_mount() -> Path | None:
