@@ -27,8 +27,10 @@ Identity (hostname = territory id, root password hash) is written into the terri
 own writable layer before the first boot; the password never appears in a process's
 arguments. So are systemd drop-ins capping the guest's stop timeouts
 (:data:`FAST_STOP_DROPINS`; per territory, the image is untouched), and the masks of
-guest units a container territory has no use for (:data:`CONTAINER_MASKED_UNITS`: a
-faster, cheaper boot; QEMU guests keep them). Everything started is recorded in ``<workdir>/<id>/state.json`` (atomic writes)
+guest units and generators a container territory has no use for, with a few drop-ins and
+stamps that skip boot steps already done in the image (:data:`CONTAINER_MASKED_UNITS`,
+:data:`CONTAINER_MASKED_GENERATORS`, :data:`CONTAINER_DROPINS`, :data:`NEEDS_UPDATE_STAMPS`:
+a faster, cheaper boot and reboot; QEMU guests keep them). Everything started is recorded in ``<workdir>/<id>/state.json`` (atomic writes)
 so :func:`cleanup_stale` can remove the leftovers of a killed runner.
 
 Needs root, ``systemd-nspawn`` (package ``systemd-container``), ``ip`` (iproute2),
