@@ -178,6 +178,30 @@ async def test_three_territories_root_ssh(heat):
 
 
 @amod
+async def test_end_login_sessions_without_user_manager(heat):
+    """Without the per-user manager (masked in container territories) logind still tracks
+    SSH sessions, so the runner can end what an agent left running in one."""
+    _, territories, _ = heat
+    t = territories[0]
+    conn = await ssh.connect(t.host, t.ssh_port, t.password)
+    try:
+        res = await conn.run("setsid sleep 600 >/dev/null 2>&1 < /dev/null & echo $XDG_SESSION_ID", check=False)
+        session = str(res.stdout).strip()
+        assert session, res
+        assert (await sh(t, "pgrep -cx sleep")).stdout.strip() == "1"
+        ended = await ssh.end_login_sessions(t.host, t.ssh_port, t.password)
+        assert session in ended, ended
+        for _ in range(50):
+            count = (await sh(t, "pgrep -cx sleep")).stdout.strip()
+            if count == "0":
+                break
+            await asyncio.sleep(0.1)
+        assert count == "0"
+    finally:
+        conn.abort()
+
+
+@amod
 async def test_builder_app_failed_before_app_exists(heat):
     _, territories, _ = heat
     for t in territories:
