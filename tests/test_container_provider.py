@@ -337,6 +337,9 @@ async def test_reboot_is_orderly_and_restarts_units(heat):
     *log_lines, active, boot_after = res.stdout.split()
     assert log_lines == ["started", "stopped", "started"], res.stdout
     assert active == "active" and boot_after != boot_before
+    # the journal is persistent: the previous boot's shutdown is still there to read
+    res = await sh(t, "journalctl -b -1 --no-pager -o cat -u stop-test.service")
+    assert res.exit_status == 0 and "Stopped stop-test.service" in res.stdout, res.stdout + res.stderr
 
 
 @amod

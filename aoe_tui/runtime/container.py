@@ -157,9 +157,6 @@ CONTAINER_MASKED_UNITS: tuple[str, ...] = (
     "systemd-network-generator.service", "sys-fs-fuse-connections.mount",
     # the root is nspawn's mount (the image's fstab names the QEMU disk /dev/vda)
     "systemd-remount-fs.service",
-    # the journal is volatile (the image has no /var/log/journal): nothing to flush, but
-    # the flush was on the boot's critical chain before sysinit.target
-    "systemd-journal-flush.service",
     # the per-user service manager (``systemd --user``) that logind starts for root's first
     # SSH session: the session's login waited for it (~0.6 s wall on a loaded host, a whole
     # systemd instance of CPU, and again after each 10 s without a session) and stopping it
