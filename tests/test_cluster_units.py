@@ -136,6 +136,35 @@ def test_sweep_removes_only_heats_whose_process_is_gone(tmp_path):
     assert [p.name for p in matches_dir(tmp_path).iterdir()] == [live]
 
 
+def test_sweep_takes_a_reused_pid_for_a_lost_heat(tmp_path):
+    """A heat folder records its owner's pid and start (``/proc/PID/stat`` field 22): a live
+    process with that pid but another start (the pid reused, e.g. after a reboot) does not
+    keep the heat; a folder of an older version (pid only) is judged by the pid, as before."""
+    import subprocess
+
+    from aoe_tui.runtime.netalloc import process_start_ticks
+
+    owner = subprocess.Popen(["sleep", "60"])
+    try:
+        start = process_start_ticks(owner.pid)
+        assert start is not None and start == process_start_ticks(owner.pid)
+        mine = heat_folder_name(owner.pid, "r1h1a1")
+        assert mine == f"heat-{owner.pid}.{start}-r1h1a1"
+        reused = f"heat-{owner.pid}.{start + 1}-r1h2a1"  # what a reboot's namesake looks like
+        older = f"heat-{owner.pid}-r1h3a1"
+        for name in (mine, reused, older):
+            (territories_dir(tmp_path) / name / "territories").mkdir(parents=True)
+            (matches_dir(tmp_path) / name).mkdir(parents=True)
+        assert sweep_stale_heats(tmp_path) == []
+        assert sorted(p.name for p in territories_dir(tmp_path).iterdir()) == sorted([mine, older])
+        assert sorted(p.name for p in matches_dir(tmp_path).iterdir()) == sorted([mine, older])
+    finally:
+        owner.kill()
+        owner.wait()
+    sweep_stale_heats(tmp_path)  # the owner is gone: both of its heats are lost
+    assert list(territories_dir(tmp_path).iterdir()) == [] and list(matches_dir(tmp_path).iterdir()) == []
+
+
 def test_credentials_handed_to_an_adapter_win_over_the_environment(monkeypatch):
     from aoe_tui.agents.opencode import OpencodeAdapter, OpencodeError
 

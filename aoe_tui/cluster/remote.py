@@ -26,9 +26,9 @@ One attempt, end to end:
    in memory and hands the values to the adapters explicitly
    (:attr:`aoe_tui.agents.base.Adapter.credentials`), never through its environment.
 3. On the node the actor sweeps what lost heats left (:mod:`aoe_tui.cluster.sweep`), builds
-   the provider (work folder ``territories_dir(AOE_WORKER_DIR)/heat-<pid>-<tag>/territories``)
+   the provider (work folder ``territories_dir(AOE_WORKER_DIR)/heat-<pid>.<start>-<tag>/territories``)
    and the adapters there, and runs :func:`aoe_tui.referee.heat.run_heat` into a scratch
-   match folder (``AOE_WORKER_DIR/matches/heat-<pid>-<tag>``) on its own thread.
+   match folder (``AOE_WORKER_DIR/matches/heat-<pid>.<start>-<tag>``) on its own thread.
 4. ``run`` is a Ray streaming generator: every ~100 ms it yields the event lines (and
    progress lines) written since, as they are written. The runner appends each to ITS
    ``events.jsonl`` through :class:`~aoe_tui.replay.log.EventLogWriter` (the same bytes, the
