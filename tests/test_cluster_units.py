@@ -5,6 +5,7 @@ cluster in ``tests/test_cluster_season.py``."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import tarfile
@@ -13,7 +14,7 @@ import textwrap
 import pytest
 
 from aoe_tui.cluster import territories_dir
-from aoe_tui.cluster.remote import open_sealed, pack_folder, seal, unpack_into
+from aoe_tui.cluster.remote import file_sha256, open_sealed, pack_folder, seal, unpack_into
 from aoe_tui.cluster.sweep import heat_folder_name, matches_dir, sweep_stale_heats
 from aoe_tui.domain import season_events as se
 from aoe_tui.domain.display import summarize_season_event
@@ -109,6 +110,7 @@ def test_artifacts_archive_round_trips_and_refuses_escapes(tmp_path):
     assert unpack_into(data, dest) == ["agents", "world.json"]
     assert (dest / "agents" / "a" / "result.json").read_text() == "{}"
     assert (dest / "events.jsonl").read_text() == "kept\n" and not (dest / "link").exists()
+    assert file_sha256(dest / "world.json") == hashlib.sha256(b'{"w": 1}').hexdigest()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "src"]  # no scratch left
     for name, kind in (("../evil", tarfile.REGTYPE), ("/abs", tarfile.REGTYPE), ("ln", tarfile.SYMTYPE)):
         buf = io.BytesIO()
@@ -120,6 +122,43 @@ def test_artifacts_archive_round_trips_and_refuses_escapes(tmp_path):
         with pytest.raises(AoeError, match="refused member"):
             unpack_into(buf.getvalue(), dest)
     assert not (tmp_path / "evil").exists()
+
+
+def test_unpacked_artifacts_are_fsynced_files_and_folders(tmp_path, monkeypatch):
+    """Every file and every folder ``unpack_into`` writes is fsynced (the real syscall,
+    watched: which file each fsync was for), nested folders included, and the parents of
+    the folders it creates for ``dest``."""
+    src = tmp_path / "src"
+    (src / "agents" / "a" / "deep").mkdir(parents=True)
+    (src / "agents" / "a" / "result.json").write_text("{}")
+    (src / "agents" / "a" / "deep" / "log.txt").write_text("x")
+    (src / "agents" / "empty").mkdir()
+    (src / "world.json").write_text("{}")
+    data = pack_folder(src)
+    dest = tmp_path / "season" / "round-1" / "attempt-1"
+    (tmp_path / "season").mkdir()
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        real(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "fsync", spy)
+    unpack_into(data, dest)
+    scratch = str(tmp_path / "season" / "round-1" / ".attempt-1.artifacts-")
+
+    def rel(path: str) -> str:  # written in the scratch folder, then moved into dest
+        if path.startswith(scratch):
+            return path[len(scratch):].split("/", 1)[1] if "/" in path[len(scratch):] else "(scratch)"
+        return os.path.relpath(path, dest)
+
+    done = {rel(p) for p in synced}
+    wanted = {str(p.relative_to(dest)) for p in dest.rglob("*")} | {"."}
+    assert wanted == {"agents", "agents/a", "agents/a/deep", "agents/a/deep/log.txt", "agents/a/result.json",
+                      "agents/empty", "world.json", "."}
+    assert wanted <= done  # the top-level names are entries of dest (".")
+    assert {"..", "../.."} & done == {".."}  # round-1 was created (in season), season was not
 
 
 def test_sweep_removes_only_heats_whose_process_is_gone(tmp_path):
