@@ -17,6 +17,8 @@ while running and after.
 * ``aoe image build``, SIGTERM while a step has ``proc`` mounted in the half-built rootfs:
   no mount, no half-built folder, cursor shown, exit 143.
 * ``aoe replay`` with stdin at EOF: idles (CPU over 2 s), SIGHUP/SIGTERM close it.
+* ``aoe watch`` whose terminal stopped reading (its output queue full), then closed
+  without a SIGHUP reaching it, or left open: SIGTERM ends it (143) within seconds.
 """
 
 from __future__ import annotations
