@@ -5,6 +5,7 @@ cluster in ``tests/test_cluster_season.py``."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import tarfile
@@ -13,7 +14,7 @@ import textwrap
 import pytest
 
 from aoe_tui.cluster import territories_dir
-from aoe_tui.cluster.remote import open_sealed, pack_folder, seal, unpack_into
+from aoe_tui.cluster.remote import file_sha256, open_sealed, pack_folder, seal, unpack_into
 from aoe_tui.cluster.sweep import heat_folder_name, matches_dir, sweep_stale_heats
 from aoe_tui.domain import season_events as se
 from aoe_tui.domain.display import summarize_season_event
@@ -109,6 +110,7 @@ def test_artifacts_archive_round_trips_and_refuses_escapes(tmp_path):
     assert unpack_into(data, dest) == ["agents", "world.json"]
     assert (dest / "agents" / "a" / "result.json").read_text() == "{}"
     assert (dest / "events.jsonl").read_text() == "kept\n" and not (dest / "link").exists()
+    assert file_sha256(dest / "world.json") == hashlib.sha256(b'{"w": 1}').hexdigest()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "src"]  # no scratch left
     for name, kind in (("../evil", tarfile.REGTYPE), ("/abs", tarfile.REGTYPE), ("ln", tarfile.SYMTYPE)):
         buf = io.BytesIO()
@@ -120,6 +122,43 @@ def test_artifacts_archive_round_trips_and_refuses_escapes(tmp_path):
         with pytest.raises(AoeError, match="refused member"):
             unpack_into(buf.getvalue(), dest)
     assert not (tmp_path / "evil").exists()
+
+
+def test_unpacked_artifacts_are_fsynced_files_and_folders(tmp_path, monkeypatch):
+    """Every file and every folder ``unpack_into`` writes is fsynced (the real syscall,
+    watched: which file each fsync was for), nested folders included, and the parents of
+    the folders it creates for ``dest``."""
+    src = tmp_path / "src"
+    (src / "agents" / "a" / "deep").mkdir(parents=True)
+    (src / "agents" / "a" / "result.json").write_text("{}")
+    (src / "agents" / "a" / "deep" / "log.txt").write_text("x")
+    (src / "agents" / "empty").mkdir()
+    (src / "world.json").write_text("{}")
+    data = pack_folder(src)
+    dest = tmp_path / "season" / "round-1" / "attempt-1"
+    (tmp_path / "season").mkdir()
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        real(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "fsync", spy)
+    unpack_into(data, dest)
+    scratch = str(tmp_path / "season" / "round-1" / ".attempt-1.artifacts-")
+
+    def rel(path: str) -> str:  # written in the scratch folder, then moved into dest
+        if path.startswith(scratch):
+            return path[len(scratch):].split("/", 1)[1] if "/" in path[len(scratch):] else "(scratch)"
+        return os.path.relpath(path, dest)
+
+    done = {rel(p) for p in synced}
+    wanted = {str(p.relative_to(dest)) for p in dest.rglob("*")} | {"."}
+    assert wanted == {"agents", "agents/a", "agents/a/deep", "agents/a/deep/log.txt", "agents/a/result.json",
+                      "agents/empty", "world.json", "."}
+    assert wanted <= done  # the top-level names are entries of dest (".")
+    assert {"..", "../.."} & done == {".."}  # round-1 was created (in season), season was not
 
 
 def test_sweep_removes_only_heats_whose_process_is_gone(tmp_path):
@@ -134,6 +173,35 @@ def test_sweep_removes_only_heats_whose_process_is_gone(tmp_path):
     assert sweep_stale_heats(tmp_path) == []  # no territory state: nothing to tear down
     assert [p.name for p in territories_dir(tmp_path).iterdir()] == [live]
     assert [p.name for p in matches_dir(tmp_path).iterdir()] == [live]
+
+
+def test_sweep_takes_a_reused_pid_for_a_lost_heat(tmp_path):
+    """A heat folder records its owner's pid and start (``/proc/PID/stat`` field 22): a live
+    process with that pid but another start (the pid reused, e.g. after a reboot) does not
+    keep the heat; a folder of an older version (pid only) is judged by the pid, as before."""
+    import subprocess
+
+    from aoe_tui.runtime.netalloc import process_start_ticks
+
+    owner = subprocess.Popen(["sleep", "60"])
+    try:
+        start = process_start_ticks(owner.pid)
+        assert start is not None and start == process_start_ticks(owner.pid)
+        mine = heat_folder_name(owner.pid, "r1h1a1")
+        assert mine == f"heat-{owner.pid}.{start}-r1h1a1"
+        reused = f"heat-{owner.pid}.{start + 1}-r1h2a1"  # what a reboot's namesake looks like
+        older = f"heat-{owner.pid}-r1h3a1"
+        for name in (mine, reused, older):
+            (territories_dir(tmp_path) / name / "territories").mkdir(parents=True)
+            (matches_dir(tmp_path) / name).mkdir(parents=True)
+        assert sweep_stale_heats(tmp_path) == []
+        assert sorted(p.name for p in territories_dir(tmp_path).iterdir()) == sorted([mine, older])
+        assert sorted(p.name for p in matches_dir(tmp_path).iterdir()) == sorted([mine, older])
+    finally:
+        owner.kill()
+        owner.wait()
+    sweep_stale_heats(tmp_path)  # the owner is gone: both of its heats are lost
+    assert list(territories_dir(tmp_path).iterdir()) == [] and list(matches_dir(tmp_path).iterdir()) == []
 
 
 def test_credentials_handed_to_an_adapter_win_over_the_environment(monkeypatch):

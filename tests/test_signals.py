@@ -17,6 +17,8 @@ while running and after.
 * ``aoe image build``, SIGTERM while a step has ``proc`` mounted in the half-built rootfs:
   no mount, no half-built folder, cursor shown, exit 143.
 * ``aoe replay`` with stdin at EOF: idles (CPU over 2 s), SIGHUP/SIGTERM close it.
+* ``aoe watch`` whose terminal stopped reading (its output queue full), then closed
+  without a SIGHUP reaching it, or left open: SIGTERM ends it (143) within seconds.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class Term:
     """A command on a fresh PTY (its controlling terminal), read through pyte."""
 
     def __init__(self, argv: list[str], *, cols: int = 120, rows: int = 40, stdin_devnull: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+                 ctty: bool = True, env: dict[str, str] | None = None) -> None:
         import fcntl
         import struct
         import termios
@@ -97,9 +99,10 @@ class Term:
         self.stream = pyte.ByteStream(self.screen)
         self.lock = threading.Lock()
         env = dict(os.environ, **(env or {}), PYTHONPATH=str(REPO), TERM="xterm-256color")
-        # stdin a terminal: the PTY is the controlling terminal (a hangup reaches it);
+        # stdin a terminal: the PTY is the controlling terminal (a hangup reaches it) unless
+        # not ``ctty`` (its own session without one: closing the master sends no SIGHUP);
         # stdin /dev/null: output only, no controlling terminal
-        pre = [] if stdin_devnull else [sys.executable, "-I", "-S", CTTY_HELPER, "--"]
+        pre = [] if stdin_devnull or not ctty else [sys.executable, "-I", "-S", CTTY_HELPER, "--"]
         self.proc = subprocess.Popen([*pre, *argv], stdin=subprocess.DEVNULL if stdin_devnull else slave,
                                      stdout=slave, stderr=slave, env=env, cwd=REPO, start_new_session=True)
         os.close(slave)
@@ -136,6 +139,19 @@ class Term:
 
     def send(self, data: bytes) -> None:
         os.write(self.master, data)
+
+    def stop_reading(self) -> None:
+        """Read no more of the view's output: its writes fill the PTY and then block."""
+        self._stop = True
+        self._reader.join(5)
+
+    def pending_output(self) -> int:
+        """Bytes the view wrote that nobody has read yet (FIONREAD on the master)."""
+        import fcntl
+        import struct
+        import termios
+
+        return struct.unpack("i", fcntl.ioctl(self.master, termios.FIONREAD, b"\0" * 4))[0]
 
     def hang_up(self) -> None:
         self._stop = True
@@ -441,6 +457,72 @@ def test_watch_ends_on_hangup_and_serve_stops_on_sighup(tmp_path):
             serve.kill()
             serve.wait()
     print(f"watch hangup → 129 in {took:.2f} s; serve SIGHUP → 0")
+
+
+def main_thread_wait(pid: int) -> str:
+    """Where the main thread of ``pid`` sleeps in the kernel (``/proc/PID/wchan``)."""
+    return Path(f"/proc/{pid}/wchan").read_text()
+
+
+def settled(pid: int) -> str:
+    """Wait until ``pid`` uses no CPU for 0.3 s; then where its main thread sleeps."""
+    spent = cpu_seconds(pid)
+    while True:
+        time.sleep(0.3)
+        now = cpu_seconds(pid)
+        if now == spent:
+            return main_thread_wait(pid)
+        spent = now
+
+
+def test_watch_whose_dead_terminal_filled_up_exits_on_sigterm(tmp_path):
+    """``aoe watch`` whose terminal stopped reading, so that its output filled the PTY and the
+    app's loop waits on a full output queue (Textual's writer blocked in the kernel), ends on
+    SIGTERM with 143 within seconds: (a) the terminal then goes away without a SIGHUP
+    reaching the view (no controlling terminal, as with a harness that ignores SIGHUP):
+    Textual's writer died on EIO and the app's exit waited for ever on the full queue;
+    (b) the terminal stays open, never read again."""
+    from aoe_tui.testing.feeder import SeasonFeeder
+
+    feeder = SeasonFeeder(REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json",
+                          tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    for close_master in (True, False):
+        term = Term([sys.executable, "-m", "aoe_tui.cli", "watch", str(feeder.out)], cols=200, rows=60, ctty=False)
+        try:
+            wait_until(lambda: ALT_SCREEN in term.modes()[0] and "season" in term.text(), 30, "the watch view",
+                       term.proc)
+            term.stop_reading()
+            # each "t" (theme) redraws the whole screen, one key at a time: the PTY fills,
+            # then the queue of 30 writes, then the app's loop waits on a lock (a futex)
+            # instead of idling in epoll_wait
+            for _ in range(100):
+                if "futex" in settled(term.proc.pid) and "futex" in settled(term.proc.pid):
+                    break
+                term.send(b"t")
+            assert "futex" in main_thread_wait(term.proc.pid), "the view's output never filled up"
+            assert term.pending_output() > 1024
+            if close_master:  # the terminal goes away; no SIGHUP reaches the view
+                os.close(term.master)
+                term.master = -1
+                time.sleep(0.5)
+                assert term.proc.poll() is None
+            t0 = time.monotonic()
+            term.proc.send_signal(signal.SIGTERM)
+            try:
+                code = term.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"aoe watch hung after SIGTERM (terminal closed: {close_master})") from None
+            took = time.monotonic() - t0
+            assert code == 143 and took < 10
+            print(f"watch, full output, terminal {'closed' if close_master else 'not read'}: "
+                  f"SIGTERM → 143 in {took:.2f} s")
+        finally:
+            if term.proc.poll() is None:
+                term.proc.kill()
+                term.proc.wait()
+            term.close()
 
 
 @pytest.mark.container

@@ -11,8 +11,10 @@ terminal that went away must idle at a few percent of a CPU at most.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -197,3 +199,98 @@ def test_every_view_reads_its_terminal_through_the_guarded_driver(tmp_path):
             AoeApp.season_view(LiveFeed(), tmp_path, host=object(), read_only=False),
             watch_app(build_season_folder(tmp_path))]
     assert [app.driver_class for app in apps] == [GuardedDriver] * 4
+
+
+def _writer_on(fd: int, left: list[str]):
+    from aoe_tui.tui.driver import TerminalWriter
+
+    file = os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")
+    writer = TerminalWriter(file, leave=lambda: left.append("left"))
+    writer.start()
+    return file, writer
+
+
+def _in_thread(fn) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def test_terminal_writer_writes_everything_in_order():
+    """A terminal that reads: every write arrives, in order, encoded as the file encodes;
+    ``stop`` ends the thread once all is written; the terminal is not left."""
+    r, w = os.pipe()
+    left: list[str] = []
+    file, writer = _writer_on(w, left)
+    lines = [f"{i} é \udcff\n" for i in range(3000)]
+    chunks: list[bytes] = []
+
+    def read_all() -> None:
+        while data := os.read(r, 65536):
+            chunks.append(data)
+
+    reader = _in_thread(read_all)
+    for line in lines:
+        writer.write(line)
+    writer.stop()
+    assert not writer.is_alive()
+    file.close()
+    reader.join(30)
+    assert b"".join(chunks) == "".join(lines).encode("utf-8", "backslashreplace")
+    assert not writer.gone and left == []
+    os.close(r)
+
+
+def test_terminal_writer_never_waits_on_a_terminal_that_answers_eio():
+    """A terminal closed without a SIGHUP (its PTY master closed): the first write answers
+    EIO; the terminal is left once and 100 more writes (more than Textual's queue of 30,
+    which then waited for ever on its dead thread) and ``stop`` return."""
+    master, slave = os.openpty()
+    os.close(master)
+    left: list[str] = []
+    file, writer = _writer_on(slave, left)
+
+    def burst() -> None:
+        for _ in range(100):
+            writer.write("x" * 1000)
+        writer.stop()
+
+    t = _in_thread(burst)
+    t.join(60)
+    assert not t.is_alive(), "a write or stop waited on a terminal that answers EIO"
+    assert writer.gone and left == ["left"] and not writer.is_alive()
+    with contextlib.suppress(OSError):
+        file.close()
+
+
+def test_terminal_writer_gives_up_a_terminal_that_stopped_reading_once_its_deadline_passed():
+    """A terminal that is never read (a pipe whose buffer is full): writes wait (output is
+    not lost while the view runs), until a deadline is set (a stop signal) and passes: the
+    waiting write and ``stop`` then return, the terminal left once; the thread stays in the
+    kernel's write without holding the file's lock (the file can still be flushed)."""
+    r, w = os.pipe()
+    left: list[str] = []
+    file, writer = _writer_on(w, left)
+
+    def fill() -> None:
+        for _ in range(200):
+            writer.write("y" * 4096)  # 800 KiB: the pipe's 64 KiB, then 30 queued writes
+
+    t = _in_thread(fill)
+    t.join(1.0)
+    assert t.is_alive() and not writer.gone, "the writes did not wait for the terminal"
+    writer.deadline = time.monotonic()  # what GuardedDriver.bound_output sets
+    t.join(60)
+    assert not t.is_alive() and writer.gone and left == ["left"]
+    stopper = _in_thread(writer.stop)
+    stopper.join(60)
+    assert not stopper.is_alive(), "stop waited on a terminal given up"
+    flusher = _in_thread(file.flush)
+    flusher.join(60)
+    assert not flusher.is_alive(), "the writer thread holds the file's lock"
+    os.close(r)  # its write now fails (EPIPE): the thread drains and ends
+    writer.stop()
+    writer.join(60)
+    assert not writer.is_alive() and left == ["left"]
+    with contextlib.suppress(OSError):
+        file.close()

@@ -264,7 +264,7 @@ def clean_leftovers(workdir: Path) -> list[tuple[Path, str]]:
     """
     workdir = Path(workdir)
     removed: list[tuple[Path, str]] = []
-    try:  # the heat actor's own layout (heat-<pid>-<tag> folders), when that module is there
+    try:  # the heat actor's own layout (heat-<pid>.<start>-<tag> folders), when that module is there
         from aoe_tui.cluster.sweep import sweep_stale_heats
     except ImportError:
         pass

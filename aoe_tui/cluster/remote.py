@@ -26,9 +26,9 @@ One attempt, end to end:
    in memory and hands the values to the adapters explicitly
    (:attr:`aoe_tui.agents.base.Adapter.credentials`), never through its environment.
 3. On the node the actor sweeps what lost heats left (:mod:`aoe_tui.cluster.sweep`), builds
-   the provider (work folder ``territories_dir(AOE_WORKER_DIR)/heat-<pid>-<tag>/territories``)
+   the provider (work folder ``territories_dir(AOE_WORKER_DIR)/heat-<pid>.<start>-<tag>/territories``)
    and the adapters there, and runs :func:`aoe_tui.referee.heat.run_heat` into a scratch
-   match folder (``AOE_WORKER_DIR/matches/heat-<pid>-<tag>``) on its own thread.
+   match folder (``AOE_WORKER_DIR/matches/heat-<pid>.<start>-<tag>``) on its own thread.
 4. ``run`` is a Ray streaming generator: every ~100 ms it yields the event lines (and
    progress lines) written since, as they are written. The runner appends each to ITS
    ``events.jsonl`` through :class:`~aoe_tui.replay.log.EventLogWriter` (the same bytes, the
@@ -84,7 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.domain.world import WorldState
 
 __all__ = ["ClusterHeats", "HeatActor", "NodeLostError", "RemoteHeat", "RemoteHeatError", "open_sealed",
-           "pack_folder", "seal", "unpack_into"]
+           "file_sha256", "pack_folder", "seal", "unpack_into"]
 
 #: how often the actor sends what its heat wrote (s)
 BATCH_S = 0.1
@@ -167,12 +167,23 @@ def pack_folder(root: Path, *, exclude: frozenset[str] = frozenset()) -> bytes:
     return buf.getvalue()
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 (hex) of the file at ``path``, read in chunks (``hashlib.file_digest``;
+    blocking: call it off the event loop). Raises ``OSError`` when it cannot be read."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def unpack_into(data: bytes, dest: Path) -> list[str]:
     """Extract a :func:`pack_folder` archive into ``dest``: regular files and folders only,
     every path inside ``dest`` (absolute names, ``..``, links and devices refused). It is
     extracted into a scratch folder beside ``dest`` first, then each top-level entry is moved
-    in (``os.replace``; an existing entry of the same name is replaced). Returns the
-    top-level names. Raises :class:`ClusterError` naming a refused member."""
+    in (``os.replace``; an existing entry of the same name is replaced). Every file and
+    every folder it writes is fsynced (the files, each extracted folder, ``dest`` and the
+    parents of the folders it had to create for ``dest``), so what was moved in survives a
+    crash. Returns the top-level names. Raises :class:`ClusterError` naming a refused member."""
+    from aoe_tui.fsio import fsync_dir
+
     dest = Path(dest)
     scratch = dest.parent / f".{dest.name}.artifacts-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
@@ -193,19 +204,20 @@ def unpack_into(data: bytes, dest: Path) -> list[str]:
                 with open(target, "wb") as fh:
                     shutil.copyfileobj(src, fh)
                     fh.flush()
+                    os.fchmod(fh.fileno(), m.mode & 0o777)
                     os.fsync(fh.fileno())
-                os.chmod(target, m.mode & 0o777)
+        for folder in sorted((p for p in scratch.rglob("*") if p.is_dir()), reverse=True):
+            fsync_dir(folder)  # its entries (the top-level ones: in dest, below)
         names = sorted(p.name for p in scratch.iterdir())
+        missing = [d for d in (dest, *dest.parents) if not d.is_dir()]
         dest.mkdir(parents=True, exist_ok=True)
+        for d in missing:
+            fsync_dir(d.parent)
         for name in names:
             if (dest / name).is_dir() and not (dest / name).is_symlink():
                 shutil.rmtree(dest / name)
             os.replace(scratch / name, dest / name)
-        fd = os.open(dest, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(dest)
         return names
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -387,7 +399,7 @@ class HeatActor:
             if scratch is not None and scratch.is_dir():
                 log = scratch / "events.jsonl"
                 if log.is_file():
-                    end["events_sha256"] = hashlib.sha256(log.read_bytes()).hexdigest()
+                    end["events_sha256"] = file_sha256(log)
                 # the activity lines not sent yet (the file is closed: run_heat returned), then
                 # the archive without the two logs the runner wrote as they came
                 self._scratch = scratch
@@ -791,7 +803,7 @@ class ClusterHeats:
                 raise NodeLostError(f"worker node {node} ended the heat without its result")
             mine = folder / "events.jsonl"
             if end.get("events_sha256") and mine.is_file():
-                if hashlib.sha256(mine.read_bytes()).hexdigest() != end["events_sha256"]:
+                if await asyncio.to_thread(file_sha256, mine) != end["events_sha256"]:
                     raise ClusterError(f"node {node}: events.jsonl differs from the one the node wrote")
             if end.get("error"):
                 raise RemoteHeatError(f"on node {node}: {end['error']}", end.get("source") or "harness")

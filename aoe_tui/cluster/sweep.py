@@ -1,11 +1,14 @@
 """What a worker node's lost heats left behind: found and torn down (no ``ray`` import).
 
 A heat on a worker node (:mod:`aoe_tui.cluster.remote`) keeps two folders named after the
-process that runs it (its Ray actor), ``heat-<pid>-<tag>``:
+process that runs it (its Ray actor), ``heat-<pid>.<start>-<tag>`` (``<start>``: when that
+process started, field 22 of ``/proc/<pid>/stat``, so that a pid reused after a reboot is
+not taken for the heat's owner; folders of older versions, ``heat-<pid>-<tag>``, are judged
+by the pid alone):
 
-- ``territories_dir(base)/heat-<pid>-<tag>/territories/``: its provider's work folder (each
+- ``territories_dir(base)/<heat folder>/territories/``: its provider's work folder (each
   territory's ``state.json`` names the owner pid, as in a local match folder);
-- ``base/matches/heat-<pid>-<tag>/``: its scratch match folder (the runner gets the
+- ``base/matches/<heat folder>/``: its scratch match folder (the runner gets the
   artifacts; the folder is removed after they are sent).
 
 When a node is lost (its processes killed, the machine rebooted), those folders stay and
@@ -17,22 +20,25 @@ that comes back tears down what its lost heats left before it takes new ones.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
 
 from aoe_tui.cluster import territories_dir
+from aoe_tui.runtime.netalloc import pid_alive, process_start_ticks
 
 __all__ = ["HEAT_PREFIX", "heat_folder_name", "matches_dir", "sweep_stale_heats"]
 
-#: Prefix of a heat's folders on a node: ``heat-<pid>-<tag>``.
+#: Prefix of a heat's folders on a node: ``heat-<pid>.<start>-<tag>``.
 HEAT_PREFIX = "heat-"
 
 
 def heat_folder_name(pid: int, tag: str) -> str:
-    """``heat-<pid>-<tag>``: a heat's folder name on a node (``pid``: its actor process)."""
-    return f"{HEAT_PREFIX}{pid}-{tag}"
+    """``heat-<pid>.<start>-<tag>``: a heat's folder name on a node (``pid``: its actor
+    process, running; ``<start>``: its start, :func:`~aoe_tui.runtime.netalloc.process_start_ticks`);
+    ``heat-<pid>-<tag>`` when that start cannot be read (no such process, no ``/proc``)."""
+    start = process_start_ticks(pid)
+    return f"{HEAT_PREFIX}{pid}-{tag}" if start is None else f"{HEAT_PREFIX}{pid}.{start}-{tag}"
 
 
 def matches_dir(base: Path) -> Path:
@@ -41,17 +47,15 @@ def matches_dir(base: Path) -> Path:
 
 
 def _owner_alive(name: str) -> bool | None:
-    """True/False whether the pid in ``heat-<pid>-...`` runs; None when not such a name."""
-    pid = name[len(HEAT_PREFIX):].split("-", 1)[0] if name.startswith(HEAT_PREFIX) else ""
-    if not pid.isdigit():
+    """Whether the process that owns heat folder ``name`` still runs: for
+    ``heat-<pid>.<start>-...`` a process with that pid and that start, for an older
+    ``heat-<pid>-...`` any process with that pid (zombies count as gone); None when
+    ``name`` is no heat folder."""
+    owner = name[len(HEAT_PREFIX):].split("-", 1)[0] if name.startswith(HEAT_PREFIX) else ""
+    pid, dot, start = owner.partition(".")
+    if not pid.isdigit() or (dot and not start.isdigit()):
         return None
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(int(pid), int(start) if dot else None)
 
 
 def sweep_stale_heats(base: Path, *, retries: int = 5, retry_s: float = 1.0) -> list[str]:

@@ -50,10 +50,26 @@ def runtime_dir() -> Path:
     return Path(platformdirs.user_runtime_dir("aoe-tui"))
 
 
-def pid_alive(pid: int) -> bool:
-    """True if a process with ``pid`` exists (zombies count as dead)."""
+def process_start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started: field 22 of ``/proc/PID/stat`` (clock ticks since
+    boot). With the pid it names one process: a pid reused (after a reboot, or after
+    wrapping) has another start. None when there is no such process or no ``/proc``."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pid_alive(pid: int, start_ticks: int | None = None) -> bool:
+    """True if a process with ``pid`` exists (zombies count as dead) and, when
+    ``start_ticks`` is given (:func:`process_start_ticks` when it was recorded), it is the
+    same process: one started at another time reuses the pid and counts as dead."""
     if pid <= 0:
         return False
+    if start_ticks is not None:
+        now = process_start_ticks(pid)
+        if now is not None and now != start_ticks:
+            return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

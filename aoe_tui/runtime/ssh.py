@@ -125,18 +125,17 @@ async def wait_ready(
     interval_s: float = 0.25,
     connect_timeout_s: float = 10.0,
 ) -> float:
-    """Poll :func:`probe` until a login works; return the seconds waited.
+    """Poll until a root login works and ``true`` runs over it (:func:`probe`'s test; the
+    login is closed); return the seconds waited. ``interval_s``: seconds between attempts
+    (the reboot path polls every 0.5 s, spec §3.4).
 
     Raises:
         TimeoutError: no successful login within ``timeout_s`` seconds.
     """
-    start = time.monotonic()
-    while True:
-        if await probe(host, port, password, connect_timeout_s=connect_timeout_s):
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"ssh {host}:{port} not ready after {timeout_s:.0f} s")
-        await asyncio.sleep(interval_s)
+    conn, waited = await _poll_login(host, port, password, timeout_s=timeout_s, interval_s=interval_s,
+                                     connect_timeout_s=connect_timeout_s, run_true=True)
+    conn.close()
+    return waited
 
 
 async def wait_down(host: str, port: int, password: str, *, timeout_s: float = 30.0, interval_s: float = 0.1) -> float:
@@ -170,12 +169,32 @@ async def wait_login(
     Raises:
         TimeoutError: no successful login within ``timeout_s`` seconds.
     """
+    return await _poll_login(host, port, password, timeout_s=timeout_s, interval_s=interval_s,
+                             connect_timeout_s=connect_timeout_s, run_true=False)
+
+
+async def _poll_login(host: str, port: int, password: str, *, timeout_s: float, interval_s: float,
+                      connect_timeout_s: float, run_true: bool) -> tuple[asyncssh.SSHClientConnection, float]:
+    """What :func:`wait_login` and :func:`wait_ready` share: a login (:func:`connect`)
+    every ``interval_s`` seconds until one works — and, with ``run_true``, runs ``true``
+    with exit status 0 within ``connect_timeout_s + 5`` seconds — or ``timeout_s`` seconds
+    passed (``TimeoutError``). Returns the open connection and the seconds waited."""
     start = time.monotonic()
     while True:
         try:
-            return await connect(host, port, password, connect_timeout_s=connect_timeout_s), time.monotonic() - start
+            conn = await connect(host, port, password, connect_timeout_s=connect_timeout_s)
         except (asyncssh.Error, OSError, asyncio.TimeoutError, EOFError):
-            pass
+            conn = None
+        if conn is not None and run_true:
+            try:
+                res = await asyncio.wait_for(conn.run("true", check=False), timeout=connect_timeout_s + 5)
+            except (asyncssh.Error, OSError, asyncio.TimeoutError, EOFError):
+                res = None
+            if res is None or res.exit_status != 0:
+                conn.close()
+                conn = None
+        if conn is not None:
+            return conn, time.monotonic() - start
         if time.monotonic() - start > timeout_s:
             raise TimeoutError(f"ssh {host}:{port} not ready after {timeout_s:.0f} s")
         await asyncio.sleep(interval_s)

@@ -52,6 +52,9 @@ ACTIVITY_POLL_S = 0.5
 GC_FREEZE_AFTER_S = 2.0
 #: how long the "Season finished" notification stays (s)
 SEASON_FINISHED_NOTIFY_S = 8
+#: after a stop signal, how long (s) the terminal may take to accept the view's remaining
+#: output (the restore sequences) before it is given up as dead (tui/driver.TerminalWriter)
+STOP_OUTPUT_S = 2.0
 
 
 class AoeApp(App):
@@ -460,6 +463,12 @@ def run_in_terminal(app: AoeApp, *, on_stop: Any = None, on_hangup: Any = None) 
       (:func:`aoe_tui.signals.release_terminal`: output to ``/dev/null``, so neither EIO nor
       a full output queue can hang or kill the exit), then ``app.exit(result=on_hangup)``.
 
+    A terminal that is gone without a SIGHUP reaching the view (no controlling terminal,
+    SIGHUP ignored) or that stopped reading cannot hang the exit either: after any of
+    these signals the terminal has :data:`STOP_OUTPUT_S` seconds to take the output, then
+    it is left as after a hangup (:meth:`aoe_tui.tui.driver.GuardedDriver.bound_output`);
+    an EIO on output leaves it at once.
+
     A stdin that is not a terminal (``< /dev/null``, a closed pipe) is read to its end and
     then left alone by :class:`aoe_tui.tui.driver.GuardedDriver`, so the view idles.
     Returns ``(result, signal name or None)``; the first signal decides, later ones are
@@ -477,6 +486,9 @@ def run_in_terminal(app: AoeApp, *, on_stop: Any = None, on_hangup: Any = None) 
     def handler(signum: int, _frame: object) -> None:
         if signum == signal.SIGHUP:
             release_terminal()
+        bound = getattr(getattr(app, "_driver", None), "bound_output", None)
+        if bound is not None:  # the app's loop may be waiting on a full output queue
+            bound(STOP_OUTPUT_S)
         if got:
             return
         got.append(signum)

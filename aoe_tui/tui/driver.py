@@ -20,6 +20,17 @@ the parser and drops the rest of that read. At end of input (EOF, or EIO once th
 terminal is gone, or a stdin that never was a terminal such as ``/dev/null``) it stops
 reading and sleeps until the app ends instead of spinning on a readable descriptor.
 
+Output goes through :class:`TerminalWriter` instead of Textual's writer thread, so a dead
+terminal cannot hang a view's exit. Textual's thread dies on the first EIO (a terminal
+closed without a SIGHUP reaching the view: no controlling terminal, or SIGHUP ignored)
+and the app's next writes then wait for ever on its full queue of 30; a terminal that
+stops reading blocks it in the kernel holding ``sys.__stderr__``'s lock (the interpreter's
+exit then aborts on that lock). :class:`TerminalWriter` writes with ``os.write``, leaves
+the terminal (:func:`aoe_tui.signals.release_terminal`) and drops all further output on a
+write error, and, once a stop signal set a deadline (:meth:`GuardedDriver.bound_output`,
+called by :func:`aoe_tui.tui.app.run_in_terminal`), gives up a terminal that has not taken
+the output by then.
+
 :func:`driver_class` is what :class:`~aoe_tui.tui.app.AoeApp` passes to Textual (every
 view: ``aoe run``, ``aoe watch``, ``aoe replay``, ``aoe demo``, SSH spectators).
 """
@@ -29,18 +40,25 @@ from __future__ import annotations
 import codecs
 import logging
 import os
+import queue
 import re
+import select
 import selectors
 import sys
 import threading
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import IO, Any
 
 from textual import events
 from textual._xterm_parser import XTermParser
+from textual.drivers._writer_thread import WriterThread
 from textual.drivers.linux_driver import LinuxDriver
 from textual.message import Message
 
-__all__ = ["GuardedDriver", "GuardedParser", "InputDecoder", "driver_class", "MAX_CELLS"]
+from aoe_tui.signals import release_terminal
+
+__all__ = ["GuardedDriver", "GuardedParser", "InputDecoder", "TerminalWriter", "driver_class", "MAX_CELLS"]
 
 log = logging.getLogger("aoe_tui.tui")
 
@@ -53,6 +71,9 @@ SELECT_TIMEOUT_S = 0.1
 #: seconds a read's held-back tail (see :class:`InputDecoder`) waits for the rest: a lone
 #: escape key reaches Textual this much later
 HOLD_S = 0.02
+
+#: seconds between checks of a full output queue (is the terminal gone, is the deadline past?)
+OUTPUT_POLL_S = 0.1
 
 _ERRORS = "aoe-terminal-input"
 
@@ -161,9 +182,131 @@ class GuardedParser(XTermParser):
             return None
 
 
+class TerminalWriter(WriterThread):
+    """Textual's output thread (a queue of at most 30 writes, drained by a daemon thread)
+    made safe against a dead terminal; a drop-in for
+    :class:`~textual.drivers._writer_thread.WriterThread` (``write(text: str)``,
+    ``stop()``, ``fileno()``, ``isatty()``).
+
+    * The thread writes with ``os.write`` (all that is queued at once, encoded as ``file``
+      encodes), so no Python-level lock of ``file`` is held while the kernel blocks.
+    * A write error (EIO: the terminal is gone) makes the output :attr:`gone`: the process
+      leaves the terminal (``leave()``, by default :func:`~aoe_tui.signals.release_terminal`:
+      fds 0-2 to ``/dev/null``), queued and later writes are dropped; the thread keeps
+      draining, so ``write`` never waits on a dead reader.
+    * :attr:`deadline` (``time.monotonic()`` seconds, set by :meth:`GuardedDriver.bound_output`
+      once a stop signal arrived): past it, a ``write`` or ``stop`` that would still wait
+      for the terminal gives the terminal up the same way (it is not reading: closed
+      without EIO, or a peer that stopped reading). Before it, a full queue waits as
+      Textual's does (a slow terminal slows the view, output is never lost).
+    Raises nothing."""
+
+    def __init__(self, file: IO[str], leave: Callable[[], None] = release_terminal) -> None:
+        super().__init__(file)
+        self._leave = leave
+        self._fd = file.fileno()
+        self._encoding = getattr(file, "encoding", None) or "utf-8"
+        self._errors = getattr(file, "errors", None) or "strict"
+        #: the terminal is gone or given up: output is dropped
+        self.gone = False
+        #: monotonic time (s) after which a terminal that does not take output is given up
+        self.deadline: float | None = None
+        self._writing = False
+
+    def give_up(self) -> None:
+        """Leave the terminal and drop all further output (idempotent, any thread)."""
+        if not self.gone:
+            self.gone = True
+            self._leave()
+
+    def _overdue(self) -> bool:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.give_up()
+        return self.gone
+
+    def write(self, text: str | None) -> None:  # type: ignore[override]
+        """Queue ``text`` (``None``: the end) for the thread; waits while the queue is full,
+        unless the output is or becomes :attr:`gone`, then drops it."""
+        while not self.gone:
+            try:
+                self._queue.put(text, timeout=OUTPUT_POLL_S)
+                return
+            except queue.Full:
+                if self._overdue():
+                    return
+
+    def stop(self) -> None:
+        """End the thread once it wrote what is queued (no wait past :attr:`deadline`, nor
+        for a terminal that is :attr:`gone`)."""
+        while self.is_alive():
+            try:
+                self._queue.put(None, timeout=OUTPUT_POLL_S)
+                break
+            except queue.Full:
+                if self._stuck():
+                    return
+        while self.is_alive() and not self._stuck():
+            self.join(OUTPUT_POLL_S)
+
+    def _stuck(self) -> bool:
+        """The thread is in the kernel's write to a terminal that is given up (it may never
+        return: a daemon thread that holds no lock, left behind)."""
+        return self._writing and self._overdue()
+
+    def run(self) -> None:
+        get = self._queue.get
+        while True:
+            texts = [get()]
+            with self._queue.mutex:  # all that is queued now, in one write
+                texts.extend(self._queue.queue)
+                self._queue.queue.clear()
+                self._queue.not_full.notify_all()
+            end = None in texts
+            if end:
+                texts = texts[:texts.index(None)]
+            if texts and not self.gone:
+                self._writing = True
+                try:
+                    self._write_all("".join(texts).encode(self._encoding, self._errors))
+                except OSError:  # EIO (terminal gone) or any other write error
+                    self.give_up()
+                finally:
+                    self._writing = False
+            if end:
+                return
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view and not self.gone:
+            try:
+                view = view[os.write(self._fd, view):]
+            except BlockingIOError:  # a non-blocking descriptor: wait until it takes more
+                select.select([], [self._fd], [], OUTPUT_POLL_S)
+
+
 class GuardedDriver(LinuxDriver):
-    """LinuxDriver whose input thread survives any input and stops at end of input
-    (module docstring)."""
+    """LinuxDriver whose input thread survives any input and stops at end of input, and
+    whose output cannot hang on a dead terminal (module docstring)."""
+
+    @property
+    def _writer_thread(self) -> TerminalWriter | None:
+        return self.__writer
+
+    @_writer_thread.setter
+    def _writer_thread(self, writer: WriterThread | None) -> None:
+        # LinuxDriver.start_application_mode makes a WriterThread and starts it: this
+        # driver's is a TerminalWriter on the same file (Textual's is never started)
+        if writer is not None and not isinstance(writer, TerminalWriter):
+            writer = TerminalWriter(writer._file)
+        self.__writer = writer
+
+    def bound_output(self, seconds: float) -> None:
+        """A stop signal arrived: from ``seconds`` (s) on, output the terminal has not taken
+        is dropped and the terminal left (:class:`TerminalWriter`). Signal-handler safe (one
+        attribute set); a no-op outside application mode or when a deadline is set."""
+        writer = self.__writer
+        if writer is not None and writer.deadline is None:
+            writer.deadline = time.monotonic() + seconds
 
     def run_input_thread(self) -> None:
         """Read the terminal until the app ends: decode, parse, dispatch; a read of 0 bytes
