@@ -1239,9 +1239,11 @@ class ContainerProvider(TerritoryProvider):
         ``systemctl set-property``: on a cgroup-v1 host (the territories have their own
         groups, :func:`territory_cgroups`) each gets ``<cpu_root>/aoe-territories/<machine>``
         with ``cpu.shares = weight * 1024 / 100`` and every process of the territory is moved
-        into it. Returns how many territories have a weighted group (0 where the host has no
-        v1 ``cpu`` hierarchy, e.g. a pure cgroup-v2 host where nspawn shares one payload
-        group). Never raises: a process that exits while moved is skipped.
+        into it. Returns how many territories have a weighted group (with ``None``: how many
+        have none left; 0 where the host has no v1 ``cpu`` hierarchy, e.g. a pure cgroup-v2
+        host where nspawn shares one payload group). Never raises: a process that exits
+        while moved is skipped. A runner killed mid-heat leaves its empty groups behind
+        (``cleanup_stale`` does not know them).
         """
         if not (cpu_root / "cgroup.procs").is_file():
             return 0
