@@ -18,8 +18,14 @@ three territories provision, race and tear down together. For each K it prints:
   over the run; median and max over the territories (nspawn and the runner not counted);
 * **host CPU**: busy share of all CPUs from ``/proc/stat`` over the season (every process
   on the host, other work included), and the CPU seconds of the runner with everything it
-  started and reaped (territories, verifiers, agents: ``wait4`` rusage);
-* the season's wall time and the slowest heat's provisioning and teardown (``aoe-extra.json``).
+  started and reaped (territories, verifiers, agents: ``wait4`` rusage), and of the runner alone
+  (its threads: ``/proc/PID/stat`` of the exited, not yet reaped process);
+* the season's wall time and the slowest heat's provisioning and teardown (``aoe-extra.json``);
+* each heat's clock start and finish (s after the runner started) and its wait for a boot
+  slot (``timings.admission_wait_s``: :data:`aoe_tui.season.runner.BOOT_SLOTS`), so one sees
+  which races overlap which boots. ``AOE_BOOT_SLOTS=0`` in the environment gives the old
+  schedule (every heat boots at once) for comparison, ``AOE_CPU_WEIGHTS=1`` adds the CPU
+  weights by phase (``aoe_tui.season.runner.CPU_WEIGHTS_ENV``).
 
 Targets: K = 4 (12 territories) on 2 cores with tick lateness p99 <= 50 ms and the
 oracle's durable time within +25 % of K = 1. The observer (this process) samples memory
@@ -34,6 +40,7 @@ provisioning and teardown: the slowest; CPU: the mean). Needs root, systemd-nspa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -100,15 +107,24 @@ class MemorySampler(threading.Thread):
     (the processes in the PID namespace of the init its ``state.json`` names); keeps each
     territory's peak."""
 
-    def __init__(self, under: Path, interval_s: float = 2.0) -> None:
+    def __init__(self, under: Path, interval_s: float = 2.0, runner_pid: int | None = None) -> None:
         super().__init__(daemon=True)
         self.under = under
+        #: the runner's own CPU seconds (utime + stime of its threads, children not counted), last sample
+        self.runner_pid = runner_pid
+        self.runner_own_s = 0.0
         self.interval_s = interval_s
         self.peak_kib: dict[str, int] = {}
         self.most_territories = 0
         self.stop = threading.Event()
 
     def sample(self) -> None:
+        if self.runner_pid is not None:
+            try:
+                f = Path(f"/proc/{self.runner_pid}/stat").read_text().rsplit(")", 1)[1].split()
+                self.runner_own_s = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError, IndexError):
+                pass
         ns_of: dict[str, str] = {}  # pid namespace -> territory folder
         for sf in self.under.glob("round-*/heat-*/attempt-*/territories/*/state.json"):
             try:
@@ -140,6 +156,13 @@ class MemorySampler(threading.Thread):
         while not self.stop.wait(self.interval_s):
             self.sample()
 
+    def runner_exiting(self) -> None:
+        """One last reading of the runner's own CPU while it is a zombie (not reaped yet)."""
+        if self.runner_pid is not None:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                f = Path(f"/proc/{self.runner_pid}/stat").read_text().rsplit(")", 1)[1].split()
+                self.runner_own_s = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def run_k(k: int, tmp: Path, duration_s: int) -> dict:
     """One season of K heats at once in ``tmp``; its figures (see the module docstring)."""
@@ -149,10 +172,13 @@ def run_k(k: int, tmp: Path, duration_s: int) -> dict:
     log = open(tmp / f"runner-k{k}.log", "w")
     busy0, total0 = host_cpu()
     t0 = time.monotonic()
+    t0_unix = time.time()
     runner = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run", str(sf), "--headless", "--output", str(out)],
                               stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    sampler = MemorySampler(out)
+    sampler = MemorySampler(out, runner_pid=runner.pid)
     sampler.start()
+    os.waitid(os.P_PID, runner.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: its stat is still there
+    sampler.runner_exiting()
     _, status, rusage = os.wait4(runner.pid, 0)
     runner.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - t0
@@ -172,18 +198,22 @@ def run_k(k: int, tmp: Path, duration_s: int) -> dict:
         for e, st in (ev.get("stats") or {}).items():
             if e.startswith("oracle-") and st.get("durable_at_ms") is not None:
                 durable.append(st["durable_at_ms"] / 1000)
-    provision, teardown = [], []
-    for extra in out.glob("round-*/heat-*/attempt-*/aoe-extra.json"):
+    provision, teardown, starts = [], [], []
+    for extra in sorted(out.glob("round-*/heat-*/attempt-*/aoe-extra.json")):
         t = json.loads(extra.read_text()).get("timings", {})
         provision.append(t.get("provision_s") or 0.0)
         teardown.append(t.get("teardown_s") or 0.0)
+        if t.get("clock_started_unix"):  # (clock start, its durable or finish) s after the runner started
+            end = t.get("finished_unix") or t["clock_started_unix"]
+            starts.append((t["clock_started_unix"] - t0_unix, end - t0_unix, t.get("admission_wait_s") or 0.0))
     mem = [v / 1024 for v in sampler.peak_kib.values()]
     return {
         "k": k, "heats": heats, "wall_s": wall, "lateness": tick_lateness(out), "durable_s": durable,
         "mem_mib": mem, "territories_seen": sampler.most_territories,
         "host_cpu": (busy1 - busy0) / max(1, total1 - total0),
-        "runner_cpu_s": rusage.ru_utime + rusage.ru_stime,
+        "runner_cpu_s": rusage.ru_utime + rusage.ru_stime, "runner_own_s": sampler.runner_own_s,
         "provision_max_s": max(provision, default=float("nan")), "teardown_max_s": max(teardown, default=float("nan")),
+        "clocks": sorted(starts),
     }
 
 
@@ -206,9 +236,10 @@ def main() -> int:
              "territories_seen": max(x["territories_seen"] for x in runs),
              "host_cpu": statistics.mean(x["host_cpu"] for x in runs),
              "runner_cpu_s": statistics.mean(x["runner_cpu_s"] for x in runs),
+             "runner_own_s": statistics.mean(x["runner_own_s"] for x in runs),
              "provision_max_s": max(x["provision_max_s"] for x in runs),
              "teardown_max_s": max(x["teardown_max_s"] for x in runs)}
-        for key in ("lateness", "durable_s", "mem_mib"):
+        for key in ("lateness", "durable_s", "mem_mib", "clocks"):
             r[key] = [v for x in runs for v in x[key]]
         rows.append(r)
         print(f"K={k}: {len(runs)} season(s), {r['heats']} heats, {3 * k} territories ({r['territories_seen']} seen at once), "
@@ -228,6 +259,11 @@ def main() -> int:
               f"{statistics.median(mem) if mem else float('nan'):14.1f} / {max(mem, default=float('nan')):5.1f}  "
               f"{r['host_cpu'] * 100:6.0f} %  {r['runner_cpu_s']:12.1f}  "
               f"{r['provision_max_s']:10.2f} / {r['teardown_max_s']:5.2f}  {r['wall_s']:6.1f}")
+    print("\nthe runner's own CPU (its threads, not its children), s: "
+          + ", ".join(f"K={r['k']} {r['runner_own_s']:.1f}" for r in rows))
+    print("\nheats' clocks (s after the runner started: clock start → finish; admission wait), per K:")
+    for r in rows:
+        print(f"K={r['k']}: " + ", ".join(f"{a:.1f}→{b:.1f} ({w:.1f})" for a, b, w in r["clocks"]))
     for r in rows:
         if r["k"] == 4 and r["durable_s"]:
             p99 = pct(r["lateness"], 99)

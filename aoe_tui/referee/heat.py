@@ -232,6 +232,8 @@ async def run_heat(
     write_bundle_file: bool = True,
     on_supervisor: Callable[[HeatSupervisor], None] | None = None,
     min_free_bytes: int = DISK_RESERVE_BYTES,
+    provision_gate: Callable[[int], contextlib.AbstractAsyncContextManager[Any]] | None = None,
+    cpu_weights: bool = False,
 ) -> WorldState:
     """Run one heat and write its match folder; return the final world.
 
@@ -261,6 +263,14 @@ async def run_heat(
             Exceptions it raises are ignored.
         min_free_bytes: free bytes (on ``output_dir``'s file system) the running heat keeps
             in reserve; below it the heat ends as a full disk (0: only ``ENOSPC`` errors).
+        provision_gate: ``provision_gate(n)`` (n = territories) is entered before the
+            territories are provisioned and left when they are ready (the season runner's
+            admission: so many territories booting at once across heats); the wait is
+            ``timings.admission_wait_s`` in ``aoe-extra.json``, not part of ``provision_s``.
+        cpu_weights: give the territories a CPU weight by phase where the provider can
+            (``set_cpu_weight``: the container provider): :data:`BOOT_CPU_WEIGHT` while they
+            boot, :data:`RACE_CPU_WEIGHT` from the clock's start, :data:`DONE_CPU_WEIGHT` from
+            ``match_finished`` (drain, teardown), so heats whose clock runs get the CPU first.
 
     Returns the final :class:`WorldState` (``match_state`` finished or aborted).
 
@@ -294,15 +304,27 @@ async def run_heat(
     log: EventLogWriter | None = None
     supervisor: HeatSupervisor | None = None
     t_start = time.monotonic()
+    weigh = getattr(provider, "set_cpu_weight", None) if cpu_weights else None
+    lowering: list[asyncio.Future[Any]] = []
+    if weigh is not None:
+        on_event = _lower_weight_at_finish(on_event, weigh, lowering)
     try:
-        say(f"provisioning {len(specs)} territories ({provider.name})")
-        prov_task = asyncio.ensure_future(provider.provision(specs))
-        abort_wait = asyncio.ensure_future(abort_event.wait())
-        try:
-            await asyncio.wait({prov_task, abort_wait}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            abort_wait.cancel()
-        timings["provision_s"] = round(time.monotonic() - t_start, 3)
+        async with provision_gate(len(specs)) if provision_gate is not None else contextlib.nullcontext():
+            t_prov = time.monotonic()
+            if provision_gate is not None:
+                timings["admission_wait_s"] = round(t_prov - t_start, 3)
+            say(f"provisioning {len(specs)} territories ({provider.name})")
+            prov_task = asyncio.ensure_future(provider.provision(specs))
+            sweep = asyncio.ensure_future(_weigh_while(weigh, BOOT_CPU_WEIGHT, prov_task)) if weigh else None
+            abort_wait = asyncio.ensure_future(abort_event.wait())
+            try:
+                if not abort_event.is_set():
+                    await asyncio.wait({prov_task, abort_wait}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                abort_wait.cancel()
+                if sweep is not None:
+                    sweep.cancel()
+            timings["provision_s"] = round(time.monotonic() - t_prov, 3)
         if not prov_task.done():
             prov_task.cancel()
             with contextlib.suppress(BaseException):
@@ -368,6 +390,8 @@ async def run_heat(
         if on_supervisor is not None:
             with contextlib.suppress(Exception):
                 on_supervisor(supervisor)
+        if weigh is not None:  # the clock starts: this heat's territories outrank booting ones
+            await asyncio.to_thread(weigh, RACE_CPU_WEIGHT)
         forward = asyncio.ensure_future(_forward_abort(abort_event, supervisor))
         try:
             world = await supervisor.run()
@@ -404,6 +428,10 @@ async def run_heat(
             await provider.teardown()
         except Exception as err:  # teardown must not hide the match result
             say(f"teardown error: {err}")
+        if weigh is not None:  # after the lowering at the finish, never before it (no group left behind)
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*lowering, return_exceptions=True)
+                await asyncio.to_thread(weigh, None)
         timings["teardown_s"] = round(time.monotonic() - t_down, 3)
         timings["wall_s"] = round(time.monotonic() - t_start, 3)
         extra = {"schema": "aoe-tui.match-extra", "version": 1, "provider": provider.name, "timings": timings}
@@ -422,6 +450,37 @@ async def run_heat(
         if disk_full and sys.exc_info()[1] is None:  # never hides a cancellation or a crash
             say(f"heat ended: {disk_full}")
             raise DiskFullError(disk_full)
+
+
+#: CPU weights of a heat's territories (``CPUWeight=`` scale, 100 = a normal process) by
+#: phase, with ``run_heat(cpu_weights=True)``: booting territories yield to racing ones
+BOOT_CPU_WEIGHT = 10
+RACE_CPU_WEIGHT = 100
+DONE_CPU_WEIGHT = 10
+#: seconds between two sweeps of a booting heat's processes into its weighted groups
+WEIGHT_SWEEP_S = 0.5
+
+
+async def _weigh_while(weigh: Callable[[int | None], int], weight: int, task: asyncio.Future[Any]) -> None:
+    """Sweep the territories' processes into groups of ``weight`` (in a thread) until ``task``
+    (their provisioning) ends."""
+    while not task.done():
+        await asyncio.to_thread(weigh, weight)
+        await asyncio.wait({task}, timeout=WEIGHT_SWEEP_S)
+
+
+def _lower_weight_at_finish(on_event: OnEvent | None, weigh: Callable[[int | None], int],
+                            pending: list[asyncio.Future[Any]]) -> OnEvent:
+    """``on_event`` that also lowers the territories to :data:`DONE_CPU_WEIGHT` (in a worker
+    thread, its future appended to ``pending``) once the match has finished: its result is
+    set, the drain and the teardown go on behind the heats still racing."""
+    def forward(record: Any, world: WorldState) -> None:
+        if record.event.kind == "match_finished":
+            with contextlib.suppress(RuntimeError):  # no loop: nothing to lower from here
+                pending.append(asyncio.get_running_loop().run_in_executor(None, weigh, DONE_CPU_WEIGHT))
+        if on_event is not None:
+            on_event(record, world)
+    return forward
 
 
 async def _forward_abort(abort_event: asyncio.Event, supervisor: HeatSupervisor) -> None:

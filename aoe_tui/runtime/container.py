@@ -1279,6 +1279,46 @@ class ContainerProvider(TerritoryProvider):
             raise RebootError(f"territory {tid}: container did not stop during reboot, even after SIGKILL; "
                               f"console: {self._console_tail(b)}")
 
+    def set_cpu_weight(self, weight: int | None, cpu_root: Path = Path("/sys/fs/cgroup/cpu")) -> int:
+        """Give each territory ``weight`` (cgroup v2 ``CPUWeight=`` scale: 1..10000, 100 = a
+        normal process's share) against everything else on the host, or with ``None`` remove
+        what an earlier call made (after :meth:`teardown`; a group still holding a process stays).
+
+        Blocking (run it in a thread); call it again to move processes started since into the
+        group (a process's children inherit it, so a sweep while a territory boots catches the
+        few forked before its init was moved). Here there is no system bus, so no
+        ``systemctl set-property``: on a cgroup-v1 host (the territories have their own
+        groups, :func:`territory_cgroups`) each gets ``<cpu_root>/aoe-territories/<machine>``
+        with ``cpu.shares = weight * 1024 / 100`` and every process of the territory is moved
+        into it. Returns how many territories have a weighted group (with ``None``: how many
+        have none left; 0 where the host has no v1 ``cpu`` hierarchy, e.g. a pure cgroup-v2
+        host where nspawn shares one payload group). Never raises: a process that exits
+        while moved is skipped. A runner killed mid-heat leaves its empty groups behind
+        (``cleanup_stale`` does not know them).
+        """
+        if not (cpu_root / "cgroup.procs").is_file():
+            return 0
+        done = 0
+        for b in list(self._boxes.values()):
+            if not b.cgroups:
+                continue
+            group = cpu_root / CGROUP_PARENT / f"aoe-{b.host_veth[3:]}"
+            if weight is None:
+                done += remove_cgroup(group)
+                continue
+            try:
+                group.mkdir(parents=True, exist_ok=True)
+                (group / "cpu.shares").write_text(str(max(2, weight * 1024 // 100)))
+                inside = set((group / "cgroup.procs").read_text().split())
+            except OSError:
+                continue
+            for pid in _cgroup_pids([str(p) for p in b.cgroups]):
+                if str(pid) not in inside:
+                    with contextlib.suppress(OSError):
+                        (group / "cgroup.procs").write_text(str(pid))
+            done += 1
+        return done
+
     # -- teardown ----------------------------------------------------------------------
 
     async def teardown(self) -> None:

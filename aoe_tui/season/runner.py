@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import os
 import re
 from collections.abc import Callable
@@ -125,6 +126,81 @@ def heat_disk_need() -> int:
     if mib < 0:
         raise AoeError(f"{MIN_FREE_ENV} must be a whole number of MiB >= 0, got {text!r}")
     return mib << 20
+
+
+#: Territories that may boot at once across the season's concurrent heats (a heat of more
+#: boots alone). Booting is a CPU burst (systemd, journald, sshd, nspawn, the runner's SSH
+#: logins); twelve at once make every heat's clock start late and its race share the CPU
+#: with the rest's boots. One heat at a time: the first heats race while the others boot.
+BOOT_SLOTS = 3
+#: environment override of :data:`BOOT_SLOTS` (a whole number; 0 = no limit)
+BOOT_SLOTS_ENV = "AOE_BOOT_SLOTS"
+#: environment switch of the territories' CPU weights by phase with concurrent heats (``1`` =
+#: on; see :func:`aoe_tui.referee.heat.run_heat` ``cpu_weights``). Off by default: on a host
+#: with other work a booting territory at a low weight gets next to no CPU, and the season
+#: runs its heats one after another (docs/territories.md, "Fair shares between heats")
+CPU_WEIGHTS_ENV = "AOE_CPU_WEIGHTS"
+
+
+def boot_slots() -> int:
+    """Territories allowed to boot at once: ``AOE_BOOT_SLOTS`` or :data:`BOOT_SLOTS` (0 = no
+    limit). Raises :class:`AoeError` for a value that is not a whole number >= 0."""
+    text = os.environ.get(BOOT_SLOTS_ENV)
+    if text is None or not text.strip():
+        return BOOT_SLOTS
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise AoeError(f"{BOOT_SLOTS_ENV} must be a whole number >= 0, got {text!r}")
+    return n
+
+
+class BootGate:
+    """Admission of booting territories across heats: :meth:`admit` ``(n)`` waits until ``n``
+    more fit under ``slots`` (or none boot: a heat larger than ``slots`` boots alone), in
+    arrival order; ``slots`` 0 = no limit. ``booting`` is how many boot now, ``most`` the
+    highest it reached (tests, benchmarks). One event loop; not thread-safe."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.booting = 0
+        self.most = 0
+        self._queue: list[tuple[int, asyncio.Future[None]]] = []
+
+    def _fits(self, n: int) -> bool:
+        return self.slots == 0 or self.booting == 0 or self.booting + n <= self.slots
+
+    def _wake(self) -> None:
+        while self._queue and self._fits(self._queue[0][0]):
+            n, fut = self._queue.pop(0)
+            if not fut.done():
+                self.booting += n
+                fut.set_result(None)
+
+    @contextlib.asynccontextmanager
+    async def admit(self, n: int):
+        if self._queue or not self._fits(n):
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._queue.append((n, fut))
+            try:
+                await fut
+            except BaseException:
+                if fut.done() and not fut.cancelled():  # admitted as it was cancelled: give the slots back
+                    self.booting -= n
+                    self._wake()
+                else:
+                    self._queue[:] = [q for q in self._queue if q[1] is not fut]
+                raise
+        else:
+            self.booting += n
+        self.most = max(self.most, self.booting)
+        try:
+            yield
+        finally:
+            self.booting -= n
+            self._wake()
 
 
 #: Season-file fields ``--retry-void`` lets differ from the folder's ``season.toml``.
@@ -445,6 +521,11 @@ class SeasonRunner:
                                                      "referee_memory_gb": table.referee_memory_gb}
                                                     if table is not None else {}))
         self._arena_tars: dict[str, tuple[bytes, str, str]] = {}
+        self._export_lock = asyncio.Lock()
+        #: admission of booting territories across this machine's heats (:class:`BootGate`)
+        self.boot_gate = BootGate(boot_slots() if self.season.concurrent_heats > 1 else 0)
+        #: territories weighted by phase (booting/finished yield to racing), with concurrent heats
+        self.cpu_weights = self.season.concurrent_heats > 1 and os.environ.get(CPU_WEIGHTS_ENV, "").strip() == "1"
         self.state = SeasonState()
         self.log: SeasonLogWriter | None = None
         self.abort_event = asyncio.Event()
@@ -714,6 +795,7 @@ class SeasonRunner:
                         provider = self.provider_factory(folder / "territories", heat_id)
                     world = await self.run_heat(
                         loaded, provider, adapters, folder, drain_seconds=float(self.season.drain_seconds),
+                        provision_gate=self.boot_gate.admit, cpu_weights=self.cpu_weights,
                         registered_adapters=self.registered, name=name, slug=slug,
                         on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
                         on_event=lambda rec, w, t=tag, h=heat, r=rel: self._on_event(t, h, rec, r),
@@ -726,8 +808,8 @@ class SeasonRunner:
             from aoe_tui.referee.heat import DiskFullError
             from aoe_tui.replay.log import read_events
 
-            try:
-                records = read_events(folder / "events.jsonl")
+            try:  # off the referee loop: other heats may be racing (tens of ms for a heat's log)
+                records = await asyncio.to_thread(read_events, folder / "events.jsonl")
             except AoeError as err:
                 records, error = [], error or err
             verdict = judge_attempt(world, records, error)
@@ -772,7 +854,7 @@ class SeasonRunner:
                             else "heat void (not retried: a new attempt would fail the same way)"))
                 if outcome == "void":
                     self._finish_heat(heat, fin)
-            self._export()
+            await self._export_soon()
 
     async def _run_remote(self, heat: HeatState, a: int, tag: str, rel: str, folder: Path, arena: LoadedManifest,
                           loaded: LoadedManifest, adapters: dict[str, Any], name: str, slug: str) -> Any:
@@ -903,6 +985,23 @@ class SeasonRunner:
                 raise _Stop("the season finished but its standings files were not written: No space left "
                             f"on device ({getattr(err, 'filename', None) or self.dir})", None, None) from None
             self.say(f"standings files not written: {type(err).__name__}: {err}")
+
+    async def _export_soon(self) -> None:
+        """:meth:`_export` after a heat, off the referee loop: other heats may be racing, and
+        rendering the standings (ratings, four formats) took 0.1-0.3 s of the loop on a loaded
+        2-core host, a late tick in every racing heat. A snapshot of the state is written in a
+        worker thread (at normal priority: the engine thread's real-time policy is not
+        inherited), one export at a time, each from the state when it starts (so the files
+        never go back to an older state). A failure is one progress line, as mid-season
+        in :meth:`_export`."""
+        if self.write_exports is None:
+            return
+        async with self._export_lock:
+            snapshot = copy.deepcopy(self.state)
+            try:
+                await asyncio.to_thread(self.write_exports, self.dir, snapshot)
+            except Exception as err:
+                self.say(f"standings files not written: {type(err).__name__}: {err}")
 
     async def run(self) -> SeasonState:
         """Run or resume the season to its end; returns the final state. Raises

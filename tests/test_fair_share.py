@@ -1,0 +1,207 @@
+"""Many heats on one machine (issue 16 item 4): admission of booting territories across
+heats (``season/runner.BootGate``) and CPU weights by phase (``run_heat(cpu_weights=True)``,
+``ContainerProvider.set_cpu_weight`` on a real container)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from aoe_tui.domain.arena import load_manifest
+from aoe_tui.domain.season_file import load_season
+from aoe_tui.season.runner import BOOT_SLOTS, BootGate, SeasonRunner, boot_slots
+from aoe_tui.errors import AoeError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+async def test_boot_gate_admits_at_most_its_slots_in_order():
+    gate = BootGate(3)
+    order: list[str] = []
+    release = {k: asyncio.Event() for k in "abcd"}
+
+    async def heat(k: str, n: int) -> None:
+        async with gate.admit(n):
+            order.append(k)
+            assert gate.booting <= 3 or gate.booting == n
+            await release[k].wait()
+
+    tasks = [asyncio.ensure_future(heat(k, n)) for k, n in (("a", 2), ("b", 2), ("c", 1), ("d", 5))]
+    await asyncio.sleep(0.01)
+    assert order == ["a"] and gate.booting == 2  # b (2) does not fit beside a; c waits behind b
+    release["a"].set()
+    await asyncio.sleep(0.01)
+    assert order == ["a", "b", "c"] and gate.booting == 3
+    release["b"].set()
+    release["c"].set()
+    await asyncio.sleep(0.01)
+    assert order == ["a", "b", "c", "d"] and gate.booting == 5  # larger than the slots: boots alone
+    release["d"].set()
+    await asyncio.gather(*tasks)
+    assert gate.booting == 0 and gate.most == 5
+
+
+async def test_boot_gate_a_cancelled_wait_takes_no_slot():
+    gate = BootGate(1)
+    hold = asyncio.Event()
+
+    async def heat() -> None:
+        async with gate.admit(1):
+            await hold.wait()
+
+    first = asyncio.ensure_future(heat())
+    second = asyncio.ensure_future(heat())
+    await asyncio.sleep(0.01)
+    second.cancel()
+    await asyncio.gather(second, return_exceptions=True)
+    hold.set()
+    await first
+    assert gate.booting == 0
+    async with gate.admit(1):  # the slot is free again
+        assert gate.booting == 1
+
+
+def test_boot_slots_from_the_environment(monkeypatch):
+    monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
+    assert boot_slots() == BOOT_SLOTS
+    monkeypatch.setenv("AOE_BOOT_SLOTS", "0")
+    assert boot_slots() == 0
+    monkeypatch.setenv("AOE_BOOT_SLOTS", "two")
+    with pytest.raises(AoeError, match="AOE_BOOT_SLOTS must be a whole number >= 0, got 'two'"):
+        boot_slots()
+
+
+async def test_season_boots_one_heat_at_a_time_while_all_heats_run(tmp_path, monkeypatch):
+    """Four heats at once (``concurrent_heats = 4``, 12 entrants): all four attempts start, but
+    the runner's gate lets only ``BOOT_SLOTS`` territories provision at once across them."""
+    from aoe_tui.domain import events as ev
+    from aoe_tui.domain.events import MatchState
+    from aoe_tui.domain.world import WorldState
+    from aoe_tui.replay.log import EventLogWriter
+    from aoe_tui.replay.reducer import apply_event
+
+    monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
+    monkeypatch.setenv("AOE_CPU_WEIGHTS", "1")  # off by default; the heats are given the switch
+    f = tmp_path / "s.toml"
+    f.write_text('id = "fair"\nlabel = "k4"\n' f'arena = "{REPO}/arenas/first-build"\nconcurrent_heats = 4\n'
+                 '[format]\nkind = "league"\nheats_per_entrant = 1\n'
+                 + "".join(f'[[entrants]]\nid = "e{i}"\nadapter = "oracle"\nmodel = "m"\n' for i in range(12)))
+    running = {"heats": 0, "most_heats": 0, "most_booting": 0}
+    gates: list[BootGate] = []
+
+    async def stand_in_run_heat(loaded, provider, adapters, folder, *, provision_gate, cpu_weights, **_kw):
+        assert cpu_weights is True
+        running["heats"] += 1
+        running["most_heats"] = max(running["most_heats"], running["heats"])
+        async with provision_gate(len(loaded.manifest.territories)):  # as run_heat provisions
+            running["most_booting"] = max(running["most_booting"], gates[0].booting)
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the race
+        folder.mkdir(parents=True, exist_ok=True)
+        world = WorldState()
+        log = EventLogWriter(folder / "events.jsonl")
+        for e in (ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.running),
+                  ev.MatchStateChanged(from_=MatchState.running, to=MatchState.finished),
+                  ev.MatchFinished(winner=None, reason="match timer expired")):
+            apply_event(world, log.append(e, 0))
+        log.close()
+        running["heats"] -= 1
+        return world
+
+    runner = SeasonRunner(load_season(f), tmp_path / "out", run_heat=stand_in_run_heat,
+                          provider_factory=lambda workdir, heat_id: None)
+    gates.append(runner.boot_gate)
+    state = await runner.run()
+    assert len(state.rounds[1].heats) == 4 and all(h.result is not None for h in state.rounds[1].heats.values())
+    assert running["most_heats"] == 4  # every heat was admitted to the season at once
+    assert running["most_booting"] == 3 == BOOT_SLOTS and runner.boot_gate.most == 3
+
+
+async def test_run_heat_weighs_its_territories_by_phase(tmp_path, monkeypatch):
+    """``run_heat(cpu_weights=True)``: low weight while the territories boot (swept until they
+    are ready), high from the clock's start (before the first event), low again from
+    ``match_finished``, the groups removed after the teardown."""
+    from aoe_tui.referee.heat import BOOT_CPU_WEIGHT, DONE_CPU_WEIGHT, RACE_CPU_WEIGHT, run_heat
+    from tests.test_referee import ALL, FakeAdapter, FakeProvider, write_arena
+
+    class WeighedProvider(FakeProvider):
+        def __init__(self, state: Path) -> None:
+            super().__init__(state)
+            self.weights: list[tuple[int | None, str | None]] = []
+            self.torn_down = False
+            self.swept_twice = asyncio.Event()
+            self.loop = asyncio.get_running_loop()
+
+        async def provision(self, specs):
+            await self.swept_twice.wait()  # a boot lasts until the heat has swept its processes twice
+            return await super().provision(specs)
+
+        def set_cpu_weight(self, weight):  # called in a thread
+            self.weights.append((weight, "after teardown" if self.torn_down else None))
+            if len(self.weights) == 2:
+                self.loop.call_soon_threadsafe(self.swept_twice.set)
+            return 3
+
+        async def teardown(self) -> None:
+            self.torn_down = True
+
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_STATE", str(state))
+    monkeypatch.setattr("aoe_tui.agents.instruction.build_instruction", lambda _l, tid: f"build on {tid}")
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    adapters = {a.id: FakeAdapter({"state": state, "steps": ALL}) for a in loaded.manifest.agents}
+    provider = WeighedProvider(state)
+    weights_at: list[list] = []
+    world = await run_heat(loaded, provider, adapters, tmp_path / "match", drain_seconds=0.5, cpu_weights=True,
+                           provision_gate=BootGate(3).admit,
+                           on_event=lambda r, w: weights_at.append([x for x, _ in provider.weights]))
+    assert world.match_state == "finished"
+    ws = [w for w, _ in provider.weights]
+    boots = ws[:ws.index(RACE_CPU_WEIGHT)]
+    assert len(boots) >= 2 and set(boots) == {BOOT_CPU_WEIGHT}  # swept again while booting
+    assert weights_at[0][-1] == RACE_CPU_WEIGHT  # raised before the clock's first event
+    assert DONE_CPU_WEIGHT in ws[ws.index(RACE_CPU_WEIGHT):]
+    assert provider.weights[-1] == (None, "after teardown")
+    import json
+
+    timings = json.loads((tmp_path / "match" / "aoe-extra.json").read_text())["timings"]
+    assert timings["admission_wait_s"] < timings["provision_s"]
+
+
+@pytest.mark.container
+async def test_cpu_weight_of_a_real_container(guest_image, tmp_path):
+    """A booted territory's processes (its init included) move into their own ``cpu`` group
+    whose shares follow the weight; the group goes with ``None`` after the teardown."""
+    from aoe_tui.runtime.container import ContainerProvider
+    from aoe_tui.runtime.provider import TerritorySpec
+
+    if os.geteuid() != 0:
+        pytest.skip("container provider tests need root")
+    cpu = Path("/sys/fs/cgroup/cpu")
+    if not (cpu / "cgroup.procs").is_file() or not Path("/sys/fs/cgroup/systemd/cgroup.procs").is_file():
+        pytest.skip("not a cgroup-v1 host with a cpu hierarchy (no per-territory cpu group)")
+    provider = ContainerProvider(tmp_path / "t", image=guest_image, heat_id=f"test-fair-{os.getpid()}")
+    try:
+        [t] = await provider.provision([TerritorySpec(id="builder-one", password="builder-one-race", index=0)])
+        assert await asyncio.to_thread(provider.set_cpu_weight, 10) == 1
+        group = cpu / "aoe-territories" / f"aoe-{t.extra['host_veth'][3:]}"
+        assert (group / "cpu.shares").read_text().split() == ["102"]
+        procs = set((group / "cgroup.procs").read_text().split())
+        assert str(t.extra["leader_pid"]) in procs and str(t.extra["nspawn_pid"]) in procs
+        leader_cg = Path(f"/proc/{t.extra['leader_pid']}/cgroup").read_text()
+        assert f":cpu:/aoe-territories/{group.name}\n" in leader_cg
+        assert await asyncio.to_thread(provider.set_cpu_weight, 1000) == 1
+        assert (group / "cpu.shares").read_text().split() == ["10240"]
+        # the territory still works from inside its group: a root login and a process it starts
+        from aoe_tui.runtime import ssh
+
+        res = await ssh.run(t.host, t.ssh_port, t.password, "cat /proc/self/cgroup", timeout_s=30)
+        assert res.exit_status == 0 and f"cpu:/aoe-territories/{group.name}" in res.stdout
+    finally:
+        await provider.teardown()
+    assert await asyncio.to_thread(provider.set_cpu_weight, None) == 1
+    assert not group.exists()
