@@ -129,7 +129,7 @@ previous_field() {
 # exactly; aoe_tui/referee/verifier.py), read here with bash builtins (no eval); when it is
 # missing, older than previous.json, malformed or holds a "j" asked for (another runner:
 # upstream's writes only previous.json), one jq run serves them all (jq 1.6 costs ~45 ms of
-# CPU a start). MILESTONE has no "."; VAR is a variable name other than this function's own
+# CPU a start; NUL characters are dropped there as bash drops them from a jq -r output). MILESTONE has no "."; VAR is a variable name other than this function's own
 # locals (a, key, out, comp, i, spec, vals, rec, got).
 previous_fields() {
   local a key out comp i
@@ -155,7 +155,8 @@ previous_fields() {
   fi
   if (( ${#vals[@]} != $# )); then
     out=$(jq -r '. as $e | $ARGS.positional[] | (split(".") | {m: .[0], f: (.[1:] | join("."))}) as $k
-      | [try (($e[$k.m].evidence // {})[$k.f] // empty | tostring) catch empty] | (.[0] // "") | @sh' \
+      | [try (($e[$k.m].evidence // {})[$k.f] // empty | tostring) catch empty] | (.[0] // "")
+      | explode | map(select(. != 0)) | implode | @sh' \
       "$AOE_PREVIOUS_EVIDENCE" --args "${spec[@]}" 2>/dev/null) || return 0
     eval "vals=($out)"
     (( ${#vals[@]} == $# )) || return 0
@@ -506,6 +507,17 @@ without_ids() {
   done <<< "$1"
 }
 # --- end of the referee's access block ----------------------------------------------------
+
+# json_str VALUE: VALUE as a JSON string, byte for byte what `jq -cn --arg s VALUE '$s'`
+# prints; strings made only of the characters listed below need no escaping and are quoted
+# without a jq run (jq 1.6 costs ~45 ms of CPU a start), any other string goes to jq
+json_str() {
+  if [[ -z "${1//[abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.:\/+=@,%-]/}" ]]; then
+    printf '"%s"' "$1"
+  else
+    jq -cn --arg s "$1" '$s'
+  fi
+}
 
 # write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE
 write_evidence() {

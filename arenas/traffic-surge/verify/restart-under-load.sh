@@ -46,4 +46,4 @@ fi
 check_get "/priority/$record" "$value" 2 "the record just written" \
   || fail "after restarting traffic-surge.service under optional load and a 204, $CHECK_REASON"
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" '{record:$r, restart_under_load:true, value:$v}')"
+write_evidence "{\"record\":$(json_str "$record"),\"restart_under_load\":true,\"value\":$(json_str "$value")}"
