@@ -38,7 +38,7 @@ ARENAS = ("first-build", "durable-job-queue", "primary-failover", "traffic-surge
 #: the wrapper put in place of each verifier: run the real one, log the children's CPU
 #: (bash ``times``, run in the wrapper's own shell: second line = children's user and system time, e.g. ``0m0.052s 0m0.031s``)
 WRAPPER = """#!/bin/bash
-"${0%.sh}.real.sh"
+"${0%.sh}.real.sh" "$@"
 rc=$?
 times > "$BENCH_VERIFIER_CPU_LOG.$$"
 mapfile -t t < "$BENCH_VERIFIER_CPU_LOG.$$"
