@@ -129,3 +129,35 @@ def test_json_str_and_evidence_match_jq(tmp_path):
         args = [a for k, val in env.items() for a in ("--arg", k, val)]
         want = subprocess.run(["jq", "-cj", "-n", *args, jq_expr], capture_output=True, timeout=30).stdout
         assert ours == want
+
+
+DJQ_LIB = LIB.parent.parent.parent / "durable-job-queue" / "verify" / "lib.sh"
+JOB = '{"id": "j1", "payload": "p q", "status": "completed", "result": "processed:p q", "attempts": 1}'
+JOB_BODIES = [
+    JOB, JOB.replace(", ", ","), " \r\n" + JOB.replace("\": ", "\"\t:\n ") + "\n", JOB[:-1] + ', "extra": "x", "n": -3}',
+    JOB[:-1] + ",}", JOB.replace('"attempts": 1', '"attempts": 1.0'), JOB.replace('"attempts": 1', '"attempts": 2'),
+    JOB.replace('"attempts": 1', '"attempts": "1"'), JOB.replace('"attempts": 1', '"attempts": 01'),
+    '{"id": "j0", ' + JOB[1:], JOB + '{"a": 1}', JOB + " x", "[" + JOB + "]", JOB.replace('"j1"', '"j\\u0031"'),
+    JOB.replace("completed", "done"), JOB.replace('"id": "j1",', '"id": "j1"'), "\f" + JOB, JOB.replace("p q", "p\tq"),
+    JOB[:-1] + ', "x": [1]}', "{}", "", "not json",
+]
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq not installed")
+def test_job_plainly_ok_never_accepts_what_jq_rejects(tmp_path):
+    """durable-job-queue's job_plainly_ok (job_problem without jq) accepts only bodies jq finds
+    completed exactly once, and accepts the plain ones a service writes."""
+    body = tmp_path / "body"
+    verdicts = {}
+    for text in JOB_BODIES:
+        body.write_bytes(text.encode())
+        fast = subprocess.run(["bash", "-c", f'. "{DJQ_LIB}"; job_plainly_ok "$1" j1 "p q"', "_", str(body)],
+                              capture_output=True, timeout=30).returncode == 0
+        jq = subprocess.run(["jq", "-e", "--arg", "id", "j1", "--arg", "p", "p q",
+                             'type == "object" and .id == $id and .payload == $p and .status == "completed" and '
+                             '.result == ("processed:" + $p) and (.attempts | type) == "number" and .attempts == 1',
+                             str(body)], capture_output=True, timeout=30)
+        ok = jq.returncode == 0 and jq.stdout.split() == [b"true"]
+        assert ok or not fast, text
+        verdicts[text] = fast
+    assert [t for t, fast in verdicts.items() if fast] == JOB_BODIES[:4]

@@ -94,6 +94,7 @@ printable() { head -c "${2:-80}" "$1" | tr -c '[:print:]' '?'; }
 # .attempts the number 1.
 job_problem() {
   local out
+  job_plainly_ok "$1" "$2" "$3" && return 0
   if ! out=$(jq -r --arg id "$2" --arg p "$3" '
       def show: tojson | if length > 60 then .[0:57] + "..." else . end;
       if type != "object" then "the answer is JSON but not an object: \(show)"
@@ -108,6 +109,30 @@ job_problem() {
     return
   fi
   printf '%s' "$out"
+}
+
+# job_plainly_ok BODYFILE ID PAYLOAD: true when the body is certainly what job_problem accepts,
+# told with bash builtins instead of a jq run (jq 1.6 costs ~45 ms of CPU a start): a flat
+# JSON object (JSON whitespace only) whose members are all plain strings (no escapes, no
+# control characters) or integers, no name twice, with .id ID, .payload PAYLOAD, .status "completed", .result
+# "processed:"PAYLOAD and .attempts 1. Anything else (false) is left to job_problem's jq.
+job_plainly_ok() {
+  local body rest key ws=$'[ \t\n\r]*'
+  local -A seen=()
+  local mre="^$ws\"([^\"\\\\[:cntrl:]]*)\"$ws:$ws(\"[^\"\\\\[:cntrl:]]*\"|-?(0|[1-9][0-9]*))$ws(,|\$)"
+  IFS= read -r -d '' body < "$1"
+  [[ "$body" =~ ^$ws\{(.*)\}$ws$ ]] || return 1
+  rest=${BASH_REMATCH[1]}
+  while [[ -n "${rest//[$' \t\n\r']/}" ]]; do
+    [[ "$rest" =~ $mre ]] || return 1
+    key=${BASH_REMATCH[1]}
+    [[ -z "${seen["$key"]+set}" ]] || return 1
+    seen["$key"]=${BASH_REMATCH[2]}
+    rest=${rest:${#BASH_REMATCH[0]}}
+    [[ "${BASH_REMATCH[4]}" != , || -n "${rest//[$' \t\n\r']/}" ]] || return 1
+  done
+  [[ "${seen[id]-}" == "\"$2\"" && "${seen[payload]-}" == "\"$3\"" && "${seen[status]-}" == '"completed"' \
+    && "${seen[result]-}" == "\"processed:$3\"" && "${seen[attempts]-}" == 1 ]]
 }
 
 # job_attempts BODYFILE: .attempts when it is a number, else empty
