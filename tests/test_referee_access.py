@@ -71,6 +71,9 @@ def test_every_arena_uses_the_same_referee_access():
         text = "\n".join(ln for ln in script.read_text().splitlines() if not ln.lstrip().startswith("#"))
         if script.name != "lib.sh":
             assert not re.search(r"\b(sshpass|ssh|nsenter)\s+-", text), f"{script}: talks to the guest itself"
+            # guest in a new shell takes the whole access block along (a missing helper would
+            # quietly leave only the SSH path)
+            assert not re.search(r"declare -[pf] +(guest|REFEREE_)", text), f"{script}: copies guest's helpers by hand"
         for call in re.findall(r"\bguest\s+(['\"].*)", text):
             assert not re.search(r"\b(curl|wget)\b", call), f"{script}: HTTP probe from inside the guest: {call[:80]}"
 
@@ -224,6 +227,11 @@ async def test_referee_commands_run_in_the_guest_with_no_host_powers(seat):
             assert p.returncode == 0 and lines[:2] == ["builder-one", "/usr/bin:/usr/sbin|"], (entry, p.stdout, p.stderr)
             assert [ln.split()[0] for ln in lines[2:6]] == ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:"], (entry, p.stdout)
             assert [ln.split()[1] for ln in lines[2:6]] == ["0000000000000000"] * 4, (entry, p.stdout)
+            # guest in a new shell (as traffic-surge's restart under `timeout`), with no SSH to fall back on
+            q = subprocess.run(["bash", "-c", f'. {ARENA}/verify/lib.sh; {choose}sshpass() {{ echo used ssh; }}; '
+                                'bash -c "$(declare -p "${REFEREE_VARIABLES[@]}"; declare -f "${REFEREE_FUNCTIONS[@]}" '
+                                'sshpass); guest hostname"'], env=env, capture_output=True, text=True, timeout=30)
+            assert q.returncode == 0 and q.stdout == "builder-one\n", (entry, q.stdout, q.stderr)
             # the exit status is passed on, a signal as 128 + its number, as by a shell
             for cmd, want in (("exit 7", 7), ("kill -9 $$", 137)):
                 q = subprocess.run(["bash", "-c", f". {ARENA}/verify/lib.sh; {choose}guest '{cmd}'"], env=env,

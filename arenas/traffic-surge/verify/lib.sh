@@ -401,6 +401,12 @@ referee_tampering() {
   printf '%s' "$T_BAD"
 }
 
+# what guest needs in a new shell (`bash -c "$(declare -p "${REFEREE_VARIABLES[@]}"; declare -f
+# "${REFEREE_FUNCTIONS[@]}"); guest ..."`, e.g. under `timeout`)
+REFEREE_VARIABLES=(REFEREE_PATH REFEREE_SSH_PATH REFEREE_BINARIES REFEREE_PYTHON REFEREE_ENTER REFEREE_PERL
+  REFEREE_SYSCALLS REFEREE_ENTER_PERL)
+REFEREE_FUNCTIONS=(guest territory_state territory_leader referee_leader referee_check referee_tampering)
+
 # guest CMD...: run CMD (one shell string) as root in the territory, out of the player's
 # reach (see above); exit 125 with "tampering: ..." on stderr when a binary the referee
 # runs was replaced, 255 when the territory cannot be reached
