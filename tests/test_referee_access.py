@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -70,6 +71,9 @@ def test_every_arena_uses_the_same_referee_access():
         text = "\n".join(ln for ln in script.read_text().splitlines() if not ln.lstrip().startswith("#"))
         if script.name != "lib.sh":
             assert not re.search(r"\b(sshpass|ssh|nsenter)\s+-", text), f"{script}: talks to the guest itself"
+            # guest in a new shell takes the whole access block along (a missing helper would
+            # quietly leave only the SSH path)
+            assert not re.search(r"declare -[pf] +(guest|REFEREE_)", text), f"{script}: copies guest's helpers by hand"
         for call in re.findall(r"\bguest\s+(['\"].*)", text):
             assert not re.search(r"\b(curl|wget)\b", call), f"{script}: HTTP probe from inside the guest: {call[:80]}"
 
@@ -212,13 +216,71 @@ async def test_referee_commands_run_in_the_guest_with_no_host_powers(seat):
     script = f". {ARENA}/verify/lib.sh; guest 'hostname; echo \"$PATH|${{PLAYER:-}}\"; grep -E \"^Cap(Inh|Eff|Prm|Bnd)\" /proc/self/status'"
     # a runner holding inheritable capabilities (as under some container runtimes and units)
     # must not hand them to the guest binary: root keeps its inheritable set across exec
-    p = subprocess.run(["setpriv", "--inh-caps", "+net_raw,+kill,+dac_override", "bash", "-c", script], env=env,
-                       capture_output=True, text=True, timeout=30)
-    await sh(t, "sed -i '/PLAYER=1/d' /root/.bashrc")
-    lines = p.stdout.split("\n")
-    assert p.returncode == 0 and lines[:2] == ["builder-one", "/usr/bin:/usr/sbin|"], (p.stdout, p.stderr)
-    assert [ln.split()[0] for ln in lines[2:6]] == ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:"], p.stdout
-    assert [ln.split()[1] for ln in lines[2:6]] == ["0000000000000000"] * 4, p.stdout
+    # both host-side entries: perl (x86_64, aarch64) and the python3 one used elsewhere
+    entries = {"perl": "", "python3": "REFEREE_SYSCALLS=; "}
+    try:
+        for entry, choose in entries.items():
+            p = subprocess.run(["setpriv", "--inh-caps", "+net_raw,+kill,+dac_override", "bash", "-c",
+                                script.replace("; guest ", f"; {choose}guest ", 1)], env=env,
+                               capture_output=True, text=True, timeout=30)
+            lines = p.stdout.split("\n")
+            assert p.returncode == 0 and lines[:2] == ["builder-one", "/usr/bin:/usr/sbin|"], (entry, p.stdout, p.stderr)
+            assert [ln.split()[0] for ln in lines[2:6]] == ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:"], (entry, p.stdout)
+            assert [ln.split()[1] for ln in lines[2:6]] == ["0000000000000000"] * 4, (entry, p.stdout)
+            # guest in a new shell (as traffic-surge's restart under `timeout`), with no SSH to fall back on
+            q = subprocess.run(["bash", "-c", f'. {ARENA}/verify/lib.sh; {choose}sshpass() {{ echo used ssh; }}; '
+                                'bash -c "$(declare -p "${REFEREE_VARIABLES[@]}"; declare -f "${REFEREE_FUNCTIONS[@]}" '
+                                'sshpass); guest hostname"'], env=env, capture_output=True, text=True, timeout=30)
+            assert q.returncode == 0 and q.stdout == "builder-one\n", (entry, q.stdout, q.stderr)
+            # the exit status is passed on, a signal as 128 + its number, as by a shell
+            for cmd, want in (("exit 7", 7), ("kill -9 $$", 137)):
+                q = subprocess.run(["bash", "-c", f". {ARENA}/verify/lib.sh; {choose}guest '{cmd}'"], env=env,
+                                   capture_output=True, text=True, timeout=30)
+                assert q.returncode == want, (entry, cmd, q.returncode, q.stderr)
+    finally:
+        await sh(t, "sed -i '/PLAYER=1/d' /root/.bashrc")
+
+
+@pytest.mark.container
+@amod
+async def test_referee_state_companion_is_what_state_json_says(seat, tmp_path):
+    """lib.sh's territory_state reads the provider's ``referee-state`` (no jq run) and gets
+    what jq reads from ``state.json``; a companion older than ``state.json`` (say, one
+    written before a reboot's new init) or a missing one is not trusted: jq reads state.json."""
+    from aoe_tui.runtime.container import REFEREE_STATE_FILE, _write_referee_state
+
+    _, t, _ = seat
+    folder = Path(t.credential_file).parent
+    companion, state = folder / REFEREE_STATE_FILE, folder / "state.json"
+    seen = tmp_path / "jq-ran"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "jq").write_text(f"#!/bin/sh\necho ran >> {seen}\nexec {shutil.which('jq')} \"$@\"\n")
+    (tmp_path / "bin" / "jq").chmod(0o755)
+    env = dict(os.environ, AOE_CREDENTIAL_FILE=str(t.credential_file), PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    script = (f'. {ARENA}/verify/lib.sh; territory_state || echo not-a-container; '
+              'printf "%s|" "$T_ROOT" "$T_NSPAWN" "$T_LEADER" "${T_LOWERS[@]}"; echo; territory_leader')
+
+    def read() -> tuple[str, bool]:
+        seen.unlink(missing_ok=True)
+        p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        return p.stdout, seen.exists()
+
+    data = json.loads(state.read_text())
+    fresh, jq_ran = read()
+    assert not jq_ran and fresh.split("\n")[0].split("|")[:3] == [data["root"], str(data["nspawn_pid"]),
+                                                                  str(data["leader_pid"])], fresh
+    assert fresh.split("\n")[1] == str(data["leader_pid"]), fresh
+    try:
+        companion.write_bytes(b"container\0/\0" + b"1\0" * 2)  # a stale one that lies
+        t0 = state.stat().st_mtime_ns
+        os.utime(companion, ns=(t0 - 10**9, t0 - 10**9))
+        assert read() == (fresh, True)
+        companion.unlink()
+        assert read() == (fresh, True)
+    finally:
+        _write_referee_state(folder, json.loads(state.read_text()))
+    assert read() == (fresh, False)
 
 
 @pytest.mark.container

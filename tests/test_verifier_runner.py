@@ -183,3 +183,26 @@ async def test_any_json_value_is_evidence(tmp_path, evidence):
     out = await _run(tmp_path, v)
     assert out.passed and out.evidence == json.loads(evidence)
 
+
+
+async def test_previous_fields_companion_serves_lib_sh(tmp_path):
+    """The runner writes ``previous.fields`` after ``previous.json``; first-build's lib.sh reads
+    the earlier evidence from it without a jq run (a jq on PATH that fails would empty the
+    fields), and the next run rewrites it for the new milestone map."""
+    lib = Path(__file__).resolve().parent.parent / "arenas" / "first-build" / "verify" / "lib.sh"
+    (tmp_path / "bin").mkdir()
+    _script(tmp_path / "bin" / "jq", "exit 3\n")
+    v = tmp_path / "v.sh"
+    v.write_text(f'#!/bin/bash\nPATH={tmp_path / "bin"}:$PATH\n. "{lib}"\n'
+                 'previous_fields r=write-read.record v=write-read.value b=service-restart.boot_id\n'
+                 '[[ ! "${AOE_PREVIOUS_EVIDENCE%/*}/previous.fields" -ot "$AOE_PREVIOUS_EVIDENCE" ]] || exit 4\n'
+                 'write_evidence "[$(json_str "$r"),$(json_str "$v"),$(json_str "$b")]"\n')
+    v.chmod(0o755)
+    prev = {"write-read": {"passed": True, "evidence": {"record": "r-1", "value": "two words\n"}},
+            "service-restart": {"evaluating": True, "evidence": None}}
+    out = await _run(tmp_path, v, previous=prev, milestone="service-restart")
+    assert out.passed and out.evidence == ["r-1", "two words", ""], out
+    prev["service-restart"] = {"passed": True, "evidence": {"boot_id": "b-2"}}
+    prev["host-reboot"] = {"evaluating": True, "evidence": None}
+    out = await _run(tmp_path, v, previous=prev, milestone="host-reboot")
+    assert out.passed and out.evidence == ["r-1", "two words", "b-2"], out

@@ -17,6 +17,10 @@ first, so a verifier never sees stale values):
 ``AOE_EVIDENCE_FILE``   ``evidence/<territory>/<milestone>.json`` (the verifier writes it)
 ======================  ==========================================================
 
+Beside ``previous.json`` the runner writes ``previous.fields`` (ours, not upstream's; see
+:func:`previous_fields_bytes`): the same evidence fields in a form the arenas' ``lib.sh``
+reads with bash builtins instead of a jq run.
+
 ``TMPDIR`` is set to the heat's scratch folder (:func:`verifier_tmpdir`), removed at the
 heat's end.
 
@@ -58,8 +62,8 @@ from typing import Any
 from aoe_tui.fsio import is_no_space, sweep_pid_folders, write_atomic
 from aoe_tui.runtime.procs import Starter, wait_exited
 
-__all__ = ["VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "run_verifier", "verifier_env",
-           "verifier_tmpdir"]
+__all__ = ["VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "previous_fields_bytes", "run_verifier",
+           "verifier_env", "verifier_tmpdir"]
 
 #: Upper bound on the stderr kept as a failure detail (characters).
 MAX_DETAIL_CHARS = 4000
@@ -102,6 +106,67 @@ def previous_evidence_json(milestones: dict[str, Any]) -> str:
             view = view.model_dump(mode="json", by_alias=True)
         data[mid] = {**view, "evidence": sort_json(view.get("evidence"))}
     return pretty_json(data)
+
+
+#: name of the companion of ``previous.json`` (same folder), see :func:`previous_fields_bytes`
+PREVIOUS_FIELDS_FILE = "previous.fields"
+#: integers jq 1.6 (IEEE doubles, ``%.17g``) prints exactly as Python does
+_JQ_EXACT_INT = 2**53
+
+
+def _jq_tostring(value: Any) -> bytes | None:
+    """What ``$(jq -r '... // empty | tostring')`` gives bash for one evidence value: ``b""``
+    for null and false (``// empty``), the UTF-8 of a string without its NUL bytes (bash drops
+    them), ``true``, an integer (or integral float) of magnitude below 2**53 in decimal; None
+    for what only jq renders exactly (other numbers, arrays, objects, unencodable strings)."""
+    if value is None or value is False:
+        return b""
+    if value is True:
+        return b"true"
+    if isinstance(value, str):
+        try:
+            return value.replace("\0", "").encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    if isinstance(value, float) and value.is_integer() and abs(value) < _JQ_EXACT_INT:
+        value = int(value)
+    if isinstance(value, int) and abs(value) < _JQ_EXACT_INT:
+        return str(value).encode()
+    return None
+
+
+def previous_fields_bytes(milestones: dict[str, Any]) -> bytes | None:
+    """The content of ``previous.fields``, ours: the evidence fields of ``previous.json``
+    (same ``milestones`` map as :func:`previous_evidence_json`) for lib.sh's
+    ``previous_fields``, read with ``mapfile -d ''`` (no jq run, no eval).
+
+    Format: for each milestone (sorted; ids with a ``.`` are left out: lib.sh cannot name
+    them) whose evidence is a JSON object, for each field with a value other than null and
+    false, three NUL-terminated strings: the milestone id, the field name, then ``s`` followed
+    by the value exactly as ``jq -r '... | tostring'`` prints it once bash has read it (see
+    :func:`_jq_tostring`), or ``j`` alone for a value only jq renders exactly (the reader
+    then asks jq). Returns None when a name cannot be written (a NUL or an unencodable
+    character in it): no companion, the reader uses ``previous.json`` with jq."""
+    out = bytearray()
+    for mid in sorted(milestones):
+        view = milestones[mid]
+        if hasattr(view, "model_dump"):
+            view = view.model_dump(mode="json", by_alias=True)
+        evidence = view.get("evidence") if isinstance(view, dict) else None
+        if "." in mid or not isinstance(evidence, dict):
+            continue
+        for key, value in evidence.items():
+            text = _jq_tostring(value)
+            if text == b"":
+                continue
+            try:
+                names = [mid.encode("utf-8"), key.encode("utf-8")]
+            except UnicodeEncodeError:
+                return None
+            if any(b"\0" in n for n in names):
+                return None
+            out += names[0] + b"\0" + names[1] + b"\0" + (b"j" if text is None else b"s" + text) + b"\0"
+    return bytes(out)
 
 
 def verifier_env(
@@ -152,13 +217,20 @@ def verifier_tmpdir(evidence_root: Path) -> Path:
 
 
 def _start(verifier: Path, env: dict[str, str], previous_file: Path, previous_text: str,
-           evidence_file: Path) -> tuple[subprocess.Popen, Any]:
+           evidence_file: Path, fields: bytes | None = None) -> tuple[subprocess.Popen, Any]:
     """The blocking part of a verifier run (on a starter thread): write ``previous.json``
-    (text made on the loop, from the world as it was), remove stale evidence, start the
-    process. Returns it and its stderr file."""
+    (text made on the loop, from the world as it was), then its companion ``previous.fields``
+    (``fields``; removed when None, so a verifier reads ``previous.json``), remove stale
+    evidence, start the process. Returns it and its stderr file."""
     evidence_file.parent.mkdir(parents=True, exist_ok=True)
     previous_file.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(previous_file, previous_text, fsync=False)
+    companion = previous_file.with_name(PREVIOUS_FIELDS_FILE)
+    if fields is None:
+        with contextlib.suppress(FileNotFoundError):
+            companion.unlink()
+    else:  # after previous.json: never older than the previous.json it mirrors
+        write_atomic(companion, fields, fsync=False)
     with contextlib.suppress(FileNotFoundError):
         evidence_file.unlink()
     err_fh = tempfile.TemporaryFile()
@@ -242,7 +314,7 @@ async def run_verifier(
             stale ``<milestone>.json`` from an earlier attempt is removed before the
             run, so a verifier that exits 0 without writing evidence fails.
         previous: the territory's milestone views (current one ``evaluating: true``)
-            written to ``previous.json`` before the run.
+            written to ``previous.json`` (and ``previous.fields``) before the run.
         timeout_s: ``timeout_seconds`` of the milestone (seconds); on expiry the whole
             process group is killed with SIGKILL.
 
@@ -274,7 +346,8 @@ async def run_verifier(
 
     try:
         proc, err_fh = await verifier_starter().run(
-            _start, verifier, env, previous_file, previous_evidence_json(previous), evidence_file, abandon=_abandon
+            _start, verifier, env, previous_file, previous_evidence_json(previous), evidence_file,
+            previous_fields_bytes(previous), abandon=_abandon
         )
     except OSError as err:
         if is_no_space(err) or (err.filename is not None and Path(err.filename) != Path(verifier)):

@@ -761,6 +761,24 @@ class _Box:
         }
 
 
+#: the companion of ``state.json`` the arenas' verifiers read (see :func:`_write_referee_state`)
+REFEREE_STATE_FILE = "referee-state"
+
+
+def _write_referee_state(folder: Path, state: dict[str, Any]) -> None:
+    """Write ``<folder>/referee-state``, the fields of ``state`` (a ``state.json`` dict) the
+    verifiers' ``territory_state`` (arenas' ``verify/lib.sh``) needs, read there with one bash
+    builtin (``mapfile -d ''``) instead of a jq run (~45 ms of CPU): NUL-terminated
+    ``container``, ``root``, ``nspawn_pid``, ``leader_pid`` (decimal, empty for None), then each
+    of ``lowers``. Ours, not upstream's. Written atomically (no fsync: only running verifiers
+    read it) right after ``state.json``, so it is never older than the ``state.json`` it
+    mirrors; a verifier that finds it older (or unreadable) reads ``state.json`` with jq."""
+    fields = ["container", str(state.get("root") or ""),
+              *("" if state.get(k) is None else str(state[k]) for k in ("nspawn_pid", "leader_pid")),
+              *(str(p) for p in state.get("lowers") or [])]
+    write_atomic(folder / REFEREE_STATE_FILE, "".join(f"{f}\0" for f in fields), fsync=False, mode=0o644)
+
+
 class ContainerProvider(TerritoryProvider):
     """Territories as systemd-nspawn system containers (see the module docstring).
 
@@ -900,13 +918,15 @@ class ContainerProvider(TerritoryProvider):
             if b.state_removed:
                 return
             b.dir.mkdir(parents=True, exist_ok=True)
-            write_atomic(b.dir / "state.json", json.dumps(b.state(os.getpid(), self.heat_id), indent=2) + "\n",
-                         mode=0o644)
+            state = b.state(os.getpid(), self.heat_id)
+            write_atomic(b.dir / "state.json", json.dumps(state, indent=2) + "\n", mode=0o644)
+            _write_referee_state(b.dir, state)
 
     def _remove_state(self, b: _Box) -> None:
         with self._state_lock:
             b.state_removed = True
             (b.dir / "state.json").unlink(missing_ok=True)
+            (b.dir / REFEREE_STATE_FILE).unlink(missing_ok=True)
 
     def _prepare(self, b: _Box, image: GuestImage) -> None:
         """Create the CoW root, write the identity, create netns + veth (blocking; run in a

@@ -67,4 +67,4 @@ for (( round = 1; round <= 30; round++ )); do
   sleep 1
 done
 [[ -z "$last" ]] || fail "after the reboot: $last"
-write_evidence "$(jq -cn --arg j "$job" --arg p "$payload" --arg b "$boot_id" '{job:$j, payload:$p, reboot:true, boot_id:$b}')"
+write_evidence "{\"job\":$(json_str "$job"),\"payload\":$(json_str "$payload"),\"reboot\":true,\"boot_id\":$(json_str "$boot_id")}"

@@ -44,4 +44,4 @@ for (( round = 1; round <= 30; round++ )); do
   sleep 1
 done
 [[ -z "$last" ]] || fail "new job $job (accepted with 202) was not completed exactly once after $round rounds: GET /jobs/$job gave $last"
-write_evidence "$(jq -cn --arg j "$job" --arg p "$payload" '{completed:true, job:$j, payload:$p}')"
+write_evidence "{\"completed\":true,\"job\":$(json_str "$job"),\"payload\":$(json_str "$payload")}"

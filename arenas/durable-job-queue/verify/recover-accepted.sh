@@ -52,4 +52,6 @@ if (( ${#problems[@]} > 0 )); then
   detail=$(printf '%s; ' "${problems[@]}")
   fail "$WHAT after $round rounds: ${detail%; }"
 fi
-write_evidence "$(jq -cn '{accepted_jobs: $ARGS.positional, recovered: true}' --args "${ids[@]}")"
+jobs=""
+for id in "${ids[@]}"; do jobs+="${jobs:+,}$(json_str "$id")"; done
+write_evidence "{\"accepted_jobs\":[$jobs],\"recovered\":true}"

@@ -46,4 +46,4 @@ if [[ -n "$problem" ]]; then
   fail "$after, job $job is no longer completed exactly once: $problem$why"
 fi
 
-write_evidence "$(jq -cn --arg j "$job" --arg p "$payload" --arg b "$boot_id" '{job:$j, payload:$p, worker_restart:true} + (if $b == "" then {} else {boot_id:$b} end)')"
+write_evidence "{\"job\":$(json_str "$job"),\"payload\":$(json_str "$payload"),\"worker_restart\":true${boot_id:+,\"boot_id\":$(json_str "$boot_id")}}"

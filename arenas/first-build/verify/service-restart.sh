@@ -20,7 +20,12 @@ listener_before=$(service_listener "$AOE_SERVICE_PORT")
 unit=builder-app.service
 out=$(guest "$(unit_ids before $unit)systemctl reset-failed $unit >/dev/null 2>&1; systemctl restart $unit 2>&1; rc=\$?; $(unit_ids after $unit)cat /proc/sys/kernel/random/boot_id; exit \$rc" 2>&1)
 rc=$?
-prop() { printf '%s\n' "$out" | sed -n "s/^$1 $unit $2=//p" | head -n 1; }
+prop() {  # the first "WHEN UNIT KEY=VALUE" line's VALUE (bash builtins only)
+  local line
+  while IFS= read -r line; do
+    if [[ "$line" == "$1 $unit $2="* ]]; then printf '%s\n' "${line#*=}"; return; fi
+  done <<< "$out"
+}
 main_before=$(prop before MainPID); main_after=$(prop after MainPID)
 inv_before=$(prop before InvocationID); inv_after=$(prop after InvocationID)
 tampering=$(restart_tampering "$out" $unit)

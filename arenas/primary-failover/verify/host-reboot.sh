@@ -61,5 +61,4 @@ fi
 [[ "$S_role_ok" == yes ]] || fail "after the reboot, $STATE_DIR/replica.role is '$S_role', expected primary"
 check_old_port_closed "after the reboot, "
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" --arg b "$S_boot_id" \
-  '{old_primary:"fenced", reboot:true, record:$r, role:"primary", value:$v, boot_id:$b}')"
+write_evidence "{\"old_primary\":\"fenced\",\"reboot\":true,\"record\":$(json_str "$record"),\"role\":\"primary\",\"value\":$(json_str "$value"),\"boot_id\":$(json_str "$S_boot_id")}"

@@ -12,4 +12,4 @@ probe_state || fail "$PROBE_ERR"
 [[ "$S_failed" == yes ]] || fail "$STATE_DIR/primary.failed is missing: the failed primary's incident marker must be kept"
 check_old_port_closed ""
 
-write_evidence "$(jq -cn --argjson p "$OLD_PORT" '{failed_primary:$p, listening:false, preserved:true}')"
+write_evidence "{\"failed_primary\":$((OLD_PORT)),\"listening\":false,\"preserved\":true}"

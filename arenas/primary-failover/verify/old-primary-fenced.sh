@@ -15,4 +15,4 @@ probe_state || fail "$PROBE_ERR"
 [[ "$S_role_ok" == yes ]] || fail "$STATE_DIR/replica.role is '$S_role', expected primary"
 check_old_port_closed ""
 
-write_evidence "$(jq -cn --argjson o "$OLD_PORT" --argjson n "$NEW_PORT" '{old_port:$o, old_primary:"fenced", promoted_port:$n}')"
+write_evidence "{\"old_port\":$((OLD_PORT)),\"old_primary\":\"fenced\",\"promoted_port\":$((NEW_PORT))}"

@@ -23,4 +23,6 @@ for id in "${ORIGINAL_IDS[@]}"; do
   expect "/records/$id" "${ORIGINAL_VALUE[$id]}" " (a record replicated before the failure)"
 done
 
-write_evidence "$(jq -cn '{reads:true, records:$ARGS.positional, role:"primary"}' --args "${ORIGINAL_IDS[@]}")"
+records=""
+for id in "${ORIGINAL_IDS[@]}"; do records+="${records:+,}$(json_str "$id")"; done
+write_evidence "{\"reads\":true,\"records\":[$records],\"role\":\"primary\"}"

@@ -32,7 +32,7 @@ for (( round = 1; round <= 20; round++ )); do
   if [[ "$code" == 200 ]] && body_text_is "$body" primary; then
     code=$(http_get "/records/$record" "$body")
     if [[ "$code" == 200 ]] && body_is "$body" "$value"; then
-      write_evidence "$(jq -cn --arg r "$record" --arg v "$value" --arg b "$boot_id" '{record:$r, restart:true, value:$v} + (if $b == "" then {} else {boot_id:$b} end)')"
+      write_evidence "{\"record\":$(json_str "$record"),\"restart\":true,\"value\":$(json_str "$value")${boot_id:+,\"boot_id\":$(json_str "$boot_id")}}"
       exit 0
     fi
     if [[ "$code" == 200 ]]; then

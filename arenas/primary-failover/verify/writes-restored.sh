@@ -23,4 +23,4 @@ code=$(http_get "/records/$record" "$body")
 [[ "$code" == 200 ]] || fail "GET /records/$record right after its PUT: $(what_answered "$code" "$body"), expected 200 with the written value"
 body_is "$body" "$value" || fail "GET /records/$record right after its PUT returned '$(shown "$body")', expected '$value'"
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" '{record:$r, value:$v, writes:true}')"
+write_evidence "{\"record\":$(json_str "$record"),\"value\":$(json_str "$value"),\"writes\":true}"

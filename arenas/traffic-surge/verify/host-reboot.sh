@@ -45,4 +45,4 @@ while :; do
   (( pause > 0 )) && sleep "$((pause / 1000)).$(printf '%03d' $((pause % 1000)))"
 done
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" '{historical_records:3, reboot:true, record:$r, value:$v}')"
+write_evidence "{\"historical_records\":3,\"reboot\":true,\"record\":$(json_str "$record"),\"value\":$(json_str "$value")}"

@@ -27,4 +27,4 @@ put_time=$HTTP_TIME
 check_get "/priority/$record" "$value" 1.5 "the record just written" \
   || fail "after a 204 in ${put_time} s, $CHECK_REASON (8 optional requests in flight, 1.5 s limit)"
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" '{optional_pressure:8, record:$r, value:$v}')"
+write_evidence "{\"optional_pressure\":8,\"record\":$(json_str "$record"),\"value\":$(json_str "$value")}"

@@ -28,5 +28,6 @@ for k in 0 1 2 3; do
     || fail "peak write $((k + 1)) of 4 not recoverable: $CHECK_REASON"
 done
 
-records=$(for k in 0 1 2 3; do jq -cn --arg i "${ids[$k]}" --arg v "${values[$k]}" '{id:$i, value:$v}'; done | jq -cs .)
-write_evidence "$(jq -cn --argjson r "$records" '{peak_optional_pressure:24, records:$r, recoverable:true}')"
+records=""
+for k in 0 1 2 3; do records+="${records:+,}{\"id\":$(json_str "${ids[$k]}"),\"value\":$(json_str "${values[$k]}")}"; done
+write_evidence "{\"peak_optional_pressure\":24,\"records\":[$records],\"recoverable\":true}"

@@ -24,7 +24,7 @@ load_password
 BG_PIDS+=("$!")
 
 restart="$(unit_ids before traffic-surge.service)systemctl restart traffic-surge.service; rc=\$?; $(unit_ids after traffic-surge.service)exit \$rc"
-out=$(timeout 12 bash -c "$(declare -p REFEREE_PATH REFEREE_SSH_PATH REFEREE_BINARIES REFEREE_PYTHON REFEREE_ENTER restart; declare -f guest territory_state territory_leader referee_tampering); guest \"\$restart\"" 2>&1)
+out=$(timeout 12 bash -c "$(declare -p "${REFEREE_VARIABLES[@]}" restart; declare -f "${REFEREE_FUNCTIONS[@]}"); guest \"\$restart\"" 2>&1)
 rc=$?
 tampering=$(restart_tampering "$out" traffic-surge.service)
 out=$(without_ids "$out")
@@ -46,4 +46,4 @@ fi
 check_get "/priority/$record" "$value" 2 "the record just written" \
   || fail "after restarting traffic-surge.service under optional load and a 204, $CHECK_REASON"
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" '{record:$r, restart_under_load:true, value:$v}')"
+write_evidence "{\"record\":$(json_str "$record"),\"restart_under_load\":true,\"value\":$(json_str "$value")}"

@@ -28,4 +28,6 @@ rm -f "$audit/saw-v2" "$audit/pid"
 nohup "$VERIFY_DIR/continuity-monitor.sh" "$audit" "$(base_url)" </dev/null >/dev/null 2>&1 &
 printf '%s\n' "$!" > "$audit/pid.tmp" && mv -f "$audit/pid.tmp" "$audit/pid" || fail "cannot write $audit/pid"
 
-write_evidence "$(jq -cn --args '{baseline:"v1", records:$ARGS.positional}' "${SEEDED_IDS[@]}")"
+records=""
+for id in "${SEEDED_IDS[@]}"; do records+="${records:+,}$(json_str "$id")"; done
+write_evidence "{\"baseline\":\"v1\",\"records\":[$records]}"

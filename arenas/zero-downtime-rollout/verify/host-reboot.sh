@@ -27,7 +27,7 @@ deadline=$(( $(now_s) + ${REBOOT_POLL_SECONDS:-30} ))
 last="no attempt"
 while :; do
   if checks; then
-    write_evidence "$(jq -cn --arg r "$record" --arg v "$value" '{reboot:true, record:$r, value:$v, version:"v2"}')"
+    write_evidence "{\"reboot\":true,\"record\":$(json_str "$record"),\"value\":$(json_str "$value"),\"version\":\"v2\"}"
     exit 0
   fi
   last=$WHY

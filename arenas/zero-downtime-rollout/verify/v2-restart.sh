@@ -26,7 +26,7 @@ last="no attempt"
 for attempt in $(seq 20); do
   if get_check /health ready word && get_check /version v2 word; then
     if get_check "/records/$record" "$value" exact; then
-      write_evidence "$(jq -cn --arg r "$record" --arg v "$value" '{record:$r, v2_restart:true, value:$v}')"
+      write_evidence "{\"record\":$(json_str "$record"),\"v2_restart\":true,\"value\":$(json_str "$value")}"
       exit 0
     fi
     # a v2 that is up again (ready, version v2) and denies an acknowledged record has lost it

@@ -14,4 +14,4 @@ code=$(http_put "/records/$record" "$value" 2)
 [[ "$code" == 204 ]] || fail "PUT /records/$record returned HTTP $code, expected 204"
 get_check "/records/$record" "$value" exact 2 || fail "right after a 204 PUT: $WHY"
 
-write_evidence "$(jq -cn --arg r "$record" --arg v "$value" '{record:$r, value:$v}')"
+write_evidence "{\"record\":$(json_str "$record"),\"value\":$(json_str "$value")}"
