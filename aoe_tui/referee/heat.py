@@ -327,6 +327,11 @@ async def run_heat(
         finally:
             abort_wait.cancel()
         timings["provision_s"] = round(time.monotonic() - t_start, 3)
+        interrupted = not prov_task.done()
+        if interrupted:
+            prov_task.cancel()
+            with contextlib.suppress(BaseException):
+                await prov_task
         await race_modules  # imported while the territories booted (done long before, as a rule)
         from aoe_tui.domain import events as ev
         from aoe_tui.domain.events import MatchState
@@ -337,10 +342,7 @@ async def run_heat(
         from aoe_tui.replay.reducer import apply_event
 
         world = WorldState()
-        if not prov_task.done():
-            prov_task.cancel()
-            with contextlib.suppress(BaseException):
-                await prov_task
+        if interrupted:
             log = EventLogWriter(output_dir / "events.jsonl")
             for event in (
                 ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.aborted),
