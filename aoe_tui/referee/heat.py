@@ -424,7 +424,7 @@ async def run_heat(
         if supervisor is not None:
             world = supervisor.world
             disk_full = disk_full or supervisor.disk_full
-        if log is not None and world is not None:
+        if log is not None:  # a log is opened only once the world exists
             from aoe_tui.domain.world import world_json
 
             log.close()
