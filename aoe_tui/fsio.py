@@ -21,15 +21,12 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DISK_RESERVE_BYTES", "NO_SPACE_ERRNOS", "SubPath", "fmt_bytes", "free_bytes", "fsync_dir", "is_no_space", "leftover_temps",
+__all__ = ["NO_SPACE_ERRNOS", "SubPath", "fmt_bytes", "free_bytes", "fsync_dir", "is_no_space", "leftover_temps",
            "sweep_pid_folders",
            "write_atomic", "write_json_atomic"]
 
 #: errno values that mean "the file system (or the quota) is full"
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-#: free bytes a running heat keeps on its match folder's file system (below: disk full;
-#: :mod:`aoe_tui.referee.supervisor`, which re-exports it)
-DISK_RESERVE_BYTES = 1 << 20
 
 
 def is_no_space(err: BaseException | None) -> bool:

@@ -1,5 +1,5 @@
-"""What ``aoe`` imports before a heat's territories provision, and the garbage collector's
-state around a command (``aoe_tui/cli.main``, ``aoe_tui/referee/heat.RACE_MODULES``).
+"""What building ``aoe``'s parser imports, and the garbage collector's state around a
+command (``aoe_tui/cli.main``).
 
 Each check runs in a fresh interpreter (``sys.modules`` of this one is shared by every test).
 Speed itself is measured by ``benchmarks/heat_oracle.py`` (the ``start-up`` and ``exit`` phases).
@@ -15,9 +15,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: imported while the territories boot, never before (the event/world models, the referee, asyncssh)
-LATER = ("aoe_tui.domain.events", "aoe_tui.domain.world", "aoe_tui.replay.log", "aoe_tui.replay.bundle",
-         "aoe_tui.referee.supervisor", "aoe_tui.referee.rules", "aoe_tui.runtime.ssh", "asyncssh")
+#: models only some commands need: not built by the parser (``aoe --help``, every command)
+LATER = ("aoe_tui.domain.events", "aoe_tui.domain.world", "aoe_tui.domain.suite", "aoe_tui.replay.bundle",
+         "aoe_tui.replay.matchdir", "aoe_tui.referee.supervisor", "asyncssh")
 
 
 def _python(code: str) -> dict:
@@ -27,20 +27,14 @@ def _python(code: str) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def test_the_parser_and_the_heat_module_leave_the_race_modules_to_the_provisioning_thread():
+def test_the_parser_builds_no_event_world_bundle_or_suite_model():
     got = _python(
         "import json, sys\n"
         "import aoe_tui.cli as cli\n"
         "cli.build_parser()\n"
-        "import aoe_tui.referee.heat as heat, aoe_tui.commands.match, aoe_tui.runtime.container\n"
-        f"before = [m for m in {LATER!r} if m in sys.modules]\n"
-        "heat._import_race_modules()\n"
-        f"after = [m for m in {LATER!r} if m not in sys.modules]\n"
-        "print(json.dumps({'before': before, 'missing_after': after, 'race': list(heat.RACE_MODULES)}))\n"
+        f"print(json.dumps([m for m in {LATER!r} if m in sys.modules]))\n"
     )
-    assert got["before"] == [], "imported before the territories provision"
-    assert got["missing_after"] == [], "RACE_MODULES does not cover what the race imports"
-    assert "aoe_tui.referee.supervisor" in got["race"]
+    assert got == [], "imported by building the parser"
 
 
 def test_the_command_runs_with_the_collector_on_and_the_start_up_frozen():

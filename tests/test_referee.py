@@ -605,9 +605,8 @@ class HangingProvider(FakeProvider):
 
 
 async def test_run_heat_abort_during_provisioning(tmp_path):
-    """An operator abort while the territories provision (the race's modules are imported
-    meanwhile in a thread): provisioning is cancelled, the log holds preparing→aborted and
-    the finish, world.json is written, the territories are torn down."""
+    """An operator abort while the territories provision: provisioning is cancelled, the log
+    holds preparing→aborted and the finish, world.json is written, the territories are torn down."""
     from aoe_tui.referee.heat import run_heat
 
     state = tmp_path / "state"

@@ -9,11 +9,11 @@ newline** (as serde_json's ``to_string_pretty`` writes it).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aoe_tui.domain.jsontext import pretty_json, sort_json  # re-exported: their home is jsontext
 from aoe_tui.domain.events import (
     AgentTerminalState,
     CompetitorState,
@@ -102,6 +102,23 @@ def world_dict(world: WorldState) -> dict[str, Any]:
             view["evidence"] = sort_json(view["evidence"])
     data["agents"] = {k: data["agents"][k] for k in sorted(data["agents"])}
     return data
+
+
+def sort_json(value: Any) -> Any:
+    """Return ``value`` with every object's keys sorted (serde_json ``Value`` order)."""
+    if isinstance(value, dict):
+        return {k: sort_json(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sort_json(v) for v in value]
+    return value
+
+
+def pretty_json(data: Any) -> str:
+    """serde_json ``to_string_pretty`` equivalent: indent 2, raw UTF-8, no trailing newline.
+
+    Key order is kept as given; callers sort free-form JSON with :func:`sort_json`.
+    """
+    return json.dumps(data, indent=2, ensure_ascii=False)
 
 
 def world_json(world: WorldState) -> str:

@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import importlib
 import json
 import subprocess
 import sys
@@ -51,17 +50,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aoe_tui.domain.jsontext import pretty_json
+from aoe_tui.domain import events as ev
+from aoe_tui.domain.events import MatchState
+from aoe_tui.domain.world import WorldState, pretty_json, world_json
 from aoe_tui.errors import AoeError
-from aoe_tui.fsio import DISK_RESERVE_BYTES, is_no_space, write_atomic
+from aoe_tui.fsio import is_no_space, write_atomic
+from aoe_tui.referee.rules import REASONS
+from aoe_tui.referee.supervisor import DISK_RESERVE_BYTES, HeatSupervisor, OnEvent
+from aoe_tui.replay.log import EventLogWriter
+from aoe_tui.replay.reducer import apply_event
 from aoe_tui.runtime.provider import ProviderError, TerritorySpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.agents.base import Adapter
     from aoe_tui.domain.arena import LoadedManifest
-    from aoe_tui.domain.world import WorldState
-    from aoe_tui.referee.supervisor import HeatSupervisor, OnEvent
-    from aoe_tui.replay.log import EventLogWriter
     from aoe_tui.runtime.provider import Territory, TerritoryProvider
 
 __all__ = [
@@ -77,27 +79,6 @@ __all__ = [
 ]
 
 PROVISION_FAILED_REASON = "territory provisioning failed"
-
-#: What a heat needs once its territories are up, imported in a thread while they
-#: provision (:func:`run_heat`): the event and world models, the log, the referee, and
-#: asyncssh (:mod:`aoe_tui.runtime.ssh`, which the providers' readiness checks and the
-#: adapters use). Importing this module costs none of them, so the territories start
-#: booting ~0.1-0.2 s sooner after ``aoe match run`` starts, and the loop that boots
-#: them is not stalled by an import.
-RACE_MODULES = (
-    "aoe_tui.domain.world",
-    "aoe_tui.replay.log",
-    "aoe_tui.replay.reducer",
-    "aoe_tui.referee.rules",
-    "aoe_tui.referee.supervisor",
-    "aoe_tui.runtime.ssh",
-    "aoe_tui.replay.bundle",
-)
-
-
-def _import_race_modules() -> None:
-    for name in RACE_MODULES:
-        importlib.import_module(name)
 
 
 class DiskFullError(AoeError):
@@ -220,10 +201,6 @@ def _provision_failed(log: EventLogWriter, world: WorldState, component: str, de
                       on_event: OnEvent | None, *, source: str = "arena") -> None:
     """Record a heat that ends before the race: ``infrastructure_failure`` (``component``,
     ``source``, ``detail``), then preparing→aborted and ``match_finished`` (``reason``)."""
-    from aoe_tui.domain import events as ev
-    from aoe_tui.domain.events import MatchState
-    from aoe_tui.replay.reducer import apply_event
-
     for event in (
         ev.InfrastructureFailure(component=component, source=source, detail=detail),
         ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.aborted),
@@ -312,7 +289,7 @@ async def run_heat(
     _write_headers(loaded, adapters_by_agent, registered, output_dir)
 
     timings: dict[str, Any] = {"command_start_unix": time.time()}
-    world: WorldState | None = None
+    world = WorldState()
     disk_full: str | None = None
     log: EventLogWriter | None = None
     supervisor: HeatSupervisor | None = None
@@ -320,29 +297,16 @@ async def run_heat(
     try:
         say(f"provisioning {len(specs)} territories ({provider.name})")
         prov_task = asyncio.ensure_future(provider.provision(specs))
-        race_modules = asyncio.ensure_future(asyncio.to_thread(_import_race_modules))
         abort_wait = asyncio.ensure_future(abort_event.wait())
         try:
             await asyncio.wait({prov_task, abort_wait}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             abort_wait.cancel()
         timings["provision_s"] = round(time.monotonic() - t_start, 3)
-        interrupted = not prov_task.done()
-        if interrupted:
+        if not prov_task.done():
             prov_task.cancel()
             with contextlib.suppress(BaseException):
                 await prov_task
-        await race_modules  # imported while the territories booted (done long before, as a rule)
-        from aoe_tui.domain import events as ev
-        from aoe_tui.domain.events import MatchState
-        from aoe_tui.domain.world import WorldState
-        from aoe_tui.referee.rules import REASONS
-        from aoe_tui.referee.supervisor import HeatSupervisor
-        from aoe_tui.replay.log import EventLogWriter
-        from aoe_tui.replay.reducer import apply_event
-
-        world = WorldState()
-        if interrupted:
             log = EventLogWriter(output_dir / "events.jsonl")
             for event in (
                 ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.aborted),
@@ -415,18 +379,12 @@ async def run_heat(
             raise
         disk_full = f"No space left on device: {err.filename or output_dir}"
         say(disk_full)
-        if world is None:
-            from aoe_tui.domain.world import WorldState
-
-            world = WorldState()
         return world  # replaced by DiskFullError below, after the teardown
     finally:
         if supervisor is not None:
             world = supervisor.world
             disk_full = disk_full or supervisor.disk_full
-        if log is not None:  # a log is opened only once the world exists
-            from aoe_tui.domain.world import world_json
-
+        if log is not None:
             log.close()
             try:
                 write_atomic(output_dir / "world.json", world_json(world))

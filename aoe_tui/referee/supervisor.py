@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 from aoe_tui.domain.events import EventRecord, InfrastructureFailure, MatchState
 from aoe_tui.domain.world import WorldState
 from aoe_tui.errors import AoeError
-from aoe_tui.fsio import DISK_RESERVE_BYTES, fmt_bytes, free_bytes, is_no_space, write_atomic
+from aoe_tui.fsio import fmt_bytes, free_bytes, is_no_space, write_atomic
 from aoe_tui.referee.rules import REASONS, AgentResult, BuildRaceRules, Completion, Stamped
 from aoe_tui.referee.verifier import VerifierOutcome, run_verifier, verifier_starter
 from aoe_tui.replay.activity import ACTIVITY_FILE, ActivityWriter
@@ -86,6 +86,8 @@ OnEvent = Callable[[EventRecord, WorldState], None]
 
 #: ``infrastructure_failure.component`` of a heat the full disk ended
 DISK_COMPONENT = "disk"
+#: free bytes a running heat keeps on its match folder's file system (below: disk full)
+DISK_RESERVE_BYTES = 1 << 20
 
 #: seconds between two appends of buffered activity lines to ``activity.jsonl``
 ACTIVITY_FLUSH_S = 0.2
