@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import logging
 import os
@@ -87,7 +88,26 @@ class _PipeSafeStream:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``aoe`` console script; returns the process exit code."""
+    """Entry point of the ``aoe`` console script; returns the process exit code.
+
+    Called without ``argv`` (the console script, ``python -m aoe_tui.cli``: this process
+    is the command), the cyclic garbage collector is off while the modules and the parser
+    are built (their objects live to the end; collecting them costs ~5 % of the start-up)
+    and everything alive when the command ends is frozen (``gc.freeze``), so the
+    interpreter's final collection does not walk the whole heap (~0.1 s at exit).
+    """
+    process = argv is None
+    if process:
+        gc.disable()
+    try:
+        rc = _main(argv)
+    finally:
+        if process:
+            gc.freeze()
+    return rc
+
+
+def _main(argv: Sequence[str] | None) -> int:
     if not sys.stdout.isatty():
         sys.stdout = _PipeSafeStream(sys.stdout)  # type: ignore[assignment]
     # asyncio's child watcher warns ("Unknown child process pid N") when a territory's
@@ -100,8 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AoeError as err:
         print(printable(f"aoe: error: {err}", newlines=True), file=sys.stderr)
         return err.exit_code
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    finally:
+        if argv is None:  # the start-up's objects stay: out of every later collection
+            gc.freeze()
+            gc.enable()
     try:
         rc = args.func(args)
     except AoeError as err:

@@ -9,8 +9,14 @@ oracle on every seat) as a real subprocess, ``--runs`` times, and prints:
 * upstream's figure for the same arena: the winner's ``durable_at_ms`` in the published
   upstream oracle runs of that arena (``tests/fixtures/upstream/matches/*``; median when
   there are several), and the ratio ours / upstream (below 1: we are faster);
-* ``wall``: command start to the end of teardown; ``provision`` / ``teardown`` from our
-  ``aoe-extra.json``;
+* ``wall``: the subprocess's wall time, exec to exit, and ``wall - durable``; ``provision`` /
+  ``teardown`` from our ``aoe-extra.json``, and the rest of the wall time by phase (s):
+  ``start-up`` (exec to ``command_start_unix``: interpreter, imports, manifest, adapters,
+  arena.json/match.json), ``ready`` (end of provisioning to the match clock's start),
+  ``race`` (the match clock's start to ``finished_unix``), ``end`` (``finished_unix`` to the
+  teardown: drain, world.json, leftover verifiers), ``exit`` (after the teardown:
+  aoe-extra.json, the bundle, the process's exit). Unix times are compared across the two
+  processes (one clock);
 * for arenas with a territory recipe, the image layer's build time **cold** (rebuilt with
   ``force``, base image already built) and **cached** (an unchanged recipe: a hash check),
   and for ``--qemu-layer`` also the cold build of its qcow2 form.
@@ -54,24 +60,38 @@ def upstream_oracle_ms(arena: str) -> tuple[float | None, list[str]]:
 
 
 def one_run(arena: str, provider: str, out: Path) -> dict:
-    started = time.monotonic()
+    started, started_unix = time.monotonic(), time.time()
     res = subprocess.run(
         [sys.executable, "-m", "aoe_tui.cli", "match", "run", str(REPO / "arenas" / arena),
          "--provider", provider, "--agent", "oracle", "--output", str(out), "--quiet", "--drain-seconds", "3"],
         capture_output=True, text=True, cwd=REPO,
     )
     wall = time.monotonic() - started
+    ended_unix = started_unix + wall
     if res.returncode != 0:
         raise SystemExit(f"{arena}: heat failed (exit {res.returncode}): {res.stderr.strip()[-500:]}")
     world = json.loads((out / "world.json").read_text())
     extra = json.loads((out / "aoe-extra.json").read_text())
     winner = world["winner"]
+    t = extra["timings"]
+    phases = {}
+    if {"command_start_unix", "clock_started_unix", "finished_unix", "wall_s"} <= t.keys():
+        cmd, clock, fin = t["command_start_unix"], t["clock_started_unix"], t["finished_unix"]
+        down_end = cmd + t["wall_s"]
+        phases = {
+            "start-up": cmd - started_unix,
+            "ready": clock - cmd - t["provision_s"],
+            "race": fin - clock,
+            "end": down_end - t["teardown_s"] - fin,
+            "exit": ended_unix - down_end,
+        }
     return {
         "winner": winner,
         "durable_ms": world["territories"][winner]["durable_at_ms"] if winner else None,
         "wall_s": wall,
-        "provision_s": extra["timings"].get("provision_s"),
-        "teardown_s": extra["timings"].get("teardown_s"),
+        "provision_s": t.get("provision_s"),
+        "teardown_s": t.get("teardown_s"),
+        "phases": phases,
     }
 
 
@@ -118,17 +138,22 @@ def main() -> int:
             row = one_run(arena, args.provider, tmp / f"{arena}-run-{i + 1}")
             rows.append(row)
             durable = f"{row['durable_ms'] / 1000:.2f} s" if row["durable_ms"] is not None else "never"
-            print(f"   run {i + 1}: winner={row['winner']} durable={durable} (match clock)  wall={row['wall_s']:.2f} s  "
+            over = f" (wall - durable {row['wall_s'] - row['durable_ms'] / 1000:+.2f} s)" if row["durable_ms"] else ""
+            print(f"   run {i + 1}: winner={row['winner']} durable={durable} (match clock)  wall={row['wall_s']:.2f} s{over}  "
                   f"provision={row['provision_s']:.2f} s  teardown={row['teardown_s']:.2f} s", flush=True)
+            if row["phases"]:
+                print("          " + "  ".join(f"{k}={v:.2f}" for k, v in row["phases"].items()), flush=True)
         durable = [r["durable_ms"] for r in rows if r["durable_ms"] is not None]
         ours = statistics.median(durable) if durable else None
         theirs, names = upstream_oracle_ms(arena)
         ratio = f"{ours / theirs:.2f}" if ours is not None and theirs else "n/a"
         summary.append((arena, ours, theirs, ratio, len(names)))
         walls = [r["wall_s"] for r in rows]
+        overs = [r["wall_s"] - r["durable_ms"] / 1000 for r in rows if r["durable_ms"] is not None]
         print(f"   oracle time to durable: ours median {ours / 1000 if ours is not None else float('nan'):.2f} s; "
               f"upstream {theirs / 1000 if theirs else float('nan'):.2f} s ({len(names)} published oracle run(s)); "
-              f"ratio {ratio}; wall median {statistics.median(walls):.2f} s", flush=True)
+              f"ratio {ratio}; wall median {statistics.median(walls):.2f} s"
+              + (f"; wall - durable median {statistics.median(overs):+.2f} s" if overs else ""), flush=True)
     print("\narena                   ours (s)  upstream (s)  ratio")
     for arena, ours, theirs, ratio, n in summary:
         o = f"{ours / 1000:8.2f}" if ours is not None else "     n/a"

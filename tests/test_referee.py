@@ -587,6 +587,44 @@ async def test_run_heat_provision_failure_is_recorded(tmp_path, monkeypatch):
     assert json.loads((out / "match.json").read_text())["adapter_sha256"] == {}
 
 
+class HangingProvider(FakeProvider):
+    """Provisioning that never ends on its own; records its cancellation and teardown."""
+
+    events: list[str]
+
+    async def provision(self, specs):
+        self.events = ["provision"]
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.events.append("cancelled")
+            raise
+
+    async def teardown(self) -> None:
+        self.events.append("teardown")
+
+
+async def test_run_heat_abort_during_provisioning(tmp_path):
+    """An operator abort while the territories provision: provisioning is cancelled, the log
+    holds preparing→aborted and the finish, world.json is written, the territories are torn down."""
+    from aoe_tui.referee.heat import run_heat
+
+    state = tmp_path / "state"
+    state.mkdir()
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    adapters = {a.id: FakeAdapter({"state": state}) for a in loaded.manifest.agents}
+    provider = HangingProvider(state)
+    abort = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.3, abort.set)
+    out = tmp_path / "match"
+    world = await run_heat(loaded, provider, adapters, out, abort_event=abort, write_bundle_file=False)
+    assert world.match_state == "aborted" and world.finish_reason == "operator interrupt" and world.winner is None
+    assert provider.events == ["provision", "cancelled", "teardown"]
+    records = read_events(out / "events.jsonl")
+    assert [r.event.kind for r in records] == ["match_state_changed", "match_finished"]
+    assert (out / "world.json").read_text() == world_json(reduce_match(records))
+
+
 async def test_run_heat_full_with_fakes_and_refusal(tmp_path, monkeypatch):
     from aoe_tui.referee.heat import OutputExistsError, bundle_path, run_heat
 

@@ -24,7 +24,6 @@ from aoe_tui.domain.arena import (
     resolve_manifest_path,
     validate_package,
 )
-from aoe_tui.domain.suite import load_suite
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,6 +97,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _validate_suite(given: str, args: argparse.Namespace) -> int:
+    from aoe_tui.domain.suite import load_suite  # its models: not built by every `aoe` command
+
     try:
         loaded = load_suite(given)
     except ManifestError as err:

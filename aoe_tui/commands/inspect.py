@@ -13,12 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aoe_tui.domain.display import fmt_clock, json_printable, printable
-from aoe_tui.domain.world import WorldState, world_json
-from aoe_tui.replay.bundle import write_bundle
-from aoe_tui.replay.matchdir import LoadedMatch, load_match
-from aoe_tui.replay.standings import compute_standings, winner_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aoe_tui.domain.world import WorldState
+    from aoe_tui.replay.matchdir import LoadedMatch
+
+# The world, bundle and match-folder modules (the event models) are imported by the
+# commands that use them: building ``aoe``'s parser must not pay for them (``aoe --help``,
+# and ``aoe match run`` imports them while its territories boot, see aoe_tui.referee.heat).
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,6 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_bundle(args: argparse.Namespace) -> int:
     """Run ``aoe bundle``; prints the written path."""
+    from aoe_tui.replay.bundle import write_bundle
+
     out = write_bundle(Path(args.match_dir), Path(args.output), name=args.name, slug=args.slug, listed=args.listed)
     print(f"wrote {out}")
     return 0
@@ -91,6 +98,8 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def render_text(match: LoadedMatch) -> str:
     """Plain-text report: summary line, standings table, milestone matrix."""
+    from aoe_tui.replay.standings import compute_standings, winner_of
+
     w = match.world
     winner = winner_of(w)
     lines = [
@@ -128,6 +137,10 @@ def render_text(match: LoadedMatch) -> str:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Run ``aoe inspect``."""
+    from aoe_tui.domain.world import world_json
+    from aoe_tui.replay.matchdir import load_match
+    from aoe_tui.replay.standings import compute_standings
+
     match = load_match(args.path)
     if args.world:
         print(json_printable(world_json(match.world)))  # agent text: no raw C1 control
