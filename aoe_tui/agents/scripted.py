@@ -40,6 +40,14 @@ SCRIPTED_BUILDERS: dict[str, tuple[str, float]] = {
     "slow": (DURABLE_STORAGE, 20.0),
 }
 
+#: Default "thinking" pause before each of a scripted builder's steps (s). Three pauses come
+#: before its deployment, so its service answers at ~2.6-3.6 s of the heat clock (quiet to
+#: loaded machine): between first-build's checks at 2 s and 4 s (a 2 s tick), never on one.
+#: With 1.0 s the deployment ran across the 4 s check, and whether a builder passed
+#: service-up there (and what it earned) turned on tens of ms, so two runs of one seeded
+#: season could disagree.
+STEP_DELAY_S = 0.6
+
 #: Environment override of ``scripted:slow``'s start delay (seconds), for demos.
 SLOW_DELAY_ENV = "AOE_SCRIPTED_SLOW_DELAY_S"
 
@@ -136,8 +144,9 @@ class ScriptedAdapter(BuilderAdapter):
         variant: ``memory``, ``volatile`` or ``slow`` (see :data:`SCRIPTED_BUILDERS`).
         start_delay_s: seconds to wait before the first command (default: 20 for ``slow``,
             overridable with the ``AOE_SCRIPTED_SLOW_DELAY_S`` environment variable; 0 otherwise).
-        step_delay_s: "thinking" pause before each step, seconds (default 1.0, so a
-            live referee reading ``usage.json`` every tick sees several ``usage_charged`` deltas).
+        step_delay_s: "thinking" pause before each step, seconds (default
+            :data:`STEP_DELAY_S`, so a live referee reading ``usage.json`` every tick sees
+            several ``usage_charged`` deltas).
 
     Raises:
         AoeError: unknown variant.
@@ -145,7 +154,7 @@ class ScriptedAdapter(BuilderAdapter):
 
     run_class = ScriptedRun
 
-    def __init__(self, variant: str, *, start_delay_s: float | None = None, step_delay_s: float = 1.0) -> None:
+    def __init__(self, variant: str, *, start_delay_s: float | None = None, step_delay_s: float = STEP_DELAY_S) -> None:
         if variant not in SCRIPTED_BUILDERS:
             known = ", ".join(f"scripted:{n}" for n in SCRIPTED_BUILDERS)
             raise AoeError(f"unknown scripted builder 'scripted:{variant}' (known: {known})")
