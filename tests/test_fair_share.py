@@ -64,6 +64,34 @@ async def test_boot_gate_a_cancelled_wait_takes_no_slot():
         assert gate.booting == 1
 
 
+async def test_boot_gate_a_cancelled_waiter_lets_those_behind_it_in():
+    """A heat that waits at the head of the queue and is cancelled no longer holds back the
+    ones queued behind it that fit now (arrival order kept them waiting)."""
+    gate = BootGate(3)
+    hold = asyncio.Event()
+    order: list[str] = []
+
+    async def heat(k: str, n: int) -> None:
+        async with gate.admit(n):
+            order.append(k)
+            await hold.wait()
+
+    a = asyncio.ensure_future(heat("a", 2))
+    await asyncio.sleep(0)
+    b = asyncio.ensure_future(heat("b", 3))  # does not fit beside a
+    await asyncio.sleep(0)
+    c = asyncio.ensure_future(heat("c", 1))  # fits, but waits behind b
+    await asyncio.sleep(0.01)
+    assert order == ["a"]
+    b.cancel()
+    await asyncio.gather(b, return_exceptions=True)
+    await asyncio.sleep(0.01)
+    assert order == ["a", "c"] and gate.booting == 3
+    hold.set()
+    await asyncio.gather(a, c)
+    assert gate.booting == 0
+
+
 def test_boot_slots_from_the_environment(monkeypatch):
     monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
     assert boot_slots() == BOOT_SLOTS
