@@ -204,6 +204,47 @@ def test_sweep_takes_a_reused_pid_for_a_lost_heat(tmp_path):
     assert list(territories_dir(tmp_path).iterdir()) == [] and list(matches_dir(tmp_path).iterdir()) == []
 
 
+def test_sweep_tears_down_the_territories_of_a_heat_whose_pid_was_reused(tmp_path):
+    """The territories inside a lost heat's folder are judged as the folder is: their
+    ``state.json`` names the same owner (pid and start), so a pid reused by a live process
+    neither keeps them (their container, network and mounts left running) while the folder
+    is removed, nor leaves the ``referee-state`` companion behind."""
+    import json
+    import subprocess
+
+    from aoe_tui.runtime.container import REFEREE_STATE_FILE
+    from aoe_tui.runtime.netalloc import process_start_ticks
+
+    owner = subprocess.Popen(["sleep", "60"])
+    try:
+        start = process_start_ticks(owner.pid)
+        assert start is not None
+        lost, live = f"heat-{owner.pid}.{start + 1}-r1h1a1", heat_folder_name(owner.pid, "r1h2a1")
+        for name, owner_start in ((lost, start + 1), (live, start)):
+            box = territories_dir(tmp_path) / name / "territories" / "t1"
+            box.mkdir(parents=True)
+            (box / "state.json").write_text(json.dumps({
+                "provider": "container", "id": "t1", "owner_pid": owner.pid, "owner_start": owner_start,
+                "nspawn_pid": None, "leader_pid": None, "root": "", "dirs": [], "cgroups": [], "netns": None,
+                "host_veth": None, "subnet": None}))
+            (box / REFEREE_STATE_FILE).write_text("container\0")
+        assert sweep_stale_heats(tmp_path) == [f"{lost}: t1"]
+        assert [p.name for p in territories_dir(tmp_path).iterdir()] == [live]
+        assert (territories_dir(tmp_path) / live / "territories" / "t1" / "state.json").is_file()
+    finally:
+        owner.kill()
+        owner.wait()
+    box = tmp_path / "local" / "t1"
+    box.mkdir(parents=True)
+    (box / "state.json").write_text(json.dumps({"provider": "container", "id": "t1", "owner_pid": owner.pid,
+                                                "dirs": []}))
+    (box / REFEREE_STATE_FILE).write_text("container\0")
+    from aoe_tui.runtime.container import cleanup_stale
+
+    assert cleanup_stale(tmp_path / "local") == ["t1"]
+    assert list(box.iterdir()) == []  # no companion left behind
+
+
 def test_credentials_handed_to_an_adapter_win_over_the_environment(monkeypatch):
     from aoe_tui.agents.opencode import OpencodeAdapter, OpencodeError
 

@@ -64,6 +64,34 @@ async def test_boot_gate_a_cancelled_wait_takes_no_slot():
         assert gate.booting == 1
 
 
+async def test_boot_gate_a_cancelled_waiter_lets_those_behind_it_in():
+    """A heat that waits at the head of the queue and is cancelled no longer holds back the
+    ones queued behind it that fit now (arrival order kept them waiting)."""
+    gate = BootGate(3)
+    hold = asyncio.Event()
+    order: list[str] = []
+
+    async def heat(k: str, n: int) -> None:
+        async with gate.admit(n):
+            order.append(k)
+            await hold.wait()
+
+    a = asyncio.ensure_future(heat("a", 2))
+    await asyncio.sleep(0)
+    b = asyncio.ensure_future(heat("b", 3))  # does not fit beside a
+    await asyncio.sleep(0)
+    c = asyncio.ensure_future(heat("c", 1))  # fits, but waits behind b
+    await asyncio.sleep(0.01)
+    assert order == ["a"]
+    b.cancel()
+    await asyncio.gather(b, return_exceptions=True)
+    await asyncio.sleep(0.01)
+    assert order == ["a", "c"] and gate.booting == 3
+    hold.set()
+    await asyncio.gather(a, c)
+    assert gate.booting == 0
+
+
 def test_boot_slots_from_the_environment(monkeypatch):
     monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
     assert boot_slots() == BOOT_SLOTS
@@ -205,3 +233,44 @@ async def test_cpu_weight_of_a_real_container(guest_image, tmp_path):
         await provider.teardown()
     assert await asyncio.to_thread(provider.set_cpu_weight, None) == 1
     assert not group.exists()
+
+
+async def test_a_boot_sweep_in_flight_never_lands_after_the_race_weight(tmp_path, monkeypatch):
+    """Provisioning ends while a boot sweep's thread is still writing: the heat waits for that
+    thread before it raises the territories to the race weight, so the race never runs at the
+    boot weight."""
+    import threading
+    import time
+
+    from aoe_tui.referee.heat import BOOT_CPU_WEIGHT, RACE_CPU_WEIGHT, run_heat
+    from tests.test_referee import ALL, FakeAdapter, FakeProvider, write_arena
+
+    class SlowSweepProvider(FakeProvider):
+        def __init__(self, state: Path) -> None:
+            super().__init__(state)
+            self.written: list[int | None] = []
+            self.sweeping = threading.Event()
+
+        async def provision(self, specs):
+            await asyncio.to_thread(self.sweeping.wait, 10)  # ready while the first sweep still writes
+            return await super().provision(specs)
+
+        def set_cpu_weight(self, weight):  # called in a thread
+            if weight == BOOT_CPU_WEIGHT and not self.sweeping.is_set():
+                self.sweeping.set()
+                time.sleep(0.3)  # a slow sweep (a loaded host): its write lands late
+            self.written.append(weight)
+            return 3
+
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_STATE", str(state))
+    monkeypatch.setattr("aoe_tui.agents.instruction.build_instruction", lambda _l, tid: f"build on {tid}")
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    adapters = {a.id: FakeAdapter({"state": state, "steps": ALL}) for a in loaded.manifest.agents}
+    provider = SlowSweepProvider(state)
+    at_first_event: list[list] = []
+    await run_heat(loaded, provider, adapters, tmp_path / "match", drain_seconds=0.2, cpu_weights=True,
+                   on_event=lambda r, w: at_first_event.append(list(provider.written)))
+    before_race = at_first_event[0]
+    assert before_race[-1] == RACE_CPU_WEIGHT and BOOT_CPU_WEIGHT in before_race, before_race

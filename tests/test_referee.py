@@ -659,3 +659,24 @@ def test_territory_specs_passwords(tmp_path):
         ("builder-two", "s3cret pass", 1, 8080),
         ("builder-three", "builder-three-race", 2, 8080),
     ]
+
+
+async def test_run_heat_cancelled_during_provisioning_cancels_it_before_the_teardown(tmp_path):
+    """The season cancels a heat (a stop) while its territories provision: the provisioning is
+    cancelled before the teardown runs, so it cannot finish (and start territories) behind it."""
+    from aoe_tui.referee.heat import run_heat
+
+    state = tmp_path / "state"
+    state.mkdir()
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    adapters = {a.id: FakeAdapter({"state": state}) for a in loaded.manifest.agents}
+    provider = HangingProvider(state)
+    heat = asyncio.ensure_future(run_heat(loaded, provider, adapters, tmp_path / "match", write_bundle_file=False))
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if getattr(provider, "events", None):
+            break
+    heat.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await heat
+    assert provider.events == ["provision", "cancelled", "teardown"]

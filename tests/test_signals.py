@@ -464,15 +464,18 @@ def main_thread_wait(pid: int) -> str:
     return Path(f"/proc/{pid}/wchan").read_text()
 
 
-def settled(pid: int) -> str:
-    """Wait until ``pid`` uses no CPU for 0.3 s; then where its main thread sleeps."""
-    spent = cpu_seconds(pid)
-    while True:
+def settled(pid: int, timeout_s: float = 30.0) -> str:
+    """Wait until ``pid`` uses no CPU for 0.3 s; then where its main thread sleeps. Fails
+    after ``timeout_s`` seconds (a view that spins on its full output would otherwise hang
+    the test instead of failing it)."""
+    spent, deadline = cpu_seconds(pid), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         time.sleep(0.3)
         now = cpu_seconds(pid)
         if now == spent:
             return main_thread_wait(pid)
         spent = now
+    raise AssertionError(f"process {pid} kept using CPU for {timeout_s:.0f} s (spinning?)")
 
 
 def test_watch_whose_dead_terminal_filled_up_exits_on_sigterm(tmp_path):

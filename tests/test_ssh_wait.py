@@ -103,3 +103,30 @@ async def test_waits_give_up_after_their_timeout():
         assert guest.commands == []
     finally:
         guest.close()
+
+
+async def test_wait_ready_cancelled_while_true_runs_closes_its_login(monkeypatch):
+    """Cancelled while ``true`` runs over the login (a reboot or provisioning abandoned), the
+    connection is closed, as :func:`ssh.run` closed it before the two waits shared a loop."""
+    running = asyncio.Event()
+
+    class Conn:
+        closed = False
+
+        async def run(self, command, check=False):
+            running.set()
+            await asyncio.sleep(3600)
+
+        def close(self):
+            Conn.closed = True
+
+    async def fake_connect(host, port, password, *, connect_timeout_s=10.0):
+        return Conn()
+
+    monkeypatch.setattr(ssh, "connect", fake_connect)
+    task = asyncio.ensure_future(ssh.wait_ready("127.0.0.1", 1, PASSWORD, timeout_s=60))
+    await asyncio.wait_for(running.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert Conn.closed

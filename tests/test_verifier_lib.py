@@ -29,6 +29,7 @@ CASES = {
     "non-strings": {"write-read": {"evidence": {"record": 42, "value": {"a": [1, True]}, "n": 2**60, "x.y": 1.0}},
                     "service-restart": {"evidence": {"boot_id": False, "absent": True}}},
     "floats": {"write-read": {"evidence": {"record": 0.1, "value": -7, "n": 1e17, "x.y": [0.5]}}},
+    "integral floats": {"write-read": {"evidence": {"record": -0.0, "value": 3.0}}},
     "evidence not an object": {"write-read": {"evidence": "text"}, "service-restart": {"evidence": [1]}},
     "top not an object": [1, 2],
 }

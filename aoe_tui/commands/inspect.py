@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.replay.matchdir import LoadedMatch
 
 # The world, bundle and match-folder modules (the event models) are imported by the
-# commands that use them: building ``aoe``'s parser must not pay for them (``aoe --help``,
-# and ``aoe match run`` imports them while its territories boot, see aoe_tui.referee.heat).
+# commands that use them: building ``aoe``'s parser must not pay for them (``aoe --help``
+# and every command that does not need them; tests/test_cli_startup.py).
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -320,10 +320,16 @@ async def run_heat(
             try:
                 if not abort_event.is_set():
                     await asyncio.wait({prov_task, abort_wait}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:  # the heat is cancelled: its provisioning ends before the teardown
+                prov_task.cancel()
+                with contextlib.suppress(BaseException):
+                    await prov_task
+                raise
             finally:
                 abort_wait.cancel()
-                if sweep is not None:
+                if sweep is not None:  # its weighing thread ends first: never a boot weight after the race's
                     sweep.cancel()
+                    await asyncio.gather(sweep, return_exceptions=True)
             timings["provision_s"] = round(time.monotonic() - t_prov, 3)
         if not prov_task.done():
             prov_task.cancel()
@@ -463,9 +469,15 @@ WEIGHT_SWEEP_S = 0.5
 
 async def _weigh_while(weigh: Callable[[int | None], int], weight: int, task: asyncio.Future[Any]) -> None:
     """Sweep the territories' processes into groups of ``weight`` (in a thread) until ``task``
-    (their provisioning) ends."""
+    (their provisioning) ends; cancelled, it returns only once its thread is done (so a
+    late boot sweep cannot overwrite :data:`RACE_CPU_WEIGHT`)."""
     while not task.done():
-        await asyncio.to_thread(weigh, weight)
+        job = asyncio.ensure_future(asyncio.to_thread(weigh, weight))
+        try:
+            await asyncio.shield(job)
+        except asyncio.CancelledError:  # the thread still runs: wait for it (its write lands now, not
+            await asyncio.gather(job, return_exceptions=True)  # after the next phase's weight)
+            raise
         await asyncio.wait({task}, timeout=WEIGHT_SWEEP_S)
 
 

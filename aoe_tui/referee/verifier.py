@@ -117,8 +117,9 @@ _JQ_EXACT_INT = 2**53
 def _jq_tostring(value: Any) -> bytes | None:
     """What ``$(jq -r '... // empty | tostring')`` gives bash for one evidence value: ``b""``
     for null and false (``// empty``), the UTF-8 of a string without its NUL bytes (bash drops
-    them), ``true``, an integer (or integral float) of magnitude below 2**53 in decimal; None
-    for what only jq renders exactly (other numbers, arrays, objects, unencodable strings)."""
+    them), ``true``, an integer of magnitude below 2**53 in decimal; None for what only jq
+    renders exactly (floats, whose text differs between jq versions and for ``-0.0``, larger
+    integers, arrays, objects, unencodable strings)."""
     if value is None or value is False:
         return b""
     if value is True:
@@ -128,8 +129,7 @@ def _jq_tostring(value: Any) -> bytes | None:
             return value.replace("\0", "").encode("utf-8")
         except UnicodeEncodeError:
             return None
-    if isinstance(value, float) and value.is_integer() and abs(value) < _JQ_EXACT_INT:
-        value = int(value)
+    # a float never (``-0.0``: jq 1.6 prints ``-0``; ``1.0``: jq 1.7 keeps the literal ``1.0``)
     if isinstance(value, int) and abs(value) < _JQ_EXACT_INT:
         return str(value).encode()
     return None

@@ -663,7 +663,8 @@ def cleanup_stale(workdir: Path) -> list[str]:
     """Tear down territories left behind by a runner that was killed.
 
     Scans ``<workdir>/*/state.json`` (only ``"provider": "container"`` ones); for each one
-    whose ``owner_pid`` is no longer alive,
+    whose ``owner_pid`` is no longer alive (or, with ``owner_start``, is now another
+    process's: a pid reused, as :func:`aoe_tui.cluster.sweep` judges a heat folder),
     stops its container, unmounts its root, deletes its veth and network namespace,
     removes its overlay folders and its ``state.json``, and frees its subnet lease.
     Territories of a live runner are left alone.
@@ -684,8 +685,9 @@ def cleanup_stale(workdir: Path) -> list[str]:
         if not isinstance(state, dict) or state.get("provider") != "container":
             continue  # another provider's territory (e.g. qemu): its own cleanup_stale handles it
         owner = int(state.get("owner_pid") or 0)
-        if owner and netalloc.pid_alive(owner):
-            continue
+        start = state.get("owner_start")
+        if owner and netalloc.pid_alive(owner, start if isinstance(start, int) else None):
+            continue  # a live runner's (a pid reused since, with another start, is not it)
         left = destroy_from_state(state, graceful_s=3.0)
         if left:
             problems.append(f"{state.get('id', sf.parent.name)}: " + ", ".join(left))
@@ -694,6 +696,7 @@ def cleanup_stale(workdir: Path) -> list[str]:
             with contextlib.suppress(ProviderError, OSError):
                 netalloc.NetAllocator().release_value("subnet", state["subnet"])
         sf.unlink(missing_ok=True)
+        (sf.parent / REFEREE_STATE_FILE).unlink(missing_ok=True)  # its companion, as teardown removes it
         cleaned.append(str(state.get("id", sf.parent.name)))
     if problems:
         raise ProviderError("stale territory cleanup incomplete: " + "; ".join(problems))
@@ -739,12 +742,13 @@ class _Box:
     work = SubPath("dir", "work", "The overlay's work folder.")
     console = SubPath("dir", "console.log", "The nspawn console log.")
 
-    def state(self, owner_pid: int, heat_id: str) -> dict[str, Any]:
+    def state(self, owner_pid: int, heat_id: str, owner_start: int | None = None) -> dict[str, Any]:
         return {
             "provider": "container",
             "id": self.spec.id,
             "heat_id": heat_id,
             "owner_pid": owner_pid,
+            "owner_start": owner_start,
             "nspawn_pid": self.proc.pid if self.proc else None,
             "leader_pid": self.leader_pid,
             "root": str(self.root),
@@ -918,7 +922,8 @@ class ContainerProvider(TerritoryProvider):
             if b.state_removed:
                 return
             b.dir.mkdir(parents=True, exist_ok=True)
-            state = b.state(os.getpid(), self.heat_id)
+            pid = os.getpid()
+            state = b.state(pid, self.heat_id, netalloc.process_start_ticks(pid))
             write_atomic(b.dir / "state.json", json.dumps(state, indent=2) + "\n", mode=0o644)
             _write_referee_state(b.dir, state)
 

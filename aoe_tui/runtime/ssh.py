@@ -190,6 +190,9 @@ async def _poll_login(host: str, port: int, password: str, *, timeout_s: float, 
                 res = await asyncio.wait_for(conn.run("true", check=False), timeout=connect_timeout_s + 5)
             except (asyncssh.Error, OSError, asyncio.TimeoutError, EOFError):
                 res = None
+            except BaseException:  # cancelled (or anything else): the login is closed, as run() does
+                conn.close()
+                raise
             if res is None or res.exit_status != 0:
                 conn.close()
                 conn = None

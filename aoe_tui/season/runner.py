@@ -190,8 +190,9 @@ class BootGate:
                 if fut.done() and not fut.cancelled():  # admitted as it was cancelled: give the slots back
                     self.booting -= n
                     self._wake()
-                else:
+                else:  # those it held back (arrival order) may fit now
                     self._queue[:] = [q for q in self._queue if q[1] is not fut]
+                    self._wake()
                 raise
         else:
             self.booting += n
