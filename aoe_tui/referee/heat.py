@@ -14,7 +14,8 @@ runner. It writes a complete upstream-format match folder:
 ``agents/<id>/``            ``instruction.md``, ``result.json``, ``usage.json``,
                             ``stdout.log``, ``stderr.log``, ``referee-reboot``,
                             and our ``activity.log`` (its last lines, at the end)
-``evidence/<territory>/``   verifier evidence and ``previous.json``
+``evidence/<territory>/``   verifier evidence, ``previous.json`` and our ``previous.fields``
+                            (its values for the verifiers' shell, docs/formats.md)
 ``world.json``              the final reduced world — also after an abort
 ``aoe-extra.json``          ours: provider, wall-clock timings, verifier durations,
                             each agent's adapter and ``usage`` beyond §5.5 (cache
