@@ -118,13 +118,27 @@ _USAGE = frozenset({"input_tokens", "output_tokens", "cost_microusd", "cache_rea
                     "cost_per_durable_microusd"})
 
 
+def _in_flight(folder: Path) -> dict[str, set[str]]:
+    """Per territory, the milestones whose check had started and not ended when the heat
+    finished: a check in flight at the finish earns nothing (§3), so whether a losing seat's
+    last check ended before the winner's is the clock's call, as between two local runs."""
+    started: dict[str, set[str]] = {}
+    for e in map(json.loads, (folder / "events.jsonl").read_text().splitlines()):
+        if e.get("kind") == "milestone_evaluation_started":
+            started.setdefault(e["territory"], set()).add(e["milestone"])
+        elif e.get("kind") in ("milestone_passed", "milestone_failed"):
+            started.get(e["territory"], set()).discard(e["milestone"])
+    return {t: m for t, m in started.items() if m}
+
+
 def _outraced(folder: Path) -> set[str]:
     """The agents an attempt's ``events.jsonl`` says were outraced (still running at the finish)."""
     lines = (folder / "events.jsonl").read_text().splitlines()
     return {e["agent"] for e in map(json.loads, lines) if e.get("kind") == "agent_outraced"}
 
 
-def _race(world: dict, racing: frozenset[str] = frozenset(), cut: frozenset[str] = frozenset()) -> dict:
+def _race(world: dict, racing: frozenset[str] = frozenset(), cut: frozenset[str] = frozenset(),
+          flight: dict[str, set[str]] | None = None) -> dict:
     """What a world.json says about the race: states, winner, each territory's passed
     milestones and points, each agent's usage and failure source. Clock readings, the event count, evidence values
     (boot ids, random records) and which failed checks of a losing seat ran before the
@@ -133,7 +147,8 @@ def _race(world: dict, racing: frozenset[str] = frozenset(), cut: frozenset[str]
     ``racing``: agents that race each other on the clock (two oracles in one heat: the first
     durable wins, and how far the other got by then is timing); of them, only that one of
     them won is kept. ``cut``: agents outraced in either run, whose usage (:data:`_USAGE`) is
-    left out."""
+    left out. ``flight``: per territory, milestones in flight at the finish in either run
+    (:func:`_in_flight`), left out of its passed milestones and points."""
     out = {
         **{k: world.get(k) for k in ("match_state", "winner", "finish_reason", "infrastructure_failures")},
         "territories": {t: {"agent": x.get("agent"), "state": x.get("competitor_state"),
@@ -147,6 +162,11 @@ def _race(world: dict, racing: frozenset[str] = frozenset(), cut: frozenset[str]
         "agents": {a: {k: v for k, v in sorted(ag.items()) if k not in _AGENT_END and not (a in cut and k in _USAGE)}
                    for a, ag in sorted(world.get("agents", {}).items())},
     }
+    for t, ms in (flight or {}).items():
+        x = out["territories"].get(t)
+        if x is not None and not x["durable"]:
+            x["passed"] = {m: v for m, v in x["passed"].items() if m not in ms}
+            x["points"] = sum(v or 0 for v in x["passed"].values())
     if racing:
         terr = out["territories"]
         ids = [t for t, x in terr.items() if x["agent"] in racing]
@@ -158,13 +178,20 @@ def _race(world: dict, racing: frozenset[str] = frozenset(), cut: frozenset[str]
     return out
 
 
-def _files(folder: Path, world: dict, racing: frozenset[str]) -> tuple[list[str], list[list[str]]]:
+def _files(folder: Path, world: dict, racing: frozenset[str],
+           flight: dict[str, set[str]]) -> tuple[list[str], list[list[str]]]:
     """The files of an attempt folder (``territories/`` left out), and apart the evidence file
     names of each territory seated by a ``racing`` agent, as a sorted list of sorted lists:
     which of two racing oracles went durable first (and so which one has ``host-reboot.json``)
-    is the clock's call, as between two local runs."""
-    seats = {t for t, x in world.get("territories", {}).items() if x.get("agent") in racing}
-    rel = [p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and "territories" not in p.parts]
+    is the clock's call, as between two local runs. Left out too: the evidence of a check in
+    ``flight`` at the finish (:func:`_in_flight`, either run), and the ``referee-reboot``
+    marker of a seat whose ``host-reboot`` check was."""
+    terr = world.get("territories", {})
+    seats = {t for t, x in terr.items() if x.get("agent") in racing}
+    skip = {f"evidence/{t}/{m}.json" for t, ms in flight.items() for m in ms}
+    skip |= {f"agents/{terr[t].get('agent')}/referee-reboot" for t, ms in flight.items() if "host-reboot" in ms and t in terr}
+    rel = [p.relative_to(folder) for p in folder.rglob("*")
+           if p.is_file() and "territories" not in p.parts and str(p.relative_to(folder)) not in skip]
     raced = lambda r: len(r.parts) == 3 and r.parts[0] == "evidence" and r.parts[1] in seats  # noqa: E731
     rest = sorted(str(r) for r in rel if not raced(r))
     by_seat = {t: sorted(r.name for r in rel if raced(r) and r.parts[1] == t) for t in seats}
@@ -174,6 +201,15 @@ def _files(folder: Path, world: dict, racing: frozenset[str]) -> tuple[list[str]
 #: the demo's entrants that go durable every heat (in ~5-20 s): two of them in one heat race
 #: each other on the clock, so which one wins that heat can differ between any two runs
 ORACLES = frozenset({"oracle", "oracle-2"})
+
+
+def _without(value, keys: set[str]):
+    """``value`` without ``keys`` at any depth."""
+    if isinstance(value, dict):
+        return {k: _without(v, keys) for k, v in value.items() if k not in keys}
+    if isinstance(value, list):
+        return [_without(v, keys) for v in value]
+    return value
 
 
 def _untimed(value):
@@ -231,23 +267,12 @@ def _activity(folder: Path) -> dict[str, str]:
     return first
 
 
-def test_demo_on_both_nodes_equals_the_local_run(nodes, demo_local, tmp_path):
-    # issue 15's acceptance: seasons/demo.toml as it is (7 entrants, concurrent_heats = 2,
-    # seed 2026) with --cluster, beside the session's local run of the same file
-    # (tests/conftest.py DemoRun: started here if no test has needed it yet, else reused)
-    demo_local.start()
-    t0 = time.monotonic()
-    res = _run(DEMO, tmp_path / "remote", "--cluster", nodes.address, env=nodes.client_env(), timeout=900)
-    cluster_s = time.monotonic() - t0
-    local = demo_local.wait()
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    print(f"demo on the cluster: {cluster_s:.1f} s (local demo run: {demo_local.seconds:.1f} s)")
-    a, b = _state(local), _state(tmp_path / "remote")
+def _assert_same_season(local: Path, remote: Path) -> None:
+    """Assert that two runs of one seeded season (folders ``local`` and ``remote``) agree on
+    everything but the clock's calls: the same heats, seats and finishing orders, standings,
+    each heat's race (:func:`_race`), files (:func:`_files`), headers and activity form."""
+    a, b = _state(local), _state(remote)
     assert b.finished is not None and len(b.finished_heats()) == len(a.finished_heats()) == 6
-    # heats landed on both nodes, and the headless lines say where
-    placed = {att.node for h in b.heats() for att in h.attempts}
-    assert placed == {"head", "w1"}, placed
-    assert "on node head" in res.stdout and "on node w1" in res.stdout
     # the same heats with the same finishing orders; in a heat where both oracles race (round
     # 2 heat 1 with seed 2026) the clock decides which of them wins, as between two local runs
     racing = lambda h: ORACLES & set(h.entrants) if len(ORACLES & set(h.entrants)) > 1 else frozenset()  # noqa: E731
@@ -261,17 +286,27 @@ def test_demo_on_both_nodes_equals_the_local_run(nodes, demo_local, tmp_path):
     assert fin(a) == fin(b)
     same_order = all(h.result.ranks == b.rounds[h.round].heats[h.heat].result.ranks for h in a.finished_heats())
     sa = json.loads((local / "standings.json").read_text())["standings"]
-    sb = json.loads((tmp_path / "remote" / "standings.json").read_text())["standings"]
+    sb = json.loads((remote / "standings.json").read_text())["standings"]
     # the same rows; only the order of entrants tied on everything but the clock may differ,
     # as between any two local runs. When the oracles' race went the other way, the ratings
     # of that heat's entrants differ (Plackett-Luce of another order): the others' rows agree.
     cut = {h.counted.folder: frozenset(_outraced(local / h.counted.folder)
-                                       | _outraced(tmp_path / "remote" / b.rounds[h.round].heats[h.heat].counted.folder))
+                                       | _outraced(remote / b.rounds[h.round].heats[h.heat].counted.folder))
            for h in a.finished_heats()}
     cut_any = frozenset().union(*cut.values())
-    by = lambda rows: {r["entrant"]: {k: v for k, v in _untimed(r).items()  # noqa: E731
-                                      if k not in ("rank", "champion") and not (r["entrant"] in cut_any and k in _USAGE)}
-                       for r in rows}
+    flight, flown = {}, set()  # milestones in flight at a heat's finish, and the entrants they cost
+    for h in a.finished_heats():
+        la, lb = local / h.counted.folder, remote / b.rounds[h.round].heats[h.heat].counted.folder
+        fa, fb = _in_flight(la), _in_flight(lb)
+        flight[h.counted.folder] = {t: fa.get(t, set()) | fb.get(t, set()) for t in set(fa) | set(fb)}
+        seats = json.loads((la / "world.json").read_text()).get("territories", {})
+        flown |= {seats[t].get("agent") for t in flight[h.counted.folder] if t in seats}
+    def row(r: dict) -> dict:  # a standings row without its rank and what the clock decided
+        drop = {"rank", "champion"} | (_USAGE if r["entrant"] in cut_any else set()) \
+            | ({"points", "coverage", "milestone_passes"} if r["entrant"] in flown else set())
+        return _without(_untimed(r), drop)
+
+    by = lambda rows: {r["entrant"]: row(r) for r in rows}  # noqa: E731
     raced = set().union(*(h.entrants for h in a.finished_heats() if racing(h)))
     print(f"the oracles' races went {'the same way' if same_order else 'another way'} on the cluster")
     if same_order:
@@ -280,13 +315,15 @@ def test_demo_on_both_nodes_equals_the_local_run(nodes, demo_local, tmp_path):
         assert {e: r for e, r in by(sa).items() if e not in raced} == {e: r for e, r in by(sb).items() if e not in raced}
     assert sorted(r["rank"] for r in sa) == sorted(r["rank"] for r in sb)
     for h in a.finished_heats():
-        la, lb = local / h.counted.folder, tmp_path / "remote" / b.rounds[h.round].heats[h.heat].counted.folder
+        la, lb = local / h.counted.folder, remote / b.rounds[h.round].heats[h.heat].counted.folder
         wa = json.loads((la / "world.json").read_text())
         wb = json.loads((lb / "world.json").read_text())
-        assert _race(wa, racing(h), cut[h.counted.folder]) == _race(wb, racing(h), cut[h.counted.folder]), h.counted.folder
+        f = flight[h.counted.folder]
+        assert _race(wa, racing(h), cut[h.counted.folder], f) == _race(wb, racing(h), cut[h.counted.folder], f), \
+            h.counted.folder
         # the same files (a cluster attempt has no territories/ folder: they stayed on the node);
         # the evidence of two oracles racing each other: the same sets, whichever seat won
-        assert _files(la, wa, racing(h)) == _files(lb, wb, racing(h)), h.counted.folder
+        assert _files(la, wa, racing(h), f) == _files(lb, wb, racing(h), f), h.counted.folder
         # headers written on the runner from its arena files: identical
         for name in ("arena.json", "match.json"):
             ja = json.loads((la / name).read_text())
@@ -296,6 +333,25 @@ def test_demo_on_both_nodes_equals_the_local_run(nodes, demo_local, tmp_path):
         # activity.jsonl (streamed, then not in the archive): a local heat's form, every agent's
         # lines, and each agent's first line the same
         assert _activity(la) == _activity(lb), h.counted.folder
+
+
+def test_demo_on_both_nodes_equals_the_local_run(nodes, demo_local, tmp_path):
+    # issue 15's acceptance: seasons/demo.toml as it is (7 entrants, concurrent_heats = 2,
+    # seed 2026) with --cluster, beside the session's local run of the same file
+    # (tests/conftest.py DemoRun: started here if no test has needed it yet, else reused)
+    demo_local.start()
+    t0 = time.monotonic()
+    res = _run(DEMO, tmp_path / "remote", "--cluster", nodes.address, env=nodes.client_env(), timeout=900)
+    cluster_s = time.monotonic() - t0
+    local = demo_local.wait()
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    print(f"demo on the cluster: {cluster_s:.1f} s (local demo run: {demo_local.seconds:.1f} s)")
+    b = _state(tmp_path / "remote")
+    # heats landed on both nodes, and the headless lines say where
+    placed = {att.node for h in b.heats() for att in h.attempts}
+    assert placed == {"head", "w1"}, placed
+    assert "on node head" in res.stdout and "on node w1" in res.stdout
+    _assert_same_season(local, tmp_path / "remote")
     # nothing left on the nodes
     assert alive_actors(nodes) == []
     for n in nodes.nodes:
