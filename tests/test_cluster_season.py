@@ -121,7 +121,8 @@ _USAGE = frozenset({"input_tokens", "output_tokens", "cost_microusd", "cache_rea
 def _in_flight(folder: Path) -> dict[str, set[str]]:
     """Per territory, the milestones whose check had started and not ended when the heat
     finished: a check in flight at the finish earns nothing (§3), so whether a losing seat's
-    last check ended before the winner's is the clock's call, as between two local runs."""
+    last check ended before the winner's (and what it passed after it) is the clock's call,
+    as between two local runs."""
     started: dict[str, set[str]] = {}
     for e in map(json.loads, (folder / "events.jsonl").read_text().splitlines()):
         if e.get("kind") == "milestone_evaluation_started":
@@ -147,8 +148,8 @@ def _race(world: dict, racing: frozenset[str] = frozenset(), cut: frozenset[str]
     ``racing``: agents that race each other on the clock (two oracles in one heat: the first
     durable wins, and how far the other got by then is timing); of them, only that one of
     them won is kept. ``cut``: agents outraced in either run, whose usage (:data:`_USAGE`) is
-    left out. ``flight``: per territory, milestones in flight at the finish in either run
-    (:func:`_in_flight`), left out of its passed milestones and points."""
+    left out. ``flight``: per territory, the milestones from the first one in flight at the
+    finish in either run on (:func:`_in_flight`), left out of its passed milestones and points."""
     out = {
         **{k: world.get(k) for k in ("match_state", "winner", "finish_reason", "infrastructure_failures")},
         "territories": {t: {"agent": x.get("agent"), "state": x.get("competitor_state"),
@@ -183,9 +184,9 @@ def _files(folder: Path, world: dict, racing: frozenset[str],
     """The files of an attempt folder (``territories/`` left out), and apart the evidence file
     names of each territory seated by a ``racing`` agent, as a sorted list of sorted lists:
     which of two racing oracles went durable first (and so which one has ``host-reboot.json``)
-    is the clock's call, as between two local runs. Left out too: the evidence of a check in
-    ``flight`` at the finish (:func:`_in_flight`, either run), and the ``referee-reboot``
-    marker of a seat whose ``host-reboot`` check was."""
+    is the clock's call, as between two local runs. Left out too: the evidence of the
+    milestones in ``flight`` (per territory, from the first check in flight at the finish in
+    either run on), and the ``referee-reboot`` marker of a seat whose ``host-reboot`` is among them."""
     terr = world.get("territories", {})
     seats = {t for t, x in terr.items() if x.get("agent") in racing}
     skip = {f"evidence/{t}/{m}.json" for t, ms in flight.items() for m in ms}
@@ -294,13 +295,22 @@ def _assert_same_season(local: Path, remote: Path) -> None:
                                        | _outraced(remote / b.rounds[h.round].heats[h.heat].counted.folder))
            for h in a.finished_heats()}
     cut_any = frozenset().union(*cut.values())
-    flight, flown = {}, set()  # milestones in flight at a heat's finish, and the entrants they cost
+    # a losing seat's check in flight at the finish (either run) earns nothing (§3): from the
+    # first such milestone on (in the arena's order), what that seat passed is the clock's call;
+    # before it, both runs must agree
+    flight, flown = {}, set()
     for h in a.finished_heats():
         la, lb = local / h.counted.folder, remote / b.rounds[h.round].heats[h.heat].counted.folder
         fa, fb = _in_flight(la), _in_flight(lb)
-        flight[h.counted.folder] = {t: fa.get(t, set()) | fb.get(t, set()) for t in set(fa) | set(fb)}
-        seats = json.loads((la / "world.json").read_text()).get("territories", {})
-        flown |= {seats[t].get("agent") for t in flight[h.counted.folder] if t in seats}
+        ids = [m["id"] for m in json.loads((la / "arena.json").read_text())["build"]["milestones"]]
+        wa, wb = (json.loads((x / "world.json").read_text()).get("territories", {}) for x in (la, lb))
+        flight[h.counted.folder] = {}
+        for t in set(fa) | set(fb):
+            later = set(ids[min(ids.index(m) for m in fa.get(t, set()) | fb.get(t, set())):])
+            passed = [{m for m, v in (w.get(t, {}).get("milestones") or {}).items() if v.get("passed")} for w in (wa, wb)]
+            assert passed[0] ^ passed[1] <= later, (h.counted.folder, t, passed, later)
+            flight[h.counted.folder][t] = later
+            flown.add(wa.get(t, {}).get("agent"))
     def row(r: dict) -> dict:  # a standings row without its rank and what the clock decided
         drop = {"rank", "champion"} | (_USAGE if r["entrant"] in cut_any else set()) \
             | ({"points", "coverage", "milestone_passes"} if r["entrant"] in flown else set())
