@@ -119,12 +119,7 @@ class MemorySampler(threading.Thread):
         self.stop = threading.Event()
 
     def sample(self) -> None:
-        if self.runner_pid is not None:
-            try:
-                f = Path(f"/proc/{self.runner_pid}/stat").read_text().rsplit(")", 1)[1].split()
-                self.runner_own_s = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-            except (OSError, ValueError, IndexError):
-                pass
+        self.runner_exiting()
         ns_of: dict[str, str] = {}  # pid namespace -> territory folder
         for sf in self.under.glob("round-*/heat-*/attempt-*/territories/*/state.json"):
             try:
@@ -157,7 +152,8 @@ class MemorySampler(threading.Thread):
             self.sample()
 
     def runner_exiting(self) -> None:
-        """One last reading of the runner's own CPU while it is a zombie (not reaped yet)."""
+        """Read the runner's own CPU (utime + stime from ``/proc/PID/stat``): every sample, and
+        once more while it is a zombie (exited, not reaped yet)."""
         if self.runner_pid is not None:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 f = Path(f"/proc/{self.runner_pid}/stat").read_text().rsplit(")", 1)[1].split()
