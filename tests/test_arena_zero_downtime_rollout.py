@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import time
@@ -241,7 +242,9 @@ def test_heat_oracle_hasty_memory(tmp_path: Path) -> None:
     cut = two.milestones["uninterrupted-cutover"]
     assert not cut.passed
     assert "visible outage during the rollout" in cut.failure_detail, cut.failure_detail
-    assert "no answer" in cut.failure_detail and "Couldn't connect" in cut.failure_detail, cut.failure_detail
+    # The proxy's restart is seen as a connection-level failure; which one is the clock's call:
+    # refused while nothing listens (curl 7), or reset/empty for a request in flight at the kill (56, 52).
+    assert re.search(r"no answer \(curl: \((7|52|56)\) ", cut.failure_detail), cut.failure_detail
     assert "write-new" not in two.milestones or not two.milestones["write-new"].passed
 
     # memory: correct cutover and write, but the record dies with the v2 process
