@@ -62,6 +62,7 @@ import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -401,6 +402,15 @@ class MemorySampler:
             self.line = memory_line(self._pid) + " (all on screen, 5 s later)"
 
 
+def slowest_events(by_event: dict[str, float], n: int = 4) -> str:
+    """``by_event``: season marker -> median update latency over the spectators (ms). Names
+    the slowest ``n``: a heat's start (its territories boot) or finish (teardown, the next
+    heat's boot) tells where a spectator waited."""
+    worst = sorted(by_event.items(), key=lambda kv: -kv[1])[:n]
+    return ("slowest season events (median over spectators): "
+            + (", ".join(f"{m} {ms:.0f} ms" for m, ms in worst) or "none"))
+
+
 def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int, sessions: int | None = None,
                     distinct: bool = False) -> dict:
     """A season run with ``sessions`` spectators (default ``--sessions``). Returns tick lateness
@@ -426,7 +436,9 @@ def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int, sessions: 
     fresh = {m: t for m, t in written.items() if ready is not None and t >= ready}
     lat = [(c[m] - t) * 1000 for c in seen for m, t in fresh.items() if m in c]
     missed = sum(1 for c in seen for m in fresh if m not in c)
-    return {"ticks": tick_lateness(out), "lat": lat, "missed": missed,
+    by_event = {m: statistics.median([(c[m] - t) * 1000 for c in seen if m in c])
+                for m, t in fresh.items() if any(m in c for c in seen)}
+    return {"ticks": tick_lateness(out), "lat": lat, "missed": missed, "by_event": by_event,
             "ready_s": (ready - clients.t_start) if ready else None, "join": clients.join_s}
 
 
@@ -548,6 +560,7 @@ def main() -> int:
                      else "the spectators never all showed the season"))
             print("    " + summary("join time (connect -> first screen)", [j * 1000 for j in res["join"]]))
             print("    " + summary("tick lateness", res["ticks"]), flush=True)
+            print("    " + slowest_events(res["by_event"]), flush=True)
     if args.runs > 1 or (base and with_spec):
         print(f"[1+2] all {args.runs} run(s)")
         if base:
@@ -589,6 +602,7 @@ def main() -> int:
             d = pct(res["ticks"], 99) - pct(base, 99)
             print(f"    p99 tick lateness change against the runs without spectators: {d:+.0f} ms")
         print("    " + summary("update latency, season events", res["lat"]) + f"; missed {res['missed']}", flush=True)
+        print("    " + slowest_events(res["by_event"]), flush=True)
     return 0
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from aoe_tui.referee import verifier as verifier_mod
-from aoe_tui.runtime.procs import Starter, use_pidfd_child_watcher, wait_exited
+from aoe_tui.runtime.procs import ForkedCallError, Starter, call_forked_idle, use_pidfd_child_watcher, wait_exited
 from aoe_tui.runtime.realtime import engine_priority
 
 
@@ -165,3 +165,51 @@ async def test_verifier_starts_on_a_starter_thread_and_cancel_kills_its_group(tm
             break
         await asyncio.sleep(0.05)
     assert not _alive(shell) and not _alive(child)
+
+
+async def test_call_forked_idle_runs_on_the_forks_state_at_idle_priority_and_reports_failures(tmp_path):
+    """The child sees the state as it was at the fork (the parent's later change does not reach
+    it), runs at SCHED_IDLE, finishes despite a SIGTERM, and the loop keeps ticking while it
+    works; a failure comes back as one line, and so does a child killed outright."""
+    state = {"round": 1}
+    out = tmp_path / "out"
+    pids = tmp_path / "pid"
+
+    def work(folder: Path, st: dict) -> None:
+        (folder / "pid").write_text(str(os.getpid()))
+        time.sleep(0.6)  # the SIGTERM comes meanwhile
+        (folder / "out").write_text(f"{st['round']} {os.sched_getscheduler(0)}")
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.02)
+            ticks += 1
+
+    t = asyncio.create_task(ticker())
+    call = asyncio.create_task(call_forked_idle(work, tmp_path, state))
+    await asyncio.sleep(0)
+    state["round"] = 2  # after the fork: the child must not see it
+    while not pids.exists() or not pids.read_text():
+        await asyncio.sleep(0.01)
+    child = int(pids.read_text())
+    assert child != os.getpid()
+    os.kill(child, signal.SIGTERM)
+    await asyncio.wait_for(call, 30)
+    t.cancel()
+    assert out.read_text() == f"1 {os.SCHED_IDLE}"
+    assert ticks >= 10, f"the loop ticked {ticks} times while the child worked 0.6 s"
+
+    def fail(_: object) -> None:
+        raise ValueError("standings.md: disk on fire\nsecond line")
+
+    with pytest.raises(ForkedCallError, match=r"^ValueError: standings.md: disk on fire second line$"):
+        await call_forked_idle(fail, None)
+
+    def die(_: object) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    with pytest.raises(ForkedCallError, match="killed by signal 9"):
+        await call_forked_idle(die, None)

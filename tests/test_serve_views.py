@@ -9,6 +9,7 @@ folder growing from the seed heat (:class:`~aoe_tui.testing.feeder.SeasonFeeder`
 from __future__ import annotations
 
 import asyncio
+import time
 
 import asyncssh
 from test_serve_ssh import SEED, TERRITORIES, Spectator, clock_s, connect, start_server
@@ -68,3 +69,60 @@ async def test_shared_views_a_key_moves_one_session_and_the_cap_refuses_one_more
             conn.close()
         t.stop()
         feeder.stop()
+
+
+def _proc_state(pid: int) -> tuple[str, int]:
+    """``(state letter, utime + stime in clock ticks)`` of ``pid`` (``("gone", 0)`` once reaped)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return "gone", 0
+    return fields[0], int(fields[11]) + int(fields[12])
+
+
+async def _until(cond, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, f"timed out after {timeout:.0f} s waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_the_spare_view_sleeps_until_taken_then_shows_what_came_meanwhile(tmp_path, keys):
+    """The spare view (a process drawn ahead with nobody watching) is stopped once drawn: a
+    whole heat and the season's end go by without it using any CPU. The first spectator
+    takes it: the same process, running again, shows the season as it is now; a new spare
+    is stopped behind it; stopping the server ends both, the stopped one included."""
+    feeder = SeasonFeeder(SEED, tmp_path / "season", speed=200.0, max_gap_s=0.05)
+    feeder.prepare()
+    t = start_server(feeder.out, keys, max_sessions=4)
+    pids: list[int] = []
+    conn = None
+    try:
+        views = t.server.views
+        await _until(lambda: views.spare is not None and views.spare.paused, 60, "the spare to be drawn and stopped")
+        spare = views.spare
+        pid = spare.child.pid
+        pids.append(pid)
+        state, cpu = _proc_state(pid)
+        assert state == "T", state
+        feeder.start()
+        await _until(feeder.done.is_set, 60, "the feeder to write the heat and the season's end")
+        await asyncio.sleep(1.5)  # a running spectator would have tailed and drawn all of it by now
+        assert _proc_state(pid) == ("T", cpu), "a stopped spare uses no CPU"
+        conn = await connect(t.server.port, keys["spectator"])
+        spec = await Spectator(conn, 80, 24).open()
+        await spec.wait_for(lambda s: "finished" in s.split("attempt 1", 1)[-1].split("\n", 1)[0], 30,
+                            "the season screen to show the attempt finished")
+        assert t.server.spectator_pids() == [pid], "the spectator took the spare's process"
+        assert _proc_state(pid)[0] != "T"
+        await _until(lambda: views.spare is not None and views.spare is not spare and views.spare.paused, 60,
+                     "a new spare, stopped")
+        pids.append(views.spare.child.pid)
+        assert _proc_state(pids[1])[0] == "T"
+    finally:
+        if conn is not None:
+            conn.close()
+        t.stop()
+        feeder.stop()
+    await _until(lambda: all(_proc_state(p)[0] in ("gone", "Z") for p in pids), 15,
+                 f"the view processes {pids} to end with the server")

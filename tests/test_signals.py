@@ -549,3 +549,45 @@ def test_match_run_aborts_when_its_terminal_closes(request, tmp_path):
     assert territories(out) == [] and mounts_under(out) == []
     assert json.loads((out / "world.json").read_text())["match_state"] == "aborted"
     print(f"match run hangup → aborted, 129 in {took:.1f} s")
+
+
+def test_watch_continued_after_sigstop_goes_on_and_ctrl_z_still_suspends(tmp_path):
+    """A SIGSTOP/SIGCONT (``aoe serve`` pauses its spare view so; the kernel adds a SIGCONT to
+    a hang-up) leaves ``aoe watch`` as it was: no second start of application mode (Textual's
+    handler started new input and writer threads on the same terminal). Ctrl+Z (SIGTSTP)
+    still leaves the alternate screen and its SIGCONT brings the view back."""
+    from aoe_tui.testing.feeder import SeasonFeeder
+
+    feeder = SeasonFeeder(REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json",
+                          tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    term = Term([sys.executable, "-m", "aoe_tui.cli", "watch", str(feeder.out)])
+
+    def threads() -> int:
+        return len(os.listdir(f"/proc/{term.proc.pid}/task"))
+
+    def state() -> str:
+        return open(f"/proc/{term.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+    try:
+        wait_until(lambda: ALT_SCREEN in term.modes()[0] and "season" in term.text(), 30, "the watch view", term.proc)
+        time.sleep(0.5)
+        before = threads()
+        term.proc.send_signal(signal.SIGSTOP)
+        wait_until(lambda: state() == "T", 10, "the view to stop", term.proc)
+        term.proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: state() != "T", 10, "the view to go on", term.proc)
+        time.sleep(1.0)
+        assert threads() == before, f"{threads()} threads after SIGSTOP/SIGCONT, {before} before"
+        assert ALT_SCREEN in term.modes()[0] and "season" in term.text()
+        # Ctrl+Z: Textual leaves application mode, then stops the process; SIGCONT resumes it
+        term.proc.send_signal(signal.SIGTSTP)
+        wait_until(lambda: state() == "T" and ALT_SCREEN not in term.modes()[0], 10, "Ctrl+Z to suspend the view",
+                   term.proc)
+        term.proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: ALT_SCREEN in term.modes()[0] and state() != "T", 10, "the view back after SIGCONT",
+                   term.proc)
+        assert term.proc.poll() is None
+    finally:
+        term.close()

@@ -32,13 +32,14 @@ import contextlib
 import logging
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Starter", "use_pidfd_child_watcher", "wait_exited"]
+__all__ = ["ForkedCallError", "Starter", "call_forked_idle", "use_pidfd_child_watcher", "wait_exited"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -129,6 +130,86 @@ async def wait_exited(proc: subprocess.Popen) -> int:
         loop.remove_reader(fd)
         os.close(fd)
     return proc.wait()  # it has exited: returns at once
+
+
+class ForkedCallError(Exception):
+    """:func:`call_forked_idle`'s function failed in the child: the message is its one line
+    (``Type: message``) or how the child ended."""
+
+
+#: signals blocked in a :func:`call_forked_idle` child (it finishes its work, then exits)
+_FORK_BLOCKED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2}
+#: bytes of a child's error line passed back
+_FORK_ERR_MAX = 2000
+
+
+async def call_forked_idle(fn: Callable[..., object], *args: Any) -> None:
+    """Run ``fn(*args)`` in a forked child process at idle priority and wait for it to exit
+    without blocking the running loop (its pidfd, as :func:`wait_exited`).
+
+    For work that must stay out of the race's way, e.g. rendering the standings after a
+    heat: the child runs at ``SCHED_IDLE`` (only when no other task wants a CPU), and, being
+    another process, never holds this interpreter's lock (a worker *thread* at idle
+    priority would: preempted while holding it, it makes the real-time referee thread wait
+    for a task that gets no CPU). The child sees this process's memory as it was at the fork
+    (copy-on-write; no snapshot needed), has only the calling thread, runs with the stop
+    signals (``SIGINT``, ``SIGTERM``, ``SIGHUP``, ``SIGQUIT``, ``SIGUSR1/2``) blocked so it
+    finishes what it writes, and leaves with ``os._exit`` (no ``atexit``, no buffers of the
+    parent's flushed twice). ``fn`` must not touch the event loop or the parent's sockets.
+
+    Raises :class:`ForkedCallError` (the child's ``Type: message`` line, or how it ended)
+    and ``OSError`` when no child can be forked. Cancelling the wait leaves the child to
+    finish on its own."""
+    r, w = os.pipe()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_BLOCKED)
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        os.close(r)
+        os.close(w)
+        raise
+    if pid == 0:  # the child: never returns
+        code = 0
+        try:
+            os.close(r)
+            with contextlib.suppress(AttributeError, OSError):
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            fn(*args)
+        except BaseException as err:  # noqa: BLE001 - reported to the parent, one line
+            code = 1
+            with contextlib.suppress(BaseException):
+                line = f"{type(err).__name__}: {err}".replace("\n", " ")
+                os.write(w, line.encode("utf-8", "replace")[:_FORK_ERR_MAX])
+        finally:
+            os._exit(code)
+    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    os.close(w)
+    try:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0:
+                await asyncio.sleep(POLL_S)
+            status = ended[1]
+        else:
+            loop = asyncio.get_running_loop()
+            done = loop.create_future()
+            loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+            try:
+                await done
+            finally:
+                loop.remove_reader(fd)
+                os.close(fd)
+            status = os.waitpid(pid, 0)[1]
+        err = os.read(r, _FORK_ERR_MAX).decode("utf-8", "replace").strip()
+    finally:
+        os.close(r)
+    if err:
+        raise ForkedCallError(err)
+    if status != 0:
+        code = os.waitstatus_to_exitcode(status)
+        raise ForkedCallError(f"the child ended with status {code}" if code >= 0 else f"the child was killed by signal {-code}")
 
 
 def _loop_pidfd_child_watcher():

@@ -76,6 +76,7 @@ from aoe_tui.domain.season_file import LoadedSeason, load_season
 from aoe_tui.errors import AoeError
 from aoe_tui.fsio import fmt_bytes, free_bytes, is_no_space, write_atomic
 from aoe_tui.replay.season_log import SeasonLogWriter
+from aoe_tui.runtime.procs import ForkedCallError, call_forked_idle
 from aoe_tui.replay.season_reducer import HeatState, RoundState, SeasonState, apply_season_record, reduce_season
 from aoe_tui.season.attempts import adapter_failures, attempt_stats, judge_attempt, usage_mismatches
 from aoe_tui.season.formats import Format, HeatResult, make_format
@@ -523,6 +524,8 @@ class SeasonRunner:
                                                     if table is not None else {}))
         self._arena_tars: dict[str, tuple[bytes, str, str]] = {}
         self._export_lock = asyncio.Lock()
+        self._export_waiting = False
+        self._exports: set[asyncio.Task] = set()
         #: admission of booting territories across this machine's heats (:class:`BootGate`)
         self.boot_gate = BootGate(boot_slots() if self.season.concurrent_heats > 1 else 0)
         #: territories weighted by phase (booting/finished yield to racing), with concurrent heats
@@ -855,7 +858,7 @@ class SeasonRunner:
                             else "heat void (not retried: a new attempt would fail the same way)"))
                 if outcome == "void":
                     self._finish_heat(heat, fin)
-            await self._export_soon()
+            self._export_soon()
 
     async def _run_remote(self, heat: HeatState, a: int, tag: str, rel: str, folder: Path, arena: LoadedManifest,
                           loaded: LoadedManifest, adapters: dict[str, Any], name: str, slug: str) -> Any:
@@ -987,22 +990,49 @@ class SeasonRunner:
                             f"on device ({getattr(err, 'filename', None) or self.dir})", None, None) from None
             self.say(f"standings files not written: {type(err).__name__}: {err}")
 
-    async def _export_soon(self) -> None:
-        """:meth:`_export` after a heat, off the referee loop: other heats may be racing, and
-        rendering the standings (ratings, four formats) took 0.1-0.3 s of the loop on a loaded
-        2-core host, a late tick in every racing heat. A snapshot of the state is written in a
-        worker thread (at normal priority: the engine thread's real-time policy is not
-        inherited), one export at a time, each from the state when it starts (so the files
-        never go back to an older state). A failure is one progress line, as mid-season
-        in :meth:`_export`."""
-        if self.write_exports is None:
+    def _export_soon(self) -> None:
+        """:meth:`_export`'s work after a heat, in the background and out of the race's way.
+        Rendering the standings (ratings, four formats) took 0.1-0.3 s of CPU on a loaded
+        2-core host, right when a heat ends: when the next heat's territories boot and the
+        spectators draw that season event (issue 16). So the heat does not wait for it, and it
+        runs in a forked child at idle priority (:func:`~aoe_tui.runtime.procs.call_forked_idle`:
+        it takes only the CPU the race and the spectators leave, and holds no lock the
+        real-time referee needs), on the state as it is when it starts (copy-on-write). One
+        export at a time (the files never go back to an older state), one waiting at most (it
+        takes the newest state); :meth:`_exports_done` waits for them. Where no child can be
+        forked, and on a cluster (Ray's threads), a worker thread writes a snapshot. A failure is one progress line, as
+        mid-season in :meth:`_export`."""
+        if self.write_exports is None or self._export_waiting:
             return
+        self._export_waiting = True
+        task = asyncio.get_running_loop().create_task(self._export_in_background())
+        self._exports.add(task)
+        task.add_done_callback(self._exports.discard)
+
+    async def _export_in_background(self) -> None:
+        assert self.write_exports is not None
         async with self._export_lock:
-            snapshot = copy.deepcopy(self.state)
+            self._export_waiting = False
             try:
-                await asyncio.to_thread(self.write_exports, self.dir, snapshot)
+                forked = False
+                if self.cluster is None:  # a Ray driver's gRPC threads do not mix with fork
+                    try:
+                        await call_forked_idle(self.write_exports, self.dir, self.state)
+                        forked = True
+                    except OSError:  # no child (EAGAIN, ENOMEM): a thread, on a snapshot
+                        pass
+                if not forked:
+                    await asyncio.to_thread(self.write_exports, self.dir, copy.deepcopy(self.state))
+            except ForkedCallError as err:  # the child's one line
+                self.say(f"standings files not written: {err}")
             except Exception as err:
                 self.say(f"standings files not written: {type(err).__name__}: {err}")
+
+    async def _exports_done(self) -> None:
+        """Wait for the background exports (:meth:`_export_soon`), so none lands after the
+        final one."""
+        while self._exports:
+            await asyncio.gather(*list(self._exports), return_exceptions=True)
 
     async def run(self) -> SeasonState:
         """Run or resume the season to its end; returns the final state. Raises
@@ -1090,6 +1120,7 @@ class SeasonRunner:
             self.say(f"round {plan.round} scheduled{' (final)' if plan.final else ''}{on}: "
                      + "; ".join(f"heat {h.heat}: " + " vs ".join(h.entrants) for h in plan.heats)
                      + (f"; byes: {', '.join(plan.byes)}" if plan.byes else ""))
+        await self._exports_done()
         self._export()
         return self.state
 

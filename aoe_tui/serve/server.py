@@ -264,6 +264,13 @@ class SpectatorServer:
         """The command a PTY session runs."""
         return list(self.config.spectator_argv or watch_argv(self.config.season_dir))
 
+    @property
+    def pauses_spare(self) -> bool:
+        """Whether the spare view is stopped while nobody watches it: only for the default
+        spectator command, whose driver takes a SIGSTOP/SIGCONT in its stride
+        (:mod:`aoe_tui.serve.views`)."""
+        return not self.config.spectator_argv
+
     def zygote_env(self) -> dict[str, str]:
         """The zygote's environment: what every spectator shares (a minimal one, no secret
         of the server's; per-session ``TERM``/``HOME`` come with each request)."""

@@ -26,7 +26,16 @@ A session's own keys never reach another session's screen:
 
 A new view takes the **spare** when there is one: a view process kept on screen with nobody
 watching (``xterm-256color``, 80×24; resized to the newcomer's terminal), so its first screen
-does not wait for the app to build; a new spare is started behind it.
+does not wait for the app to build; a new spare is started behind it. Once drawn (and
+:data:`SPARE_PAUSE_AFTER_S` later) the spare is **stopped** (``SIGSTOP``): otherwise it tails,
+reduces and draws every event for nobody, on the spectators' CPU at the very moment the views
+people watch draw it (issue 16: a season event comes when the race boots or tears down
+territories). Taking it continues it (``SIGCONT``; the app's driver ignores a SIGCONT it did
+not stop itself for, :mod:`aoe_tui.tui.driver`): its tailer reads what was appended meanwhile
+in one poll, and the resize or repaint the newcomer needs draws it all once. Only the default
+spectator command (``aoe watch``) is paused; a stopped spare still ends with its PTY's hang-up
+(the kernel sends the session leader SIGHUP and SIGCONT), and the pool continues it before
+it ends it.
 
 Joining a view that is already on screen: the new member first gets the terminal modes the
 view's process has set (alternate screen, mouse and paste modes, cursor), then the process
@@ -62,6 +71,8 @@ REPLAY_AFTER_S = 0.15
 #: output bytes after the full-screen switch that make a first screen (or PAINTED_AFTER_S seconds)
 PAINTED_BYTES = 512
 PAINTED_AFTER_S = 0.5
+#: seconds after its first screen before the spare view's process is stopped (SIGSTOP)
+SPARE_PAUSE_AFTER_S = 1.0
 #: the spare view's terminal (a client with another TERM gets a view started for it)
 SPARE_TERM = "xterm-256color"
 SPARE_SIZE = (80, 24)
@@ -93,6 +104,8 @@ class SharedView:
         self._reading = False
         self._repaint_handle: asyncio.TimerHandle | None = None
         self._mode_carry = b""
+        #: the process is stopped (SIGSTOP: the spare, with nobody watching)
+        self.paused = False
 
     # ------------------------------------------------------------ process output
     def start_reading(self) -> None:
@@ -148,7 +161,32 @@ class SharedView:
             self.painted = True
             self._on_painted()
 
+    def pause(self) -> None:
+        """Stop the process (``SIGSTOP``) while nobody watches it: the spare only (module
+        docstring). A no-op for a view with members, or one that ended."""
+        proc = self.child.proc
+        if self.paused or self.members or self.ended or proc is None or proc.returncode is not None:
+            return
+        try:
+            os.kill(proc.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return
+        self.paused = True
+
+    def resume(self) -> None:
+        """Continue a paused process (``SIGCONT``); a no-op otherwise."""
+        if not self.paused:
+            return
+        self.paused = False
+        proc = self.child.proc
+        if proc is not None and proc.returncode is None:
+            try:
+                os.kill(proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
     def _on_painted(self) -> None:
+        self.pool._painted(self)
         if self._replay:
             data, self._replay = self._replay, b""
             asyncio.get_running_loop().call_later(REPLAY_AFTER_S, self._give, data)
@@ -234,12 +272,26 @@ class ViewPool:
                     await self.leave(None, view)
                 else:
                     self.spare = view
+                    if view.painted:
+                        self._painted(view)
             except OSError as err:
                 log.warning("cannot start a spare spectator view: %s", err)
             finally:
                 self._spare_task = None
 
         self._spare_task = asyncio.get_running_loop().create_task(make())
+
+    def _painted(self, view: SharedView) -> None:
+        """``view`` drew its first screen: the spare is paused :data:`SPARE_PAUSE_AFTER_S`
+        later if it still is the spare then (default spectator command only)."""
+        if view is not self.spare or not self.server.pauses_spare:
+            return
+
+        def pause() -> None:
+            if view is self.spare and not self.closed:
+                view.pause()
+
+        asyncio.get_running_loop().call_later(SPARE_PAUSE_AFTER_S, pause)
 
     def _take_spare(self, key: tuple) -> SharedView | None:
         """The spare, given ``key`` (resized to its size), when it can show it; then another
@@ -248,6 +300,7 @@ class ViewPool:
         if spare is None or spare.ended or key[0] != SPARE_TERM or key[3]:
             return None
         self.spare = None
+        spare.resume()
         spare.key = key
         self.views[key] = spare
         if (key[1], key[2]) != SPARE_SIZE:
@@ -334,6 +387,7 @@ class ViewPool:
         if not view.members:
             self._forget(view)
             view.stop_reading()
+            view.resume()  # a stopped process acts on SIGHUP and SIGTERM only once continued
             view.ended = True
             await view.child.terminate()
 
@@ -353,6 +407,7 @@ class ViewPool:
         views = list(self.all)
         for v in views:
             v.stop_reading()
+            v.resume()
             v.ended = True
         await asyncio.gather(*(v.child.terminate() for v in views), return_exceptions=True)
         self.all.clear()

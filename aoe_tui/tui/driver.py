@@ -31,6 +31,9 @@ write error, and, once a stop signal set a deadline (:meth:`GuardedDriver.bound_
 called by :func:`aoe_tui.tui.app.run_in_terminal`), gives up a terminal that has not taken
 the output by then.
 
+A SIGCONT resumes application mode only after the driver's own SIGTSTP (Ctrl+Z) left it;
+a process stopped with SIGSTOP (``aoe serve``'s paused spare view) just goes on.
+
 :func:`driver_class` is what :class:`~aoe_tui.tui.app.AoeApp` passes to Textual (every
 view: ``aoe run``, ``aoe watch``, ``aoe replay``, ``aoe demo``, SSH spectators).
 """
@@ -299,6 +302,23 @@ class GuardedDriver(LinuxDriver):
         if writer is not None and not isinstance(writer, TerminalWriter):
             writer = TerminalWriter(writer._file)
         self.__writer = writer
+
+    #: True from a SIGTSTP (Ctrl+Z: Textual leaves application mode and stops the process)
+    #: until the SIGCONT that resumes it
+    _suspended = False
+
+    def _sigtstp_application(self, *args: Any) -> None:
+        self._suspended = True
+        super()._sigtstp_application(*args)
+
+    def _sigcont_application(self, *args: Any) -> None:
+        """Re-enter application mode only after this driver's own SIGTSTP left it. A SIGCONT
+        after a plain SIGSTOP (``aoe serve`` pauses its spare view so, :mod:`aoe_tui.serve.views`)
+        or the one the kernel sends with a hang-up finds application mode still on: Textual's
+        handler would start it a second time (new input and writer threads on one terminal)."""
+        if self._suspended:
+            self._suspended = False
+            super()._sigcont_application(*args)
 
     def bound_output(self, seconds: float) -> None:
         """A stop signal arrived: from ``seconds`` (s) on, output the terminal has not taken
