@@ -274,3 +274,101 @@ async def test_a_boot_sweep_in_flight_never_lands_after_the_race_weight(tmp_path
                    on_event=lambda r, w: at_first_event.append(list(provider.written)))
     before_race = at_first_event[0]
     assert before_race[-1] == RACE_CPU_WEIGHT and BOOT_CPU_WEIGHT in before_race, before_race
+
+
+# ------------------------------------------------------------ the settings, checked early
+
+LEAGUE_OF_ONE_AT_A_TIME = ('id = "fair"\nlabel = "one"\n' f'arena = "{REPO}/arenas/first-build"\nconcurrent_heats = 1\n'
+                           '[format]\nkind = "league"\nheats_per_entrant = 1\n'
+                           + "".join(f'[[entrants]]\nid = "e{i}"\nadapter = "oracle"\nmodel = "m"\n' for i in range(3)))
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("YES", True), (" On ", True), ("True", True),
+                                       ("0", False), ("false", False), ("No", False), ("OFF", False), ("", False),
+                                       (None, False)])
+def test_cpu_weights_switch_values(monkeypatch, value, on):
+    from aoe_tui.season.runner import cpu_weights_on
+
+    if value is None:
+        monkeypatch.delenv("AOE_CPU_WEIGHTS", raising=False)
+    else:
+        monkeypatch.setenv("AOE_CPU_WEIGHTS", value)
+    assert cpu_weights_on() is on
+
+
+@pytest.mark.parametrize("value", ["2", "y", "enabled", "1 0"])
+def test_cpu_weights_switch_rejects_other_values(monkeypatch, value):
+    from aoe_tui.season.runner import cpu_weights_on
+
+    monkeypatch.setenv("AOE_CPU_WEIGHTS", value)
+    with pytest.raises(AoeError, match=f"^AOE_CPU_WEIGHTS must be one of 1/true/yes/on or 0/false/no/off "
+                                       f"\\(or empty\\), got {value!r}$"):
+        cpu_weights_on()
+
+
+def test_the_runner_takes_yes_as_weights_on(tmp_path, monkeypatch):
+    """``AOE_CPU_WEIGHTS=yes`` with heats at once gives the heats the switch (it was ignored)."""
+    monkeypatch.setenv("AOE_CPU_WEIGHTS", "yes")
+    f = tmp_path / "s.toml"
+    f.write_text(LEAGUE_OF_ONE_AT_A_TIME.replace("concurrent_heats = 1", "concurrent_heats = 2"))
+    runner = SeasonRunner(load_season(f), tmp_path / "out", provider_factory=lambda workdir, heat_id: None)
+    assert runner.cpu_weights is True
+
+
+@pytest.mark.parametrize("name, value", [("AOE_BOOT_SLOTS", "two"), ("AOE_CPU_WEIGHTS", "maybe")])
+def test_a_bad_setting_is_refused_with_one_heat_at_a_time(tmp_path, monkeypatch, name, value):
+    """``concurrent_heats = 1`` uses neither setting, but a typo is still refused (not left
+    for the day someone raises the concurrency), before the runner writes anything."""
+    monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
+    monkeypatch.delenv("AOE_CPU_WEIGHTS", raising=False)
+    monkeypatch.setenv(name, value)
+    f = tmp_path / "s.toml"
+    f.write_text(LEAGUE_OF_ONE_AT_A_TIME)
+    with pytest.raises(AoeError, match=f"^{name} must .*, got {value!r}$"):
+        SeasonRunner(load_season(f), tmp_path / "out", provider_factory=lambda workdir, heat_id: None)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, value", [("AOE_BOOT_SLOTS", "-1"), ("AOE_CPU_WEIGHTS", "enable")])
+def test_aoe_run_refuses_a_bad_setting_before_anything_is_written(tmp_path, monkeypatch, capsys, name, value):
+    """``aoe run`` with a bad setting: one line on stderr, no season
+    folder, no image prepared and no territory booted (the check comes first): exit 1."""
+    from aoe_tui import cli
+
+    def no_images(*_a, **_kw):
+        raise AssertionError("images prepared before the settings were checked")
+
+    monkeypatch.setattr("aoe_tui.commands.image.prepare_provider_images", no_images)
+    monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
+    monkeypatch.delenv("AOE_CPU_WEIGHTS", raising=False)
+    monkeypatch.setenv(name, value)
+    f = tmp_path / "s.toml"
+    f.write_text(LEAGUE_OF_ONE_AT_A_TIME)
+    out = tmp_path / "out"
+    rc = cli.main(["run", str(f), "--headless", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == AoeError("x").exit_code != 0
+    [line] = err.splitlines()
+    assert line.startswith(f"aoe: error: {name} must ") and line.endswith(f", got {value!r}"), line
+    assert not out.exists()
+
+
+def test_run_help_names_the_settings_of_heats_at_once(capsys):
+    """``aoe run --help`` names ``concurrent_heats``, ``AOE_BOOT_SLOTS`` and ``AOE_CPU_WEIGHTS``
+    with the defaults the code has, and where they are explained."""
+    import re
+
+    from aoe_tui import cli
+    from aoe_tui.domain.season_file import SeasonFile
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["run", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    default_heats = SeasonFile.model_fields["concurrent_heats"].default
+    assert f"concurrent_heats in the season file (default {default_heats})" in text
+    assert re.search(rf"AOE_BOOT_SLOTS=N .*\(default {BOOT_SLOTS}, 0 = no limit\)", text)
+    assert "AOE_CPU_WEIGHTS=1 (or true/yes/on; off by default)" in text
+    assert 'docs/territories.md, "Fair shares between heats"' in text
+    assert "**Fair shares between heats" in (REPO / "docs" / "territories.md").read_text()
+
