@@ -233,6 +233,8 @@ async def test_cpu_weight_of_a_real_container(guest_image, tmp_path):
         await provider.teardown()
     assert await asyncio.to_thread(provider.set_cpu_weight, None) == 1
     assert not group.exists()
+    assert not group.parent.exists() or [p for p in group.parent.iterdir() if p.is_dir()], \
+        "an empty aoe-territories group was left behind"
 
 
 async def test_a_boot_sweep_in_flight_never_lands_after_the_race_weight(tmp_path, monkeypatch):
@@ -372,3 +374,86 @@ def test_run_help_names_the_settings_of_heats_at_once(capsys):
     assert 'docs/territories.md, "Fair shares between heats"' in text
     assert "**Fair shares between heats" in (REPO / "docs" / "territories.md").read_text()
 
+
+# ------------------------------------------------------------------- the cpu groups
+
+def test_a_cpu_group_goes_with_its_parent_once_the_parent_is_empty(tmp_path):
+    """``remove_cpu_group``: the territory's group, then ``aoe-territories`` when no other
+    group is in it; a parent still holding another runner's group stays, silently."""
+    from aoe_tui.runtime.container import cpu_group, make_cpu_group, remove_cpu_group
+
+    mine, theirs = cpu_group("aoe-mine", tmp_path), cpu_group("aoe-theirs", tmp_path)
+    assert mine == tmp_path / "aoe-territories" / "aoe-mine"
+    make_cpu_group(mine)
+    make_cpu_group(theirs)
+    assert remove_cpu_group(mine) is True
+    assert not mine.exists() and theirs.is_dir()  # ENOTEMPTY on the parent: no error
+    assert remove_cpu_group(theirs) is True
+    assert not (tmp_path / "aoe-territories").exists()
+    assert remove_cpu_group(mine) is True  # already gone
+
+
+def test_making_a_cpu_group_survives_its_parent_removed_meanwhile(tmp_path, monkeypatch):
+    """Another runner's cleanup removes the empty parent between our ``mkdir`` of the parent
+    and of the group: the group is still made."""
+    from aoe_tui.runtime.container import cpu_group, make_cpu_group
+
+    group = cpu_group("aoe-mine", tmp_path)
+    real_mkdir = os.mkdir
+    raced: list[str] = []
+
+    def mkdir(path, mode=0o777, **kw):
+        real_mkdir(path, mode, **kw)
+        if Path(path) == group.parent and not raced:  # the other runner's rmdir lands now
+            raced.append("parent removed")
+            os.rmdir(path)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    make_cpu_group(group)
+    assert raced and group.is_dir()
+
+
+KILLED_WEIGHED_RUNNER = """
+import asyncio, os, sys
+from pathlib import Path
+from aoe_tui.runtime.container import ContainerProvider
+from aoe_tui.runtime.provider import TerritorySpec
+async def main():
+    p = ContainerProvider(Path(sys.argv[1]), heat_id="killed-weighed-%d" % os.getpid())
+    (t,) = await p.provision([TerritorySpec(id="builder-one", password="builder-one-race")])
+    assert p.set_cpu_weight(10) == 1
+    print(t.extra["host_veth"], flush=True)
+    os.kill(os.getpid(), 9)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.container
+async def test_cleanup_stale_removes_a_killed_runners_cpu_groups(guest_image, tmp_path):
+    """A runner with CPU weights on is SIGKILLed mid-heat: its territory's ``cpu`` group (with
+    the territory's processes in it) stays behind; ``cleanup_stale`` removes it with the rest,
+    and the parent ``aoe-territories`` too unless another runner's group is in it."""
+    import subprocess
+    import sys
+
+    from aoe_tui.runtime.container import cleanup_stale
+
+    if os.geteuid() != 0:
+        pytest.skip("container provider tests need root")
+    cpu = Path("/sys/fs/cgroup/cpu")
+    if not (cpu / "cgroup.procs").is_file() or not Path("/sys/fs/cgroup/systemd/cgroup.procs").is_file():
+        pytest.skip("not a cgroup-v1 host with a cpu hierarchy (no per-territory cpu group)")
+    proc = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", KILLED_WEIGHED_RUNNER, str(tmp_path)],
+                                   capture_output=True, text=True, timeout=120, cwd=REPO)
+    try:
+        assert proc.returncode == -9, proc.stderr
+        group = cpu / "aoe-territories" / f"aoe-{proc.stdout.split()[0][3:]}"
+        assert (group / "cpu.shares").read_text().split() == ["102"]
+        assert (group / "cgroup.procs").read_text().split()  # the orphaned territory still runs in it
+    finally:
+        cleaned = cleanup_stale(tmp_path)
+    assert cleaned == ["builder-one"]
+    assert not group.exists()
+    parent = group.parent
+    assert not parent.exists() or [p for p in parent.iterdir() if p.is_dir()], \
+        "an empty aoe-territories group was left behind"
