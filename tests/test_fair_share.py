@@ -413,6 +413,34 @@ def test_making_a_cpu_group_survives_its_parent_removed_meanwhile(tmp_path, monk
     assert raced and group.is_dir()
 
 
+def test_state_writes_read_the_owner_start_once(tmp_path, monkeypatch):
+    """``_save_state`` records the owner (pid, start ticks); the start comes from ``/proc``
+    once per provider, not at every write."""
+    import json
+
+    from aoe_tui.runtime import netalloc
+    from aoe_tui.runtime.container import ContainerProvider, _Box
+    from aoe_tui.runtime.provider import TerritorySpec
+
+    reads: list[int] = []
+    real = netalloc.process_start_ticks
+
+    def counted(pid):
+        reads.append(pid)
+        return real(pid)
+
+    monkeypatch.setattr(netalloc, "process_start_ticks", counted)
+    provider = ContainerProvider(tmp_path, heat_id="owner-once")
+    boxes = [_Box(spec=TerritorySpec(id=f"builder-{i}", password="x-race", index=i), dir=tmp_path / f"builder-{i}",
+                  address=f"10.0.0.{10 + i}", host_address="10.0.0.1", netns="aoe-x", host_veth="aoex",
+                  subnet="10.0.0.0/24") for i in range(2)]
+    for b in boxes * 3:
+        provider._save_state(b)
+    assert reads == [os.getpid()]
+    state = json.loads((tmp_path / "builder-1" / "state.json").read_text())
+    assert state["owner_pid"] == os.getpid() and state["owner_start"] == real(os.getpid()) is not None
+
+
 KILLED_WEIGHED_RUNNER = """
 import asyncio, os, sys
 from pathlib import Path

@@ -872,6 +872,9 @@ class ContainerProvider(TerritoryProvider):
         self._alloc = netalloc.NetAllocator()
         self.subnet: str | None = None
         self._state_lock = threading.Lock()
+        #: (pid, start ticks) of this process, the owner recorded in every ``state.json``
+        #: (:meth:`_save_state`; read from ``/proc`` once)
+        self._owner: tuple[int, int | None] | None = None
 
     # -- checks ------------------------------------------------------------------------
 
@@ -970,7 +973,9 @@ class ContainerProvider(TerritoryProvider):
                 return
             b.dir.mkdir(parents=True, exist_ok=True)
             pid = os.getpid()
-            state = b.state(pid, self.heat_id, netalloc.process_start_ticks(pid))
+            if self._owner is None or self._owner[0] != pid:  # read once (again only in a forked child)
+                self._owner = (pid, netalloc.process_start_ticks(pid))
+            state = b.state(pid, self.heat_id, self._owner[1])
             write_atomic(b.dir / "state.json", json.dumps(state, indent=2) + "\n", mode=0o644)
             _write_referee_state(b.dir, state)
 
