@@ -233,6 +233,8 @@ async def test_cpu_weight_of_a_real_container(guest_image, tmp_path):
         await provider.teardown()
     assert await asyncio.to_thread(provider.set_cpu_weight, None) == 1
     assert not group.exists()
+    assert not group.parent.exists() or [p for p in group.parent.iterdir() if p.is_dir()], \
+        "an empty aoe-territories group was left behind"
 
 
 async def test_a_boot_sweep_in_flight_never_lands_after_the_race_weight(tmp_path, monkeypatch):
@@ -274,3 +276,212 @@ async def test_a_boot_sweep_in_flight_never_lands_after_the_race_weight(tmp_path
                    on_event=lambda r, w: at_first_event.append(list(provider.written)))
     before_race = at_first_event[0]
     assert before_race[-1] == RACE_CPU_WEIGHT and BOOT_CPU_WEIGHT in before_race, before_race
+
+
+# ------------------------------------------------------------ the settings, checked early
+
+LEAGUE_OF_ONE_AT_A_TIME = ('id = "fair"\nlabel = "one"\n' f'arena = "{REPO}/arenas/first-build"\nconcurrent_heats = 1\n'
+                           '[format]\nkind = "league"\nheats_per_entrant = 1\n'
+                           + "".join(f'[[entrants]]\nid = "e{i}"\nadapter = "oracle"\nmodel = "m"\n' for i in range(3)))
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("YES", True), (" On ", True), ("True", True),
+                                       ("0", False), ("false", False), ("No", False), ("OFF", False), ("", False),
+                                       (None, False)])
+def test_cpu_weights_switch_values(monkeypatch, value, on):
+    from aoe_tui.season.runner import cpu_weights_on
+
+    if value is None:
+        monkeypatch.delenv("AOE_CPU_WEIGHTS", raising=False)
+    else:
+        monkeypatch.setenv("AOE_CPU_WEIGHTS", value)
+    assert cpu_weights_on() is on
+
+
+@pytest.mark.parametrize("value", ["2", "y", "enabled", "1 0"])
+def test_cpu_weights_switch_rejects_other_values(monkeypatch, value):
+    from aoe_tui.season.runner import cpu_weights_on
+
+    monkeypatch.setenv("AOE_CPU_WEIGHTS", value)
+    with pytest.raises(AoeError, match=f"^AOE_CPU_WEIGHTS must be one of 1/true/yes/on or 0/false/no/off "
+                                       f"\\(or empty\\), got {value!r}$"):
+        cpu_weights_on()
+
+
+def test_the_runner_takes_yes_as_weights_on(tmp_path, monkeypatch):
+    """``AOE_CPU_WEIGHTS=yes`` with heats at once gives the heats the switch (it was ignored)."""
+    monkeypatch.setenv("AOE_CPU_WEIGHTS", "yes")
+    f = tmp_path / "s.toml"
+    f.write_text(LEAGUE_OF_ONE_AT_A_TIME.replace("concurrent_heats = 1", "concurrent_heats = 2"))
+    runner = SeasonRunner(load_season(f), tmp_path / "out", provider_factory=lambda workdir, heat_id: None)
+    assert runner.cpu_weights is True
+
+
+@pytest.mark.parametrize("name, value", [("AOE_BOOT_SLOTS", "two"), ("AOE_CPU_WEIGHTS", "maybe")])
+def test_a_bad_setting_is_refused_with_one_heat_at_a_time(tmp_path, monkeypatch, name, value):
+    """``concurrent_heats = 1`` uses neither setting, but a typo is still refused (not left
+    for the day someone raises the concurrency), before the runner writes anything."""
+    monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
+    monkeypatch.delenv("AOE_CPU_WEIGHTS", raising=False)
+    monkeypatch.setenv(name, value)
+    f = tmp_path / "s.toml"
+    f.write_text(LEAGUE_OF_ONE_AT_A_TIME)
+    with pytest.raises(AoeError, match=f"^{name} must .*, got {value!r}$"):
+        SeasonRunner(load_season(f), tmp_path / "out", provider_factory=lambda workdir, heat_id: None)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, value", [("AOE_BOOT_SLOTS", "-1"), ("AOE_CPU_WEIGHTS", "enable")])
+def test_aoe_run_refuses_a_bad_setting_before_anything_is_written(tmp_path, monkeypatch, capsys, name, value):
+    """``aoe run`` with a bad setting: one line on stderr, no season
+    folder, no image prepared and no territory booted (the check comes first): exit 1."""
+    from aoe_tui import cli
+
+    def no_images(*_a, **_kw):
+        raise AssertionError("images prepared before the settings were checked")
+
+    monkeypatch.setattr("aoe_tui.commands.image.prepare_provider_images", no_images)
+    monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
+    monkeypatch.delenv("AOE_CPU_WEIGHTS", raising=False)
+    monkeypatch.setenv(name, value)
+    f = tmp_path / "s.toml"
+    f.write_text(LEAGUE_OF_ONE_AT_A_TIME)
+    out = tmp_path / "out"
+    rc = cli.main(["run", str(f), "--headless", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == AoeError("x").exit_code != 0
+    [line] = err.splitlines()
+    assert line.startswith(f"aoe: error: {name} must ") and line.endswith(f", got {value!r}"), line
+    assert not out.exists()
+
+
+def test_run_help_names_the_settings_of_heats_at_once(capsys):
+    """``aoe run --help`` names ``concurrent_heats``, ``AOE_BOOT_SLOTS`` and ``AOE_CPU_WEIGHTS``
+    with the defaults the code has, and where they are explained."""
+    import re
+
+    from aoe_tui import cli
+    from aoe_tui.domain.season_file import SeasonFile
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["run", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    default_heats = SeasonFile.model_fields["concurrent_heats"].default
+    assert f"concurrent_heats in the season file (default {default_heats})" in text
+    assert re.search(rf"AOE_BOOT_SLOTS=N .*\(default {BOOT_SLOTS}, 0 = no limit\)", text)
+    assert "AOE_CPU_WEIGHTS=1 (or true/yes/on; off by default)" in text
+    assert 'docs/territories.md, "Fair shares between heats"' in text
+    assert "**Fair shares between heats" in (REPO / "docs" / "territories.md").read_text()
+
+
+# ------------------------------------------------------------------- the cpu groups
+
+def test_a_cpu_group_goes_with_its_parent_once_the_parent_is_empty(tmp_path):
+    """``remove_cpu_group``: the territory's group, then ``aoe-territories`` when no other
+    group is in it; a parent still holding another runner's group stays, silently."""
+    from aoe_tui.runtime.container import cpu_group, make_cpu_group, remove_cpu_group
+
+    mine, theirs = cpu_group("aoe-mine", tmp_path), cpu_group("aoe-theirs", tmp_path)
+    assert mine == tmp_path / "aoe-territories" / "aoe-mine"
+    make_cpu_group(mine)
+    make_cpu_group(theirs)
+    assert remove_cpu_group(mine) is True
+    assert not mine.exists() and theirs.is_dir()  # ENOTEMPTY on the parent: no error
+    assert remove_cpu_group(theirs) is True
+    assert not (tmp_path / "aoe-territories").exists()
+    assert remove_cpu_group(mine) is True  # already gone
+
+
+def test_making_a_cpu_group_survives_its_parent_removed_meanwhile(tmp_path, monkeypatch):
+    """Another runner's cleanup removes the empty parent between our ``mkdir`` of the parent
+    and of the group: the group is still made."""
+    from aoe_tui.runtime.container import cpu_group, make_cpu_group
+
+    group = cpu_group("aoe-mine", tmp_path)
+    real_mkdir = os.mkdir
+    raced: list[str] = []
+
+    def mkdir(path, mode=0o777, **kw):
+        real_mkdir(path, mode, **kw)
+        if Path(path) == group.parent and not raced:  # the other runner's rmdir lands now
+            raced.append("parent removed")
+            os.rmdir(path)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    make_cpu_group(group)
+    assert raced and group.is_dir()
+
+
+def test_state_writes_read_the_owner_start_once(tmp_path, monkeypatch):
+    """``_save_state`` records the owner (pid, start ticks); the start comes from ``/proc``
+    once per provider, not at every write."""
+    import json
+
+    from aoe_tui.runtime import netalloc
+    from aoe_tui.runtime.container import ContainerProvider, _Box
+    from aoe_tui.runtime.provider import TerritorySpec
+
+    reads: list[int] = []
+    real = netalloc.process_start_ticks
+
+    def counted(pid):
+        reads.append(pid)
+        return real(pid)
+
+    monkeypatch.setattr(netalloc, "process_start_ticks", counted)
+    provider = ContainerProvider(tmp_path, heat_id="owner-once")
+    boxes = [_Box(spec=TerritorySpec(id=f"builder-{i}", password="x-race", index=i), dir=tmp_path / f"builder-{i}",
+                  address=f"10.0.0.{10 + i}", host_address="10.0.0.1", netns="aoe-x", host_veth="aoex",
+                  subnet="10.0.0.0/24") for i in range(2)]
+    for b in boxes * 3:
+        provider._save_state(b)
+    assert reads == [os.getpid()]
+    state = json.loads((tmp_path / "builder-1" / "state.json").read_text())
+    assert state["owner_pid"] == os.getpid() and state["owner_start"] == real(os.getpid()) is not None
+
+
+KILLED_WEIGHED_RUNNER = """
+import asyncio, os, sys
+from pathlib import Path
+from aoe_tui.runtime.container import ContainerProvider
+from aoe_tui.runtime.provider import TerritorySpec
+async def main():
+    p = ContainerProvider(Path(sys.argv[1]), heat_id="killed-weighed-%d" % os.getpid())
+    (t,) = await p.provision([TerritorySpec(id="builder-one", password="builder-one-race")])
+    assert p.set_cpu_weight(10) == 1
+    print(t.extra["host_veth"], flush=True)
+    os.kill(os.getpid(), 9)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.container
+async def test_cleanup_stale_removes_a_killed_runners_cpu_groups(guest_image, tmp_path):
+    """A runner with CPU weights on is SIGKILLed mid-heat: its territory's ``cpu`` group (with
+    the territory's processes in it) stays behind; ``cleanup_stale`` removes it with the rest,
+    and the parent ``aoe-territories`` too unless another runner's group is in it."""
+    import subprocess
+    import sys
+
+    from aoe_tui.runtime.container import cleanup_stale
+
+    if os.geteuid() != 0:
+        pytest.skip("container provider tests need root")
+    cpu = Path("/sys/fs/cgroup/cpu")
+    if not (cpu / "cgroup.procs").is_file() or not Path("/sys/fs/cgroup/systemd/cgroup.procs").is_file():
+        pytest.skip("not a cgroup-v1 host with a cpu hierarchy (no per-territory cpu group)")
+    proc = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", KILLED_WEIGHED_RUNNER, str(tmp_path)],
+                                   capture_output=True, text=True, timeout=120, cwd=REPO)
+    try:
+        assert proc.returncode == -9, proc.stderr
+        group = cpu / "aoe-territories" / f"aoe-{proc.stdout.split()[0][3:]}"
+        assert (group / "cpu.shares").read_text().split() == ["102"]
+        assert (group / "cgroup.procs").read_text().split()  # the orphaned territory still runs in it
+    finally:
+        cleaned = cleanup_stale(tmp_path)
+    assert cleaned == ["builder-one"]
+    assert not group.exists()
+    parent = group.parent
+    assert not parent.exists() or [p for p in parent.iterdir() if p.is_dir()], \
+        "an empty aoe-territories group was left behind"

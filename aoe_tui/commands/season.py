@@ -44,6 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run a season file in the TUI; running it again on the same --output folder resumes it. "
         "q asks whether to stop the season (resumable) or detach and keep it running headless. "
         "--headless prints one line per state change instead.",
+        epilog="Heats at once: concurrent_heats in the season file (default 2) is how many heats run at once "
+        "on this machine. With more than one, AOE_BOOT_SLOTS=N lets at most N territories boot at once across "
+        "them (default 3, 0 = no limit), and AOE_CPU_WEIGHTS=1 (or true/yes/on; off by default) weighs the "
+        "territories' CPU by phase so racing heats outrank booting ones (container provider, cgroup-v1 hosts). "
+        'See docs/territories.md, "Fair shares between heats".',
     )
     r.add_argument("season_file", metavar="SEASON_FILE", help="season file (seasons/*.toml)")
     r.add_argument("--output", "-o", metavar="DIR",
@@ -117,14 +122,17 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     finished, ``128 + signum`` stopped by a signal: 130, 143). SIGHUP while the guest image
     is still being prepared (before the season starts) stops the command (129); once the
     season runs, it detaches. A cluster season (``runner_kwargs["cluster"]`` or ``[cluster]``)
-    is checked first with ``token_file`` (:func:`check_cluster`), before the folder is touched.
+    is checked first with ``token_file`` (:func:`check_cluster`), before the folder is touched,
+    and so are the heat settings of the environment (``AOE_BOOT_SLOTS``, ``AOE_CPU_WEIGHTS``,
+    ``AOE_MIN_FREE_MIB``: :func:`aoe_tui.season.runner.check_heat_env`).
     Raises :class:`AoeError` for bad input (also when the engine
     fails before/while running); :class:`aoe_tui.season.runner.DiskFullStop` (exit 75)
     when a full disk stops the season."""
     from aoe_tui.commands.image import prepare_provider_images
     from aoe_tui.export import write_all
-    from aoe_tui.season.runner import hold_season_folder, load_season_arenas
+    from aoe_tui.season.runner import check_heat_env, hold_season_folder, load_season_arenas
 
+    check_heat_env()  # AOE_BOOT_SLOTS, AOE_CPU_WEIGHTS, AOE_MIN_FREE_MIB: before anything is written
     # standings files after every heat and at the end (the runner does not know exports)
     runner_kwargs = {"write_exports": write_all, **(runner_kwargs or {})}
     arenas, _ = load_season_arenas(loaded)

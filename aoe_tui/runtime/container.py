@@ -196,6 +196,9 @@ NSPAWN_ENV = {"SYSTEMD_NSPAWN_TMPFS_TMP": "0"}
 #: own group below :data:`CGROUP_PARENT` (see :func:`territory_cgroups`)
 CGROUP_V1_SYSTEMD = Path("/sys/fs/cgroup/systemd")
 CGROUP_PARENT = "aoe-territories"
+#: cgroup-v1 ``cpu`` hierarchy: where :meth:`ContainerProvider.set_cpu_weight` gives each
+#: territory a weighted group ``aoe-territories/<machine>`` (see :func:`cpu_group`)
+CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 #: where we mount the cgroup-v2 hierarchy when the host has not (cgroup-v1 hosts)
 CGROUP2_MOUNT = Path("/run/aoe-cgroup2")
 GUEST_IFACE = "arena0"
@@ -406,6 +409,38 @@ def remove_cgroup(path: Path) -> bool:
     return not path.exists()
 
 
+def cpu_group(machine: str, cpu_root: Path = CGROUP_V1_CPU) -> Path:
+    """The weighted ``cpu`` group of territory ``machine`` (``aoe-<hash>``, the name of its
+    own groups, :func:`territory_cgroups`): ``<cpu_root>/aoe-territories/<machine>``."""
+    return cpu_root / CGROUP_PARENT / machine
+
+
+def make_cpu_group(group: Path, tries: int = 5) -> None:
+    """Create ``group`` and its parent (``aoe-territories``). Another runner's cleanup may
+    remove the parent once it is empty, between our ``mkdir`` of the parent and of the group
+    (:func:`remove_cpu_group`): the creation is then retried. Raises :class:`OSError` when it
+    cannot be made."""
+    for i in range(tries):
+        try:
+            group.mkdir(parents=True, exist_ok=True)
+            return
+        except FileNotFoundError:
+            if i == tries - 1:
+                raise
+
+
+def remove_cpu_group(group: Path) -> bool:
+    """Remove a territory's weighted ``cpu`` group (:func:`remove_cgroup`), then its parent
+    ``aoe-territories`` if that has no other group left; True when ``group`` is gone. The
+    parent's ``rmdir`` is race-safe: while another runner's group is in it (or one is being
+    made: :func:`make_cpu_group` retries) it fails with EBUSY/ENOTEMPTY and stays, silently."""
+    gone = remove_cgroup(group)
+    if gone:
+        with contextlib.suppress(OSError):
+            os.rmdir(group.parent)
+    return gone
+
+
 def _remove_cgroup_soon(path: Path, timeout_s: float = 3.0) -> bool:
     """:func:`remove_cgroup`, retried for up to ``timeout_s`` seconds: SIGKILL to whatever
     still runs in the territory's own cgroup tree (only its processes are there; e.g. an
@@ -564,10 +599,11 @@ NSPAWN_PROPAGATE = Path("/run/systemd/nspawn/propagate")
 def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> list[str]:
     """Undo everything one territory's ``state.json`` records; return what could not be removed.
 
-    Order: stop the container, unmount the root, remove the territory's cgroup, delete the
-    host veth and the network namespace, remove the overlay folders. Each step tolerates
-    an already-gone resource. Used by :meth:`ContainerProvider.teardown` and
-    :func:`cleanup_stale`.
+    Order: stop the container, unmount the root, remove the territory's cgroups (its own
+    groups and, where :meth:`ContainerProvider.set_cpu_weight` made one, its weighted ``cpu``
+    group, whose parent goes too once empty), delete the host veth and the network
+    namespace, remove the overlay folders. Each step tolerates an already-gone resource.
+    Used by :meth:`ContainerProvider.teardown` and :func:`cleanup_stale`.
 
     The container gets no orderly shutdown: a territory is thrown away, and everything
     kept from it (``console.log``, evidence, agent logs) is written on the host before the
@@ -610,7 +646,16 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
     # what still runs in the territory's own cgroups: a container whose nspawn was killed with
     # its runner's whole process group (a Ray node's processes) keeps its init and services,
     # which the readlink check above cannot always recognise; the cgroups are ours alone
-    left = _cgroup_pids(state.get("cgroups") or [])
+    cgroups = [str(p) for p in state.get("cgroups") or []]
+    # the weighted cpu group (set_cpu_weight) is named after the territory's own groups and,
+    # like them, holds only its processes; not in state.json: derived, so a runner killed
+    # mid-heat leaves nothing the sweep does not know
+    cpu = cpu_group(Path(cgroups[0]).name) if cgroups else None
+    if cpu is not None and cpu.is_dir():
+        cgroups.append(str(cpu))
+    else:
+        cpu = None  # weights were off (or it is gone already)
+    left = _cgroup_pids(cgroups)
     if left:
         for p in left:
             with contextlib.suppress(ProcessLookupError):
@@ -630,9 +675,11 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
         with contextlib.suppress(OSError):
             shutil.rmtree(NSPAWN_PROPAGATE / f"aoe-{veth[3:]}")
     if not any(x.startswith("processes") for x in leftovers):
-        for cg in state.get("cgroups") or []:
+        for cg in cgroups:
             if not _remove_cgroup_soon(Path(cg)):
                 leftovers.append(f"cgroup {cg}")
+        if cpu is not None and not cpu.exists():
+            remove_cpu_group(cpu)  # its parent, once no other runner's group is in it
     ns = state.get("netns")
     # one `ip` process for the whole network side (deleting the veth drops its address and
     # route; -force goes on past an already-gone one); the rule is deleted up to 8 times in
@@ -825,6 +872,9 @@ class ContainerProvider(TerritoryProvider):
         self._alloc = netalloc.NetAllocator()
         self.subnet: str | None = None
         self._state_lock = threading.Lock()
+        #: (pid, start ticks) of this process, the owner recorded in every ``state.json``
+        #: (:meth:`_save_state`; read from ``/proc`` once)
+        self._owner: tuple[int, int | None] | None = None
 
     # -- checks ------------------------------------------------------------------------
 
@@ -923,7 +973,9 @@ class ContainerProvider(TerritoryProvider):
                 return
             b.dir.mkdir(parents=True, exist_ok=True)
             pid = os.getpid()
-            state = b.state(pid, self.heat_id, netalloc.process_start_ticks(pid))
+            if self._owner is None or self._owner[0] != pid:  # read once (again only in a forked child)
+                self._owner = (pid, netalloc.process_start_ticks(pid))
+            state = b.state(pid, self.heat_id, self._owner[1])
             write_atomic(b.dir / "state.json", json.dumps(state, indent=2) + "\n", mode=0o644)
             _write_referee_state(b.dir, state)
 
@@ -1318,8 +1370,9 @@ class ContainerProvider(TerritoryProvider):
         into it. Returns how many territories have a weighted group (with ``None``: how many
         have none left; 0 where the host has no v1 ``cpu`` hierarchy, e.g. a pure cgroup-v2
         host where nspawn shares one payload group). Never raises: a process that exits
-        while moved is skipped. A runner killed mid-heat leaves its empty groups behind
-        (``cleanup_stale`` does not know them).
+        while moved is skipped. The teardown removes the groups (:func:`destroy_from_state`),
+        and so does ``cleanup_stale`` after a runner killed mid-heat; the parent
+        ``aoe-territories`` goes with the last group in it (:func:`remove_cpu_group`).
         """
         if not (cpu_root / "cgroup.procs").is_file():
             return 0
@@ -1327,12 +1380,12 @@ class ContainerProvider(TerritoryProvider):
         for b in list(self._boxes.values()):
             if not b.cgroups:
                 continue
-            group = cpu_root / CGROUP_PARENT / f"aoe-{b.host_veth[3:]}"
+            group = cpu_group(f"aoe-{b.host_veth[3:]}", cpu_root)
             if weight is None:
-                done += remove_cgroup(group)
+                done += remove_cpu_group(group)
                 continue
             try:
-                group.mkdir(parents=True, exist_ok=True)
+                make_cpu_group(group)
                 (group / "cpu.shares").write_text(str(max(2, weight * 1024 // 100)))
                 inside = set((group / "cgroup.procs").read_text().split())
             except OSError:

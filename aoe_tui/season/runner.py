@@ -136,11 +136,15 @@ def heat_disk_need() -> int:
 BOOT_SLOTS = 3
 #: environment override of :data:`BOOT_SLOTS` (a whole number; 0 = no limit)
 BOOT_SLOTS_ENV = "AOE_BOOT_SLOTS"
-#: environment switch of the territories' CPU weights by phase with concurrent heats (``1`` =
-#: on; see :func:`aoe_tui.referee.heat.run_heat` ``cpu_weights``). Off by default: on a host
-#: with other work a booting territory at a low weight gets next to no CPU, and the season
-#: runs its heats one after another (docs/territories.md, "Fair shares between heats")
+#: environment switch of the territories' CPU weights by phase with concurrent heats (see
+#: :func:`cpu_weights_on` for the values; :func:`aoe_tui.referee.heat.run_heat` ``cpu_weights``).
+#: Off by default: on a host with other work a booting territory at a low weight gets next to
+#: no CPU, and the season runs its heats one after another (docs/territories.md, "Fair shares
+#: between heats")
 CPU_WEIGHTS_ENV = "AOE_CPU_WEIGHTS"
+#: values of :data:`CPU_WEIGHTS_ENV` (compared case-insensitively, spaces stripped)
+CPU_WEIGHTS_ON = ("1", "true", "yes", "on")
+CPU_WEIGHTS_OFF = ("", "0", "false", "no", "off")
 
 
 def boot_slots() -> int:
@@ -156,6 +160,33 @@ def boot_slots() -> int:
     if n < 0:
         raise AoeError(f"{BOOT_SLOTS_ENV} must be a whole number >= 0, got {text!r}")
     return n
+
+
+def cpu_weights_on() -> bool:
+    """Whether ``AOE_CPU_WEIGHTS`` asks for CPU weights by phase: :data:`CPU_WEIGHTS_ON`
+    (1/true/yes/on, any case) is on; unset or :data:`CPU_WEIGHTS_OFF` (empty/0/false/no/off)
+    is off. Raises :class:`AoeError` (one line naming the variable and the value) for
+    anything else, so a typo is not silently "off"."""
+    text = os.environ.get(CPU_WEIGHTS_ENV)
+    if text is None:
+        return False
+    value = text.strip().lower()
+    if value in CPU_WEIGHTS_ON:
+        return True
+    if value in CPU_WEIGHTS_OFF:
+        return False
+    raise AoeError(f"{CPU_WEIGHTS_ENV} must be one of 1/true/yes/on or 0/false/no/off (or empty), got {text!r}")
+
+
+def check_heat_env() -> None:
+    """Check the environment settings of heats on this machine (``AOE_BOOT_SLOTS``,
+    ``AOE_CPU_WEIGHTS``, ``AOE_MIN_FREE_MIB``) whatever the season's ``concurrent_heats``, so
+    a typo is reported on the first run, not on the day concurrency is raised. Called by
+    ``aoe run`` before the season folder is created or an image prepared, and by
+    :class:`SeasonRunner`. Raises :class:`AoeError` (one line) for a bad value."""
+    boot_slots()
+    cpu_weights_on()
+    heat_disk_need()
 
 
 class BootGate:
@@ -527,9 +558,11 @@ class SeasonRunner:
         self._export_waiting = False
         self._exports: set[asyncio.Task] = set()
         #: admission of booting territories across this machine's heats (:class:`BootGate`)
-        self.boot_gate = BootGate(boot_slots() if self.season.concurrent_heats > 1 else 0)
+        #: (both settings are read, so checked, whatever ``concurrent_heats`` is)
+        slots = boot_slots()
+        self.boot_gate = BootGate(slots if self.season.concurrent_heats > 1 else 0)
         #: territories weighted by phase (booting/finished yield to racing), with concurrent heats
-        self.cpu_weights = self.season.concurrent_heats > 1 and os.environ.get(CPU_WEIGHTS_ENV, "").strip() == "1"
+        self.cpu_weights = cpu_weights_on() and self.season.concurrent_heats > 1
         self.state = SeasonState()
         self.log: SeasonLogWriter | None = None
         self.abort_event = asyncio.Event()
