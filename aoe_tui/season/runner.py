@@ -76,8 +76,8 @@ from aoe_tui.domain.season_file import LoadedSeason, load_season
 from aoe_tui.errors import AoeError
 from aoe_tui.fsio import fmt_bytes, free_bytes, is_no_space, write_atomic
 from aoe_tui.replay.season_log import SeasonLogWriter
-from aoe_tui.runtime.procs import ForkedCallError, call_forked_idle
 from aoe_tui.replay.season_reducer import HeatState, RoundState, SeasonState, apply_season_record, reduce_season
+from aoe_tui.runtime.procs import ForkedCallError, call_forked_idle
 from aoe_tui.season.attempts import adapter_failures, attempt_stats, judge_attempt, usage_mismatches
 from aoe_tui.season.formats import Format, HeatResult, make_format
 from aoe_tui.season.observer import SeasonObserver
