@@ -143,18 +143,29 @@ async def test_leaking_territory_ends_its_heat_before_the_race_and_the_season_go
     r1, r2 = state.rounds[1], state.rounds[2]
     assert (r1.arena, r2.arena) == ("leaky-build", "first-build")
     leaky = r1.heats[1]
-    assert [a.attempt for a in leaky.attempts] == [1] and leaky.result.void  # recorded once, not retried
-    fin = leaky.attempts[0].finished
+    # the leak is recorded once and not retried: its attempt is the heat's last and voids it.
+    # An attempt before it can only be one the machine spoiled (a boot past its timeout on a
+    # loaded host), retried as any other
+    *spoiled, leak = leaky.attempts
+    assert leaky.result.void and [a.attempt for a in leaky.attempts] == list(range(1, len(leaky.attempts) + 1))
+    assert all(a.finished.outcome == "retry" and "guest-leak-audit" not in a.finished.detail for a in spoiled), \
+        [a.finished for a in spoiled]
+    fin = leak.finished
     assert fin.outcome == "void" and fin.failure_source == "arena"
     assert "guest-leak-audit: guest leak in builder-" in fin.detail
     assert "/var/lib/t/notes.txt contains the forbidden string 'hidden-clue-7f3'" in fin.detail
-    records = read_events(tmp_path / "out" / leaky.attempts[0].folder / "events.jsonl")
+    records = read_events(tmp_path / "out" / leak.folder / "events.jsonl")
     kinds = [r.event.kind for r in records]
     assert kinds == ["infrastructure_failure", "match_state_changed", "match_finished"]  # no agent ever started
     assert records[-1].event.reason == "guest leak audit failed"
-    assert not (tmp_path / "out" / leaky.attempts[0].folder / "agents").exists()
-    assert not r2.heats[1].result.void and r2.heats[1].result.winner is not None  # the season went on
+    assert not (tmp_path / "out" / leak.folder / "agents").exists()
     assert any("not retried" in line for line in lines)
+    # the season went on: the other heat was raced to its finish and counted (who won a
+    # 40 s race of three identical oracles is the machine's speed: a tie has no winner)
+    other = r2.heats[1]
+    assert not other.result.void and other.attempts[-1].finished.outcome == "counted"
+    raced = [r.event.kind for r in read_events(tmp_path / "out" / other.attempts[-1].folder / "events.jsonl")]
+    assert "agent_started" in raced and "match_finished" in raced
 
 
 def test_a_killed_layer_build_is_swept_with_its_mounts(tmp_path):

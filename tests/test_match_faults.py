@@ -1,7 +1,8 @@
 """Fault handling of a real heat on container territories (real verifiers, adapters, SSH).
 
-* a verifier that hangs is killed at its timeout, leaves no process, and does not
-  delay the other seats;
+* a verifier that hangs is killed at its timeout and leaves no process; the other seats
+  race on to a durable pass (that they are not delayed is asserted as an order of events
+  in ``tests/test_referee.py``);
 * an adapter that crashes is a ``harness`` failure and its competitor ends ``unavailable``;
 * a territory whose reboot never returns is an ``infrastructure_failure`` (source ``arena``);
 * SIGINT mid-match (``aoe match run`` in a subprocess) leaves a loadable log, a
@@ -115,12 +116,20 @@ async def test_hung_verifier_is_killed_and_does_not_delay_others(tmp_path, guest
     world, records, _ = await _heat(tmp_path, manifest, ["oracle", "oracle", "oracle"])
     two = [r.event for r in records if getattr(r.event, "territory", None) == "builder-two" and r.event.kind == "milestone_failed"]
     assert two and all(e.detail == "verifier timed out" for e in two)
-    assert world.winner in ("builder-one", "builder-three")
-    # one seat's 1 s hangs never delayed the others: durable as fast as usual
-    assert world.territories[world.winner].durable_at_ms < 12000
+    # the other seats raced on to a durable pass. That the hung checks did not delay them is
+    # an order of events, asserted where it is deterministic: test_referee.py's
+    # test_hung_verifier_does_not_delay_other_seats (the same supervisor and verifier runner,
+    # a hang held the whole heat). A wall-clock bound on a real race (boots, reboots, the
+    # agents' work) only measured the machine's load.
+    assert world.winner in ("builder-one", "builder-three") and world.finish_reason == "first durable deployment"
     listed = [int(p) for p in pids.read_text().split()]
     assert len(listed) >= 2
-    time.sleep(0.3)
+    # each shell was killed with its group at its timeout and reaped before its failure was
+    # logged; the orphaned sleeps die once the kernel runs them and init reaps them in its
+    # own time (seconds on a loaded host): wait for that, generously
+    deadline = time.monotonic() + 60
+    while [p for p in listed if _pid_alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not [p for p in listed if _pid_alive(p)], "a hung verifier process was left behind"
 
 

@@ -21,6 +21,7 @@ checked without a territory.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -156,9 +157,20 @@ async def sh(t: Territory, command: str, timeout_s: float = 30) -> ssh.CommandRe
     return await ssh.run(t.host, t.ssh_port, t.password, command, timeout_s=timeout_s)
 
 
-def chain(t: Territory, evidence_dir: Path, milestones=("service-up", "write-read", "service-restart")) -> dict:
+def _children_cpu_s() -> float:
+    """User + system CPU-seconds of this process's reaped descendants (a verifier, and what
+    it ran and waited for: bash, curl, the host-side entry and its guest command)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def chain(t: Territory, evidence_dir: Path, milestones=("service-up", "write-read", "service-restart"),
+          took: dict[str, tuple[float, float]] | None = None) -> dict:
     """Run first-build verifiers in order with the §4 environment; {milestone: (rc, stderr,
-    evidence or None)}, stopping at the first failure."""
+    evidence or None)}, stopping at the first failure. ``took`` (when given) gets each
+    verifier's (wall seconds, CPU-seconds of it and every process it waited for)."""
     evidence_dir.mkdir(parents=True, exist_ok=True)
     previous: dict = {}
     out = {}
@@ -168,8 +180,11 @@ def chain(t: Territory, evidence_dir: Path, milestones=("service-up", "write-rea
         env = dict(os.environ, AOE_TERRITORY_ID=t.id, AOE_HOST=t.host, AOE_SSH_PORT=str(t.ssh_port),
                    AOE_SERVICE_PORT=str(t.service_port), AOE_CREDENTIAL_FILE=str(t.credential_file),
                    AOE_PREVIOUS_EVIDENCE=str(evidence_dir / "previous.json"), AOE_EVIDENCE_FILE=str(ev))
+        t0, c0 = time.monotonic(), _children_cpu_s()
         p = subprocess.run([str(ARENA / "verify" / f"{m}.sh")], env=env, capture_output=True, text=True,
                            timeout=60, stdin=subprocess.DEVNULL)
+        if took is not None:
+            took[m] = (time.monotonic() - t0, _children_cpu_s() - c0)
         data = json.loads(ev.read_text()) if p.returncode == 0 else None
         out[m] = (p.returncode, p.stderr.strip(), data)
         if p.returncode != 0:
@@ -185,11 +200,12 @@ async def deploy(t: Territory, storage: str) -> None:
                         "systemctl enable builder-app.service -q && systemctl restart builder-app.service",
                         input=render_app(storage), timeout_s=30)
     assert res.exit_status == 0, res.stderr
-    for _ in range(50):
+    deadline = time.monotonic() + 60  # a state to wait for, not a speed: seconds on a loaded host
+    while time.monotonic() < deadline:
         if (await sh(t, "curl -sf http://127.0.0.1:8080/health || true")).stdout.strip() == "ready":
             return
-        time.sleep(0.1)
-    raise AssertionError("builder-app.service did not come up")
+        await asyncio.sleep(0.1)
+    raise AssertionError("builder-app.service did not come up in 60 s")
 
 
 #: the player's moves that would redirect a `systemctl` run through root's login shell:
@@ -306,18 +322,27 @@ async def test_http_probes_come_from_outside_the_guest(seat):
 @amod
 async def test_honest_restart_records_the_main_process_in_evidence(seat):
     """A durable service passes service-restart; the evidence shows a new main process,
-    a new systemd invocation and (seen from the host) a new process on the port."""
+    a new systemd invocation and (seen from the host) a new process on the port. Each
+    verifier's own work fits in its milestone's ``timeout_seconds``: its CPU-seconds, as
+    it could not pass even with a CPU to itself otherwise. Not its wall time, which is
+    the machine's load: service-restart uses about 0.35 CPU-s and took 1 s at load 38,
+    22 s at load 47 on 2 cores (past the referee's 15 s: so would a real heat there)."""
+    from aoe_tui.domain.arena import load_manifest
+
     _, t, work = seat
     await deploy(t, DURABLE_STORAGE)
-    t0 = time.monotonic()
-    out = chain(t, work / "honest")
-    took = time.monotonic() - t0
+    took: dict[str, tuple[float, float]] = {}
+    out = chain(t, work / "honest", took=took)
     assert all(v[0] == 0 for v in out.values()), out
     ev = out["service-restart"][2]
     assert ev["restart"] is True and ev["main_pid_before"] not in ("", "0")
     assert ev["main_pid_before"] != ev["main_pid_after"] and ev["invocation_before"] != ev["invocation_after"]
     assert ev["listener_before"] and ev["listener_after"] and ev["listener_before"] != ev["listener_after"]
-    assert took < 15, f"three verifiers took {took:.1f} s"
+    limit = {m.id: m.timeout_seconds for m in load_manifest(ARENA / "arena.toml").manifest.build.milestones}
+    assert took.keys() == {"service-up", "write-read", "service-restart"}
+    over = {m: f"{cpu:.1f} CPU-s, timeout_seconds {limit[m]}" for m, (_, cpu) in took.items() if cpu > limit[m]}
+    assert not over, f"verifiers that cannot finish in time even with a CPU to themselves: {over}"
+    print("verifiers: " + ", ".join(f"{m} {wall:.2f} s ({cpu:.2f} CPU-s)" for m, (wall, cpu) in took.items()))
 
 
 @pytest.mark.container
