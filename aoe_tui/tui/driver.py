@@ -304,7 +304,7 @@ class GuardedDriver(LinuxDriver):
         self.__writer = writer
 
     #: True from a SIGTSTP (Ctrl+Z: Textual leaves application mode and stops the process)
-    #: until the SIGCONT that resumes it
+    #: until the SIGCONT that resumes it (not ``bg``'s: see :meth:`_sigcont_application`)
     _suspended = False
 
     def _sigtstp_application(self, *args: Any) -> None:
@@ -316,9 +316,15 @@ class GuardedDriver(LinuxDriver):
         after a plain SIGSTOP (``aoe serve`` pauses its spare view so, :mod:`aoe_tui.serve.views`)
         or the one the kernel sends with a hang-up finds application mode still on: Textual's
         handler would start it a second time (new input and writer threads on one terminal)."""
-        if self._suspended:
+        if not self._suspended:
+            return
+        writer = self.__writer
+        super()._sigcont_application(*args)
+        # ``bg``'s SIGCONT finds the process in the background: Textual's resume gives up at
+        # its first terminal write (SIGTTOU stops the process again, no new writer started), so
+        # the SIGCONT of the ``fg`` that follows must still resume it
+        if self.__writer is not writer or not self._auto_restart:
             self._suspended = False
-            super()._sigcont_application(*args)
 
     def bound_output(self, seconds: float) -> None:
         """A stop signal arrived: from ``seconds`` (s) on, output the terminal has not taken
