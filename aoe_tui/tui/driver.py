@@ -31,8 +31,10 @@ write error, and, once a stop signal set a deadline (:meth:`GuardedDriver.bound_
 called by :func:`aoe_tui.tui.app.run_in_terminal`), gives up a terminal that has not taken
 the output by then.
 
-A SIGCONT resumes application mode only after the driver's own SIGTSTP (Ctrl+Z) left it;
-a process stopped with SIGSTOP (``aoe serve``'s paused spare view) just goes on.
+A SIGCONT resumes application mode only after the driver's own SIGTSTP (Ctrl+Z) left it,
+and until a resume really restarted it (``bg`` continues the view in the background, where
+Textual's resume stops it again; the ``fg`` after it resumes it); a process stopped with
+SIGSTOP (``aoe serve``'s paused spare view) just goes on.
 
 :func:`driver_class` is what :class:`~aoe_tui.tui.app.AoeApp` passes to Textual (every
 view: ``aoe run``, ``aoe watch``, ``aoe replay``, ``aoe demo``, SSH spectators).
