@@ -247,3 +247,35 @@ async def test_call_forked_idle_child_keeps_no_inherited_fd(tmp_path):
     finally:
         os.close(r)
         await asyncio.wait_for(call, 30)
+
+
+async def test_call_forked_idle_cancelled_leaves_no_zombie(tmp_path):
+    """Cancelling the wait (the season stopped, the loop shutting down) lets the child finish
+    its writing, and it is reaped then: no zombie for the rest of the process's life (``aoe
+    run``'s TUI stays up after a stop)."""
+    started = tmp_path / "pid"
+
+    def work() -> None:
+        started.write_text(str(os.getpid()))
+        time.sleep(0.5)
+        (tmp_path / "done").write_text("x")
+
+    call = asyncio.create_task(call_forked_idle(work))
+    while not started.exists() or not started.read_text():
+        await asyncio.sleep(0.01)
+    child = int(started.read_text())
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+
+    def state() -> str:
+        try:
+            return open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return "gone"
+
+    end = time.monotonic() + 10
+    while state() != "gone":
+        assert time.monotonic() < end, f"the cancelled call's child is {state()!r}, not reaped"
+        await asyncio.sleep(0.05)
+    assert (tmp_path / "done").exists()

@@ -144,6 +144,11 @@ _FORK_BLOCKED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, s
 _FORK_ERR_MAX = 2000
 
 
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
 def _max_fd() -> int:
     try:
         return max(int(n) for n in os.listdir("/proc/self/fd")) + 1
@@ -168,7 +173,7 @@ async def call_forked_idle(fn: Callable[..., object], *args: Any) -> None:
 
     Raises :class:`ForkedCallError` (the child's ``Type: message`` line, or how it ended)
     and ``OSError`` when no child can be forked. Cancelling the wait leaves the child to
-    finish on its own."""
+    finish on its own (a daemon thread reaps it)."""
     r, w = os.pipe()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_BLOCKED)
     try:
@@ -221,6 +226,9 @@ async def call_forked_idle(fn: Callable[..., object], *args: Any) -> None:
                 os.close(fd)
             status = os.waitpid(pid, 0)[1]
         err = os.read(r, _FORK_ERR_MAX).decode("utf-8", "replace").strip()
+    except asyncio.CancelledError:  # the child finishes on its own: reaped then, not left a zombie
+        threading.Thread(target=_reap, args=(pid,), name=f"reap-{pid}", daemon=True).start()
+        raise
     finally:
         os.close(r)
     if err:
