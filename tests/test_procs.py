@@ -213,3 +213,69 @@ async def test_call_forked_idle_runs_on_the_forks_state_at_idle_priority_and_rep
 
     with pytest.raises(ForkedCallError, match="killed by signal 9"):
         await call_forked_idle(die, None)
+
+
+async def test_call_forked_idle_child_keeps_no_inherited_fd(tmp_path):
+    """The forked child closes what it inherited: a pipe another thread made for its own
+    subprocess (its EOF must not wait for the idle child) and an flock (it dies with the
+    parent, e.g. the season folder's lock of a SIGKILLed runner)."""
+    import fcntl
+
+    r, w = os.pipe()
+    lock = os.open(tmp_path / "lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    started = tmp_path / "started"
+
+    def work() -> None:
+        started.write_text("x")
+        time.sleep(3)
+
+    call = asyncio.create_task(call_forked_idle(work))
+    try:
+        while not started.exists():
+            await asyncio.sleep(0.01)
+        os.close(w)
+        os.close(lock)  # the parent's last copy: the lock is free unless the child kept one
+        t0 = time.monotonic()
+        assert await asyncio.to_thread(os.read, r, 1) == b""
+        assert time.monotonic() - t0 < 1.0, "the pipe's EOF waited for the child"
+        other = os.open(tmp_path / "lock", os.O_RDWR)
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    finally:
+        os.close(r)
+        await asyncio.wait_for(call, 30)
+
+
+async def test_call_forked_idle_cancelled_leaves_no_zombie(tmp_path):
+    """Cancelling the wait (the season stopped, the loop shutting down) lets the child finish
+    its writing, and it is reaped then: no zombie for the rest of the process's life (``aoe
+    run``'s TUI stays up after a stop)."""
+    started = tmp_path / "pid"
+
+    def work() -> None:
+        started.write_text(str(os.getpid()))
+        time.sleep(0.5)
+        (tmp_path / "done").write_text("x")
+
+    call = asyncio.create_task(call_forked_idle(work))
+    while not started.exists() or not started.read_text():
+        await asyncio.sleep(0.01)
+    child = int(started.read_text())
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+
+    def state() -> str:
+        try:
+            return open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return "gone"
+
+    end = time.monotonic() + 10
+    while state() != "gone":
+        assert time.monotonic() < end, f"the cancelled call's child is {state()!r}, not reaped"
+        await asyncio.sleep(0.05)
+    assert (tmp_path / "done").exists()

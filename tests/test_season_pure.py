@@ -3,9 +3,11 @@ exports (csv/json/md and HTML read back in a real headless chromium)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -314,6 +316,54 @@ def test_season_folder_is_held_by_one_runner_and_freed_by_sigkill(tmp_path):
         except SeasonBusyError:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def test_season_folder_is_freed_by_sigkill_while_a_forked_export_runs(tmp_path):
+    """The standings export after a heat runs in a forked child (runtime/procs.call_forked_idle)
+    that outlives a runner killed with SIGKILL: it must not keep the folder's lock (an inherited
+    fd of the flock), or the resume is refused until the idle-priority child ends."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from aoe_tui.season.runner import SeasonBusyError, hold_season_folder
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import asyncio, os, sys, time, types; from pathlib import Path\n"
+         "from aoe_tui.season.runner import SeasonRunner, hold_season_folder\n"
+         "def write(folder, state):\n    print('export', os.getpid(), flush=True); time.sleep(30)\n"
+         "async def main(d):\n"
+         "    me = types.SimpleNamespace(write_exports=write, dir=d, state={}, cluster=None, say=print,\n"
+         "                               _export_lock=asyncio.Lock(), _export_waiting=True)\n"
+         "    await SeasonRunner._export_in_background(me)\n"
+         "with hold_season_folder(Path(sys.argv[1])):\n    asyncio.run(main(Path(sys.argv[1])))",
+         str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    child = None
+    try:
+        word, pid = holder.stdout.readline().split()
+        assert word == "export"
+        child = int(pid)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                with hold_season_folder(tmp_path):
+                    break
+            except SeasonBusyError:
+                assert time.monotonic() < deadline, "the export child still holds the season folder"
+                time.sleep(0.05)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------- cups across arenas

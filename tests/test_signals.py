@@ -618,3 +618,42 @@ def test_watch_continued_after_sigstop_goes_on_and_ctrl_z_still_suspends(tmp_pat
         assert term.proc.poll() is None
     finally:
         term.close()
+
+
+def test_watch_ctrl_z_then_bg_then_fg_in_a_job_control_shell_comes_back(tmp_path):
+    """Ctrl+Z, ``bg``, ``fg`` in a shell: ``bg``'s SIGCONT finds the view in the background
+    (Textual's resume stops it again at its first terminal write, SIGTTOU), and ``fg``'s
+    SIGCONT must then bring application mode back: the driver's own SIGTSTP is still what
+    that second SIGCONT follows (GuardedDriver ignores only a SIGCONT after a plain SIGSTOP)."""
+    from aoe_tui.testing.feeder import SeasonFeeder
+
+    feeder = SeasonFeeder(REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json",
+                          tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    term = Term([shutil.which("bash"), "--norc", "--noprofile", "-i"], env={"PS1": "$ "})
+    try:
+        term.send(f"{sys.executable} -m aoe_tui.cli watch {feeder.out}\r".encode())
+        wait_until(lambda: ALT_SCREEN in term.modes()[0] and "season" in term.text(), 60, "the watch view", term.proc)
+        # the ctty helper execs the shell: its pid is the shell's, the view is its child
+        view = int(subprocess.run(["pgrep", "-P", str(term.proc.pid)], capture_output=True, text=True).stdout.split()[0])
+
+        def state() -> str:
+            return open(f"/proc/{view}/stat").read().rsplit(")", 1)[1].split()[0]
+
+        time.sleep(0.5)
+        os.kill(view, signal.SIGTSTP)  # what Ctrl+Z's action sends
+        wait_until(lambda: state() == "T" and ALT_SCREEN not in term.modes()[0], 10, "Ctrl+Z to suspend", term.proc)
+        time.sleep(0.3)
+        term.send(b"bg\r")
+        time.sleep(1.0)
+        wait_until(lambda: state() == "T", 10, "the view in the background to stop again (SIGTTOU)", term.proc)
+        term.send(b"fg\r")
+        wait_until(lambda: ALT_SCREEN in term.modes()[0] and state() != "T", 15,
+                   "fg to bring the view back into application mode", term.proc)
+    finally:
+        for pid in subprocess.run(["pgrep", "-P", str(term.proc.pid)], capture_output=True, text=True).stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        term.proc.kill()  # an interactive shell ignores SIGTERM
+        term.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import queue
@@ -143,6 +144,18 @@ _FORK_BLOCKED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, s
 _FORK_ERR_MAX = 2000
 
 
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _max_fd() -> int:
+    try:
+        return max(int(n) for n in os.listdir("/proc/self/fd")) + 1
+    except (OSError, ValueError):
+        return os.sysconf("SC_OPEN_MAX")
+
+
 async def call_forked_idle(fn: Callable[..., object], *args: Any) -> None:
     """Run ``fn(*args)`` in a forked child process at idle priority and wait for it to exit
     without blocking the running loop (its pidfd, as :func:`wait_exited`).
@@ -155,11 +168,12 @@ async def call_forked_idle(fn: Callable[..., object], *args: Any) -> None:
     (copy-on-write; no snapshot needed), has only the calling thread, runs with the stop
     signals (``SIGINT``, ``SIGTERM``, ``SIGHUP``, ``SIGQUIT``, ``SIGUSR1/2``) blocked so it
     finishes what it writes, and leaves with ``os._exit`` (no ``atexit``, no buffers of the
-    parent's flushed twice). ``fn`` must not touch the event loop or the parent's sockets.
+    parent's flushed twice). The child closes every inherited fd but 0-2 (so ``fn`` must not
+    use the parent's files, sockets or event loop; it opens what it writes).
 
     Raises :class:`ForkedCallError` (the child's ``Type: message`` line, or how it ended)
     and ``OSError`` when no child can be forked. Cancelling the wait leaves the child to
-    finish on its own."""
+    finish on its own (a daemon thread reaps it)."""
     r, w = os.pipe()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_BLOCKED)
     try:
@@ -172,7 +186,16 @@ async def call_forked_idle(fn: Callable[..., object], *args: Any) -> None:
     if pid == 0:  # the child: never returns
         code = 0
         try:
-            os.close(r)
+            # every fd inherited but stdio and the error pipe: an flock (the season folder's
+            # lock must die with a SIGKILLed parent), sockets, and pipes other threads were
+            # creating for their subprocesses (an exec-error or output pipe held here would
+            # delay their EOF until this idle child ends); no cyclic gc may finalize a file
+            # object of a closed fd whose number ``fn`` reuses
+            gc.disable()
+            with contextlib.suppress(ValueError):  # the loop's signal wakeup socket is closed below
+                signal.set_wakeup_fd(-1)
+            os.closerange(3, w)
+            os.closerange(w + 1, _max_fd())
             with contextlib.suppress(AttributeError, OSError):
                 os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
             fn(*args)
@@ -203,6 +226,9 @@ async def call_forked_idle(fn: Callable[..., object], *args: Any) -> None:
                 os.close(fd)
             status = os.waitpid(pid, 0)[1]
         err = os.read(r, _FORK_ERR_MAX).decode("utf-8", "replace").strip()
+    except asyncio.CancelledError:  # the child finishes on its own: reaped then, not left a zombie
+        threading.Thread(target=_reap, args=(pid,), name=f"reap-{pid}", daemon=True).start()
+        raise
     finally:
         os.close(r)
     if err:

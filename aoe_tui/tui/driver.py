@@ -31,8 +31,10 @@ write error, and, once a stop signal set a deadline (:meth:`GuardedDriver.bound_
 called by :func:`aoe_tui.tui.app.run_in_terminal`), gives up a terminal that has not taken
 the output by then.
 
-A SIGCONT resumes application mode only after the driver's own SIGTSTP (Ctrl+Z) left it;
-a process stopped with SIGSTOP (``aoe serve``'s paused spare view) just goes on.
+A SIGCONT resumes application mode only after the driver's own SIGTSTP (Ctrl+Z) left it,
+and until a resume really restarted it (``bg`` continues the view in the background, where
+Textual's resume stops it again; the ``fg`` after it resumes it); a process stopped with
+SIGSTOP (``aoe serve``'s paused spare view) just goes on.
 
 :func:`driver_class` is what :class:`~aoe_tui.tui.app.AoeApp` passes to Textual (every
 view: ``aoe run``, ``aoe watch``, ``aoe replay``, ``aoe demo``, SSH spectators).
@@ -304,7 +306,7 @@ class GuardedDriver(LinuxDriver):
         self.__writer = writer
 
     #: True from a SIGTSTP (Ctrl+Z: Textual leaves application mode and stops the process)
-    #: until the SIGCONT that resumes it
+    #: until the SIGCONT that resumes it (not ``bg``'s: see :meth:`_sigcont_application`)
     _suspended = False
 
     def _sigtstp_application(self, *args: Any) -> None:
@@ -316,9 +318,15 @@ class GuardedDriver(LinuxDriver):
         after a plain SIGSTOP (``aoe serve`` pauses its spare view so, :mod:`aoe_tui.serve.views`)
         or the one the kernel sends with a hang-up finds application mode still on: Textual's
         handler would start it a second time (new input and writer threads on one terminal)."""
-        if self._suspended:
+        if not self._suspended:
+            return
+        writer = self.__writer
+        super()._sigcont_application(*args)
+        # ``bg``'s SIGCONT finds the process in the background: Textual's resume gives up at
+        # its first terminal write (SIGTTOU stops the process again, no new writer started), so
+        # the SIGCONT of the ``fg`` that follows must still resume it
+        if self.__writer is not writer or not self._auto_restart:
             self._suspended = False
-            super()._sigcont_application(*args)
 
     def bound_output(self, seconds: float) -> None:
         """A stop signal arrived: from ``seconds`` (s) on, output the terminal has not taken
