@@ -31,7 +31,9 @@ write error, and, once a stop signal set a deadline (:meth:`GuardedDriver.bound_
 called by :func:`aoe_tui.tui.app.run_in_terminal`), gives up a terminal that has not taken
 the output by then.
 
-A SIGCONT resumes application mode only after the driver's own SIGTSTP (Ctrl+Z) left it,
+A SIGCONT resumes application mode only after the driver's own SIGTSTP left it (``kill
+-TSTP``; the Ctrl+Z key itself reaches a view in raw mode as a key, not a signal, and no view
+binds it),
 and until a resume really restarted it (``bg`` continues the view in the background, where
 Textual's resume stops it again; the ``fg`` after it resumes it); a process stopped with
 SIGSTOP (``aoe serve``'s paused spare view) just goes on.
@@ -305,7 +307,7 @@ class GuardedDriver(LinuxDriver):
             writer = TerminalWriter(writer._file)
         self.__writer = writer
 
-    #: True from a SIGTSTP (Ctrl+Z: Textual leaves application mode and stops the process)
+    #: True from a SIGTSTP (Textual leaves application mode and stops the process)
     #: until the SIGCONT that resumes it (not ``bg``'s: see :meth:`_sigcont_application`)
     _suspended = False
 
