@@ -369,7 +369,8 @@ def test_run_help_names_the_settings_of_heats_at_once(capsys):
     text = " ".join(capsys.readouterr().out.split())
     default_heats = SeasonFile.model_fields["concurrent_heats"].default
     assert f"concurrent_heats in the season file (default {default_heats})" in text
-    assert re.search(rf"AOE_BOOT_SLOTS=N .*\(default {BOOT_SLOTS}, 0 = no limit\)", text)
+    assert re.search(rf"AOE_BOOT_SLOTS=N .*\(default {BOOT_SLOTS}, 0 = no limit; a heat of more than N boots alone\)",
+                     text)
     assert "AOE_CPU_WEIGHTS=1 (or true/yes/on; off by default)" in text
     assert 'docs/territories.md, "Fair shares between heats"' in text
     assert "**Fair shares between heats" in (REPO / "docs" / "territories.md").read_text()
