@@ -289,7 +289,6 @@ def test_season_folder_is_held_by_one_runner_and_freed_by_sigkill(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
     from aoe_tui.season.runner import SeasonBusyError, hold_season_folder
 
@@ -308,14 +307,7 @@ def test_season_folder_is_held_by_one_runner_and_freed_by_sigkill(tmp_path):
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            with hold_season_folder(tmp_path):
-                break
-        except SeasonBusyError:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    _held_again_within(tmp_path, 5, "the killed holder's lock was not freed")
 
 
 def test_season_folder_is_freed_by_sigkill_while_a_forked_export_runs(tmp_path):
@@ -325,9 +317,7 @@ def test_season_folder_is_freed_by_sigkill_while_a_forked_export_runs(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
-    from aoe_tui.season.runner import SeasonBusyError, hold_season_folder
 
     holder = subprocess.Popen(
         [sys.executable, "-c",
@@ -349,14 +339,7 @@ def test_season_folder_is_freed_by_sigkill_while_a_forked_export_runs(tmp_path):
         child = int(pid)
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                with hold_season_folder(tmp_path):
-                    break
-            except SeasonBusyError:
-                assert time.monotonic() < deadline, "the export child still holds the season folder"
-                time.sleep(0.05)
+        _held_again_within(tmp_path, 5, "the export child still holds the season folder")
     finally:
         if holder.poll() is None:
             holder.kill()
@@ -635,3 +618,19 @@ def test_multi_arena_html_page(multi_state, tmp_path):
     assert [r[1] for r in tables["standings"][1:]] == ["bravo", "alpha", "charlie", "delta"]  # league: no 🏆
     (tmp_path / "standings.html").write_text(page)
     assert read_table_in_chromium(tmp_path / "standings.html", tmp_path, "arena-breakdown") == brk
+
+
+def _held_again_within(folder, seconds: float, why: str) -> None:
+    """``hold_season_folder(folder)`` succeeds within ``seconds`` (polled every 50 ms)."""
+    import time
+
+    from aoe_tui.season.runner import SeasonBusyError, hold_season_folder
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with hold_season_folder(folder):
+                return
+        except SeasonBusyError:
+            assert time.monotonic() < deadline, why
+            time.sleep(0.05)

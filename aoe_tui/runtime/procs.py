@@ -116,12 +116,20 @@ async def wait_exited(proc: subprocess.Popen) -> int:
     falls back to polling every :data:`POLL_S` seconds where ``pidfd_open`` is
     missing. Cancelling the wait leaves the process running (the caller kills it).
     """
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
+    if not await _pidfd_exited(proc.pid):
         while proc.poll() is None:
             await asyncio.sleep(POLL_S)
         return proc.returncode
+    return proc.wait()  # it has exited: returns at once
+
+
+async def _pidfd_exited(pid: int) -> bool:
+    """Wait on the running loop until child ``pid`` has exited (not reaped); False at once
+    where the kernel has no pidfd (the caller polls instead)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return False
     loop = asyncio.get_running_loop()
     done = loop.create_future()
     loop.add_reader(fd, lambda: done.done() or done.set_result(None))
@@ -130,7 +138,7 @@ async def wait_exited(proc: subprocess.Popen) -> int:
     finally:
         loop.remove_reader(fd)
         os.close(fd)
-    return proc.wait()  # it has exited: returns at once
+    return True
 
 
 class ForkedCallError(Exception):
@@ -209,22 +217,12 @@ async def call_forked_idle(fn: Callable[..., object], *args: Any) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
     os.close(w)
     try:
-        try:
-            fd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
+        if await _pidfd_exited(pid):
+            status = os.waitpid(pid, 0)[1]
+        else:
             while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0:
                 await asyncio.sleep(POLL_S)
             status = ended[1]
-        else:
-            loop = asyncio.get_running_loop()
-            done = loop.create_future()
-            loop.add_reader(fd, lambda: done.done() or done.set_result(None))
-            try:
-                await done
-            finally:
-                loop.remove_reader(fd)
-                os.close(fd)
-            status = os.waitpid(pid, 0)[1]
         err = os.read(r, _FORK_ERR_MAX).decode("utf-8", "replace").strip()
     except asyncio.CancelledError:  # the child finishes on its own: reaped then, not left a zombie
         threading.Thread(target=_reap, args=(pid,), name=f"reap-{pid}", daemon=True).start()
