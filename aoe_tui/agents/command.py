@@ -45,6 +45,11 @@ BUDGET_SUMMARY = "agent exceeded its configured budget"
 DEADLINE_SUMMARY = "agent exceeded its deadline"
 #: Summary of an adapter killed by :meth:`AgentRun.stop` (ours; the referee emits ``agent_terminated``).
 STOPPED_SUMMARY = "agent was stopped by the controller"
+#: Summary of an agent whose SSH session the referee's own host reboot cut (status
+#: ``interrupted``, failure source ``arena``: never a retry), when ``agents/<id>/referee-reboot``
+#: exists (upstream-format.md §3.4 and §5.6, upstream's claux adapter; the exact text of
+#: upstream's ``agent_interrupted`` events).
+REBOOT_SUMMARY = "agent session was interrupted by the referee's host reboot"
 
 
 def adapter_environment(ctx: AgentContext, base: dict[str, str] | None = None) -> dict[str, str]:

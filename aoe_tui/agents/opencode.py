@@ -88,7 +88,7 @@ import asyncssh
 
 from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun
 from aoe_tui.domain.agent_usage import Usage
-from aoe_tui.agents.command import DEADLINE_SUMMARY, STOPPED_SUMMARY, apply_budget
+from aoe_tui.agents.command import DEADLINE_SUMMARY, REBOOT_SUMMARY, STOPPED_SUMMARY, apply_budget
 from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
 from aoe_tui.fsio import write_atomic, write_json_atomic
 from aoe_tui.errors import AoeError
@@ -838,7 +838,7 @@ class OpencodeRun(AgentRun):
                 notes.append(f"opencode exit status {rc}")
             return AdapterStatus.COMPLETED, summary + (f" [{'; '.join(notes)}]" if notes else "")
         if lost and self.ctx.reboot_marker.exists():
-            return AdapterStatus.INTERRUPTED, "agent session was interrupted by the referee's host reboot"
+            return AdapterStatus.INTERRUPTED, REBOOT_SUMMARY
         if cut == "idle":
             if permission:
                 return (AdapterStatus.HARNESS_ERROR,
@@ -954,7 +954,7 @@ class OpencodeRun(AgentRun):
                 return self._finish(AdapterStatus.HARNESS_ERROR, str(exc))
             except (asyncssh.Error, OSError) as exc:
                 if self.ctx.reboot_marker.exists():
-                    return self._finish(AdapterStatus.INTERRUPTED, "agent session was interrupted by the referee's host reboot")
+                    return self._finish(AdapterStatus.INTERRUPTED, REBOOT_SUMMARY)
                 summary = f"SSH to territory {self.ctx.territory.id} failed: {exc or type(exc).__name__}"
                 return self._finish(AdapterStatus.UNAVAILABLE, " ".join(summary.split())[:300])
             except Exception as exc:  # a bug: never a traceback to the referee

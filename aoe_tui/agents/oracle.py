@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun
 from aoe_tui.domain.agent_usage import Usage
-from aoe_tui.agents.command import DEADLINE_SUMMARY, STOPPED_SUMMARY, apply_budget
+from aoe_tui.agents.command import DEADLINE_SUMMARY, REBOOT_SUMMARY, STOPPED_SUMMARY, apply_budget
 from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
 
 if TYPE_CHECKING:  # imported when first used: `aoe match run` starts its territories meanwhile
@@ -97,7 +97,10 @@ exit 1
 
 
 class _Unreachable(Exception):
-    """The territory could not be reached over SSH (→ ``unavailable``)."""
+    """The territory could not be reached over SSH, or the session was lost: ``unavailable``
+    (failure source ``provider``: the attempt is re-run), or ``interrupted`` (source
+    ``arena``, :data:`~aoe_tui.agents.command.REBOOT_SUMMARY`) once the referee has written
+    ``agents/<id>/referee-reboot`` (§3.4: its host reboot ends every session)."""
 
 
 class BuilderRun(AgentRun):
@@ -209,6 +212,8 @@ class BuilderRun(AgentRun):
             raise
         except _Unreachable as exc:
             self.activity.append(str(exc))
+            if self.ctx.reboot_marker.exists():  # the referee's reboot cut the session (§3.4)
+                return self._finish(AdapterStatus.INTERRUPTED, REBOOT_SUMMARY, self.usage)
             return self._finish(AdapterStatus.UNAVAILABLE, str(exc), self.usage)
         except Exception as exc:  # a bug or a local I/O error: never a traceback to the referee
             summary = f"{self.adapter.name} adapter failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]

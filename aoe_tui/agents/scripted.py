@@ -193,6 +193,8 @@ class PackageBuilderRun(BuilderRun):
             script = a.script.read_text(encoding="utf-8")
         except OSError as exc:
             return AdapterStatus.HARNESS_ERROR, f"{a.name}: cannot read {a.script}: {exc.strerror or exc}"
+        import asyncssh
+
         step = 0
         summary = ""
         errors: list[str] = []
@@ -228,8 +230,13 @@ class PackageBuilderRun(BuilderRun):
                         errors.append(line[:300])
                         del errors[:-20]
 
-            await asyncio.gather(read_out(), read_err())
-            res = await proc.wait()
+            try:
+                await asyncio.gather(read_out(), read_err())
+                res = await proc.wait()
+            except (asyncssh.Error, OSError) as exc:  # the session was lost (a reboot, a dead guest)
+                from aoe_tui.agents.oracle import _Unreachable
+
+                raise _Unreachable(f"SSH session to {self.ctx.territory.id} lost: {exc}") from None
         finally:
             conn.close()
         if step == 0:
