@@ -200,9 +200,10 @@ RESUMED_AT = STOPPED_AT + 3_600_000
 
 def build_stopped_season_folder(root: Path, resumed: bool = False) -> Path:
     """:func:`build_season_folder`'s season, then round 2 heat 2 starts (provisioning: its
-    folder holds ``arena.json``, no event log yet) and the runner is stopped by SIGINT (``aoe run``'s Ctrl+C): round 2 heat
-    1's log ends with the abort the runner writes (match aborted, "operator interrupt") and
-    ``season_stopped`` names both open attempts, at :data:`STOPPED_AT`.
+    folder holds ``arena.json``, no event log yet) and the runner is stopped by SIGINT
+    (``aoe run``'s Ctrl+C): round 2 heat 1's log ends with the abort the runner writes
+    (match aborted, "operator interrupt") and ``season_stopped`` names both open attempts,
+    at :data:`STOPPED_AT`.
 
     ``resumed``: an hour later (:data:`RESUMED_AT`) the same ``aoe run`` resumes it as the
     runner does: ``season_resumed``, round 2 heat 1 attempt 1 kept as
