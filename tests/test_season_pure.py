@@ -166,6 +166,40 @@ def test_season_stopped_keeps_the_open_attempt_for_the_resume(tmp_path):
         reduce_season([*recs, done, late])
 
 
+def test_a_stop_or_a_resume_cuts_off_the_open_attempts_the_resume_still_interrupts(tmp_path):
+    """What a view needs of a stopped season, from the reducer: the attempts the stop left
+    open are ``cut_off`` (not :meth:`running_attempts`, not ``live``) but stay open for the
+    resume (``open_attempts``, ``status`` running) until its ``attempt_interrupted``; a
+    resume after a runner killed without ``season_stopped`` cuts them off too; an attempt
+    started after the resume is live."""
+    log = tmp_path / "season.jsonl"
+    _season_log(log)
+    recs = read_season_log(log)
+    running = reduce_season(recs)
+    (h, att), = running.running_attempts()
+    assert (h.key, att.attempt) == ((1, 2), 2) and att.live and not att.cut_off
+    for first in ("stopped", "killed"):
+        extra = [se.SeasonStopped(reason="SIGINT", pid=42, open_attempts=["r1h2a2"])] if first == "stopped" else []
+        extra += [se.SeasonResumed(pid=43),
+                  se.AttemptInterrupted(round=1, heat=2, attempt=2, renamed_to="round-1/heat-2/attempt-2.interrupted-1"),
+                  se.AttemptStarted(round=1, heat=2, attempt=2, folder="round-1/heat-2/attempt-2")]
+        more = [se.SeasonRecord(sequence=len(recs) + i, time_unix_ms=2000 + i, event=e) for i, e in enumerate(extra)]
+        k = 1 if first == "stopped" else 0
+        if first == "stopped":
+            stopped = reduce_season(recs + more[:1])
+            assert stopped.stopped is not None and stopped.running_attempts() == []
+            (h, att), = stopped.open_attempts()
+            assert (h.key, att.attempt, att.status, att.cut_off, att.live) == ((1, 2), 2, "running", True, False)
+        resumed = reduce_season(recs + more[:k + 1])  # season_resumed: not re-run yet
+        assert resumed.stopped is None and resumed.running_attempts() == []
+        assert [(h.key, a.attempt) for h, a in resumed.open_attempts()] == [((1, 2), 2)]
+        rerun = reduce_season(recs + more)
+        h2 = rerun.rounds[1].heats[2]
+        assert [(a.status, a.cut_off, a.live) for a in h2.attempts] == [
+            ("finished", False, False), ("interrupted", True, False), ("running", False, True)]
+        assert [(h.key, a.attempt) for h, a in rerun.running_attempts()] == [((1, 2), 2)]
+
+
 def test_an_attempt_killed_before_its_folder_existed_is_interrupted_with_nothing_kept(tmp_path):
     """A runner killed between ``attempt_started`` and making the attempt's folder: the
     resume logs ``renamed_to: null`` (no folder claimed that does not exist) and re-runs it."""

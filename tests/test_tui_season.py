@@ -662,3 +662,160 @@ async def test_help_lists_the_breakdown_key_in_a_cup_across_arenas(season_dir, m
     assert help_text(True) == help_text(True, multi_arena=False)
     assert help_text(True, multi_arena=True).replace("  a            per-arena breakdown (a cup across arenas)\n",
                                                      "") == help_text(True)
+
+
+# --------------------------------------------------------------------------- a stopped season
+
+
+@pytest.fixture(scope="module")
+def stopped_dir(tmp_path_factory) -> Path:
+    from tui_fixtures import build_stopped_season_folder
+
+    return build_stopped_season_folder(tmp_path_factory.mktemp("tui-stopped"))
+
+
+def bracket_text(app: AoeApp) -> str:
+    from textual.geometry import Region
+
+    table = app.screen.query_one("#bracket", DataTable)
+    return "\n".join(line.text for line in table.render_lines(Region(0, 0, app.size.width, table.row_count + 1)))
+
+
+async def test_a_stopped_season_says_so_and_its_clock_stands_still(stopped_dir):
+    """From a new user's trial: ``aoe watch`` of a season whose ``aoe run`` was stopped
+    (Ctrl+C: ``season_stopped``) looked as if it still ran — its clock ticked on, the status
+    line said "1 provisioning, 1 finishing" and the bracket kept its ▶ markers. Now the
+    status line says STOPPED and how to resume, the clock stands at the stop however late
+    the view looks, the cut-off attempts are interrupted, nothing is marked running and the
+    screen no longer wakes every second."""
+    from tui_fixtures import STOPPED_AT
+
+    app = watch_app(stopped_dir, follow=False)
+    now = [STOPPED_AT + 8_000]
+    app.now_ms = lambda: now[0]
+    app.monotonic = lambda: 1000.0
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, SeasonScreen)
+
+        def status() -> str:
+            return str(screen.query_one("#season-status").text)
+
+        # 84 s of the first run session (to its last record before season_resumed) and 28 s
+        # of the second, to its season_stopped
+        stopped = "clock 01:52 · STOPPED by SIGINT · round 2 · heats 2/4 finished · the same aoe run resumes it"
+        assert app.season.clock_ms(now[0]) == 112_000 and status() == stopped
+        now[0] += 3_600_000  # an hour later: the clock has not moved
+        screen.refresh_view()
+        assert app.season.clock_ms(now[0]) == 112_000 and status() == stopped
+        rows = rows_by_key(app)
+        assert not [k for k, r in rows.items() if r.running] and app.season.running_folders() == []
+        assert rows["r2"].state == "stopped"
+        assert rows["r2h1"].state == rows["r2h2"].state == "interrupted"
+        assert rows["r2h1"].folder == "round-2/heat-1/attempt-1"  # enter opens the aborted heat
+        cut = rows["r2h1a1#1"]
+        assert cut.state == "interrupted" and cut.entrants == "cut off by the stop; the resume re-runs it"
+        assert rows["r2h2a1#0"].state == "interrupted"
+        shown = bracket_text(app)
+        assert "▶" not in shown and "interrupted" in shown and "provisioning" not in shown
+        assert "finishing" not in shown and "racing" not in shown
+        assert screen._timer is None  # nothing moves: no wake-ups
+        log = str(screen.query_one("#season-log").text)
+        assert "stopped (SIGINT, pid 4343); aborted r2h1a1, r2h2a1; the same aoe run resumes" in log
+        # the aborted heat opens at its last clock
+        table = screen.query_one("#bracket", DataTable)
+        table.move_cursor(row=table.get_row_index("r2h1"))
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, HeatScreen) and app.screen.heat == "round-2/heat-1/attempt-1"
+        assert app.screen.model.world.match_state.value == "aborted"
+
+
+def test_a_stopped_status_line_fits_narrow_widths_and_names_the_stop(stopped_dir):
+    """STOPPED stays next to the clock at every width; the round goes first, then the
+    resume hint (an 80-column terminal's status line, 64 columns, keeps it). A full disk
+    and the TUI's own stop say so."""
+    from aoe_tui.domain import season_events as se
+    from tui_fixtures import STOPPED_AT
+
+    recs = read_season_log(stopped_dir / "season.jsonl")
+    model = SeasonModel()
+    for rec in recs:
+        model.apply(rec)
+    now = STOPPED_AT + 99_000
+    assert model.status_line(now, {}, width=80) == "01:52 · STOPPED by SIGINT · r2 · 2/4 heats · same aoe run resumes"
+    assert model.status_line(now, {}, width=64) == "01:52 · STOPPED by SIGINT · 2/4 heats · same aoe run resumes"
+    assert model.status_line(now, {}, width=40) == "01:52 · STOPPED by SIGINT · 2/4 heats"
+    for reason, said in (("disk_full", "STOPPED: disk full"), ("quit", "STOPPED from the TUI"),
+                         ("SIGTERM", "STOPPED by SIGTERM")):
+        other = SeasonModel()
+        for rec in recs[:-1]:
+            other.apply(rec)
+        other.apply(se.SeasonRecord(sequence=recs[-1].sequence, time_unix_ms=recs[-1].time_unix_ms,
+                                    event=se.SeasonStopped(reason=reason, pid=1)))
+        line = other.status_line(now, {})
+        assert line.startswith(f"clock 01:52 · {said} · round 2"), line
+        assert line.endswith("free space, then the same aoe run resumes it" if reason == "disk_full"
+                             else "heats 2/4 finished · the same aoe run resumes it"), line
+
+
+async def test_a_resumed_season_runs_on_from_where_its_clock_stood(tmp_path):
+    """The same ``aoe run`` resumes the stopped season an hour later: the clock goes on from
+    where it stood at the stop (the stopped hour is not counted, and it never steps back),
+    the status line no longer says STOPPED, the attempts the stop cut off stay interrupted
+    (kept as ``*.interrupted-K``; not running even before the resume marks them) and the
+    re-runs are the running rows (▶) again; the screen ticks again."""
+    from aoe_tui.replay.matchdir import load_match
+
+    from tui_fixtures import RESUMED_AT, SEED, STOPPED_AT, build_stopped_season_folder
+
+    folder = build_stopped_season_folder(tmp_path, resumed=True)
+    recs = read_season_log(folder / "season.jsonl")
+    stop = next(i for i, r in enumerate(recs) if r.event.kind == "season_stopped")
+    feed = LiveFeed()
+    app = AoeApp.season_view(feed, folder)
+    now = [STOPPED_AT + 5_000]
+    app.now_ms = lambda: now[0]
+    app.monotonic = lambda: 1000.0
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+
+        def status() -> str:
+            return str(screen.query_one("#season-status").text)
+
+        for rec in recs[:stop + 1]:
+            feed.post_season_record(rec)
+        await pilot.pause(0.1)
+        assert status().startswith("clock 01:52 · STOPPED by SIGINT") and screen._timer is None
+        now[0] = RESUMED_AT - 1_000
+        assert app.season.clock_ms(now[0]) == 112_000  # stood still for the hour it was stopped
+        now[0] = RESUMED_AT + 2_000
+        feed.post_season_record(recs[stop + 1])  # season_resumed: the cut-off attempts are not re-run yet
+        await pilot.pause(0.1)
+        assert recs[stop + 1].event.kind == "season_resumed"
+        assert app.season.clock_ms(now[0]) == 112_000 + 2_000
+        assert status() == "clock 01:54 · round 2 · heats 2/4 finished"
+        assert app.season.log[-1].startswith("01:52  resumed (pid 4444)")  # the log's stamps: the same clock
+        assert app.season.running_folders() == [] and not any(r.running for r in rows_by_key(app).values())
+        assert screen._timer is not None  # the clock runs again
+        for rec in recs[stop + 2:]:
+            feed.post_season_record(rec)
+        seed = load_match(SEED)
+        feed.open_heat("round-2/heat-1/attempt-1", arena=seed.arena, title="r2h1")
+        for rec in seed.records[:61]:
+            feed.post_record(rec, "round-2/heat-1/attempt-1")
+        await pilot.pause(0.1)
+        now[0] = RESUMED_AT + 60_000
+        screen.refresh_view()
+        assert app.season.clock_ms(now[0]) == 112_000 + 60_000
+        assert status() == "clock 02:52 · round 2 · heats 2/4 finished · 1 provisioning, 1 racing"
+        rows = rows_by_key(app)
+        assert rows["r2"].state == "racing"
+        assert [(k, rows[k].state) for k in rows if rows[k].running] == [
+            ("r2h1", "racing"), ("r2h1a1#2", "racing"), ("r2h2", "provisioning"), ("r2h2a1#1", "provisioning")]
+        assert rows["r2h1a1#1"].state == "interrupted"
+        assert rows["r2h1a1#1"].entrants == "kept as round-2/heat-1/attempt-1.interrupted-2"
+        assert rows["r2h2a1#0"].entrants == "kept as round-2/heat-2/attempt-1.interrupted-1"
+        assert bracket_text(app).count("▶") == 4
+        assert sorted(app.season.running_folders()) == ["round-2/heat-1/attempt-1", "round-2/heat-2/attempt-1"]

@@ -168,3 +168,21 @@ def test_multi_arena_standings_per_arena(snap_compare, size, multi_dir):
 def test_multi_arena_heat_screen(snap_compare, size, multi_dir):
     """The racing heat of round 4: its header names the arena (first-build)."""
     assert snap_compare(season_app(multi_dir), press=["enter"], terminal_size=size)
+
+
+# --------------------------------------------------------------------------- a stopped season
+
+
+@pytest.fixture(scope="module")
+def stopped_dir(tmp_path_factory):
+    from tui_fixtures import build_stopped_season_folder
+
+    return build_stopped_season_folder(tmp_path_factory.mktemp("snap-stopped"))
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_stopped_season_screen(snap_compare, size, stopped_dir):
+    """A season its ``aoe run`` stopped (SIGINT): the status line says STOPPED and how to
+    resume, the clock stands at the stop, round 2 is stopped and its cut-off attempts
+    interrupted (no ▶); the log's last line is the stop."""
+    assert snap_compare(season_app(stopped_dir), terminal_size=size)

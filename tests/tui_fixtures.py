@@ -5,6 +5,7 @@ Not a test module; imported by ``tests/test_tui_*.py`` and the snapshot apps.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from aoe_tui.domain import events as ev
@@ -70,8 +71,6 @@ SEASON_NOW_OFFSET_MS = 754_000
 
 
 def _write_match_folder(folder: Path, loaded: LoadedMatch, records: list[EventRecord] | None = None) -> None:
-    import json
-
     from aoe_tui.replay.log import dump_record
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -153,10 +152,18 @@ def build_season_folder(root: Path) -> Path:
 
     Returns the season folder (``root/season``).
     """
+    b = _SeasonBuilder(root / "season")
+    _fixture_season(b)
+    b.log.close()
+    return b.out
+
+
+def _fixture_season(b: _SeasonBuilder) -> tuple[LoadedMatch, list[str], list[str]]:
+    """Write :func:`build_season_folder`'s season into ``b`` (log left open); returns the
+    seed match and the seats of round 2's heats 1 and 2."""
     from aoe_tui.domain import season_events as se
 
-    out = root / "season"
-    b = _SeasonBuilder(out)
+    out = b.out
     seed = load_match(SEED)
     timer = timer_finish_match()
     s1, s2 = seats_of(seed), seats_of(timer)
@@ -182,8 +189,57 @@ def build_season_folder(root: Path) -> Path:
     b.append(se.SeasonResumed(pid=4242, detail="1 attempt(s) interrupted"))
     b.append(se.AttemptInterrupted(round=2, heat=1, attempt=1, renamed_to="round-2/heat-1/attempt-1.interrupted-1"))
     b.racing(2, 1, seed, 104)
+    return seed, s1, s2
+
+
+#: Unix ms of :func:`build_stopped_season_folder`'s ``season_stopped`` (its last record
+#: unless ``resumed``) and of its ``season_resumed`` (an hour later)
+STOPPED_AT = SEASON_T0 + 17 * 7_000
+RESUMED_AT = STOPPED_AT + 3_600_000
+
+
+def build_stopped_season_folder(root: Path, resumed: bool = False) -> Path:
+    """:func:`build_season_folder`'s season, then round 2 heat 2 starts (provisioning: its
+    folder holds ``arena.json``, no event log yet) and the runner is stopped by SIGINT
+    (``aoe run``'s Ctrl+C): round 2 heat 1's log ends with the abort the runner writes
+    (match aborted, "operator interrupt") and ``season_stopped`` names both open attempts,
+    at :data:`STOPPED_AT`.
+
+    ``resumed``: an hour later (:data:`RESUMED_AT`) the same ``aoe run`` resumes it as the
+    runner does: ``season_resumed``, round 2 heat 1 attempt 1 kept as
+    ``attempt-1.interrupted-2`` and heat 2's as ``attempt-1.interrupted-1``, then both re-run:
+    heat 1 racing again (the seed log up to sequence 60), heat 2 provisioning.
+
+    Returns the season folder (``root/season``).
+    """
+    from aoe_tui.domain import season_events as se
+    from aoe_tui.domain.events import MatchFinished, MatchStateChanged
+
+    b = _SeasonBuilder(root / "season")
+    seed, _s1, _s2 = _fixture_season(b)
+    timer = timer_finish_match()
+    b.append(se.AttemptStarted(round=2, heat=2, attempt=1, folder="round-2/heat-2/attempt-1"))
+    (b.out / "round-2/heat-2/attempt-1").mkdir(parents=True)
+    (b.out / "round-2/heat-2/attempt-1/arena.json").write_text(json.dumps(timer.arena, indent=2), encoding="utf-8")
+    kept = [rec for rec in seed.records if rec.sequence <= 104]
+    at, seq = kept[-1].elapsed_ms + 1_500, kept[-1].sequence + 1
+    aborted = kept + [  # what rules.abort writes for a stopped runner (§3.6 "operator interrupt")
+        EventRecord(sequence=seq, elapsed_ms=at, event=MatchStateChanged(from_=MatchState.running, to=MatchState.aborted)),
+        EventRecord(sequence=seq + 1, elapsed_ms=at, event=MatchFinished(winner=None, reason="operator interrupt")),
+    ]
+    _write_match_folder(b.out / "round-2/heat-1/attempt-1", seed, aborted)
+    assert b.clock_ms == STOPPED_AT
+    b.append(se.SeasonStopped(reason="SIGINT", pid=4343, open_attempts=["r2h1a1", "r2h2a1"]))
+    if resumed:
+        b.clock_ms = RESUMED_AT
+        b.append(se.SeasonResumed(pid=4444, detail="2 attempt(s) interrupted"))
+        for h, kept_as in ((1, "round-2/heat-1/attempt-1.interrupted-2"), (2, "round-2/heat-2/attempt-1.interrupted-1")):
+            (b.out / f"round-2/heat-{h}/attempt-1").rename(b.out / kept_as)
+            b.append(se.AttemptInterrupted(round=2, heat=h, attempt=1, renamed_to=kept_as))
+        b.racing(2, 1, seed, 60)
+        b.append(se.AttemptStarted(round=2, heat=2, attempt=1, folder="round-2/heat-2/attempt-1"))
     b.log.close()
-    return out
+    return b.out
 
 
 #: the arenas of :func:`build_multi_arena_season_folder`, in season order (4, 5 and 6 milestones)

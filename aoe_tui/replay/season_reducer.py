@@ -9,6 +9,14 @@ record's sequence): the first event is ``season_started``; rounds are scheduled 
 season entrants are seated; attempts of a heat are numbered 1, 2, … (an interrupted
 attempt is re-run with the same number); an attempt finishes at most once and only if
 started; a heat finishes once, after its counted attempt.
+
+A stop and a resume: ``season_stopped`` (the runner aborted its running heats, then
+ended) and ``season_resumed`` (a new runner; the one before may have been killed without
+a ``season_stopped``) end the run session that ran the open attempts. Those attempts stay
+open (``status`` ``running``: the resume's ``attempt_interrupted`` closes them, and
+:meth:`SeasonState.open_attempts` is what the resume reads) but are marked ``cut_off``:
+nothing runs them any more, so views show them interrupted
+(:meth:`SeasonState.running_attempts` leaves them out).
 """
 
 from __future__ import annotations
@@ -30,8 +38,9 @@ class SeasonStateError(AoeError):
 
 @dataclass
 class AttemptState:
-    """One attempt: ``status`` running | finished | interrupted; ``folder`` relative to the
-    season folder; ``finished`` is the ``attempt_finished`` event once there."""
+    """One attempt: ``status`` running | finished | interrupted (``running``: open, started
+    and neither finished nor marked interrupted); ``folder`` relative to the season
+    folder; ``finished`` is the ``attempt_finished`` event once there."""
 
     attempt: int
     folder: str
@@ -41,6 +50,15 @@ class AttemptState:
     #: the worker node the attempt ran on (``attempt_placed``; None: a local heat)
     node: str | None = None
     world: WorldState | None = None
+    #: open, but the run session running it ended (``season_stopped``, or a
+    #: ``season_resumed`` after a killed runner): nothing runs it; the resume marks it
+    #: ``attempt_interrupted`` and re-runs it
+    cut_off: bool = False
+
+    @property
+    def live(self) -> bool:
+        """True while a runner is running it: open and not :attr:`cut_off`."""
+        return self.status == "running" and not self.cut_off
 
 
 @dataclass
@@ -170,8 +188,19 @@ class SeasonState:
         return [h for h in self.heats() if h.result is None]
 
     def open_attempts(self) -> list[tuple[HeatState, AttemptState]]:
-        """Attempts started but neither finished nor marked interrupted (a killed runner)."""
+        """Attempts started but neither finished nor marked interrupted: the running ones
+        and those a stopped or killed runner left open (:attr:`AttemptState.cut_off`,
+        which the resume marks interrupted)."""
         return [(h, a) for h in self.heats() for a in h.attempts if a.status == "running"]
+
+    def running_attempts(self) -> list[tuple[HeatState, AttemptState]]:
+        """The open attempts a runner is running now (:attr:`AttemptState.live`): none
+        while the season is :attr:`stopped`."""
+        return [(h, a) for h, a in self.open_attempts() if not a.cut_off]
+
+    def _cut_off_open_attempts(self) -> None:
+        for _h, a in self.open_attempts():
+            a.cut_off = True
 
     @property
     def current_round(self) -> RoundState | None:
@@ -196,12 +225,14 @@ def apply_season_record(state: SeasonState, rec: se.SeasonRecord) -> None:
     if e.kind == "season_resumed":
         state.resumes += 1
         state.stopped = None
+        state._cut_off_open_attempts()  # a runner killed without season_stopped left them
         return
     if e.kind == "season_stopped":
         if state.finished is not None:
             raise _err(rec, "season already finished")
         state.stops.append(e)
         state.stopped = e
+        state._cut_off_open_attempts()
         return
     if e.kind == "stale_territories_cleaned":
         state.cleaned += list(e.territories)

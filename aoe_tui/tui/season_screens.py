@@ -3,7 +3,8 @@
 
 Both screens render a :class:`~aoe_tui.tui.seasonmodel.SeasonModel` held by the app
 (``app.season``). They redraw when the model's version (or a running heat's) changed,
-plus once a second for the season clock — and do nothing while hidden.
+plus once a second for the season clock while it runs — and do nothing while hidden or
+while the clock stands still (a finished or stopped season with no heat running).
 
 Keys (season screen): ``enter`` opens the selected heat/attempt (live heat screen when
 the app follows it, else a replay paused at its end, loaded from the attempt folder),
@@ -55,6 +56,7 @@ STATE_STYLE = {
     "finishing": "bold",
     "retried": "yellow",
     "interrupted": "yellow",
+    "stopped": "yellow",
     "void": "red",
     "scheduled": "dim",
     "bye": "dim",
@@ -150,8 +152,8 @@ class SeasonScreen(Screen):
 
     def on_mount(self) -> None:
         self._columns()
-        self.refresh_view(force=True)
         self._set_tick()
+        self.refresh_view(force=True)
 
     def on_screen_suspend(self) -> None:
         """Hidden screens do no work."""
@@ -160,22 +162,33 @@ class SeasonScreen(Screen):
             self._timer = None
 
     def on_screen_resume(self) -> None:
-        self.refresh_view(force=True)
         self._set_tick()
+        self.refresh_view(force=True)
 
     def _set_tick(self) -> None:
         """Redraw the clocks when the season clock (whole seconds) reaches its next second:
-        a spectator wakes once a second for them, never while the screen is hidden."""
+        a spectator wakes once a second for them, never while the screen is hidden, nor
+        while no clock moves (:attr:`SeasonModel.clock_frozen` and no heat running: a
+        stopped or finished season); :meth:`refresh_view` sets or stops it when a record
+        starts the clock again (a resume) or stops it."""
         if self._timer is not None:
             self._timer.stop()
+            self._timer = None
+        if not self._clock_moves():
+            return
         clock = self.model.clock_ms(_now_ms(self.app))  # type: ignore[arg-type]
         self._timer = self.set_timer((1000 - clock % 1000) / 1000 + SEASON_TICK_SLACK_S, self._tick)
+
+    def _clock_moves(self) -> bool:
+        """False while nothing on the screen moves: the season clock stands still (a
+        finished or stopped season) and no heat runs."""
+        return not self.model.clock_frozen or bool(self.model.running_folders())
 
     def _tick(self) -> None:
         self._timer = None
         if self.is_current:
-            self.refresh_view()
             self._set_tick()
+            self.refresh_view()
 
     def _signature(self) -> tuple:
         app: AoeApp = self.app  # type: ignore[assignment]
@@ -183,9 +196,13 @@ class SeasonScreen(Screen):
         return (self.model.version, tuple((f, app.heats[f].version if f in app.heats else -1) for f in running))
 
     def refresh_view(self, force: bool = False) -> None:
-        """Redraw the status line (clock) always; the table only when something changed."""
+        """Redraw the status line (clock) always; the table only when something changed.
+        Stops the clock's timer when the clock stopped (a ``season_stopped`` or
+        ``season_finished`` came) and sets it again when it runs again (a resume)."""
         if not self.is_mounted or not self.is_current:
             return
+        if (self._timer is not None) != self._clock_moves():
+            self._set_tick()
         app: AoeApp = self.app  # type: ignore[assignment]
         model = self.model
         with app.batch_update():

@@ -13,8 +13,15 @@ Attempt states shown in the bracket (derived, never stored):
 ``finished``    the attempt counted (its result is the heat's result)
 ``retried``     spoiled by the infrastructure; the heat is re-run as attempt N+1
 ``void``        spoiled with no attempts left; the heat counts for nobody
-``interrupted`` a killed runner left it half-run (folder renamed ``*.interrupted-K``)
+``interrupted`` its runner stopped (``season_stopped``) or was killed while it ran
+                (:attr:`~aoe_tui.replay.season_reducer.AttemptState.cut_off`); the
+                resume renames its folder ``*.interrupted-K`` and re-runs it
 ==============  ===================================================================
+
+A stopped season (``SeasonState.stopped``: a ``season_stopped`` not yet followed by a
+``season_resumed``) runs nothing: its clock stands still at the stop, the status line says
+``STOPPED`` and how to resume, and the attempts the stop cut off show ``interrupted``, not
+running (no ▶). A resume (``season_resumed``) starts the clock again from where it stood.
 
 Cups across arenas (``SeasonState.multi_arena``): the title names the arenas
 (:meth:`SeasonModel.header` shortens it to a width), each round row of the bracket names
@@ -64,8 +71,9 @@ class BracketRow:
 
 
 def attempt_state(att: AttemptState, heats: Mapping[str, HeatModel]) -> str:
-    """The display state of one attempt (see the module table)."""
-    if att.status == "interrupted":
+    """The display state of one attempt (see the module table): an open attempt a stop
+    or a killed runner cut off is ``interrupted``, whatever its event log says."""
+    if att.status == "interrupted" or att.cut_off:
         return "interrupted"
     if att.status == "finished":
         outcome = att.finished.outcome if att.finished else "counted"
@@ -78,19 +86,41 @@ def attempt_state(att: AttemptState, heats: Mapping[str, HeatModel]) -> str:
     return "racing"
 
 
-def _attempt_folder(att: AttemptState) -> str:
-    return att.interrupted_as[-1] if att.status == "interrupted" and att.interrupted_as else att.folder
+def stopped_label(reason: str) -> str:
+    """How the status line names a stop by its ``season_stopped.reason``: ``STOPPED by
+    SIGINT`` (a signal), ``STOPPED from the TUI`` (``quit``: its stop choice), ``STOPPED:
+    disk full``, else ``STOPPED (reason)``."""
+    if reason.startswith("SIG"):
+        return f"STOPPED by {reason}"
+    return {"quit": "STOPPED from the TUI", "disk_full": "STOPPED: disk full"}.get(reason, f"STOPPED ({reason})")
+
+
+def _attempt_folder(att: AttemptState) -> str | None:
+    """The folder holding attempt ``att`` now: an interrupted one's ``*.interrupted-K``, None
+    when it was interrupted before it had a folder (``renamed_to`` null: ``att.folder`` is
+    then the re-run's, not its own)."""
+    if att.status != "interrupted":
+        return att.folder
+    return att.interrupted_as[-1] if att.interrupted_as else None
 
 
 class SeasonModel:
     """Incrementally reduced season (``state``) plus a short log of what happened.
 
     ``apply(record)`` is O(1) for most records; ``version`` grows with each record.
-    ``first_ms`` / ``last_ms`` are the Unix ms of the first / latest record.
+    ``first_ms`` / ``last_ms`` are the Unix ms of the first / latest record. ``log`` holds
+    the last :data:`LOG_LIMIT` season events as lines stamped with the season clock at
+    their record (so a resume's line carries its stop's time, not the stopped gap).
 
-    The season clock counts running time only: a run session starts at ``season_started``
-    or ``season_resumed`` and (when a later ``season_resumed`` follows) ends at the last
-    record written before it — the time between a stop and the resume is not counted.
+    The season clock counts running time only, from the records' ``time_unix_ms`` (so
+    ``aoe run``'s TUI, ``aoe watch`` and SSH spectators show the same clock): a run session
+    starts at ``season_started`` or ``season_resumed`` and ends at the last record written
+    before the next ``season_resumed`` — for a stopped session that is its
+    ``season_stopped`` — so the time between a stop and the resume is not counted. While
+    the season is stopped (or finished) the clock stands at its last record; after a
+    resume it goes on from there, never back. (A runner killed without ``season_stopped``
+    writes nothing: its session is seen to end only when the resume comes, and the clock,
+    which ran on meanwhile, then steps back to that session's last record.)
     ``closed_ms`` is the running time of the ended sessions, ``session_ms`` the Unix ms at
     which the current session started.
     """
@@ -119,8 +149,8 @@ class SeasonModel:
             self.session_ms = t
         self.last_ms = t
         line = summarize_season_event(record.event, multi_arena=self.state.multi_arena)
-        if line:
-            self.log.append(f"{fmt_clock(record.time_unix_ms - self.first_ms)}  {line}")
+        if line:  # stamped with the season clock at the record, as the status line shows it
+            self.log.append(f"{fmt_clock(self.closed_ms + max(0, t - self.session_ms))}  {line}")
 
     # ------------------------------------------------------------------ views
 
@@ -156,12 +186,18 @@ class SeasonModel:
         rnd = self.state.rounds.get(key[0]) if key else None
         return rnd.arena if rnd is not None and self.state.multi_arena else None
 
+    @property
+    def clock_frozen(self) -> bool:
+        """True when the season clock stands still: the season finished or is stopped."""
+        return self.state.finished is not None or self.state.stopped is not None
+
     def clock_ms(self, now_ms: int) -> int:
         """Season clock (ms): the running time of all run sessions (see the class docstring);
-        the current session runs to the last record once finished, else to ``now_ms`` (Unix ms)."""
+        the current session runs to the last record once finished or stopped
+        (:attr:`clock_frozen`), else to ``now_ms`` (Unix ms)."""
         if self.session_ms is None:
             return 0
-        end = self.last_ms if self.state.finished is not None else max(now_ms, self.last_ms or now_ms)
+        end = self.last_ms if self.clock_frozen else max(now_ms, self.last_ms or now_ms)
         return self.closed_ms + max(0, (end or 0) - self.session_ms)
 
     def progress(self) -> tuple[int, int]:
@@ -170,20 +206,24 @@ class SeasonModel:
         return sum(1 for h in heats if h.result is not None), len(heats)
 
     def running_folders(self) -> list[str]:
-        """Attempt folders currently running (the log shows them started, not finished)."""
-        return [a.folder for _, a in self.state.open_attempts()]
+        """Attempt folders currently running (started, not finished, not cut off by a stop
+        or a killed runner: :meth:`SeasonState.running_attempts`)."""
+        return [a.folder for _, a in self.state.running_attempts()]
 
     def status_line(self, now_ms: int, heats: Mapping[str, HeatModel], width: int | None = None) -> str:
-        """``clock · [FINISHED · champion X ·] round · heats done/total · running states``.
+        """``clock · [FINISHED · champion X ·] round · heats done/total · running states``;
+        a stopped season: ``clock · STOPPED by SIGINT · round · heats done/total · the same
+        aoe run resumes it`` (:func:`stopped_label`; no running states: nothing runs).
 
         ``width`` (characters available; None = unlimited): when the line does not fit,
         labels are shortened first (``r2``, ``2/4 heats``, ``1 prov``), then the least
-        important parts dropped (running states, then the round); the clock and the
-        champion always come first.
+        important parts dropped (running states, then the round; a stopped season: the
+        round, then the resume hint); the clock and the champion or ``STOPPED`` always
+        come first.
         """
         done, total = self.progress()
         st = self.state
-        running = st.open_attempts()
+        running = st.running_attempts()
         states = [attempt_state(a, heats) for _, a in running]
         counts = [(x, states.count(x)) for x in ("provisioning", "racing", "finishing") if states.count(x)]
         cur = st.current_round
@@ -191,18 +231,25 @@ class SeasonModel:
         if st.finished is not None:
             champ = "FINISHED · champion " + (", ".join(st.finished.champions) or "none")
         short_names = {"provisioning": "prov", "racing": "racing", "finishing": "fin"}
+        stop = st.stopped
+        disk = stop is not None and stop.reason == "disk_full"
 
         def build(level: int) -> str:
             compact = level >= 1
             parts = [f"{'' if compact else 'clock '}{fmt_clock(self.clock_ms(now_ms))}"]
             if champ:
                 parts.append(champ if not compact else "FINISHED · ★ " + champ.split("champion ", 1)[1])
-            if cur is not None and level < 3:
+            if stop is not None:
+                parts.append(stopped_label(stop.reason))
+            if cur is not None and level < (2 if stop is not None else 3):
                 final = (" final" if compact else " (final)") if cur.final else ""
                 parts.append(f"r{cur.round}{final}" if compact else f"round {cur.round}{final}")
             parts.append(f"{done}/{total} heats" if compact else f"heats {done}/{total} finished")
             if counts and level < 2:
                 parts.append(", ".join(f"{n} {short_names[x] if compact else x}" for x, n in counts))
+            if stop is not None and level < 3:
+                hint = "the same aoe run resumes it" if not compact else "same aoe run resumes"
+                parts.append(f"free space, then {hint}" if disk and not compact else hint)
             return " · ".join(parts)
 
         line = build(0)
@@ -215,6 +262,8 @@ class SeasonModel:
     def rows(self, heats: Mapping[str, HeatModel], clock: HeatClock | None = None,
              narrow: bool = False) -> list[BracketRow]:
         """The bracket: per round a header row, its heats, each heat's attempts, then byes.
+        A round row's state is ``finished``, ``closing`` (every heat done), ``racing``, or
+        ``stopped`` while the season is stopped.
 
         ``clock`` gives a running heat's time (default: its last ``elapsed_ms``);
         ``narrow`` shows a leader as ``▲name`` instead of ``(name leads)`` and, in a cup
@@ -225,7 +274,8 @@ class SeasonModel:
         for r in self.state.rounds.values():
             done = sum(1 for h in r.heats.values() if h.result is not None)
             label = f"Round {r.round}" + (" · final" if r.final else "")
-            state = "finished" if r.finished is not None else ("racing" if done < len(r.heats) else "closing")
+            state = "finished" if r.finished is not None else ("closing" if done == len(r.heats) else
+                                                                 "stopped" if self.state.stopped else "racing")
             extra = ""
             if r.finished is not None and (r.finished.advanced or r.finished.eliminated):
                 extra = "advanced: " + ", ".join(r.finished.advanced)
@@ -242,7 +292,7 @@ class SeasonModel:
                    narrow: bool = False) -> list[BracketRow]:
         rows = []
         att_states = [attempt_state(a, heats) for a in h.attempts]
-        running = h.result is None and any(a.status == "running" for a in h.attempts)
+        running = h.result is None and any(a.live for a in h.attempts)
         if h.result is not None:
             state = "void" if h.result.void else "finished"
             winner = "—" if h.result.void else (h.result.winner or "tie")
@@ -250,7 +300,7 @@ class SeasonModel:
             time = fmt_clock(counted.finished.elapsed_ms) if counted and counted.finished else ""
             folder = counted.folder if counted else (h.attempts[-1].folder if h.attempts else None)
         elif running:
-            i = max(i for i, a in enumerate(h.attempts) if a.status == "running")
+            i = max(i for i, a in enumerate(h.attempts) if a.live)
             state = att_states[i]
             model = heats.get(h.attempts[i].folder)
             leader = model.leader() if model is not None and model.applied else None
@@ -277,14 +327,17 @@ class SeasonModel:
                 if a.finished is not None and a.finished.outcome != "counted":
                     detail = f"{a.finished.failure_source or '?'}: {short_line(a.finished.detail.splitlines()[0]) if a.finished.detail else ''}"
                 elif a.status == "interrupted":
-                    detail = f"kept as {_attempt_folder(a)}"
+                    kept = _attempt_folder(a)
+                    detail = f"kept as {kept}" if kept else "it had no folder yet"
+                elif a.cut_off:  # not renamed yet: the resume does that, then re-runs it
+                    detail = "cut off by the stop; the resume re-runs it" if self.state.stopped else "cut off"
                 t = fmt_clock(a.finished.elapsed_ms) if a.finished is not None and a.finished.elapsed_ms else ""
                 w = (a.finished.winner or "") if a.finished is not None and a.finished.outcome == "counted" else ""
                 if a.node:  # the worker node of a heat on a cluster, in the wide detail column (the
                     # 13-column Heat column cut "attempt 1 @NODE" to "attempt 1 ")
                     detail = f"on {a.node}" + (f" · {detail}" if detail else "")
                 rows.append(BracketRow(f"r{h.round}h{h.heat}a{a.attempt}#{i}", "attempt", f"    attempt {a.attempt}", s,
-                                       detail, w, t, _attempt_folder(a), a.status == "running"))
+                                       detail, w, t, _attempt_folder(a), a.live))
         return rows
 
     def standings(self) -> list[SeasonStanding]:

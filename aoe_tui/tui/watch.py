@@ -165,6 +165,8 @@ class SeasonTailer:
         new = self._read_season()
         for rec in new:
             self.feed.post_season_record(rec)
+        # every open attempt, those a stop cut off too: a stopped heat's abort events are
+        # written just before season_stopped; the resume's attempt_interrupted ends the tail
         running = {a.folder for _, a in self.state.open_attempts()}
         for rec in new:
             e = rec.event
