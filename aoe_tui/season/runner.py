@@ -7,6 +7,10 @@ Season folder layout::
     round-R/heat-H/attempt-A/         one complete upstream-format match folder per attempt
     round-R/heat-H/attempt-A.interrupted-K/   a half-run attempt a killed runner left
     standings.{json,csv,md,html}      exports, rewritten after every heat
+    .aoe-run.lock                     one runner per folder (:func:`hold_season_folder`: an
+                                      flock; the file stays after the run, harmless)
+
+(``docs/formats.md``, "Ours: the season folder", lists them all with ``aoe-run.log``.)
 
 Heats: each heat's manifest is the arena manifest with ``[[agents]]`` rewritten — agent id
 = entrant id, territory = its seat — and the territories of empty seats removed (so the
