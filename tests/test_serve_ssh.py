@@ -553,7 +553,8 @@ async def test_run_serve_ssh_on_a_real_season(tmp_path, keys, guest_image):
     proc = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run", str(season_file), "--headless",
                              "--output", str(out), "--serve-ssh", str(port), "--host-key", str(tmp_path / "hk"),
                              "--authorized-keys", str(keys["authorized_keys"])],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            env=dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state")))
     try:
         end = time.monotonic() + 120
         while not (out / "round-1/heat-1/attempt-1/events.jsonl").is_file():
@@ -569,6 +570,12 @@ async def test_run_serve_ssh_on_a_real_season(tmp_path, keys, guest_image):
             assert "builder-one" in spec.text() and "builder-two" in spec.text()
             spec.proc.close()
         assert proc.wait(240) == 0
+        # the run's output holds its own lines; the server's log lines are in its log file
+        output = proc.stdout.read()
+        log = tmp_path / "state" / "aoe-tui" / "log" / "serve-ssh.log"
+        assert f"aoe: spectator SSH server log: {log}" in output
+        assert not re.search(r"(?m)^\d{4}-\d\d-\d\d [\d:,]+ (INFO|WARNING|ERROR) ", output), output
+        assert "INFO session start" in log.read_text()
     finally:
         if proc.poll() is None:
             proc.terminate()
