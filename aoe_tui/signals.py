@@ -9,17 +9,22 @@
 * :func:`release_terminal` — after a hangup (or a detach) the terminal is gone or no
   longer ours: fd 0 becomes ``/dev/null``, fds 1 and 2 an append-only log file (or
   ``/dev/null``). Writing to a dead terminal can then never kill the process.
+* :func:`terminal_gone` — whether fds 0-2 hold a terminal that no longer answers (hung up:
+  its PTY master closed without a SIGHUP reaching us, e.g. no controlling terminal or
+  SIGHUP ignored). A SIGINT/SIGTERM then releases the terminal first, as a SIGHUP does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["STOP_SIGNALS", "Stopped", "raise_on_signals", "release_terminal", "say_line"]
+__all__ = ["STOP_SIGNALS", "Stopped", "raise_on_signals", "release_terminal", "say_line", "terminal_gone"]
 
 #: the signals every entry point handles
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -44,13 +49,13 @@ class Stopped(KeyboardInterrupt):
 def raise_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
     """While inside, each of ``signals`` raises :class:`Stopped` in the main thread (SIGINT
     already raises ``KeyboardInterrupt``). Only the first one raises, so a second signal
-    cannot break the clean-up the first started. A SIGHUP first :func:`release_terminal` s
-    the process (the terminal is gone). The previous handlers are restored on exit. Main
-    thread only."""
+    cannot break the clean-up the first started. A SIGHUP, or any of them while the terminal
+    no longer answers (:func:`terminal_gone`), first :func:`release_terminal` s the process
+    (the terminal is gone). The previous handlers are restored on exit. Main thread only."""
     fired: list[int] = []
 
     def handler(signum: int, _frame: object) -> None:
-        if signum == signal.SIGHUP:
+        if signum == signal.SIGHUP or terminal_gone():
             release_terminal()
         if not fired:
             fired.append(signum)
@@ -83,6 +88,24 @@ def release_terminal(log: Path | None = None) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+
+
+def terminal_gone(fds: tuple[int, ...] = (0, 1, 2)) -> bool:
+    """Whether one of ``fds`` is a terminal that no longer answers: ``tcgetattr`` fails with
+    EIO (the terminal was hung up: a PTY whose master closed, even when we were not its
+    session and got no SIGHUP) or ENXIO (the device is gone). A descriptor that is not a
+    terminal (a file, a pipe, ``/dev/null``), is closed, or is a live terminal that merely
+    stopped reading counts as not gone. One ``ioctl`` per descriptor, no output; safe in a
+    signal handler. Raises nothing."""
+    for fd in fds:
+        try:
+            termios.tcgetattr(fd)
+        except termios.error as err:
+            if err.args and err.args[0] in (errno.EIO, errno.ENXIO):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
 
 
 def say_line(text: str, *, stderr: bool = False, log: Path | None = None) -> None:

@@ -47,7 +47,7 @@ this runs as root (:mod:`aoe_tui.runtime.realtime`).
 
 Usage: ``.venv/bin/python benchmarks/ssh_spectators.py [--sessions 20] [--season FILE]
 [--runs 2] [--cpus LIST] [--priority idle|low|normal] [--skip-baseline] [--skip-season]
-[--skip-feeder] [--skip-lone] [--hundred 100]``. ``--runs`` alternates runs without and with spectators (a demo
+[--skip-feeder] [--skip-lone] [--hundred 100] [--term TERM]``. ``--runs`` alternates runs without and with spectators (a demo
 season gives about 70 ticks, too few for a stable p99 from one run). Needs root,
 systemd-nspawn and the guest image for the season runs (``--skip-baseline
 --skip-season`` runs only part 3).
@@ -82,6 +82,8 @@ SEED = REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.ma
 #: priority of the SSH client process (``--clients-priority``): idle as in issue 7; on a machine
 #: that other work keeps busy, idle clients are starved and measure their own wait
 CLIENTS_PRIORITY = "idle"
+#: the clients' terminal type (``--term``)
+CLIENT_TERM = "xterm-256color"
 #: update latency target (issue 16), ms
 TARGET_MS = 250
 #: where ``aoe serve`` puts its spectators (``--cpus`` / ``--priority``; default: its own default)
@@ -128,7 +130,7 @@ class Client:
         t0 = time.monotonic()
         async with asyncssh.connect("127.0.0.1", port, username="bench", client_keys=[str(key)],
                                     known_hosts=None) as conn:
-            self.proc = await conn.create_process(term_type="xterm-256color", term_size=size, encoding=None)
+            self.proc = await conn.create_process(term_type=CLIENT_TERM, term_size=size, encoding=None)
             want = "builder-one" if open_heat else "season"
             watch = (want.encode(), b"attempt 1", b"season")
 
@@ -186,7 +188,8 @@ class Clients:
         self.t_start = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, __file__, "--clients", str(port), "--key", str(key),
                                       "--sessions", str(sessions), "--cpus", PLACEMENT.cpu_text,
-                                      "--priority", PLACEMENT.priority, "--clients-priority", CLIENTS_PRIORITY]
+                                      "--priority", PLACEMENT.priority, "--clients-priority", CLIENTS_PRIORITY,
+                                      "--term", CLIENT_TERM]
                                      + (["--open-heat"] if open_heat else [])
                                      + (["--distinct"] if distinct else []),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
@@ -507,24 +510,27 @@ def main() -> int:
     ap.add_argument("--clients-priority", default="idle", choices=("idle", "low", "normal"),
                     help="priority of the SSH clients' process (default idle; normal on a machine other work "
                          "keeps busy, where idle clients are starved and measure their own wait)")
+    ap.add_argument("--term", default="xterm-256color",
+                    help="the spectators' terminal type (default xterm-256color; e.g. screen, tmux-256color)")
     ap.add_argument("--clients", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--key", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--open-heat", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--distinct", action="store_true",
                     help="part 4 only: every spectator a terminal size of its own (no shared views, the worst case)")
     args = ap.parse_args()
-    global PLACEMENT, CLIENTS_PRIORITY
+    global PLACEMENT, CLIENTS_PRIORITY, CLIENT_TERM
     from aoe_tui.serve.placement import Placement, default_cpus, parse_cpus
 
     PLACEMENT = Placement(default_cpus() if args.cpus is None else parse_cpus(args.cpus), args.priority)
     CLIENTS_PRIORITY = args.clients_priority
+    CLIENT_TERM = args.term
     if args.clients is not None:
         asyncio.run(clients_main(args.clients, args.key, args.sessions, args.open_heat, args.distinct))
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="aoe-ssh-bench-"))
     key, auth = make_keys(tmp)
     print(f"ssh spectators benchmark: {args.sessions} sessions, {os.cpu_count()} cores, "
-          f"spectators on {PLACEMENT.describe()}, clients at {CLIENTS_PRIORITY} priority, "
+          f"spectators on {PLACEMENT.describe()}, clients at {CLIENTS_PRIORITY} priority, TERM={CLIENT_TERM}, "
           f"load average {os.getloadavg()[0]:.1f}, work dir {tmp}", flush=True)
     if not args.skip_lone:
         joins = lone_joins(args, tmp, key, auth)

@@ -486,3 +486,101 @@ async def test_cleanup_stale_removes_a_killed_runners_cpu_groups(guest_image, tm
     parent = group.parent
     assert not parent.exists() or [p for p in parent.iterdir() if p.is_dir()], \
         "an empty aoe-territories group was left behind"
+
+
+# ------------------------------------------------------------ weights that cannot take effect
+
+def _cgroup_roots(monkeypatch, tmp_path: Path, *, systemd: bool, cpu: bool) -> None:
+    """Point the container provider at cgroup-v1 roots under ``tmp_path``: the ``name=systemd``
+    one and the ``cpu`` one exist (hold ``cgroup.procs``) as asked."""
+    from aoe_tui.runtime import container
+
+    for name, present in (("systemd", systemd), ("cpu", cpu)):
+        root = tmp_path / "cgroup" / name
+        root.mkdir(parents=True)
+        if present:
+            (root / "cgroup.procs").write_text("")
+    monkeypatch.setattr(container, "CGROUP_V1_SYSTEMD", tmp_path / "cgroup" / "systemd")
+    monkeypatch.setattr(container, "CGROUP_V1_CPU", tmp_path / "cgroup" / "cpu")
+
+
+@pytest.mark.parametrize("systemd, cpu, problem", [
+    (True, True, None),
+    (False, False, "this host is not on cgroup v1 (no {systemd}); the weights need the v1 cpu hierarchy, "
+                   "cgroup v2 is not supported"),
+    (False, True, "this host is not on cgroup v1 (no {systemd}); the weights need the v1 cpu hierarchy, "
+                  "cgroup v2 is not supported"),
+    (True, False, "this host has no cgroup-v1 cpu hierarchy ({cpu})"),
+])
+def test_cpu_weight_problem_names_the_missing_hierarchy(tmp_path, monkeypatch, systemd, cpu, problem):
+    from aoe_tui.runtime.container import cpu_weight_problem
+
+    _cgroup_roots(monkeypatch, tmp_path, systemd=systemd, cpu=cpu)
+    want = problem and problem.format(systemd=tmp_path / "cgroup" / "systemd", cpu=tmp_path / "cgroup" / "cpu")
+    assert cpu_weight_problem() == want
+
+
+@pytest.mark.parametrize("heats, kind, cluster, why", [
+    (1, "container", False, "heats run one at a time (concurrent_heats = 1); the weights are for heats at once"),
+    (2, "qemu", False, "the qemu provider does not weigh CPU (only the container provider does)"),
+    (2, "container", True, "heats run on the Ray cluster's nodes, which do not weigh CPU"),
+    (2, "container", False, None),  # a cgroup-v1 host with both hierarchies: the weights work
+])
+def test_cpu_weights_note_says_why_the_switch_does_nothing(tmp_path, monkeypatch, heats, kind, cluster, why):
+    from aoe_tui.season.runner import cpu_weights_note
+
+    _cgroup_roots(monkeypatch, tmp_path, systemd=True, cpu=True)
+    monkeypatch.setenv("AOE_CPU_WEIGHTS", " On ")
+    assert cpu_weights_note(heats, kind, cluster) == (why and f"warning: AOE_CPU_WEIGHTS=On has no effect: {why}")
+    monkeypatch.setenv("AOE_CPU_WEIGHTS", "0")
+    assert cpu_weights_note(heats, kind, cluster) is None
+
+
+@pytest.mark.parametrize("weights", ["1", None])
+async def test_a_season_on_a_cgroup_v2_host_says_once_that_the_weights_do_nothing(tmp_path, monkeypatch, weights):
+    """``AOE_CPU_WEIGHTS=1`` with heats at once on a host without the cgroup-v1 hierarchies
+    (a cgroup-v2 host): the run says so in one line as it starts, before any heat, and not
+    again for each of its heats; with the switch off it says nothing about it."""
+    from aoe_tui.domain import events as ev
+    from aoe_tui.domain.events import MatchState
+    from aoe_tui.domain.world import WorldState
+    from aoe_tui.replay.log import EventLogWriter
+    from aoe_tui.replay.reducer import apply_event
+
+    _cgroup_roots(monkeypatch, tmp_path, systemd=False, cpu=False)
+    monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
+    if weights is None:
+        monkeypatch.delenv("AOE_CPU_WEIGHTS", raising=False)
+    else:
+        monkeypatch.setenv("AOE_CPU_WEIGHTS", weights)
+    f = tmp_path / "s.toml"
+    f.write_text(LEAGUE_OF_ONE_AT_A_TIME.replace("concurrent_heats = 1", "concurrent_heats = 2")
+                 .replace("heats_per_entrant = 1", "heats_per_entrant = 2")
+                 + "".join(f'[[entrants]]\nid = "x{i}"\nadapter = "oracle"\nmodel = "m"\n' for i in range(3)))
+
+    async def stand_in_run_heat(loaded, provider, adapters, folder, **_kw):
+        folder.mkdir(parents=True, exist_ok=True)
+        world = WorldState()
+        log = EventLogWriter(folder / "events.jsonl")
+        for e in (ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.running),
+                  ev.MatchStateChanged(from_=MatchState.running, to=MatchState.finished),
+                  ev.MatchFinished(winner=None, reason="match timer expired")):
+            apply_event(world, log.append(e, 0))
+        log.close()
+        return world
+
+    said: list[str] = []
+    runner = SeasonRunner(load_season(f), tmp_path / "out", run_heat=stand_in_run_heat, say=said.append,
+                          provider_factory=lambda workdir, heat_id: None)
+    state = await runner.run()
+    heats = sum(len(r.heats) for r in state.rounds.values())
+    notes = [i for i, line in enumerate(said) if "AOE_CPU_WEIGHTS" in line]
+    started = [i for i, line in enumerate(said) if ": started: " in line]
+    assert heats >= 4 and len(started) == heats, said
+    if weights is None:
+        assert notes == []
+        return
+    assert [said[i] for i in notes] == [
+        f"warning: AOE_CPU_WEIGHTS=1 has no effect: this host is not on cgroup v1 (no {tmp_path}/cgroup/systemd); "
+        "the weights need the v1 cpu hierarchy, cgroup v2 is not supported"], said
+    assert notes[0] < started[0]

@@ -344,6 +344,33 @@ def test_season_folder_is_held_by_one_runner_and_freed_by_sigkill(tmp_path):
     _held_again_within(tmp_path, 5, "the killed holder's lock was not freed")
 
 
+def test_the_lock_file_stays_after_a_normal_exit_harmless_and_documented(tmp_path):
+    """A runner that ends normally leaves ``.aoe-run.lock`` (its pid inside) in a folder it
+    wrote to; the lock itself is gone with the process, so the next run holds the folder at
+    once. docs/formats.md's season folder table names the file and says so."""
+    import subprocess
+    import sys
+
+    from aoe_tui.commands.season import RUN_LOG
+    from aoe_tui.season.runner import LOCK_FILE, hold_season_folder
+
+    run = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from pathlib import Path; from aoe_tui.season.runner import hold_season_folder\n"
+         "with hold_season_folder(Path(sys.argv[1])):\n    (Path(sys.argv[1]) / 'season.jsonl').write_text('')\n"
+         "import os; print(os.getpid())",
+         str(tmp_path / "season")], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    lock = tmp_path / "season" / LOCK_FILE
+    assert lock.read_text() == f"{run.stdout.strip()}\n"
+    with hold_season_folder(tmp_path / "season"):  # no SeasonBusyError: the process took its flock along
+        assert lock.read_text() == f"{os.getpid()}\n"
+    table = (REPO / "docs" / "formats.md").read_text().split("**Ours: the season folder**", 1)[1].split("\n\n", 2)[1]
+    row = next(line for line in table.splitlines() if line.startswith(f"| `{LOCK_FILE}` |"))
+    assert "flock" in row and "harmless" in row and "stale" in row
+    assert f"| `{RUN_LOG}` |" in table
+
+
 def test_season_folder_is_freed_by_sigkill_while_a_forked_export_runs(tmp_path):
     """The standings export after a heat runs in a forked child (runtime/procs.call_forked_idle)
     that outlives a runner killed with SIGKILL: it must not keep the folder's lock (an inherited

@@ -102,8 +102,10 @@ async def connect(port: int, key: Path | None, **kw) -> asyncssh.SSHClientConnec
 class Spectator:
     """A PTY session whose output is fed through a pyte screen."""
 
-    def __init__(self, conn: asyncssh.SSHClientConnection, cols: int = 120, rows: int = 36) -> None:
+    def __init__(self, conn: asyncssh.SSHClientConnection, cols: int = 120, rows: int = 36,
+                 term: str = "xterm-256color") -> None:
         self.conn = conn
+        self.term = term
         self.screen = pyte.Screen(cols, rows)
         self.stream = pyte.ByteStream(self.screen)
         self.proc: asyncssh.SSHClientProcess | None = None
@@ -112,7 +114,7 @@ class Spectator:
         self.raw = bytearray()
 
     async def open(self) -> Spectator:
-        self.proc = await self.conn.create_process(term_type="xterm-256color", term_size=self.size, encoding=None)
+        self.proc = await self.conn.create_process(term_type=self.term, term_size=self.size, encoding=None)
         self.task = asyncio.create_task(self._read())
         return self
 
@@ -551,7 +553,8 @@ async def test_run_serve_ssh_on_a_real_season(tmp_path, keys, guest_image):
     proc = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run", str(season_file), "--headless",
                              "--output", str(out), "--serve-ssh", str(port), "--host-key", str(tmp_path / "hk"),
                              "--authorized-keys", str(keys["authorized_keys"])],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            env=dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state")))
     try:
         end = time.monotonic() + 120
         while not (out / "round-1/heat-1/attempt-1/events.jsonl").is_file():
@@ -567,6 +570,12 @@ async def test_run_serve_ssh_on_a_real_season(tmp_path, keys, guest_image):
             assert "builder-one" in spec.text() and "builder-two" in spec.text()
             spec.proc.close()
         assert proc.wait(240) == 0
+        # the run's output holds its own lines; the server's log lines are in its log file
+        output = proc.stdout.read()
+        log = tmp_path / "state" / "aoe-tui" / "log" / "serve-ssh.log"
+        assert f"aoe: spectator SSH server log: {log}" in output
+        assert not re.search(r"(?m)^\d{4}-\d\d-\d\d [\d:,]+ (INFO|WARNING|ERROR) ", output), output
+        assert "INFO session start" in log.read_text()
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -624,6 +633,40 @@ def test_runner_restarts_a_dead_server_and_keeps_the_final_view(tmp_path, keys):
     finally:
         if server.proc.poll() is None:
             server.proc.kill()
+
+
+async def test_headless_serve_ssh_keeps_the_server_log_out_of_the_run_output(tmp_path, keys, monkeypatch, capfd):
+    """``aoe run --headless --serve-ssh`` (its ``serving`` block, with the real server child):
+    the server's INFO lines (listening, connect, auth, session, view) go to its log file, not
+    to the run's output, which only gets the runner's own ``aoe: ...`` lines (where the log
+    is, the ssh command): headless output stays one line per change."""
+    import argparse
+
+    from aoe_tui.commands.serve import server_log_path, serving
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    feeder = SeasonFeeder(SEED, tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    args = argparse.Namespace(serve_ssh=0, host="127.0.0.1", host_key=tmp_path / "hk",
+                              authorized_keys=keys["authorized_keys"], max_sessions=4, max_per_address=4, cpus=None,
+                              priority="idle")
+    with serving(args, feeder.out, headless=True) as server:
+        async with await connect(server.port, keys["spectator"]) as conn:
+            spec = await Spectator(conn).open()
+            await spec.wait_for(lambda s: "season" in s, 60, "the season screen")
+            spec.proc.close()
+            await asyncio.wait_for(spec.task, 15)
+    out, err = capfd.readouterr()
+    log = server_log_path()
+    assert log == tmp_path / "state" / "aoe-tui" / "log" / "serve-ssh.log"
+    assert out == ""
+    assert err.splitlines() == [f"aoe: spectator SSH server log: {log}",
+                                f"aoe: spectators: ssh -t -p {server.port} cup@127.0.0.1  "
+                                f"(host key {server.host_key_fingerprint})"], err
+    text = log.read_text()
+    for what in ("INFO listening host=127.0.0.1", "INFO auth ok", "INFO session start", "INFO view start"):
+        assert what in text, (what, text)
 
 
 def test_run_refuses_serve_options_without_serve_ssh(tmp_path):

@@ -126,3 +126,54 @@ async def test_the_spare_view_sleeps_until_taken_then_shows_what_came_meanwhile(
         feeder.stop()
     await _until(lambda: all(_proc_state(p)[0] in ("gone", "Z") for p in pids), 15,
                  f"the view processes {pids} to end with the server")
+
+
+def _zygote_children(server) -> list[int]:
+    """The view processes forked from the server's zygote (its children), spare included."""
+    import subprocess
+
+    z = server.zygote
+    assert z is not None and z.proc is not None
+    out = subprocess.run(["pgrep", "-P", str(z.proc.pid)], capture_output=True, text=True).stdout
+    return sorted(int(p) for p in out.split())
+
+
+async def test_the_spare_view_follows_the_newest_spectators_terminal_type(tmp_path, keys, server_log):
+    """A ``screen`` spectator cannot take the ``xterm-256color`` spare: it gets a view of its
+    own, and the spare is replaced by one for ``screen`` at its size (the old one ends: one
+    spare at a time); the next ``screen`` spectator, at another size, takes that spare (the
+    same process, resized), and the spare behind it is for ``screen`` at that size."""
+    feeder = SeasonFeeder(SEED, tmp_path / "season", speed=1000.0)
+    feeder.prepare()
+    feeder.run()
+    t = start_server(feeder.out, keys, max_sessions=4)
+    conn = None
+    try:
+        views = t.server.views
+        await _until(lambda: views.spare is not None and views.spare.paused, 60, "the first spare, stopped")
+        first = views.spare
+        assert first.key == ("xterm-256color", 80, 24, b"")
+        conn = await connect(t.server.port, keys["spectator"])
+        a = await Spectator(conn, 100, 30, term="screen").open()
+        await a.wait_for(lambda s: "season" in s, 60, "the screen spectator's season screen")
+        [a_pid] = t.server.spectator_pids()
+        assert a_pid != first.child.pid, "a screen spectator cannot show an xterm-256color spare"
+        await _until(lambda: views.spare is not None and views.spare is not first and views.spare.paused, 60,
+                     "a new spare, stopped")
+        second = views.spare
+        assert second.key == ("screen", 100, 30, b"")
+        await _until(lambda: _proc_state(first.child.pid)[0] in ("gone", "Z"), 15, "the xterm spare to end")
+        assert _zygote_children(t.server) == sorted([a_pid, second.child.pid]), "one view and one spare"
+        assert any(f"view start pid={second.child.pid} (fork) term=screen size=100x30" in line
+                   for line in server_log.lines), server_log.lines
+        b = await Spectator(conn, 90, 28, term="screen").open()
+        await b.wait_for(lambda s: "season" in s, 60, "the second screen spectator's season screen")
+        assert sorted(t.server.spectator_pids()) == sorted([a_pid, second.child.pid]), "b took the screen spare"
+        await _until(lambda: views.spare is not None and views.spare is not second and views.spare.paused, 60,
+                     "the spare behind it, stopped")
+        assert views.spare.key == ("screen", 90, 28, b"")
+        assert _zygote_children(t.server) == sorted([a_pid, second.child.pid, views.spare.child.pid])
+    finally:
+        if conn is not None:
+            conn.close()
+        t.stop()

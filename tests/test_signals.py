@@ -19,7 +19,8 @@ while running and after.
 * ``aoe replay`` with stdin at EOF: idles (CPU-seconds over 2 s once its start-up work is
   done), SIGHUP/SIGTERM close it.
 * ``aoe watch`` whose terminal stopped reading (its output queue full), then closed
-  without a SIGHUP reaching it, or left open: SIGTERM ends it (143) within seconds.
+  without a SIGHUP reaching it, or left open, or an idle one whose terminal closed without a
+  SIGHUP: SIGTERM ends it (143) within seconds, nothing left in its process group.
 """
 
 from __future__ import annotations
@@ -511,28 +512,34 @@ def test_watch_whose_dead_terminal_filled_up_exits_on_sigterm(tmp_path):
     SIGTERM with 143 within seconds: (a) the terminal then goes away without a SIGHUP
     reaching the view (no controlling terminal, as with a harness that ignores SIGHUP):
     Textual's writer died on EIO and the app's exit waited for ever on the full queue;
-    (b) the terminal stays open, never read again."""
+    (b) the terminal stays open, never read again; (c) an idle view whose terminal goes away
+    without a SIGHUP: the SIGTERM finds it hung up and leaves it first
+    (``signals.terminal_gone``). Each time nothing is left of it: no process in its group."""
     from aoe_tui.testing.feeder import SeasonFeeder
 
     feeder = SeasonFeeder(REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json",
                           tmp_path / "season", speed=1000.0)
     feeder.prepare()
     feeder.run()
-    for close_master in (True, False):
+    for fill, close_master in ((True, True), (True, False), (False, True)):
+        case = f"{'full output' if fill else 'idle'}, terminal {'closed' if close_master else 'not read'}"
         term = Term([sys.executable, "-m", "aoe_tui.cli", "watch", str(feeder.out)], cols=200, rows=60, ctty=False)
         try:
             wait_until(lambda: ALT_SCREEN in term.modes()[0] and "season" in term.text(), 30, "the watch view",
                        term.proc)
             term.stop_reading()
-            # each "t" (theme) redraws the whole screen, one key at a time: the PTY fills,
-            # then the queue of 30 writes, then the app's loop waits on a lock (a futex)
-            # instead of idling in epoll_wait
-            for _ in range(100):
-                if "futex" in settled(term.proc.pid) and "futex" in settled(term.proc.pid):
-                    break
-                term.send(b"t")
-            assert "futex" in main_thread_wait(term.proc.pid), "the view's output never filled up"
-            assert term.pending_output() > 1024
+            if fill:
+                # each "t" (theme) redraws the whole screen, one key at a time: the PTY fills,
+                # then the queue of 30 writes, then the app's loop waits on a lock (a futex)
+                # instead of idling in epoll_wait
+                for _ in range(100):
+                    if "futex" in settled(term.proc.pid) and "futex" in settled(term.proc.pid):
+                        break
+                    term.send(b"t")
+                assert "futex" in main_thread_wait(term.proc.pid), "the view's output never filled up"
+                assert term.pending_output() > 1024
+            else:
+                assert "futex" not in settled(term.proc.pid)
             if close_master:  # the terminal goes away; no SIGHUP reaches the view
                 os.close(term.master)
                 term.master = -1
@@ -543,16 +550,99 @@ def test_watch_whose_dead_terminal_filled_up_exits_on_sigterm(tmp_path):
             try:
                 code = term.proc.wait(15)
             except subprocess.TimeoutExpired:
-                raise AssertionError(f"aoe watch hung after SIGTERM (terminal closed: {close_master})") from None
+                raise AssertionError(f"aoe watch hung after SIGTERM ({case})") from None
             took = time.monotonic() - t0
-            assert code == 143 and took < 10
-            print(f"watch, full output, terminal {'closed' if close_master else 'not read'}: "
-                  f"SIGTERM → 143 in {took:.2f} s")
+            assert code == 143 and took < 10, (case, code, took)
+            left = subprocess.run(["pgrep", "-g", str(term.proc.pid)], capture_output=True, text=True).stdout
+            assert left == "", f"{case}: processes left in the view's group: {left.split()}"
+            print(f"watch, {case}: SIGTERM → 143 in {took:.2f} s")
         finally:
             if term.proc.poll() is None:
                 term.proc.kill()
                 term.proc.wait()
             term.close()
+
+
+#: a plain command under ``raise_on_signals`` (as ``aoe image build``) that prints on its way out
+STOPPING_COMMAND = """
+import sys, time
+from aoe_tui.signals import Stopped, raise_on_signals
+try:
+    with raise_on_signals():
+        print("ready", flush=True)
+        while True:
+            time.sleep(0.05)
+except Stopped as stop:
+    print(f"{stop.name}: cleaning up", flush=True)
+    sys.exit(stop.exit_code)
+"""
+
+
+def test_sigterm_to_a_plain_command_whose_terminal_hung_up_still_cleans_up_and_exits_143():
+    """A plain command (``signals.raise_on_signals``) whose terminal went away without a SIGHUP
+    reaching it (its own session, the PTY not its controlling terminal), then SIGTERM: it
+    leaves the dead terminal first, so the line its clean-up prints cannot raise EIO; exit
+    143 (it was 1, an ``OSError`` from that line, before the terminal was checked)."""
+    master, slave = os.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", STOPPING_COMMAND], stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    keep = os.dup(slave)  # the parent's view of the same terminal, to see it hang up
+    os.close(slave)
+    try:
+        seen = b""
+        end = time.monotonic() + 30
+        while b"ready" not in seen:
+            assert time.monotonic() < end and proc.poll() is None, seen
+            if select_readable(master, 0.1):
+                seen += os.read(master, 1024)
+        os.close(master)
+        master = -1
+        import termios
+
+        with pytest.raises(termios.error):  # EIO: the terminal hung up, though no SIGHUP reached the command
+            termios.tcgetattr(keep)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for fd in (master, keep):
+            if fd >= 0:
+                os.close(fd)
+
+
+def select_readable(fd: int, timeout_s: float) -> bool:
+    import select
+
+    return bool(select.select([fd], [], [], timeout_s)[0])
+
+
+def test_terminal_gone_tells_a_hung_up_terminal_from_a_live_one_or_none():
+    """``signals.terminal_gone``: a PTY slave whose master closed (hung up, no SIGHUP needed)
+    is gone; the same slave while the master is open (read or not), ``/dev/null``, a pipe, a
+    file and a closed descriptor are not."""
+    from aoe_tui.signals import terminal_gone
+
+    master, slave = os.openpty()
+    null = os.open(os.devnull, os.O_RDWR)
+    r, w = os.pipe()
+    try:
+        assert not terminal_gone((slave,))
+        assert not terminal_gone((null, w, r))
+        with open(__file__, "rb") as f:
+            assert not terminal_gone((f.fileno(),))
+        closed = os.dup(null)
+        os.close(closed)
+        assert not terminal_gone((closed,))
+        os.close(master)
+        master = -1
+        assert terminal_gone((slave,)) and terminal_gone((null, slave))
+    finally:
+        for fd in (master, slave, null, r, w):
+            if fd >= 0:
+                os.close(fd)
 
 
 @pytest.mark.container

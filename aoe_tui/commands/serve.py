@@ -303,6 +303,14 @@ class ServerProcess:
 _SERVE_ONLY = ("authorized_keys", "host_key", "cpus")
 
 
+def server_log_path() -> Path:
+    """Where ``aoe run --serve-ssh`` appends its spectator server's log:
+    ``<user log dir>/aoe-tui/serve-ssh.log`` (platformdirs; ``$XDG_STATE_HOME/aoe-tui/log``)."""
+    from platformdirs import user_log_dir
+
+    return Path(user_log_dir("aoe-tui")) / "serve-ssh.log"
+
+
 @contextmanager
 def serving(args: argparse.Namespace, season_dir: Path, *, headless: bool):
     """Run the spectator server beside a block when ``args.serve_ssh`` is set (else no-op).
@@ -310,10 +318,14 @@ def serving(args: argparse.Namespace, season_dir: Path, *, headless: bool):
     The server is a child process (:class:`ServerProcess`), ended with the block: at
     once when the block raises or the season did not finish, else after showing the
     final view for :data:`FINAL_VIEW_S` seconds (set ``server.finished = True`` inside
-    the block when the season finished). Its log lines go to stderr when ``headless``,
-    else to ``<user log dir>/aoe-tui/serve-ssh.log`` (the TUI owns the terminal).
-    Raises :class:`UsageError` without ``--authorized-keys`` (or with serve options but
-    no ``--serve-ssh``) and :class:`AoeError` when the server cannot start.
+    the block when the season finished). Its log lines (connects, sessions, views: INFO)
+    are appended to :func:`server_log_path`, in the TUI (which owns the terminal) and
+    ``headless`` alike, so headless output stays one line per state change; the path is
+    said once on stderr. What the runner itself says about the server (the ``ssh``
+    command, a restart) is one ``aoe: ...`` line on stderr when ``headless``, else a line
+    in that log. Raises :class:`UsageError` without ``--authorized-keys`` (or with serve
+    options but no ``--serve-ssh``) and :class:`AoeError` when the server cannot start or
+    its log cannot be opened.
     """
     port = getattr(args, "serve_ssh", None)
     if port is None:
@@ -324,24 +336,25 @@ def serving(args: argparse.Namespace, season_dir: Path, *, headless: bool):
         return
     if args.authorized_keys is None:
         raise UsageError("--serve-ssh needs --authorized-keys FILE")
-    log_file = None
+    server = ServerProcess.for_args(season_dir, port, args)  # checks the options first
+    log_path = server_log_path()
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(log_path, "ab")  # noqa: SIM115 - closed below
+    except OSError as err:
+        raise AoeError(f"{log_path}: cannot open the spectator server's log: {err.strerror or err}") from None
+    server.log = log_file
     if headless:
         def say(msg: str) -> None:
             print(f"aoe: {msg}", file=sys.stderr, flush=True)
     else:
-        from platformdirs import user_log_dir
-
-        log_path = Path(user_log_dir("aoe-tui")) / "serve-ssh.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        print(f"aoe: spectator SSH server log: {log_path}", file=sys.stderr)
-        log_file = open(log_path, "ab")  # noqa: SIM115 - closed below
-
         def say(msg: str) -> None:
             with contextlib.suppress(OSError, ValueError):
                 log_file.write(f"aoe run: {msg}\n".encode())
                 log_file.flush()
-    server = ServerProcess.for_args(season_dir, port, args, log=log_file, say=say)
+    server.say = say
     try:
+        print(f"aoe: spectator SSH server log: {log_path}", file=sys.stderr, flush=True)
         server.start()
         print(f"aoe: spectators: ssh -t -p {server.port} cup@{args.host}  (host key {server.host_key_fingerprint})",
               file=sys.stderr, flush=True)
@@ -350,5 +363,4 @@ def serving(args: argparse.Namespace, season_dir: Path, *, headless: bool):
         server.stop(finished=server.finished)
         if server.finished:
             print(f"aoe: spectators keep the final view for {FINAL_VIEW_S:.0f} s", file=sys.stderr, flush=True)
-        if log_file is not None:
-            log_file.close()
+        log_file.close()

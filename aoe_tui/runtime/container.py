@@ -409,6 +409,21 @@ def remove_cgroup(path: Path) -> bool:
     return not path.exists()
 
 
+def cpu_weight_problem() -> str | None:
+    """Why :meth:`ContainerProvider.set_cpu_weight` can weigh nothing on this host (one
+    clause, for a one-line note), or None when it can: the territories get their own
+    groups only on a cgroup-v1 host (:data:`CGROUP_V1_SYSTEMD`, :func:`territory_cgroups`)
+    and the weights live in the v1 ``cpu`` hierarchy (:data:`CGROUP_V1_CPU`). On a pure
+    cgroup-v2 host nspawn's payload groups are shared by every territory of the runner, so
+    there is no territory group to weigh. Reads two paths; raises nothing."""
+    if not (CGROUP_V1_SYSTEMD / "cgroup.procs").is_file():
+        return (f"this host is not on cgroup v1 (no {CGROUP_V1_SYSTEMD}); the weights need the v1 cpu "
+                "hierarchy, cgroup v2 is not supported")
+    if not (CGROUP_V1_CPU / "cgroup.procs").is_file():
+        return f"this host has no cgroup-v1 cpu hierarchy ({CGROUP_V1_CPU})"
+    return None
+
+
 def cpu_group(machine: str, cpu_root: Path = CGROUP_V1_CPU) -> Path:
     """The weighted ``cpu`` group of territory ``machine`` (``aoe-<hash>``, the name of its
     own groups, :func:`territory_cgroups`): ``<cpu_root>/aoe-territories/<machine>``."""

@@ -7,6 +7,10 @@ Season folder layout::
     round-R/heat-H/attempt-A/         one complete upstream-format match folder per attempt
     round-R/heat-H/attempt-A.interrupted-K/   a half-run attempt a killed runner left
     standings.{json,csv,md,html}      exports, rewritten after every heat
+    .aoe-run.lock                     one runner per folder (:func:`hold_season_folder`: an
+                                      flock; the file stays after the run, harmless)
+
+(``docs/formats.md``, "Ours: the season folder", lists them all with ``aoe-run.log``.)
 
 Heats: each heat's manifest is the arena manifest with ``[[agents]]`` rewritten — agent id
 = entrant id, territory = its seat — and the territories of empty seats removed (so the
@@ -145,6 +149,8 @@ CPU_WEIGHTS_ENV = "AOE_CPU_WEIGHTS"
 #: values of :data:`CPU_WEIGHTS_ENV` (compared case-insensitively, spaces stripped)
 CPU_WEIGHTS_ON = ("1", "true", "yes", "on")
 CPU_WEIGHTS_OFF = ("", "0", "false", "no", "off")
+#: built-in season providers without ``set_cpu_weight`` (:func:`cpu_weights_note`)
+NO_CPU_WEIGHTS = ("qemu",)
 
 
 def boot_slots() -> int:
@@ -176,6 +182,33 @@ def cpu_weights_on() -> bool:
     if value in CPU_WEIGHTS_OFF:
         return False
     raise AoeError(f"{CPU_WEIGHTS_ENV} must be one of 1/true/yes/on or 0/false/no/off (or empty), got {text!r}")
+
+
+def cpu_weights_note(concurrent_heats: int, provider_kind: str, cluster: bool = False) -> str | None:
+    """The one line ``aoe run`` says when ``AOE_CPU_WEIGHTS`` is on but can have no effect
+    on this run, naming the variable and why (the first reason that applies): heats one at
+    a time (``concurrent_heats`` 1), heats on a Ray cluster (``cluster``), a built-in provider
+    that cannot weigh CPU (``qemu``), or a host where the container provider cannot
+    (:func:`aoe_tui.runtime.container.cpu_weight_problem`: not cgroup v1, no v1 ``cpu``
+    hierarchy). None when the switch is off or it takes effect (a plugin provider is
+    trusted: ``run_heat`` weighs where it has ``set_cpu_weight``). Raises :class:`AoeError`
+    for a bad value (:func:`cpu_weights_on`)."""
+    if not cpu_weights_on():
+        return None
+    why: str | None = None
+    if concurrent_heats <= 1:
+        why = "heats run one at a time (concurrent_heats = 1); the weights are for heats at once"
+    elif cluster:
+        why = "heats run on the Ray cluster's nodes, which do not weigh CPU"
+    elif provider_kind in NO_CPU_WEIGHTS:
+        why = f"the {provider_kind} provider does not weigh CPU (only the container provider does)"
+    elif provider_kind == "container":
+        from aoe_tui.runtime.container import cpu_weight_problem
+
+        why = cpu_weight_problem()
+    if why is None:
+        return None
+    return f"warning: {CPU_WEIGHTS_ENV}={os.environ.get(CPU_WEIGHTS_ENV, '').strip()} has no effect: {why}"
 
 
 def check_heat_env() -> None:
@@ -1114,6 +1147,9 @@ class SeasonRunner:
                     self.say(f"note: the rounds cycle through {len(self.arena_cycle)} arena slots, but a league "
                              f"of {hpe} heats per entrant has about {hpe} rounds: "
                              f"{', '.join(later)} may never be raced (raise heats_per_entrant)")
+        note = cpu_weights_note(self.season.concurrent_heats, self.season.provider.kind, self.cluster is not None)
+        if note is not None:  # once per run, not per heat
+            self.say(note)
         if self.retry_void:
             self._reopen_void()
         while self.state.finished is None:

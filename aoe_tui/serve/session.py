@@ -488,7 +488,7 @@ class SpectatorSession(asyncssh.SSHServerSession):
             return
         cols, rows = self.size
         try:
-            await self.server.views.join(self, cols, rows)
+            await self.server.views.join(self, cols, rows, newcomer=True)
         except OSError as err:
             self.server.seats.release(self)
             self._finish_text(f"aoe serve: cannot start the spectator view: {err.strerror or err}\n", 1)

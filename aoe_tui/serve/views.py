@@ -24,9 +24,15 @@ A session's own keys never reach another session's screen:
   terminal's own chatter does not split it;
 * a view whose input grew past :data:`PRIVATE_AFTER` bytes is private: nobody joins it.
 
-A new view takes the **spare** when there is one: a view process kept on screen with nobody
-watching (``xterm-256color``, 80×24; resized to the newcomer's terminal), so its first screen
-does not wait for the app to build; a new spare is started behind it. Once drawn (and
+A new view takes the **spare** when there is one for its terminal type: a view process kept
+on screen with nobody watching (resized to the newcomer's terminal), so its first screen does
+not wait for the app to build; a new spare is started behind it. The spare follows the most
+recent newcomer's terminal: the first is for ``xterm-256color``, 80×24; each new spare is
+for the type and size of the session that last arrived, and a newcomer of another type
+(``screen``, ``tmux-256color``…) has the spare it could not take replaced by one for its type
+once its own view has drawn its first screen (never more than one spare: the old one is ended
+as the new one starts). So a room
+of ``screen`` spectators gets the spare from its second arrival on. Once drawn (and
 :data:`SPARE_PAUSE_AFTER_S` later) the spare is **stopped** (``SIGSTOP``): otherwise it tails,
 reduces and draws every event for nobody, on the spectators' CPU at the very moment the views
 people watch draw it (issue 16: a season event comes when the race boots or tears down
@@ -73,7 +79,7 @@ PAINTED_BYTES = 512
 PAINTED_AFTER_S = 0.5
 #: seconds after its first screen before the spare view's process is stopped (SIGSTOP)
 SPARE_PAUSE_AFTER_S = 1.0
-#: the spare view's terminal (a client with another TERM gets a view started for it)
+#: the first spare view's terminal; later spares follow the newest arrival's (ViewPool.spare_shape)
 SPARE_TERM = "xterm-256color"
 SPARE_SIZE = (80, 24)
 #: DEC private modes a joining member must have set to show the view as its process set up
@@ -254,6 +260,12 @@ class ViewPool:
         #: a view process started ahead, on screen with nobody watching, for the next new view
         self.spare: SharedView | None = None
         self._spare_task: asyncio.Task | None = None
+        #: ``(TERM, columns, rows)`` the next spare is started for: the most recent newcomer's
+        self.spare_shape: tuple[str, int, int] = (SPARE_TERM, *SPARE_SIZE)
+        #: spares being ended (replaced by one for another terminal type)
+        self._retiring: set[asyncio.Task] = set()
+        #: the newest newcomer's view, not drawn yet: the spare follows the newcomer once it is
+        self._follow_view: SharedView | None = None
         self.closed = False
 
     def pids(self) -> list[int]:
@@ -266,10 +278,15 @@ class ViewPool:
             return
 
         async def make() -> None:
+            renew = False
             try:
-                view = await self._start((SPARE_TERM, SPARE_SIZE[0], SPARE_SIZE[1], b""), b"", register=False)
+                view = await self._start((*self.spare_shape, b""), b"", register=False)
                 if self.closed:
                     await self.leave(None, view)
+                elif view.key is not None and view.key[0] != self.spare_shape[0]:
+                    # a newcomer of another terminal type arrived while it started: replace it
+                    await self.leave(None, view)
+                    renew = True
                 else:
                     self.spare = view
                     if view.painted:
@@ -278,12 +295,33 @@ class ViewPool:
                 log.warning("cannot start a spare spectator view: %s", err)
             finally:
                 self._spare_task = None
+            if renew:
+                self.keep_spare()
 
         self._spare_task = asyncio.get_running_loop().create_task(make())
 
+    def _follow_newcomer(self) -> None:
+        """A newcomer joined and its view is on screen (``spare_shape`` is its terminal): a
+        spare for another terminal type is ended and one for this type started (one spare at
+        a time). A spare being started is checked when it is ready (``keep_spare``)."""
+        spare = self.spare
+        if self.closed or spare is None or spare.ended or spare.key is None or spare.key[0] == self.spare_shape[0]:
+            return
+        self.spare = None
+        log.info("spare view pid=%s (term=%s) replaced for term=%s", spare.child.pid, spare.key[0],
+                 self.spare_shape[0])
+        task = asyncio.get_running_loop().create_task(self.leave(None, spare))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+        self.keep_spare()
+
     def _painted(self, view: SharedView) -> None:
         """``view`` drew its first screen: the spare is paused :data:`SPARE_PAUSE_AFTER_S`
-        later if it still is the spare then (default spectator command only)."""
+        later if it still is the spare then (default spectator command only); if it is the
+        newest newcomer's view, the spare follows that newcomer's terminal now."""
+        if view is self._follow_view:
+            self._follow_view = None
+            self._follow_newcomer()
         if view is not self.spare or not self.server.pauses_spare:
             return
 
@@ -297,21 +335,27 @@ class ViewPool:
         """The spare, given ``key`` (resized to its size), when it can show it; then another
         spare is started."""
         spare = self.spare
-        if spare is None or spare.ended or key[0] != SPARE_TERM or key[3]:
+        if spare is None or spare.ended or spare.key is None or key[0] != spare.key[0] or key[3]:
             return None
         self.spare = None
         spare.resume()
+        size = (spare.key[1], spare.key[2])
         spare.key = key
         self.views[key] = spare
-        if (key[1], key[2]) != SPARE_SIZE:
+        if (key[1], key[2]) != size:
             spare.child.resize(key[1], key[2])  # SIGWINCH: the app lays out and redraws it all
         self.keep_spare()
         return spare
 
-    async def join(self, session: Any, cols: int, rows: int, history: bytes = b"") -> SharedView:
+    async def join(self, session: Any, cols: int, rows: int, history: bytes = b"", *,
+                   newcomer: bool = False) -> SharedView:
         """Put ``session`` on the view keyed ``(session.term, cols, rows, history)``, starting
-        it if needed (raises ``OSError`` when its process cannot be started)."""
+        it if needed (raises ``OSError`` when its process cannot be started). ``newcomer``: a
+        session arriving (not one moving between views): the spares follow its terminal
+        (:attr:`spare_shape`, :meth:`_follow_newcomer`)."""
         key = (session.term, cols, rows, history)
+        if newcomer:
+            self.spare_shape = (session.term, cols, rows)
         view = self.views.get(key)
         if view is None or view.ended:
             view = self._take_spare(key) or await self._start(key, history)
@@ -319,6 +363,11 @@ class ViewPool:
             await view.started.wait()
             if view.failed:
                 raise OSError(view.failed)
+        if newcomer:
+            if view.painted:
+                self._follow_newcomer()
+            else:  # once its view drew its first screen: a new spare would compete with it for the CPU
+                self._follow_view = view
         self._add(view, session)
         return view
 
@@ -364,6 +413,10 @@ class ViewPool:
             del self.views[view.key]
         if view in self.all:
             self.all.remove(view)
+        if view is self._follow_view:  # ended before its first screen
+            self._follow_view = None
+            if not self.closed:
+                self._follow_newcomer()
 
     def _rekey(self, view: SharedView, cols: int | None = None, rows: int | None = None) -> None:
         """A lone member typed or resized: ``view``'s key follows (a view past
@@ -403,6 +456,8 @@ class ViewPool:
         self.closed = True
         if self._spare_task is not None:
             await asyncio.gather(self._spare_task, return_exceptions=True)
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
         self.spare = None
         views = list(self.all)
         for v in views:
