@@ -184,12 +184,12 @@ async def test_injected_provisioning_failure_retries_that_heat_only(tmp_path):
 
 
 def _small_season(tmp_path: Path, entrants: list[tuple[str, str, str]], *, max_attempts: int = 2,
-                  extra: str = "", name: str = "small.toml") -> Path:
-    """A one-heat league on first-build (two entrants, 30 s clock): ``entrants`` are
-    ``(id, adapter, model)``."""
+                  extra: str = "", name: str = "small.toml", duration_s: int = 30) -> Path:
+    """A one-heat league on first-build (two entrants, a ``duration_s`` clock, 30 s by
+    default): ``entrants`` are ``(id, adapter, model)``."""
     text = (f'id = "small"\nlabel = "w1"\narena = "{REPO / "arenas" / "first-build" / "arena.toml"}"\n'
             f'seed = 1\nmax_attempts = {max_attempts}\ndrain_seconds = 3\n[provider]\nkind = "container"\n'
-            'ready_timeout_s = 90\n[arena_overrides]\nduration_seconds = 30\nminimum_territories = 2\n'
+            f'ready_timeout_s = 90\n[arena_overrides]\nduration_seconds = {duration_s}\nminimum_territories = 2\n'
             '[format]\nkind = "league"\nheats_per_entrant = 1\n'
             + "".join(f'[[entrants]]\nid = "{i}"\nadapter = "{a}"\nmodel = "{m}"\n' for i, a, m in entrants) + extra)
     f = tmp_path / name
@@ -207,8 +207,10 @@ async def test_prices_cache_tokens_and_cost_source_in_a_real_season(tmp_path):
     from aoe_tui.export import write_all
     from aoe_tui.season.runner import SeasonRunner
 
+    # two memory builders: never durable, so the heat runs to its timer; all that is asserted
+    # (usage, cost) is settled when both builders finish, about 3 s in (measured): a 12 s clock
     f = _small_season(tmp_path, [("priced", "scripted:memory", "m-priced"), ("own", "scripted:memory", "m-own")],
-                      extra='[prices."m-priced"]\ninput_per_mtok = 0.60\noutput_per_mtok = 2.50\n'
+                      duration_s=12, extra='[prices."m-priced"]\ninput_per_mtok = 0.60\noutput_per_mtok = 2.50\n'
                             'cache_read_per_mtok = 0.15\ncache_write_per_mtok = 0.75\n')
     loaded = load_season_file(f)
     out = tmp_path / "out"

@@ -83,10 +83,11 @@ KERNEL_ARGS = "root=/dev/vda rw console=ttyS0 quiet mitigations=off"
 #: A QEMU run shorter than this (seconds) counts as a crash, not a guest reboot.
 _QUICK_EXIT_S = 5.0
 _MAX_QUICK_EXITS = 3
-#: Seconds a relaunched guest that shows it booted (:data:`BOOT_SIGNS` on its serial console)
-#: may keep failing the root SSH login before :meth:`QemuProvider.reboot` calls it the
-#: player's lockout. Measured under TCG on a loaded 2-core host: a root login works 21 s
-#: after the prompt (sshd starts next to the getty; the login itself is slow there).
+#: Default of :attr:`QemuProvider.refused_after_s`: seconds a relaunched guest that shows it
+#: booted (:data:`BOOT_SIGNS` on its serial console) may keep failing the root SSH login
+#: before :meth:`QemuProvider.reboot` calls it the player's lockout. Measured under TCG on a
+#: loaded 2-core host: a root login works 21 s after the prompt (sshd starts next to the
+#: getty; the login itself is slow there).
 REFUSED_AFTER_S = 45.0
 #: What the guest writes on its serial console (``console.log``) once its boot reached
 #: userspace: the serial getty's login prompt (``<hostname> login:``, the only line a
@@ -389,6 +390,13 @@ class QemuProvider(TerritoryProvider):
         memory_mib: guest RAM in MiB (upstream's base.nix: 768).
         ready_timeout_s: seconds to wait for the first root login after boot.
         reboot_timeout_s: seconds to wait for SSH to come back after ``systemctl reboot``.
+        allocator: the port-block registry (default: the machine's, :class:`NetAllocator`).
+        connect_timeout_s: SSH connect timeout (s) of the provider's logins (TCG logins are slow).
+        refused_after_s: seconds a relaunched guest whose console shows it booted may keep
+            failing the root SSH login before :meth:`reboot` calls it the player's lockout
+            (default :data:`REFUSED_AFTER_S`, 45 s; a guest with a working sshd logs in 11-21 s
+            after the prompt under TCG, so a lower value would blame honest slow guests).
+            Also the attribute :attr:`refused_after_s`, read at each reboot.
     """
 
     name = "qemu"
@@ -405,6 +413,7 @@ class QemuProvider(TerritoryProvider):
         *,
         allocator: NetAllocator | None = None,
         connect_timeout_s: float = 15.0,
+        refused_after_s: float = REFUSED_AFTER_S,
     ) -> None:
         self.workdir = Path(workdir)
         self.image = image
@@ -414,6 +423,7 @@ class QemuProvider(TerritoryProvider):
         self.ready_timeout_s = ready_timeout_s
         self.reboot_timeout_s = reboot_timeout_s
         self.connect_timeout_s = connect_timeout_s
+        self.refused_after_s = refused_after_s
         self.allocator = allocator or NetAllocator()
         self._owner = f"qemu:{os.getpid()}:{Path(workdir).resolve()}"
         self._guests: dict[str, _Guest] = {}
@@ -653,7 +663,7 @@ class QemuProvider(TerritoryProvider):
         * after the relaunch, the guest's serial console (``console.log``, written by QEMU on
           the host) shows one of :data:`BOOT_SIGNS` (the getty's login prompt, or systemd's
           emergency shell after a broken ``/etc/fstab``), i.e. the guest reached userspace,
-          and root SSH still fails :data:`REFUSED_AFTER_S` seconds later (sshd masked or
+          and root SSH still fails :attr:`refused_after_s` seconds later (sshd masked or
           refusing, port 22 firewalled): :class:`TerritoryRefusedError` then, not at
           ``reboot_timeout_s``. With user networking "nothing answers" alone is ambiguous
           (the forward accepts and closes whether or not the guest is up): the console is
@@ -732,7 +742,7 @@ class QemuProvider(TerritoryProvider):
     async def _watch_refusal(self, g: _Guest, territory: Territory, launches_before: int) -> None:
         """Raise :class:`TerritoryRefusedError` once QEMU was relaunched after
         ``launches_before``, its console shows the guest booted (:meth:`_boot_sign`) and root
-        SSH has still not worked :data:`REFUSED_AFTER_S` seconds later; otherwise poll forever
+        SSH has still not worked :attr:`refused_after_s` seconds later; otherwise poll forever
         (cancelled by :meth:`reboot`)."""
         from aoe_tui.runtime.ssh import login_refusal, probe
 
@@ -749,7 +759,7 @@ class QemuProvider(TerritoryProvider):
                     continue
                 booted_at = g.boot_seen_at = time.monotonic()
                 log.info("qemu: %s %s", territory.id, seen)
-            if time.monotonic() - booted_at < REFUSED_AFTER_S:
+            if time.monotonic() - booted_at < self.refused_after_s:
                 continue
             if await probe(territory.host, territory.ssh_port, territory.password, connect_timeout_s=5.0):
                 booted_at = time.monotonic()  # a login works after all: the readiness wait ends
@@ -763,7 +773,7 @@ class QemuProvider(TerritoryProvider):
                 why = f"nothing answers SSH on port {territory.ssh_port}"
             raise TerritoryRefusedError(
                 f"territory {territory.id} refused the referee after the reboot: "
-                f"{why} {REFUSED_AFTER_S:.0f} s after {seen}"
+                f"{why} {self.refused_after_s:.0f} s after {seen}"
             )
 
     @staticmethod
