@@ -13,7 +13,7 @@
   its PTY master closed without a SIGHUP reaching us, e.g. no controlling terminal or
   SIGHUP ignored). A SIGINT/SIGTERM then releases those descriptors first
   (:func:`gone_terminals`), as a SIGHUP releases the terminal; a file or pipe the output
-  was redirected to (``aoe run ... > run.log``) is kept.
+  was redirected to (``aoe image build > build.log``) is kept.
 """
 
 from __future__ import annotations

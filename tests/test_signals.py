@@ -614,10 +614,11 @@ def test_sigterm_to_a_plain_command_whose_terminal_hung_up_still_cleans_up_and_e
 
 
 def test_sigterm_with_a_hung_up_stdin_keeps_the_output_a_command_was_redirected_to(tmp_path):
-    """``aoe run ... > run.log 2>&1 &`` left behind by a closed terminal (stdin still the PTY,
-    hung up; no SIGHUP reached it), then SIGTERM: only the dead stdin is released; the line
-    its clean-up prints still goes to the file its output was redirected to (the whole
-    terminal was released before, which sent fds 1 and 2 to ``/dev/null``)."""
+    """A plain command (``aoe image build > build.log 2>&1 &``) left behind by a closed
+    terminal (stdin still the PTY, hung up; no SIGHUP reached it), then SIGTERM: only the dead
+    stdin is released; the line its clean-up prints still goes to the file its output was
+    redirected to (the whole terminal was released before, which sent fds 1 and 2 to
+    ``/dev/null``)."""
     master, slave = os.openpty()
     log = tmp_path / "run.log"
     with open(log, "ab") as out:
