@@ -216,7 +216,11 @@ class PackageBuilderRun(BuilderRun):
                     line = raw.rstrip("\n").strip()
                     if line.startswith(STEP_PREFIX):
                         step += 1
-                        self.checkpoint(scripted_usage(step))
+                        try:
+                            self.checkpoint(scripted_usage(step))
+                        except OSError as exc:  # our own file, not the session: a harness error
+                            raise RuntimeError(f"cannot write {self.ctx.usage_file.name}: "
+                                               f"{exc.strerror or exc}") from None
                         self.activity.append("▸ " + line[len(STEP_PREFIX):].strip()[:160])
                     elif line.startswith(SUMMARY_PREFIX):
                         summary = line[len(SUMMARY_PREFIX):].strip()[:300]
