@@ -179,7 +179,10 @@ class PackageBuilderRun(BuilderRun):
 
     Each ``aoe-step: TEXT`` line the script prints becomes an activity line and one usage
     step (:func:`scripted_usage`); other output lines become activity too. Exit 0 →
-    ``completed``; otherwise ``failed`` with the last stderr line.
+    ``completed``; otherwise ``failed`` with the last stderr line. A lost session is
+    ``unavailable``, or ``interrupted`` after the referee's reboot (see
+    :class:`~aoe_tui.agents.oracle.BuilderRun`); a ``usage.json`` that cannot be written is a
+    ``harness_error`` naming it.
     """
 
     adapter: PackageBuilderAdapter
