@@ -466,19 +466,9 @@ class _BuilderGuest:
         self.lines, self.drop = lines, drop
 
     async def start(self) -> int:
-        import asyncssh
+        from tests.ssh_support import password_server
 
         guest = self
-
-        class Server(asyncssh.SSHServer):
-            def begin_auth(self, username):
-                return True
-
-            def password_auth_supported(self):
-                return True
-
-            def validate_password(self, username, password):
-                return username == "root" and password == "s3cret-pw"
 
         async def process(proc) -> None:
             await proc.stdin.read()  # the script, to its end
@@ -489,10 +479,9 @@ class _BuilderGuest:
                 return
             proc.exit(0)
 
-        key = asyncssh.generate_private_key("ssh-ed25519")
-        self.server = await asyncssh.create_server(Server, "127.0.0.1", 0, server_host_keys=[key],
-                                                   process_factory=process, encoding="utf-8")
-        return self.server.sockets[0].getsockname()[1]
+        self.server, port = await password_server(lambda user, password: (user, password) == ("root", "s3cret-pw"),
+                                                  process_factory=process, encoding="utf-8")
+        return port
 
     def close(self) -> None:
         self.server.close()
