@@ -452,3 +452,75 @@ def test_scripted_usage_is_deterministic_and_cumulative(monkeypatch):
     monkeypatch.setenv("AOE_SCRIPTED_SLOW_DELAY_S", "2.5")
     assert ScriptedAdapter("slow").start_delay_s == 2.5
     assert ScriptedAdapter("memory").start_delay_s == 0
+
+
+# --------------------------------------------------------------------------- a package builder's SSH session
+
+
+class _BuilderGuest:
+    """A real SSH server (asyncssh, in this process, on a real TCP port) that takes the
+    builder's ``bash -s`` and answers with ``lines``; then exits 0, or (``drop``) drops the
+    connection without closing the session, as a guest's sshd killed by a reboot does."""
+
+    def __init__(self, lines: str, drop: bool = False) -> None:
+        self.lines, self.drop = lines, drop
+
+    async def start(self) -> int:
+        from tests.ssh_support import password_server
+
+        guest = self
+
+        async def process(proc) -> None:
+            await proc.stdin.read()  # the script, to its end
+            proc.stdout.write(guest.lines)
+            await proc.stdout.drain()
+            if guest.drop:
+                proc.get_extra_info("connection").abort()
+                return
+            proc.exit(0)
+
+        self.server, port = await password_server(lambda user, password: (user, password) == ("root", "s3cret-pw"),
+                                                  process_factory=process, encoding="utf-8")
+        return port
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.parametrize("reboot", [False, True], ids=["no reboot", "after the referee's reboot"])
+async def test_a_package_builder_tells_a_lost_session_from_its_own_usage_file_failing(tmp_path, reboot):
+    """``PackageBuilderRun`` over a real SSH session: a session the guest drops mid-script is
+    ``unavailable`` (source provider: the attempt is re-run), or ``interrupted`` with the
+    reboot summary once ``agents/<id>/referee-reboot`` exists; a failure to write our own
+    ``usage.json`` (here: a folder in its place) is a harness error naming the file, never
+    taken for a lost session nor for the referee's reboot."""
+    import dataclasses
+
+    from aoe_tui.agents.command import REBOOT_SUMMARY
+    from aoe_tui.agents.scripted import PackageBuilderAdapter
+
+    script = tmp_path / "builder.sh"
+    script.write_text("echo 'aoe-step: deploy'\n")
+    outcomes = {}
+    for case in ("dropped", "usage.json unwritable"):
+        guest = _BuilderGuest("aoe-step: deploying\nworking\n", drop=case == "dropped")
+        port = await guest.start()
+        try:
+            ctx = make_ctx(tmp_path / case.replace(" ", "-"))
+            ctx.territory = dataclasses.replace(ctx.territory, host="127.0.0.1", ssh_port=port)
+            if reboot:
+                ctx.reboot_marker.write_text("host-reboot\n")
+            if case != "dropped":
+                ctx.usage_file.mkdir()
+            run = await PackageBuilderAdapter("probe", script).start(ctx)
+            outcomes[case] = await asyncio.wait_for(run.wait(), 30)
+        finally:
+            guest.close()
+    dropped, unwritable = outcomes["dropped"], outcomes["usage.json unwritable"]
+    if reboot:
+        assert (dropped.status, dropped.summary) == (AdapterStatus.INTERRUPTED, REBOOT_SUMMARY)
+    else:
+        assert dropped.status == AdapterStatus.UNAVAILABLE
+        assert dropped.summary.startswith("SSH session to builder-one lost: "), dropped.summary
+    assert unwritable.status == AdapterStatus.HARNESS_ERROR, unwritable
+    assert "usage.json" in unwritable.summary and "SSH" not in unwritable.summary, unwritable.summary

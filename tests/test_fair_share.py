@@ -105,11 +105,7 @@ def test_boot_slots_from_the_environment(monkeypatch):
 async def test_season_boots_one_heat_at_a_time_while_all_heats_run(tmp_path, monkeypatch):
     """Four heats at once (``concurrent_heats = 4``, 12 entrants): all four attempts start, but
     the runner's gate lets only ``BOOT_SLOTS`` territories provision at once across them."""
-    from aoe_tui.domain import events as ev
-    from aoe_tui.domain.events import MatchState
-    from aoe_tui.domain.world import WorldState
-    from aoe_tui.replay.log import EventLogWriter
-    from aoe_tui.replay.reducer import apply_event
+    from aoe_tui.testing.heats import write_timed_out_heat
 
     monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
     monkeypatch.setenv("AOE_CPU_WEIGHTS", "1")  # off by default; the heats are given the switch
@@ -128,14 +124,7 @@ async def test_season_boots_one_heat_at_a_time_while_all_heats_run(tmp_path, mon
             running["most_booting"] = max(running["most_booting"], gates[0].booting)
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.05)  # the race
-        folder.mkdir(parents=True, exist_ok=True)
-        world = WorldState()
-        log = EventLogWriter(folder / "events.jsonl")
-        for e in (ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.running),
-                  ev.MatchStateChanged(from_=MatchState.running, to=MatchState.finished),
-                  ev.MatchFinished(winner=None, reason="match timer expired")):
-            apply_event(world, log.append(e, 0))
-        log.close()
+        world = write_timed_out_heat(folder)
         running["heats"] -= 1
         return world
 
@@ -541,11 +530,7 @@ async def test_a_season_on_a_cgroup_v2_host_says_once_that_the_weights_do_nothin
     """``AOE_CPU_WEIGHTS=1`` with heats at once on a host without the cgroup-v1 hierarchies
     (a cgroup-v2 host): the run says so in one line as it starts, before any heat, and not
     again for each of its heats; with the switch off it says nothing about it."""
-    from aoe_tui.domain import events as ev
-    from aoe_tui.domain.events import MatchState
-    from aoe_tui.domain.world import WorldState
-    from aoe_tui.replay.log import EventLogWriter
-    from aoe_tui.replay.reducer import apply_event
+    from aoe_tui.testing.heats import write_timed_out_heat
 
     _cgroup_roots(monkeypatch, tmp_path, systemd=False, cpu=False)
     monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
@@ -559,14 +544,7 @@ async def test_a_season_on_a_cgroup_v2_host_says_once_that_the_weights_do_nothin
                  + "".join(f'[[entrants]]\nid = "x{i}"\nadapter = "oracle"\nmodel = "m"\n' for i in range(3)))
 
     async def stand_in_run_heat(loaded, provider, adapters, folder, **_kw):
-        folder.mkdir(parents=True, exist_ok=True)
-        world = WorldState()
-        log = EventLogWriter(folder / "events.jsonl")
-        for e in (ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.running),
-                  ev.MatchStateChanged(from_=MatchState.running, to=MatchState.finished),
-                  ev.MatchFinished(winner=None, reason="match timer expired")):
-            apply_event(world, log.append(e, 0))
-        log.close()
+        world = write_timed_out_heat(folder)
         return world
 
     said: list[str] = []

@@ -229,11 +229,7 @@ def test_rounds_cycle_through_the_arenas_and_the_suite(tmp_path):
 async def test_a_cup_records_each_rounds_arena_and_races_it(tmp_path):
     """The runner with a stand-in heat runner: every round's heats get that round's arena
     manifest, and the log says which arena each round raced."""
-    from aoe_tui.domain import events as ev
-    from aoe_tui.domain.events import MatchState
-    from aoe_tui.domain.world import WorldState
-    from aoe_tui.replay.log import EventLogWriter
-    from aoe_tui.replay.reducer import apply_event
+    from aoe_tui.testing.heats import write_timed_out_heat
     from aoe_tui.season.runner import SeasonRunner
 
     f = tmp_path / "s.toml"
@@ -243,14 +239,7 @@ async def test_a_cup_records_each_rounds_arena_and_races_it(tmp_path):
 
     async def fake_run_heat(loaded, provider, adapters, folder, **_kw):
         seen.append((loaded.manifest.arena.id, [t.id for t in loaded.manifest.territories]))
-        folder.mkdir(parents=True, exist_ok=True)
-        world = WorldState()
-        log = EventLogWriter(folder / "events.jsonl")
-        for e in (ev.MatchStateChanged(from_=MatchState.preparing, to=MatchState.running),
-                  ev.MatchStateChanged(from_=MatchState.running, to=MatchState.finished),
-                  ev.MatchFinished(winner=None, reason="match timer expired")):
-            apply_event(world, log.append(e, 0))
-        log.close()
+        world = write_timed_out_heat(folder)
         return world
 
     runner = SeasonRunner(load_season(f), tmp_path / "out", run_heat=fake_run_heat,

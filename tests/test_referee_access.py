@@ -87,21 +87,9 @@ async def test_ssh_login_refusal_tells_a_refusing_guest_from_an_absent_one(tmp_p
     import asyncio
     import socket
 
-    import asyncssh
+    from tests.ssh_support import password_server
 
-    class Refuse(asyncssh.SSHServer):
-        def begin_auth(self, username):
-            return True
-
-        def password_auth_supported(self):
-            return True
-
-        def validate_password(self, username, password):
-            return False
-
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    server = await asyncssh.create_server(Refuse, "127.0.0.1", 0, server_host_keys=[key])
-    port = server.sockets[0].getsockname()[1]
+    server, port = await password_server(lambda username, password: False)
 
     async def http_like(reader, writer):
         writer.write(b"HTTP/1.0 400 Bad Request\r\n\r\n")

@@ -613,6 +613,57 @@ def test_sigterm_to_a_plain_command_whose_terminal_hung_up_still_cleans_up_and_e
                 os.close(fd)
 
 
+def test_sigterm_with_a_hung_up_stdin_keeps_the_output_a_command_was_redirected_to(tmp_path):
+    """A plain command (``aoe image build > build.log 2>&1 &``) left behind by a closed
+    terminal (stdin still the PTY, hung up; no SIGHUP reached it), then SIGTERM: only the dead
+    stdin is released; the line its clean-up prints still goes to the file its output was
+    redirected to (the whole terminal was released before, which sent fds 1 and 2 to
+    ``/dev/null``)."""
+    master, slave = os.openpty()
+    log = tmp_path / "run.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-c", STOPPING_COMMAND], stdin=slave, stdout=out, stderr=out,
+                                start_new_session=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    os.close(slave)
+    try:
+        end = time.monotonic() + 30
+        while b"ready" not in log.read_bytes():
+            assert time.monotonic() < end and proc.poll() is None, log.read_bytes()
+            time.sleep(0.05)
+        os.close(master)  # the terminal goes away; no SIGHUP reaches the command (its own session)
+        master = -1
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 143
+        assert log.read_text().splitlines() == ["ready", "SIGTERM: cleaning up"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if master >= 0:
+            os.close(master)
+
+
+def test_gone_terminals_names_only_the_hung_up_descriptors():
+    """``signals.gone_terminals``: of a hung-up PTY slave, a live one, ``/dev/null`` and a
+    pipe, only the hung-up slave, in the order asked."""
+    from aoe_tui.signals import gone_terminals
+
+    dead_master, dead = os.openpty()
+    live_master, live = os.openpty()
+    null = os.open(os.devnull, os.O_RDWR)
+    r, w = os.pipe()
+    try:
+        os.close(dead_master)
+        dead_master = -1
+        assert gone_terminals((null, live, w, dead, r)) == (dead,)
+        assert gone_terminals((live, null)) == ()
+    finally:
+        for fd in (dead_master, dead, live_master, live, null, r, w):
+            if fd >= 0:
+                os.close(fd)
+
+
 def select_readable(fd: int, timeout_s: float) -> bool:
     import select
 

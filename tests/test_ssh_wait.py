@@ -19,6 +19,7 @@ import asyncssh
 import pytest
 
 from aoe_tui.runtime import ssh
+from tests.ssh_support import password_server
 
 PASSWORD = "pw"
 
@@ -35,25 +36,16 @@ class Guest:
     async def start(self) -> int:
         guest = self
 
-        class Server(asyncssh.SSHServer):
-            def begin_auth(self, username):
-                return True
-
-            def password_auth_supported(self):
-                return True
-
-            def validate_password(self, username, password):
-                guest.logins += 1
-                return guest.logins > guest.refuse and password == PASSWORD
+        def check(username: str, password: str) -> bool:
+            guest.logins += 1
+            return guest.logins > guest.refuse and password == PASSWORD
 
         def process(proc: asyncssh.SSHServerProcess) -> None:
             guest.commands.append(proc.command or "")
             proc.exit(guest.exit_status)
 
-        key = asyncssh.generate_private_key("ssh-ed25519")
-        self.server = await asyncssh.create_server(Server, "127.0.0.1", 0, server_host_keys=[key],
-                                                   process_factory=process)
-        return self.server.sockets[0].getsockname()[1]
+        self.server, port = await password_server(check, process_factory=process)
+        return port
 
     def close(self) -> None:
         self.server.close()

@@ -179,7 +179,10 @@ class PackageBuilderRun(BuilderRun):
 
     Each ``aoe-step: TEXT`` line the script prints becomes an activity line and one usage
     step (:func:`scripted_usage`); other output lines become activity too. Exit 0 →
-    ``completed``; otherwise ``failed`` with the last stderr line.
+    ``completed``; otherwise ``failed`` with the last stderr line. A lost session is
+    ``unavailable``, or ``interrupted`` after the referee's reboot (see
+    :class:`~aoe_tui.agents.oracle.BuilderRun`); a ``usage.json`` that cannot be written is a
+    ``harness_error`` naming it.
     """
 
     adapter: PackageBuilderAdapter
@@ -216,7 +219,11 @@ class PackageBuilderRun(BuilderRun):
                     line = raw.rstrip("\n").strip()
                     if line.startswith(STEP_PREFIX):
                         step += 1
-                        self.checkpoint(scripted_usage(step))
+                        try:
+                            self.checkpoint(scripted_usage(step))
+                        except OSError as exc:  # our own file, not the session: a harness error
+                            raise RuntimeError(f"cannot write {self.ctx.usage_file.name}: "
+                                               f"{exc.strerror or exc}") from None
                         self.activity.append("▸ " + line[len(STEP_PREFIX):].strip()[:160])
                     elif line.startswith(SUMMARY_PREFIX):
                         summary = line[len(SUMMARY_PREFIX):].strip()[:300]

@@ -5,7 +5,7 @@ Season folder layout::
     season.toml                       exact copy of the season file (resume checks it)
     season.jsonl                      the season log (:mod:`aoe_tui.domain.season_events`)
     round-R/heat-H/attempt-A/         one complete upstream-format match folder per attempt
-    round-R/heat-H/attempt-A.interrupted-K/   a half-run attempt a killed runner left
+    round-R/heat-H/attempt-A.interrupted-K/   a half-run attempt a stopped or killed runner left
     standings.{json,csv,md,html}      exports, rewritten after every heat
     .aoe-run.lock                     one runner per folder (:func:`hold_season_folder`: an
                                       flock; the file stays after the run, harmless)

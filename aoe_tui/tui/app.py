@@ -466,7 +466,8 @@ def run_in_terminal(app: AoeApp, *, on_stop: Any = None, on_hangup: Any = None) 
     A terminal that is gone without a SIGHUP reaching the view (no controlling terminal,
     SIGHUP ignored) or that stopped reading cannot hang the exit either: a SIGINT/SIGTERM
     that finds the terminal hung up (:func:`aoe_tui.signals.terminal_gone`: EIO/ENXIO)
-    leaves it first, as a SIGHUP does; after any of these signals the terminal has
+    leaves it first, as a SIGHUP does (only the descriptors that hold it:
+    :func:`aoe_tui.signals.leave_gone_terminal`); after any of these signals the terminal has
     :data:`STOP_OUTPUT_S` seconds to take the output (a live PTY whose reader stopped), then
     it is left as after a hangup (:meth:`aoe_tui.tui.driver.GuardedDriver.bound_output`);
     an EIO on output leaves it at once.
@@ -478,7 +479,7 @@ def run_in_terminal(app: AoeApp, *, on_stop: Any = None, on_hangup: Any = None) 
     which Textual's driver sets) are restored on return."""
     import signal
 
-    from aoe_tui.signals import STOP_SIGNALS, release_terminal, terminal_gone
+    from aoe_tui.signals import STOP_SIGNALS, leave_gone_terminal
 
     got: list[int] = []
 
@@ -486,8 +487,7 @@ def run_in_terminal(app: AoeApp, *, on_stop: Any = None, on_hangup: Any = None) 
         app.exit(result=on_hangup if signum == signal.SIGHUP else on_stop)
 
     def handler(signum: int, _frame: object) -> None:
-        if signum == signal.SIGHUP or terminal_gone():  # a hung-up terminal: no SIGHUP reached us
-            release_terminal()
+        leave_gone_terminal(signum)  # a SIGHUP, or a terminal hung up without a SIGHUP reaching us
         bound = getattr(getattr(app, "_driver", None), "bound_output", None)
         if bound is not None:  # the app's loop may be waiting on a full output queue
             bound(STOP_OUTPUT_S)
