@@ -118,18 +118,41 @@ _USAGE = frozenset({"input_tokens", "output_tokens", "cost_microusd", "cache_rea
                     "cost_per_durable_microusd"})
 
 
-def _in_flight(folder: Path) -> dict[str, set[str]]:
-    """Per territory, the milestones whose check had started and not ended when the heat
-    finished: a check in flight at the finish earns nothing (§3), so whether a losing seat's
-    last check ended before the winner's (and what it passed after it) is the clock's call,
-    as between two local runs."""
+def _finish_ms(folder: Path) -> int:
+    """The heat clock's reading (ms) at an attempt's ``match_finished``."""
+    lines = (folder / "events.jsonl").read_text().splitlines()
+    return next(e["elapsed_ms"] for e in map(json.loads, lines) if e.get("kind") == "match_finished")
+
+
+def _in_flight(folder: Path, since_ms: int) -> dict[str, set[str]]:
+    """Per territory, the milestones whose check was the clock's call: started at or after
+    ``since_ms`` (the other run's heat had finished by then: a winner durable at 3.9 s in one
+    run and 4.7 s in the other leaves a losing seat's 4 s check to the clock), or started and
+    not ended when the heat finished (a check in flight at the finish earns nothing, §3), as
+    between two local runs."""
+    late: dict[str, set[str]] = {}
     started: dict[str, set[str]] = {}
     for e in map(json.loads, (folder / "events.jsonl").read_text().splitlines()):
         if e.get("kind") == "milestone_evaluation_started":
             started.setdefault(e["territory"], set()).add(e["milestone"])
+            if e["elapsed_ms"] >= since_ms:
+                late.setdefault(e["territory"], set()).add(e["milestone"])
         elif e.get("kind") in ("milestone_passed", "milestone_failed"):
             started.get(e["territory"], set()).discard(e["milestone"])
-    return {t: m for t, m in started.items() if m}
+    for t, ms in started.items():
+        late.setdefault(t, set()).update(ms)
+    return {t: m for t, m in late.items() if m}
+
+
+def _affected(heats: list, changed: set) -> set[str]:
+    """The entrants whose ratings a change in the results of the heats ``changed`` (their
+    ``(round, heat)``) reaches: those heats' entrants, then everyone who later shares a heat
+    with one of them (ratings are updated heat by heat, in order)."""
+    hit: set[str] = set()
+    for h in sorted(heats, key=lambda h: (h.round, h.heat)):
+        if (h.round, h.heat) in changed or hit & set(h.entrants):
+            hit |= set(h.entrants)
+    return hit
 
 
 def _outraced(folder: Path) -> set[str]:
@@ -274,55 +297,66 @@ def _assert_same_season(local: Path, remote: Path) -> None:
     each heat's race (:func:`_race`), files (:func:`_files`), headers and activity form."""
     a, b = _state(local), _state(remote)
     assert b.finished is not None and len(b.finished_heats()) == len(a.finished_heats()) == 6
-    # the same heats with the same finishing orders; in a heat where both oracles race (round
-    # 2 heat 1 with seed 2026) the clock decides which of them wins, as between two local runs
+    # in a heat where both oracles race (round 2 heat 1 with seed 2026) the clock decides
+    # which of them wins, as between two local runs
     racing = lambda h: ORACLES & set(h.entrants) if len(ORACLES & set(h.entrants)) > 1 else frozenset()  # noqa: E731
+    other = lambda h: b.rounds[h.round].heats[h.heat]  # noqa: E731
+    cut = {h.counted.folder: frozenset(_outraced(local / h.counted.folder) | _outraced(remote / other(h).counted.folder))
+           for h in a.finished_heats()}
+    cut_any = frozenset().union(*cut.values())
+    # a losing seat's check started after the earlier of the two finishes, or in flight at a
+    # finish, is the clock's call: from the first such milestone on (in the arena's order),
+    # what that seat passed may differ; before it, both runs must agree
+    flight, flown = {}, {}
+    for h in a.finished_heats():
+        la, lb = local / h.counted.folder, remote / other(h).counted.folder
+        since = min(_finish_ms(la), _finish_ms(lb))
+        fa, fb = _in_flight(la, since), _in_flight(lb, since)
+        ids = [m["id"] for m in json.loads((la / "arena.json").read_text())["build"]["milestones"]]
+        wa, wb = (json.loads((x / "world.json").read_text()).get("territories", {}) for x in (la, lb))
+        flight[h.counted.folder] = {}
+        flown[h.counted.folder] = set()
+        for t in set(fa) | set(fb):
+            if wa.get(t, {}).get("durable_at_ms") is not None or wb.get(t, {}).get("durable_at_ms") is not None:
+                continue  # the winner: its checks ended the heat
+            later = set(ids[min(ids.index(m) for m in fa.get(t, set()) | fb.get(t, set())):])
+            passed = [{m for m, v in (w.get(t, {}).get("milestones") or {}).items() if v.get("passed")} for w in (wa, wb)]
+            assert passed[0] ^ passed[1] <= later, (h.counted.folder, t, passed, later)
+            flight[h.counted.folder][t] = later
+            flown[h.counted.folder].add(wa.get(t, {}).get("agent"))
 
+    # the same heats and seats; the same finishing order but for what the clock decided: of
+    # two racing oracles only that one of them won, and the seats whose checks were the
+    # clock's call may move (so only the order among the other seats is kept)
     def order(h) -> tuple:
-        r = racing(h)
-        return (tuple(sorted((e, k) for e, k in h.result.ranks.items() if e not in r)),
-                tuple(sorted(k for e, k in h.result.ranks.items() if e in r)))
+        r, f = racing(h), flown[h.counted.folder]
+        keep = sorted((k, e) for e, k in h.result.ranks.items() if e not in r and e not in f)
+        groups = [tuple(e for k2, e in keep if k2 == k) for k in sorted({k for k, _ in keep})]
+        return tuple(groups), tuple(sorted(k for e, k in h.result.ranks.items() if e in r))
 
     fin = lambda s: {(h.round, h.heat, h.seats, order(h)) for h in s.finished_heats()}  # noqa: E731
     assert fin(a) == fin(b)
-    same_order = all(h.result.ranks == b.rounds[h.round].heats[h.heat].result.ranks for h in a.finished_heats())
+    changed = {(h.round, h.heat) for h in a.finished_heats() if h.result.ranks != other(h).result.ranks}
     sa = json.loads((local / "standings.json").read_text())["standings"]
     sb = json.loads((remote / "standings.json").read_text())["standings"]
     # the same rows; only the order of entrants tied on everything but the clock may differ,
     # as between any two local runs. When the oracles' race went the other way, the ratings
     # of that heat's entrants differ (Plackett-Luce of another order): the others' rows agree.
-    cut = {h.counted.folder: frozenset(_outraced(local / h.counted.folder)
-                                       | _outraced(remote / b.rounds[h.round].heats[h.heat].counted.folder))
-           for h in a.finished_heats()}
-    cut_any = frozenset().union(*cut.values())
-    # a losing seat's check in flight at the finish (either run) earns nothing (§3): from the
-    # first such milestone on (in the arena's order), what that seat passed is the clock's call;
-    # before it, both runs must agree
-    flight, flown = {}, set()
-    for h in a.finished_heats():
-        la, lb = local / h.counted.folder, remote / b.rounds[h.round].heats[h.heat].counted.folder
-        fa, fb = _in_flight(la), _in_flight(lb)
-        ids = [m["id"] for m in json.loads((la / "arena.json").read_text())["build"]["milestones"]]
-        wa, wb = (json.loads((x / "world.json").read_text()).get("territories", {}) for x in (la, lb))
-        flight[h.counted.folder] = {}
-        for t in set(fa) | set(fb):
-            later = set(ids[min(ids.index(m) for m in fa.get(t, set()) | fb.get(t, set())):])
-            passed = [{m for m, v in (w.get(t, {}).get("milestones") or {}).items() if v.get("passed")} for w in (wa, wb)]
-            assert passed[0] ^ passed[1] <= later, (h.counted.folder, t, passed, later)
-            flight[h.counted.folder][t] = later
-            flown.add(wa.get(t, {}).get("agent"))
+    # When a heat's order moved with the clock, the ratings (and mean ranks) of everyone its
+    # change reaches differ; their other figures agree.
+    flown_any = set().union(*flown.values())
+    rated = _affected(a.finished_heats(), changed)
+    raced = set().union(*(h.entrants for h in a.finished_heats() if racing(h) and (h.round, h.heat) in changed))
+
     def row(r: dict) -> dict:  # a standings row without its rank and what the clock decided
         drop = {"rank", "champion"} | (_USAGE if r["entrant"] in cut_any else set()) \
-            | ({"points", "coverage", "milestone_passes"} if r["entrant"] in flown else set())
+            | ({"points", "coverage", "milestone_passes"} if r["entrant"] in flown_any else set()) \
+            | ({"mu", "sigma", "ordinal", "mean_rank"} if r["entrant"] in rated else set())
         return _without(_untimed(r), drop)
 
     by = lambda rows: {r["entrant"]: row(r) for r in rows}  # noqa: E731
-    raced = set().union(*(h.entrants for h in a.finished_heats() if racing(h)))
-    print(f"the oracles' races went {'the same way' if same_order else 'another way'} on the cluster")
-    if same_order:
-        assert by(sa) == by(sb)
-    else:
-        assert {e: r for e, r in by(sa).items() if e not in raced} == {e: r for e, r in by(sb).items() if e not in raced}
+    print(f"heats whose order the clock moved: {sorted(changed) or 'none'}")
+    assert {e: r for e, r in by(sa).items() if e not in raced} == {e: r for e, r in by(sb).items() if e not in raced}
     assert sorted(r["rank"] for r in sa) == sorted(r["rank"] for r in sb)
     for h in a.finished_heats():
         la, lb = local / h.counted.folder, remote / b.rounds[h.round].heats[h.heat].counted.folder

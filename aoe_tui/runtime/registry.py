@@ -106,6 +106,7 @@ class ProviderEntry:
     image: str | None = None
     seasons: bool = True
     help: str = ""
+    cpu_weights: Lazy = None
 
     def make(self, ctx: ProviderContext) -> TerritoryProvider:
         """Build the provider for one heat (the factory's errors pass through)."""
@@ -114,6 +115,12 @@ class ProviderEntry:
     def cleanup_stale(self, workdir: Path) -> list[str]:
         """Tear down what a dead runner left in ``workdir``; returns the territory ids removed."""
         return list(resolve_lazy(self.cleanup)(Path(workdir))) if self.cleanup is not None else []
+
+    def cpu_weight_problem(self) -> str | None:
+        """Why this provider cannot weigh its heats' CPU on this host (a few words), or None
+        when it can or is trusted to (no ``cpu_weights`` hook: ``run_heat`` weighs where the
+        provider has ``set_cpu_weight``)."""
+        return resolve_lazy(self.cpu_weights)() if self.cpu_weights is not None else None
 
 
 _PROVIDERS: dict[str, ProviderEntry] = {}
@@ -138,6 +145,7 @@ def register_provider(
     image: str | None = None,
     seasons: bool = True,
     help: str = "",
+    cpu_weights: Lazy = None,
 ) -> ProviderEntry:
     """Register a territory provider under ``name`` (listed after those registered before).
 
@@ -155,6 +163,9 @@ def register_provider(
             or ``"qcow2"`` (a VM disk); None = the provider boots no guest image of ours.
         seasons: whether season files may name it.
         help: a few words for ``aoe match run --help``.
+        cpu_weights: ``() -> str | None`` (or ``"module:function"``): why ``AOE_CPU_WEIGHTS``
+            cannot take effect with this provider on this host (a few words), None when it
+            can; None = trusted (weighed where the provider has ``set_cpu_weight``).
 
     Registering the same entry again is a no-op. Raises ValueError: a bad name, or the name
     taken by another entry.
@@ -163,7 +174,7 @@ def register_provider(
         raise ValueError(f"provider name {name!r}: use only a-z, 0-9 and '-'")
     if image not in IMAGE_FLAVOURS:
         raise ValueError(f"provider {name!r}: image must be one of {IMAGE_FLAVOURS}, got {image!r}")
-    entry = ProviderEntry(name, factory, config or ProviderOptions, doctor, cleanup, image, seasons, help)
+    entry = ProviderEntry(name, factory, config or ProviderOptions, doctor, cleanup, image, seasons, help, cpu_weights)
     old = _PROVIDERS.get(name)
     if old is not None and old != entry:
         raise ValueError(f"provider {name!r} is already registered")
@@ -312,12 +323,17 @@ def _nixos(ctx: ProviderContext) -> TerritoryProvider:
     return NixosProvider(ctx.arena.arena_dir, ctx.workdir)
 
 
+def _qemu_cpu_weights() -> str:
+    return "the qemu provider does not weigh CPU (only the container provider does)"
+
+
 register_provider("container", _container, config=ProviderOptions, image="rootfs",
                   doctor="aoe_tui.runtime.container:doctor_checks", cleanup="aoe_tui.runtime.container:cleanup_stale",
+                  cpu_weights="aoe_tui.runtime.container:cpu_weight_problem",
                   help="systemd-nspawn containers on this host")
 register_provider("qemu", _qemu, config=QemuOptions, image="qcow2",
                   doctor="aoe_tui.runtime.qemu:doctor_checks", cleanup="aoe_tui.runtime.qemu:cleanup_unless_live",
-                  help="QEMU virtual machines")
+                  cpu_weights=_qemu_cpu_weights, help="QEMU virtual machines")
 register_provider("ssh", _ssh, config=SshOptions, seasons=False, doctor="aoe_tui.runtime.sshhosts:doctor_checks",
                   help="hosts you already run (--inventory FILE)")
 register_provider("nixos", _nixos, config=SectionConfig, seasons=False, doctor="aoe_tui.runtime.nixos:doctor_checks",

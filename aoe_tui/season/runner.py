@@ -149,8 +149,6 @@ CPU_WEIGHTS_ENV = "AOE_CPU_WEIGHTS"
 #: values of :data:`CPU_WEIGHTS_ENV` (compared case-insensitively, spaces stripped)
 CPU_WEIGHTS_ON = ("1", "true", "yes", "on")
 CPU_WEIGHTS_OFF = ("", "0", "false", "no", "off")
-#: built-in season providers without ``set_cpu_weight`` (:func:`cpu_weights_note`)
-NO_CPU_WEIGHTS = ("qemu",)
 
 
 def boot_slots() -> int:
@@ -187,12 +185,12 @@ def cpu_weights_on() -> bool:
 def cpu_weights_note(concurrent_heats: int, provider_kind: str, cluster: bool = False) -> str | None:
     """The one line ``aoe run`` says when ``AOE_CPU_WEIGHTS`` is on but can have no effect
     on this run, naming the variable and why (the first reason that applies): heats one at
-    a time (``concurrent_heats`` 1), heats on a Ray cluster (``cluster``), a built-in provider
-    that cannot weigh CPU (``qemu``), or a host where the container provider cannot
-    (:func:`aoe_tui.runtime.container.cpu_weight_problem`: not cgroup v1, no v1 ``cpu``
-    hierarchy). None when the switch is off or it takes effect (a plugin provider is
-    trusted: ``run_heat`` weighs where it has ``set_cpu_weight``). Raises :class:`AoeError`
-    for a bad value (:func:`cpu_weights_on`)."""
+    a time (``concurrent_heats`` 1), heats on a Ray cluster (``cluster``), or what the
+    provider's registry entry says (:meth:`~aoe_tui.runtime.registry.ProviderEntry.cpu_weight_problem`: ``qemu`` never
+    weighs; ``container`` only on cgroup v1 with a ``cpu`` hierarchy). None when the switch
+    is off or it takes effect (a plugin provider without the hook is trusted: ``run_heat``
+    weighs where it has ``set_cpu_weight``). Raises :class:`AoeError` for a bad value
+    (:func:`cpu_weights_on`), :class:`UsageError` for an unknown ``provider_kind``."""
     if not cpu_weights_on():
         return None
     why: str | None = None
@@ -200,12 +198,10 @@ def cpu_weights_note(concurrent_heats: int, provider_kind: str, cluster: bool = 
         why = "heats run one at a time (concurrent_heats = 1); the weights are for heats at once"
     elif cluster:
         why = "heats run on the Ray cluster's nodes, which do not weigh CPU"
-    elif provider_kind in NO_CPU_WEIGHTS:
-        why = f"the {provider_kind} provider does not weigh CPU (only the container provider does)"
-    elif provider_kind == "container":
-        from aoe_tui.runtime.container import cpu_weight_problem
+    else:
+        from aoe_tui.runtime.registry import get_provider
 
-        why = cpu_weight_problem()
+        why = get_provider(provider_kind).cpu_weight_problem()
     if why is None:
         return None
     return f"warning: {CPU_WEIGHTS_ENV}={os.environ.get(CPU_WEIGHTS_ENV, '').strip()} has no effect: {why}"
