@@ -190,6 +190,11 @@ def test_a_stop_or_a_resume_cuts_off_the_open_attempts_the_resume_still_interrup
             assert stopped.stopped is not None and stopped.running_attempts() == []
             (h, att), = stopped.open_attempts()
             assert (h.key, att.attempt, att.status, att.cut_off, att.live) == ((1, 2), 2, "running", True, False)
+            # the exports call the stopped heat and its cut-off attempt interrupted, not running
+            assert (h.status, att.shown_status) == ("interrupted", "interrupted")
+            heat = next(x for x in json.loads(render(stopped, "json"))["heats"] if (x["round"], x["heat"]) == (1, 2))
+            assert (heat["status"], heat["attempts"][-1]["status"]) == ("interrupted", "interrupted")
+            assert "<b>Heat 2</b> <span class=\"muted\">interrupted" in render(stopped, "html")
         resumed = reduce_season(recs + more[:k + 1])  # season_resumed: not re-run yet
         assert resumed.stopped is None and resumed.running_attempts() == []
         assert [(h.key, a.attempt) for h, a in resumed.open_attempts()] == [((1, 2), 2)]
@@ -197,6 +202,7 @@ def test_a_stop_or_a_resume_cuts_off_the_open_attempts_the_resume_still_interrup
         h2 = rerun.rounds[1].heats[2]
         assert [(a.status, a.cut_off, a.live) for a in h2.attempts] == [
             ("finished", False, False), ("interrupted", True, False), ("running", False, True)]
+        assert h2.status == "running" and resumed.rounds[1].heats[2].status == "interrupted"
         assert [(h.key, a.attempt) for h, a in rerun.running_attempts()] == [((1, 2), 2)]
 
 

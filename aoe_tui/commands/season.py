@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "on this machine. With more than one, AOE_BOOT_SLOTS=N lets at most N territories boot at once across "
         "them (default 3, 0 = no limit; a heat of more than N boots alone), and AOE_CPU_WEIGHTS=1 (or "
         "true/yes/on; off by default) weighs the territories' CPU by phase so racing heats outrank booting "
-        "ones (container provider, cgroup-v1 hosts). "
+        "ones (container provider, cgroup-v1 hosts; elsewhere the run says in one line that it has no effect). "
         'See docs/territories.md, "Fair shares between heats".',
     )
     r.add_argument("season_file", metavar="SEASON_FILE", help="season file (seasons/*.toml)")

@@ -127,7 +127,7 @@ def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
     for h in state.heats():
         heats.append({
             "round": h.round, "heat": h.heat, "arena": h.arena, "seats": list(h.seats), "status": h.status,
-            "attempts": [{"attempt": a.attempt, "folder": a.folder, "status": a.status,
+            "attempts": [{"attempt": a.attempt, "folder": a.folder, "status": a.shown_status,
                           "outcome": a.finished.outcome if a.finished else None,
                           "failure_source": a.finished.failure_source if a.finished else None,
                           "adapter_failures": dict(a.finished.adapter_failures) if a.finished else {},
@@ -294,7 +294,7 @@ def _bracket(state: SeasonState) -> str:
                 if a.finished and a.finished.bundle:
                     parts.append(f'<a class="bundle" href="{html.escape(a.finished.bundle)}">{label} bundle</a> ')
                 else:
-                    parts.append(f'<span class="muted">{label}: {a.finished.outcome if a.finished else a.status}</span> ')
+                    parts.append(f'<span class="muted">{label}: {a.finished.outcome if a.finished else a.shown_status}</span> ')
                 for old in a.interrupted_as:
                     parts.append(f'<span class="muted">(interrupted: {html.escape(old)})</span> ')
             parts.append("</div>")

@@ -60,6 +60,12 @@ class AttemptState:
         """True while a runner is running it: open and not :attr:`cut_off`."""
         return self.status == "running" and not self.cut_off
 
+    @property
+    def shown_status(self) -> str:
+        """:attr:`status` as views and exports show it: an open attempt that a stop or a
+        killed runner cut off is ``interrupted`` (the resume marks it so and re-runs it)."""
+        return "interrupted" if self.cut_off and self.status == "running" else self.status
+
 
 @dataclass
 class HeatState:
@@ -88,11 +94,15 @@ class HeatState:
 
     @property
     def status(self) -> str:
-        """``scheduled`` | ``running`` | ``finished``."""
+        """``scheduled`` | ``running`` | ``interrupted`` | ``finished``: ``interrupted``
+        while its open attempts were cut off by a stopped or killed runner
+        (:attr:`AttemptState.cut_off`) and no resume has re-run them yet."""
         if self.result is not None:
             return "finished"
-        if self.attempts and any(a.status == "running" for a in self.attempts):
+        if any(a.live for a in self.attempts):
             return "running"
+        if any(a.status == "running" for a in self.attempts):
+            return "interrupted"
         return "scheduled"
 
     @property

@@ -73,7 +73,7 @@ class BracketRow:
 def attempt_state(att: AttemptState, heats: Mapping[str, HeatModel]) -> str:
     """The display state of one attempt (see the module table): an open attempt a stop
     or a killed runner cut off is ``interrupted``, whatever its event log says."""
-    if att.status == "interrupted" or att.cut_off:
+    if att.shown_status == "interrupted":
         return "interrupted"
     if att.status == "finished":
         outcome = att.finished.outcome if att.finished else "counted"
