@@ -460,10 +460,12 @@ def test_scripted_usage_is_deterministic_and_cumulative(monkeypatch):
 class _BuilderGuest:
     """A real SSH server (asyncssh, in this process, on a real TCP port) that takes the
     builder's ``bash -s`` and answers with ``lines``; then exits 0, or (``drop``) drops the
-    connection without closing the session, as a guest's sshd killed by a reboot does."""
+    connection without closing the session, as a guest's sshd killed by a reboot does, or
+    (``signal``) ends the session with ``exit-signal TERM``, as a shutdown killing the
+    builder's shell does while sshd lives on for a moment."""
 
-    def __init__(self, lines: str, drop: bool = False) -> None:
-        self.lines, self.drop = lines, drop
+    def __init__(self, lines: str, drop: bool = False, signal: bool = False) -> None:
+        self.lines, self.drop, self.signal = lines, drop, signal
 
     async def start(self) -> int:
         from tests.ssh_support import password_server
@@ -476,6 +478,9 @@ class _BuilderGuest:
             await proc.stdout.drain()
             if guest.drop:
                 proc.get_extra_info("connection").abort()
+                return
+            if guest.signal:
+                proc.exit_with_signal("TERM")
                 return
             proc.exit(0)
 
@@ -491,7 +496,8 @@ class _BuilderGuest:
 async def test_a_package_builder_tells_a_lost_session_from_its_own_usage_file_failing(tmp_path, reboot):
     """``PackageBuilderRun`` over a real SSH session: a session the guest drops mid-script is
     ``unavailable`` (source provider: the attempt is re-run), or ``interrupted`` with the
-    reboot summary once ``agents/<id>/referee-reboot`` exists; a failure to write our own
+    reboot summary once ``agents/<id>/referee-reboot`` exists; a script killed by a signal is
+    the player's ``failed``, or ``interrupted`` after the referee's reboot; a failure to write our own
     ``usage.json`` (here: a folder in its place) is a harness error naming the file, never
     taken for a lost session nor for the referee's reboot."""
     import dataclasses
@@ -502,25 +508,29 @@ async def test_a_package_builder_tells_a_lost_session_from_its_own_usage_file_fa
     script = tmp_path / "builder.sh"
     script.write_text("echo 'aoe-step: deploy'\n")
     outcomes = {}
-    for case in ("dropped", "usage.json unwritable"):
-        guest = _BuilderGuest("aoe-step: deploying\nworking\n", drop=case == "dropped")
+    for case in ("dropped", "killed by a signal", "usage.json unwritable"):
+        guest = _BuilderGuest("aoe-step: deploying\nworking\n", drop=case == "dropped",
+                              signal=case == "killed by a signal")
         port = await guest.start()
         try:
             ctx = make_ctx(tmp_path / case.replace(" ", "-"))
             ctx.territory = dataclasses.replace(ctx.territory, host="127.0.0.1", ssh_port=port)
             if reboot:
                 ctx.reboot_marker.write_text("host-reboot\n")
-            if case != "dropped":
+            if case == "usage.json unwritable":
                 ctx.usage_file.mkdir()
             run = await PackageBuilderAdapter("probe", script).start(ctx)
             outcomes[case] = await asyncio.wait_for(run.wait(), 30)
         finally:
             guest.close()
-    dropped, unwritable = outcomes["dropped"], outcomes["usage.json unwritable"]
+    dropped, killed, unwritable = (outcomes[k] for k in ("dropped", "killed by a signal", "usage.json unwritable"))
     if reboot:
         assert (dropped.status, dropped.summary) == (AdapterStatus.INTERRUPTED, REBOOT_SUMMARY)
+        assert (killed.status, killed.summary) == (AdapterStatus.INTERRUPTED, REBOOT_SUMMARY)
     else:
         assert dropped.status == AdapterStatus.UNAVAILABLE
         assert dropped.summary.startswith("SSH session to builder-one lost: "), dropped.summary
+        assert killed.status == AdapterStatus.FAILED, killed
+        assert killed.summary.endswith("deployment failed: killed by SIGTERM"), killed.summary
     assert unwritable.status == AdapterStatus.HARNESS_ERROR, unwritable
     assert "usage.json" in unwritable.summary and "SSH" not in unwritable.summary, unwritable.summary

@@ -164,6 +164,16 @@ class BuilderRun(AgentRun):
         except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
             raise _Unreachable(f"cannot reach territory {t.id} over SSH: {exc or type(exc).__name__}") from None
 
+    def check_reboot_kill(self, res: asyncssh.SSHCompletedProcess) -> None:
+        """Raise :class:`_Unreachable` when ``res`` (a finished guest command) was killed by a
+        signal once the referee's host reboot had begun (``agents/<id>/referee-reboot``,
+        §3.4): the reboot's shutdown killed it, which ends the session as a lost connection
+        does (``interrupted``), not the player's failure. A signal without the reboot stays
+        the command's own failure."""
+        if res.exit_signal is not None and self.ctx.reboot_marker.exists():
+            raise _Unreachable(f"the command on {self.ctx.territory.id} was killed by SIG{res.exit_signal[0]} "
+                               "in the referee's host reboot")
+
     async def sh(
         self, conn: asyncssh.SSHClientConnection, command: str, *, input: str | None = None, show: str | None = None,
         timeout_s: float = 60.0,
@@ -176,6 +186,7 @@ class BuilderRun(AgentRun):
             res = await asyncio.wait_for(conn.run(command, input=input, check=False), timeout=timeout_s)
         except (asyncssh.Error, OSError) as exc:
             raise _Unreachable(f"SSH session to {self.ctx.territory.id} failed: {exc}") from None
+        self.check_reboot_kill(res)
         text = (str(res.stdout or "") + str(res.stderr or "")).strip()
         if text:
             first = text.splitlines()[0].strip()

@@ -246,10 +246,12 @@ class PackageBuilderRun(BuilderRun):
                 raise _Unreachable(f"SSH session to {self.ctx.territory.id} lost: {exc}") from None
         finally:
             conn.close()
+        self.check_reboot_kill(res)
         if step == 0:
             self.checkpoint(scripted_usage(1))
         if res.exit_status != 0:
-            why = errors[-1] if errors else f"exit {res.exit_status}"
+            end = f"killed by SIG{res.exit_signal[0]}" if res.exit_signal else f"exit {res.exit_status}"
+            why = errors[-1] if errors else end
             self.activity.append(f"failed: {why}")
             return AdapterStatus.FAILED, f"{a.name}: deployment failed: {why}"
         return AdapterStatus.COMPLETED, summary or f"{a.name}: deployed and checked the service"
