@@ -721,6 +721,7 @@ async def test_a_stopped_season_says_so_and_its_clock_stands_still(stopped_dir):
         assert "▶" not in shown and "interrupted" in shown and "provisioning" not in shown
         assert "finishing" not in shown and "racing" not in shown
         assert screen._timer is None  # nothing moves: no wake-ups
+        assert screen.selected_row().key == "r2h1"  # the cursor starts on the first heat cut off
         log = str(screen.query_one("#season-log").text)
         assert "stopped (SIGINT, pid 4343); aborted r2h1a1, r2h2a1; the same aoe run resumes" in log
         # the aborted heat opens at its last clock

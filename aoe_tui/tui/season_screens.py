@@ -101,7 +101,7 @@ class SeasonScreen(Screen):
 
     The cursor follows the action until the user moves it: when a heat starts running
     or racing and the cursor still sits where the screen last put it, it moves to that
-    heat. Running heats' times tick (the app's live heat clock) without rebuilding the table.
+    heat. A view of a stopped season starts on the first heat the stop cut off. Running heats' times tick (the app's live heat clock) without rebuilding the table.
     """
 
     BINDINGS = [
@@ -290,7 +290,11 @@ class SeasonScreen(Screen):
             table.move_cursor(row=table.get_row_index(keep), animate=False)
             return
         if target is None or target not in self._rows:
-            target = next((r.key for r in rows if r.running), None) if keep is None else None
+            # a fresh view: the running heat, else (a stopped season) the first heat the stop
+            # cut off, which the resume runs first
+            first = next((r.key for r in rows if r.running), None) \
+                or next((r.key for r in rows if r.kind == "heat" and r.state == "interrupted"), None)
+            target = first if keep is None else None
         if target is not None and target in self._rows:
             table.move_cursor(row=table.get_row_index(target), animate=False)
         if table.row_count:
