@@ -101,7 +101,8 @@ class SeasonScreen(Screen):
 
     The cursor follows the action until the user moves it: when a heat starts running
     or racing and the cursor still sits where the screen last put it, it moves to that
-    heat. A view of a stopped season starts on the first heat the stop cut off. Running heats' times tick (the app's live heat clock) without rebuilding the table.
+    heat. A view of a stopped season starts on the first heat the stop cut off. Running
+    heats' times tick (the app's live heat clock) without rebuilding the table.
     """
 
     BINDINGS = [
