@@ -161,6 +161,28 @@ def test_plugin_provider_cleanup_runs_in_cleanup(plugin, tmp_path, capsys):
     assert f"removed fake-one ({tdir})" in out and "1 stale territory removed" in out
 
 
+def test_a_provider_entry_says_why_cpu_weights_do_nothing(monkeypatch):
+    """``AOE_CPU_WEIGHTS=1`` with heats at once: the season runner's one-line note asks the
+    provider's registry entry (its ``cpu_weights`` hook), so a plugin provider takes part
+    without the runner naming it: with a hook its reason is said, without one it is trusted
+    (no note); the runner's own reasons come first; an unknown kind is a ``UsageError``."""
+    from aoe_tui.errors import UsageError
+    from aoe_tui.season.runner import cpu_weights_note
+
+    monkeypatch.setenv("AOE_CPU_WEIGHTS", "1")
+    register_provider("weightless", FakeProvider, config=FakeOptions, cpu_weights=lambda: "no CPU groups here")
+    register_provider("trusted", FakeProvider, config=FakeOptions)
+    try:
+        assert cpu_weights_note(2, "weightless") == "warning: AOE_CPU_WEIGHTS=1 has no effect: no CPU groups here"
+        assert cpu_weights_note(2, "trusted") is None
+        assert cpu_weights_note(2, "weightless", cluster=True).endswith("on the Ray cluster's nodes, which do not weigh CPU")
+        with pytest.raises(UsageError, match="unknown provider 'nonesuch'"):
+            cpu_weights_note(2, "nonesuch")
+    finally:
+        unregister_provider("weightless")
+        unregister_provider("trusted")
+
+
 def test_a_registered_format_is_a_season_format_kind(tmp_path):
     from aoe_tui.domain.season_file import LeagueFormat
     from aoe_tui.season.formats import FORMATS, League, make_format, register_format
@@ -190,11 +212,15 @@ def _sources(*parts: str) -> list[Path]:
 
 def test_no_kind_tests_outside_the_registries():
     """Formats are asked, never named: no isinstance(..., Knockout) or kind == "knockout"
-    outside season/formats.py; no provider names compared outside the runtime."""
+    outside season/formats.py; no provider names compared outside the runtime, nor listed
+    (a tuple, list or set of names, e.g. ``NO_CPU_WEIGHTS = ("qemu",)``, is a comparison
+    waiting to happen: the registry entry is asked instead)."""
     fmt = re.compile(r"isinstance\([^)]*(Knockout|League)\b|[=!]= *[\"'](knockout|league)[\"']")
-    prov = re.compile(r"[=!]= *[\"'](container|qemu|ssh|nixos)[\"']|in \([\"'](container|qemu|ssh|nixos)[\"']")
+    name = r"[\"'](container|qemu|ssh|nixos)[\"']"
+    prov = re.compile(rf"[=!]= *{name}|in \({name}|[(\[{{,] *{name} *[,)\]}}]")
+    assert prov.search('NO_CPU_WEIGHTS = ("qemu",)') and prov.search("kind in {'ssh', 'nixos'}")
     bad = [f"{p}: {m.group(0)}" for p in _sources("") if p.name != "formats.py" for m in fmt.finditer(p.read_text())]
-    bad += [f"{p}: {m.group(0)}" for p in _sources("commands", "season", "domain", "tui", "serve", "export")
+    bad += [f"{p}: {m.group(0)}" for p in _sources("commands", "season", "domain", "tui", "serve", "export", "cluster")
             for m in prov.finditer(p.read_text())]
     assert bad == []
 
