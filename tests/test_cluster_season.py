@@ -112,8 +112,9 @@ def _state(out: Path):
 
 #: world.json agent fields that say how a builder's own run ended (see :func:`_race`)
 _AGENT_END = frozenset({"successful", "terminal_state", "terminal_detail"})
-#: usage figures of a builder still running when the heat ended (``agent_outraced``): how many
-#: of its steps it had charged by then is the clock's call, as between two local runs
+#: usage figures of a builder still running when the heat ended (``agent_outraced``) or cut off
+#: by the referee's host reboot (:func:`_cut`): how many of its steps it had charged by then is
+#: the clock's call, as between two local runs
 _USAGE = frozenset({"input_tokens", "output_tokens", "cost_microusd", "cache_read_tokens", "cache_write_tokens",
                     "cost_per_durable_microusd"})
 
@@ -146,19 +147,28 @@ def _in_flight(folder: Path, since_ms: int) -> dict[str, set[str]]:
 
 def _affected(heats: list, changed: set) -> set[str]:
     """The entrants whose ratings a change in the results of the heats ``changed`` (their
-    ``(round, heat)``) reaches: those heats' entrants, then everyone who later shares a heat
-    with one of them (ratings are updated heat by heat, in order)."""
+    ``(round, heat)``) reaches: those heats' entrants, then everyone who later shares a rated
+    heat with one of them (ratings are updated heat by heat in (round, heat) order; a void
+    heat is not rated: ``season/season_standings.py``)."""
     hit: set[str] = set()
     for h in sorted(heats, key=lambda h: (h.round, h.heat)):
+        if h.result.void:
+            continue
         if (h.round, h.heat) in changed or hit & set(h.entrants):
             hit |= set(h.entrants)
     return hit
 
 
-def _outraced(folder: Path) -> set[str]:
-    """The agents an attempt's ``events.jsonl`` says were outraced (still running at the finish)."""
+def _cut(folder: Path) -> set[str]:
+    """The agents an attempt's ``events.jsonl`` says were outraced (still running at the
+    finish) or interrupted by the referee's host reboot (a builder still checking its own
+    work when its territory's first checks passed early enough for the reboot to come:
+    which of the two happens first is the clock's call)."""
+    from aoe_tui.agents.command import REBOOT_SUMMARY
+
     lines = (folder / "events.jsonl").read_text().splitlines()
-    return {e["agent"] for e in map(json.loads, lines) if e.get("kind") == "agent_outraced"}
+    return {e["agent"] for e in map(json.loads, lines) if e.get("kind") == "agent_outraced"
+            or (e.get("kind") == "agent_interrupted" and e.get("detail") == REBOOT_SUMMARY)}
 
 
 def _race(world: dict, racing: frozenset[str] = frozenset(), cut: frozenset[str] = frozenset(),
@@ -170,9 +180,10 @@ def _race(world: dict, racing: frozenset[str] = frozenset(), cut: frozenset[str]
 
     ``racing``: agents that race each other on the clock (two oracles in one heat: the first
     durable wins, and how far the other got by then is timing); of them, only that one of
-    them won is kept. ``cut``: agents outraced in either run, whose usage (:data:`_USAGE`) is
-    left out. ``flight``: per territory, the milestones from the first one in flight at the
-    finish in either run on (:func:`_in_flight`), left out of its passed milestones and points."""
+    them won is kept. ``cut``: agents outraced or cut off by the referee's reboot in either
+    run (:func:`_cut`), whose usage (:data:`_USAGE`) and failure source are left out.
+    ``flight``: per territory, the milestones from the first one in flight at the finish in
+    either run on (:func:`_in_flight`), left out of its passed milestones and points."""
     out = {
         **{k: world.get(k) for k in ("match_state", "winner", "finish_reason", "infrastructure_failures")},
         "territories": {t: {"agent": x.get("agent"), "state": x.get("competitor_state"),
@@ -183,7 +194,8 @@ def _race(world: dict, racing: frozenset[str] = frozenset(), cut: frozenset[str]
         # how a builder's run ended is left out: a scripted builder's self-check (curl PUT+GET
         # at ~4.4 s) races the referee's service-restart verifier restarting its service at
         # ~4.1 s, so it fails or succeeds by tens of ms, in local runs too
-        "agents": {a: {k: v for k, v in sorted(ag.items()) if k not in _AGENT_END and not (a in cut and k in _USAGE)}
+        "agents": {a: {k: v for k, v in sorted(ag.items())
+                       if k not in _AGENT_END and not (a in cut and (k in _USAGE or k == "failure_source"))}
                    for a, ag in sorted(world.get("agents", {}).items())},
     }
     for t, ms in (flight or {}).items():
@@ -301,12 +313,13 @@ def _assert_same_season(local: Path, remote: Path) -> None:
     # which of them wins, as between two local runs
     racing = lambda h: ORACLES & set(h.entrants) if len(ORACLES & set(h.entrants)) > 1 else frozenset()  # noqa: E731
     other = lambda h: b.rounds[h.round].heats[h.heat]  # noqa: E731
-    cut = {h.counted.folder: frozenset(_outraced(local / h.counted.folder) | _outraced(remote / other(h).counted.folder))
+    cut = {h.counted.folder: frozenset(_cut(local / h.counted.folder) | _cut(remote / other(h).counted.folder))
            for h in a.finished_heats()}
     cut_any = frozenset().union(*cut.values())
     # a losing seat's check started after the earlier of the two finishes, or in flight at a
     # finish, is the clock's call: from the first such milestone on (in the arena's order),
-    # what that seat passed may differ; before it, both runs must agree
+    # what that seat passed may differ; before it, both runs must agree. ``flown`` (per heat,
+    # by its key: the two runs' counted attempts may differ): the agents whose passes did differ
     flight, flown = {}, {}
     for h in a.finished_heats():
         la, lb = local / h.counted.folder, remote / other(h).counted.folder
@@ -315,7 +328,7 @@ def _assert_same_season(local: Path, remote: Path) -> None:
         ids = [m["id"] for m in json.loads((la / "arena.json").read_text())["build"]["milestones"]]
         wa, wb = (json.loads((x / "world.json").read_text()).get("territories", {}) for x in (la, lb))
         flight[h.counted.folder] = {}
-        flown[h.counted.folder] = set()
+        flown[h.key] = set()
         for t in set(fa) | set(fb):
             if wa.get(t, {}).get("durable_at_ms") is not None or wb.get(t, {}).get("durable_at_ms") is not None:
                 continue  # the winner: its checks ended the heat
@@ -323,13 +336,14 @@ def _assert_same_season(local: Path, remote: Path) -> None:
             passed = [{m for m, v in (w.get(t, {}).get("milestones") or {}).items() if v.get("passed")} for w in (wa, wb)]
             assert passed[0] ^ passed[1] <= later, (h.counted.folder, t, passed, later)
             flight[h.counted.folder][t] = later
-            flown[h.counted.folder].add(wa.get(t, {}).get("agent"))
+            if passed[0] != passed[1]:
+                flown[h.key].add(wa.get(t, {}).get("agent"))
 
     # the same heats and seats; the same finishing order but for what the clock decided: of
-    # two racing oracles only that one of them won, and the seats whose checks were the
-    # clock's call may move (so only the order among the other seats is kept)
+    # two racing oracles only that one of them won, and the seats whose passes the clock
+    # changed may move (so only the order among the other seats is kept)
     def order(h) -> tuple:
-        r, f = racing(h), flown[h.counted.folder]
+        r, f = racing(h), flown[h.key]
         keep = sorted((k, e) for e, k in h.result.ranks.items() if e not in r and e not in f)
         groups = [tuple(e for k2, e in keep if k2 == k) for k in sorted({k for k, _ in keep})]
         return tuple(groups), tuple(sorted(k for e, k in h.result.ranks.items() if e in r))
@@ -342,16 +356,18 @@ def _assert_same_season(local: Path, remote: Path) -> None:
     # the same rows; only the order of entrants tied on everything but the clock may differ,
     # as between any two local runs. When the oracles' race went the other way, the ratings
     # of that heat's entrants differ (Plackett-Luce of another order): the others' rows agree.
-    # When a heat's order moved with the clock, the ratings (and mean ranks) of everyone its
-    # change reaches differ; their other figures agree.
+    # When a heat's order moved with the clock, its entrants' mean ranks and the ratings of
+    # everyone its change reaches differ; their other figures agree.
     flown_any = set().union(*flown.values())
     rated = _affected(a.finished_heats(), changed)
+    moved = set().union(*(h.entrants for h in a.finished_heats() if (h.round, h.heat) in changed))
     raced = set().union(*(h.entrants for h in a.finished_heats() if racing(h) and (h.round, h.heat) in changed))
 
     def row(r: dict) -> dict:  # a standings row without its rank and what the clock decided
         drop = {"rank", "champion"} | (_USAGE if r["entrant"] in cut_any else set()) \
             | ({"points", "coverage", "milestone_passes"} if r["entrant"] in flown_any else set()) \
-            | ({"mu", "sigma", "ordinal", "mean_rank"} if r["entrant"] in rated else set())
+            | ({"mu", "sigma", "ordinal"} if r["entrant"] in rated else set()) \
+            | ({"mean_rank"} if r["entrant"] in moved else set())
         return _without(_untimed(r), drop)
 
     by = lambda rows: {r["entrant"]: row(r) for r in rows}  # noqa: E731
