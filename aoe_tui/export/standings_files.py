@@ -121,7 +121,12 @@ def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
     ``arena`` is the first arena's id; ``arenas`` every season arena (``id``,
     ``display_name``, ``milestones``, ``category``, ``path``) in order; each standing is
     :meth:`SeasonStanding.to_dict` (with its per-arena ``arenas``); each heat names the
-    ``arena`` id it races."""
+    ``arena`` id it races. A heat's ``status`` is ``scheduled`` | ``running`` |
+    ``interrupted`` | ``finished``
+    (:attr:`~aoe_tui.replay.season_reducer.HeatState.status`: ``interrupted`` while a
+    stopped or killed runner's cut-off attempt awaits the resume); an attempt's is
+    ``running`` | ``interrupted`` | ``finished``
+    (:attr:`~aoe_tui.replay.season_reducer.AttemptState.shown_status`)."""
     info = state.info
     heats = []
     for h in state.heats():
