@@ -191,9 +191,9 @@ def _race(world: dict, racing: frozenset[str] = frozenset(), cut: frozenset[str]
                             "passed": {m: v.get("points") for m, v in sorted((x.get("milestones") or {}).items())
                                        if v.get("passed")}}
                         for t, x in sorted(world.get("territories", {}).items())},
-        # how a builder's run ended is left out: a scripted builder's self-check (curl PUT+GET
-        # at ~4.4 s) races the referee's service-restart verifier restarting its service at
-        # ~4.1 s, so it fails or succeeds by tens of ms, in local runs too
+        # how a builder's run ended is left out: a scripted builder's self-check (curl PUT+GET,
+        # ~0.6 s after its deployment) can race the referee's service-restart verifier
+        # restarting its service on a loaded machine, so it fails or succeeds by tens of ms
         "agents": {a: {k: v for k, v in sorted(ag.items())
                        if k not in _AGENT_END and not (a in cut and (k in _USAGE or k == "failure_source"))}
                    for a, ag in sorted(world.get("agents", {}).items())},
