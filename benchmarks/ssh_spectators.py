@@ -25,7 +25,9 @@ Prints, honestly, what it measured on this machine:
 4. **100 spectators** (``--hundred N``): a season run with N spectators; prints their
    join times, the referee's tick lateness (against part 1), the CPU of each part and the
    memory of the server and of its spectator processes (RSS, and PSS, which counts the
-   pages the forked spectators share once).
+   pages the forked spectators share once). Once all N are on screen, spectator N + 1
+   connects: the line the server's cap gives it is printed, and the N others' missed
+   season events say whether anybody else noticed.
 
 Update latencies count only events written after every client showed its first
 screen; the time 20 spectators took to start is printed on its own line.
@@ -414,17 +416,60 @@ def slowest_events(by_event: dict[str, float], n: int = 4) -> str:
             + (", ".join(f"{m} {ms:.0f} ms" for m, ms in worst) or "none"))
 
 
+async def one_more(port: int, key: Path) -> tuple[str, float]:
+    """Connect one more spectator than the server's cap and read what it is told (its
+    session's stderr, then stdout) until the server ends the session (at most 15 s).
+    Returns ``(text without escape sequences, seconds from connecting to the end)``."""
+    t0 = time.monotonic()
+    async with asyncssh.connect("127.0.0.1", port, username="bench", client_keys=[str(key)],
+                                known_hosts=None) as conn:
+        proc = await conn.create_process(term_type=CLIENT_TERM, term_size=(120, 40), encoding=None)
+        data = b""
+
+        async def drain(stream) -> bytes:
+            got = b""
+            while chunk := await stream.read(65536):
+                got += chunk
+            return got
+
+        try:
+            async with asyncio.timeout(15):
+                # the server's reason comes on the session's stderr (aoe_tui/serve/seats.py)
+                data = b"".join(await asyncio.gather(drain(proc.stderr), drain(proc.stdout)))
+        except TimeoutError:
+            proc.close()
+    text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]", b"", data).decode(errors="replace")
+    return " ".join(text.split()), time.monotonic() - t0
+
+
 def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int, sessions: int | None = None,
-                    distinct: bool = False) -> dict:
+                    distinct: bool = False, probe: bool = False) -> dict:
     """A season run with ``sessions`` spectators (default ``--sessions``). Returns tick lateness
     (``ticks``), update latencies (``lat``, ms), ``missed`` sightings, ``ready_s`` (all on
-    screen), per-client ``join`` seconds and the ``memory`` line."""
+    screen), per-client ``join`` seconds and the ``memory`` line; with ``probe``, also
+    ``refused``: what one spectator over the cap (``sessions`` + 1, connecting once all are
+    on screen) was told, and in how many seconds (:func:`one_more`)."""
     sessions = sessions or args.sessions
     out = tmp / f"with-{sessions}-spectators-{run}{'-distinct' if distinct else ''}"
     runner = start_season(args.season, out)
     port = free_port()
     serve = start_serve(out, port, auth, tmp, sessions)
     clients = Clients(port, key, sessions, open_heat=False, distinct=distinct)
+    refused: list[tuple[str, float]] = []
+
+    def probe_over_the_cap() -> None:
+        end = time.monotonic() + 300
+        while clients.t_ready is None and time.monotonic() < end:
+            time.sleep(0.1)
+        if clients.t_ready is not None:
+            try:
+                refused.append(asyncio.run(one_more(port, key)))
+            except (OSError, asyncssh.Error) as exc:
+                refused.append((f"connection failed: {exc}", 0.0))
+
+    prober = threading.Thread(target=probe_over_the_cap, daemon=True)
+    if probe:
+        prober.start()
     mem = MemorySampler(clients, serve.pid)
     parts = Parts()
     parts.runner, parts.serve, parts.clients = runner.pid, serve.pid, clients.proc.pid
@@ -441,8 +486,11 @@ def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int, sessions: 
     missed = sum(1 for c in seen for m in fresh if m not in c)
     by_event = {m: statistics.median([(c[m] - t) * 1000 for c in seen if m in c])
                 for m, t in fresh.items() if any(m in c for c in seen)}
+    if probe:
+        prober.join(30)
     return {"ticks": tick_lateness(out), "lat": lat, "missed": missed, "by_event": by_event,
-            "ready_s": (ready - clients.t_start) if ready else None, "join": clients.join_s}
+            "ready_s": (ready - clients.t_start) if ready else None, "join": clients.join_s,
+            "refused": refused[0] if refused else None}
 
 
 def lone_joins(args, tmp: Path, key: Path, auth: Path, times: int = 3) -> list[float]:
@@ -598,7 +646,7 @@ def main() -> int:
         t = time.monotonic()
         print(f"[4] season with {args.hundred} spectators"
               + (", each a terminal size of its own (a view each)" if args.distinct else ", one terminal size"))
-        res = spectate_season(args, tmp, key, auth, 1, sessions=args.hundred, distinct=args.distinct)
+        res = spectate_season(args, tmp, key, auth, 1, sessions=args.hundred, distinct=args.distinct, probe=True)
         print(f"    {time.monotonic() - t:.0f} s; "
               + (f"{res['ready_s']:.1f} s until all {args.hundred} showed the season" if res["ready_s"] is not None
                  else "the spectators never all showed the season"))
@@ -609,6 +657,13 @@ def main() -> int:
             print(f"    p99 tick lateness change against the runs without spectators: {d:+.0f} ms")
         print("    " + summary("update latency, season events", res["lat"]) + f"; missed {res['missed']}", flush=True)
         print("    " + slowest_events(res["by_event"]), flush=True)
+        if res["refused"] is None:
+            print(f"    spectator {args.hundred + 1}: not tried (the {args.hundred} never all showed the season)")
+        else:
+            said, secs = res["refused"]
+            print(f"    spectator {args.hundred + 1}, once all {args.hundred} were on screen: told {said!r} "
+                  f"and let go in {secs * 1000:.0f} ms; the {args.hundred} others missed {res['missed']} "
+                  "season events", flush=True)
     return 0
 
 
