@@ -96,6 +96,11 @@ exit 1
 """
 
 
+def exit_text(res: asyncssh.SSHCompletedProcess) -> str:
+    """How a guest command ended, in a few words: ``exit N``, or ``killed by SIGNAME``."""
+    return f"killed by SIG{res.exit_signal[0]}" if res.exit_signal else f"exit {res.exit_status}"
+
+
 class _Unreachable(Exception):
     """The territory could not be reached over SSH, or the session was lost: ``unavailable``
     (failure source ``provider``: the attempt is re-run), or ``interrupted`` (source
@@ -285,7 +290,7 @@ class OracleRun(BuilderRun):
         if res.exit_status != 0:
             detail = " ".join(str(res.stderr or "").split())[:200]
             self.checkpoint(Usage(resource_units=1))
-            return AdapterStatus.FAILED, f"oracle deployment failed: {detail or f'exit {res.exit_status}'}"
+            return AdapterStatus.FAILED, f"oracle deployment failed: {detail or exit_text(res)}"
         self.checkpoint(Usage(resource_units=1))
         return AdapterStatus.COMPLETED, "oracle deployed durable service"
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from aoe_tui.agents.base import AdapterStatus
 from aoe_tui.domain.agent_usage import Usage
-from aoe_tui.agents.oracle import DURABLE_STORAGE, BuilderAdapter, BuilderRun, deploy_script, render_app
+from aoe_tui.agents.oracle import DURABLE_STORAGE, BuilderAdapter, BuilderRun, deploy_script, exit_text, render_app
 from aoe_tui.errors import AoeError
 
 __all__ = ["SCRIPTED_BUILDERS", "PackageBuilderAdapter", "PackageBuilderRun", "ScriptedAdapter", "ScriptedRun",
@@ -129,7 +129,7 @@ class ScriptedRun(BuilderRun):
             )
             charge()
             if res.exit_status != 0:
-                return AdapterStatus.FAILED, "builder-app.service did not come up after deployment"
+                return AdapterStatus.FAILED, f"builder-app.service did not come up after deployment ({exit_text(res)})"
             await think()
             check = (
                 "curl -fsS http://127.0.0.1:8080/health && echo && "
@@ -141,7 +141,7 @@ class ScriptedRun(BuilderRun):
         finally:
             conn.close()
         if res.exit_status != 0:
-            return AdapterStatus.FAILED, "self-check of the records service failed"
+            return AdapterStatus.FAILED, f"self-check of the records service failed ({exit_text(res)})"
         return AdapterStatus.COMPLETED, "Deployed the records service on port 8080 and checked health, write and read."
 
 
@@ -264,8 +264,7 @@ class PackageBuilderRun(BuilderRun):
         if step == 0:
             self.checkpoint(scripted_usage(1))
         if res.exit_status != 0:
-            end = f"killed by SIG{res.exit_signal[0]}" if res.exit_signal else f"exit {res.exit_status}"
-            why = errors[-1] if errors else end
+            why = errors[-1] if errors else exit_text(res)
             self.activity.append(f"failed: {why}")
             return AdapterStatus.FAILED, f"{a.name}: deployment failed: {why}"
         return AdapterStatus.COMPLETED, summary or f"{a.name}: deployed and checked the service"
