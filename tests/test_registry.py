@@ -319,6 +319,17 @@ def test_a_season_runner_names_the_file_for_a_bad_format_or_provider(tmp_path):
     res = subprocess.run([sys.executable, "-c", code, str(prov), str(tmp_path / "out2")], capture_output=True,
                          text=True, timeout=60, cwd=REPO)
     assert res.stdout.strip().startswith(f"{prov}: provider.boot_timeout_s: "), res
+    # an adapter the registry does not know: the line of the entrant's adapter key, as for a field error
+    (tmp_path / "a").mkdir()
+    typo = _season(tmp_path / "a", 'kind = "container"\n')
+    text = typo.read_text().replace('adapter = "oracle"', 'adapter = "scripted:slwo"', 2).replace(
+        'adapter = "scripted:slwo"', 'adapter = "oracle"', 1)
+    typo.write_text(text)
+    line = text.splitlines().index('adapter = "scripted:slwo"') + 1
+    res = subprocess.run([sys.executable, "-c", code, str(typo), str(tmp_path / "out3")], capture_output=True,
+                         text=True, timeout=60, cwd=REPO)
+    assert res.stdout.strip().startswith(f"{typo}:{line}: entrants[1].adapter: unknown scripted builder "
+                                         "'scripted:slwo' (known: "), res
 
 
 def test_a_broken_plugin_cleanup_is_one_line_and_checkless_providers_are_ready(tmp_path, capsys):

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,7 +195,10 @@ def test_a_stop_or_a_resume_cuts_off_the_open_attempts_the_resume_still_interrup
             assert (h.status, att.shown_status) == ("interrupted", "interrupted")
             heat = next(x for x in json.loads(render(stopped, "json"))["heats"] if (x["round"], x["heat"]) == (1, 2))
             assert (heat["status"], heat["attempts"][-1]["status"]) == ("interrupted", "interrupted")
-            assert "<b>Heat 2</b> <span class=\"muted\">interrupted" in render(stopped, "html")
+            page = render(stopped, "html")
+            assert "<b>Heat 2</b> <span class=\"muted\">interrupted" in page
+            assert " · stopped (SIGINT); the same aoe run resumes it" in page and "in progress" not in page
+            assert json.loads(render(stopped, "json"))["stopped"] == "SIGINT"
         resumed = reduce_season(recs + more[:k + 1])  # season_resumed: not re-run yet
         assert resumed.stopped is None and resumed.running_attempts() == []
         assert [(h.key, a.attempt) for h, a in resumed.open_attempts()] == [((1, 2), 2)]
@@ -203,6 +207,7 @@ def test_a_stop_or_a_resume_cuts_off_the_open_attempts_the_resume_still_interrup
         assert [(a.status, a.cut_off, a.live) for a in h2.attempts] == [
             ("finished", False, False), ("interrupted", True, False), ("running", False, True)]
         assert h2.status == "running" and resumed.rounds[1].heats[2].status == "interrupted"
+        assert "in progress" in render(rerun, "html") and json.loads(render(rerun, "json"))["stopped"] is None
         assert [(h.key, a.attempt) for h, a in rerun.running_attempts()] == [((1, 2), 2)]
 
 
@@ -322,6 +327,20 @@ def test_html_is_self_contained_and_reads_back_in_chromium(tmp_path):
     rows = read_table_in_chromium(page, tmp_path)
     assert rows[0][:2] == ["#", "entrant"]
     assert [r[1] for r in rows[1:]] == [s.entrant for s in season_standings(state)]
+
+
+def test_an_output_that_cannot_be_a_season_folder_is_one_line(tmp_path):
+    """From a new user's trial: ``aoe run ... --output FILE`` ended in a FileExistsError
+    traceback (and ``--output FILE/sub`` in NotADirectoryError). Now one line names the path."""
+    (tmp_path / "afile").write_text("x")
+    for out, why in ((tmp_path / "afile", "it is a file, not a folder"),
+                     (tmp_path / "afile" / "sub", "a part of the path is a file, not a folder")):
+        res = subprocess.run([sys.executable, "-m", "aoe_tui.cli", "run", str(REPO / "seasons" / "demo.toml"),
+                              "--output", str(out), "--headless"], capture_output=True, text=True, cwd=REPO,
+                             timeout=120)
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.strip() == f"aoe: error: {out}: cannot be the season folder: {why}", res.stderr
+    assert (tmp_path / "afile").read_text() == "x"
 
 
 def test_season_folder_is_held_by_one_runner_and_freed_by_sigkill(tmp_path):

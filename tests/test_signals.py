@@ -352,7 +352,10 @@ def test_hangup_detaches_the_season_which_goes_on(request, season, mode):
     t0 = time.monotonic()
     term.proc.send_signal(signal.SIGTERM)
     took = assert_stopped_cleanly(term, out, "SIGTERM", t0, 143)
-    assert "SIGTERM: stopping" in log.read_text()
+    lines = log.read_text().splitlines()
+    assert "SIGTERM: stopping" in "\n".join(lines)
+    # the last line says the stop is done and how to resume, headless as in the TUI
+    assert lines[-1].endswith(f"season stopped; resume with the same command (folder {out})"), lines[-3:]
     print(f"hangup ({mode}): alive, runner CPU {share:.0%}; SIGTERM stop {took:.1f} s")
 
 

@@ -218,6 +218,7 @@ def _run_headless(loaded, out: Path, runner_kwargs: dict, priority: str) -> int:
                 await runner.run()
         except asyncio.CancelledError:
             if stopping:
+                say(f"season stopped; resume with the same command (folder {out})")
                 return 128 + stopping[0].value
             raise
         say(f"standings written to {out}/standings.{{csv,json,md,html}}")  # the champion: the runner's last line

@@ -116,7 +116,9 @@ def md_text(text: Any) -> str:
 
 def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
     """``{"schema": "aoe-tui.season-standings", "version": 1, "season", "label", "arena",
-    "arenas", "format", "finished", "champions", "standings": [...], "heats": [...]}``.
+    "arenas", "format", "finished", "stopped", "champions", "standings": [...], "heats": [...]}``
+    (``stopped``: the reason of the stop that ended the last run session, until a resume;
+    else null).
 
     ``arena`` is the first arena's id; ``arenas`` every season arena (``id``,
     ``display_name``, ``milestones``, ``category``, ``path``) in order; each standing is
@@ -151,6 +153,7 @@ def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
         "arenas": [a.model_dump() for a in state.arenas],
         "format": info.format if info else None,
         "finished": state.finished is not None,
+        "stopped": state.stopped.reason if state.stopped is not None else None,
         "champions": state.finished.champions if state.finished else [],
         "standings": [r.to_dict() for r in rows],
         "heats": heats,
@@ -353,7 +356,9 @@ def to_html(state: SeasonState, rows: list[SeasonStanding]) -> str:
                      f"{r.ordinal:.2f}", "—" if r.input_tokens is None else r.input_tokens,
                      "—" if r.output_tokens is None else r.output_tokens, _cache(r), _usd(r.cost_microusd),
                      COST_BY.get(r.cost_source, r.cost_source), _usd(r.cost_per_durable_microusd), r.infra_failures, r.byes])
-    status = "finished" if state.finished else "in progress"
+    status = ("finished" if state.finished else
+              f"stopped ({html.escape(state.stopped.reason)}); the same aoe run resumes it" if state.stopped else
+              "in progress")
     champs = ", ".join(state.finished.champions) if state.finished else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)} — standings</title>

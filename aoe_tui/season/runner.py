@@ -415,6 +415,8 @@ def hold_season_folder(season_dir: Path):
         SeasonBusyError: another live process holds the folder (names its pid).
         DiskFullStop: the folder's file system is full (the folder or its lock file cannot
             be written), before anything else is done.
+        AoeError: the folder cannot be made or its lock file opened (a file in its place, a
+            file in its path, no permission): one line naming the path.
     """
     import fcntl
 
@@ -434,7 +436,13 @@ def hold_season_folder(season_dir: Path):
     except OSError as err:
         if is_no_space(err):
             raise disk_full(err) from None
-        raise
+        if season_dir.exists() and not season_dir.is_dir():
+            why = "it is a file, not a folder"
+        elif isinstance(err, NotADirectoryError):
+            why = "a part of the path is a file, not a folder"
+        else:
+            why = err.strerror or str(err)
+        raise AoeError(f"{season_dir}: cannot be the season folder: {why}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -561,8 +569,12 @@ class SeasonRunner:
                     if preflight is not None:
                         preflight()
                 except AoeError as err:
+                    from aoe_tui.domain.tomlpos import TomlPositions
+
                     where = f" (arena {arena.manifest.arena.id})" if len(self.arenas) > 1 else ""
-                    raise AoeError(f"{loaded.path}: entrants[{i}].adapter{where}: {err}") from None
+                    line = TomlPositions(loaded.raw.decode("utf-8", "replace")).line_of(f"entrants[{i}].adapter")
+                    at = f"{loaded.path}:{line}" if line else str(loaded.path)
+                    raise AoeError(f"{at}: entrants[{i}].adapter{where}: {err}") from None
         try:
             self.provider_factory = provider_factory or _default_provider_factory(
                 self.season.provider.kind, self.season.provider)
