@@ -229,6 +229,25 @@ async def test_quit_asks_stop_or_detach(season_dir, choice, key):
     assert app.return_value == (choice or "finished")
 
 
+@pytest.mark.parametrize("width", [80, 120])
+async def test_the_quit_question_is_not_wrapped(season_dir, width):
+    """From a new user's trial: at 120 columns the detach line wrapped ``aoe-run.log;`` onto a
+    line of its own at the wrong indent. Every line of the question fits the dialog."""
+    feed = LiveFeed()
+    SeasonTailer(season_dir, feed).poll()
+    app = frozen(AoeApp.season_view(feed, season_dir, host=FakeHost(), read_only=False))
+    async with app.run_test(size=(width, 30)) as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+        text = app.screen.query_one("#quit-text")
+        lines = str(text.render()).splitlines()
+        assert len(lines) == 8 and text.size.height == len(lines), (text.size, lines)
+        assert max(map(len, lines)) <= text.size.width, lines
+        await pilot.press("escape")
+        app.host.done = True
+        await pilot.press("q")
+
+
 async def test_ctrl_c_key_asks_like_q_and_closes_a_finished_view(season_dir):
     """Ctrl+C in the TUI is a key (the terminal is raw): it only showed Textual's "Press
     ctrl+q to quit" toast, though the README says Ctrl+C stops the season. It now asks

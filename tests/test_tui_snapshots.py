@@ -126,6 +126,24 @@ def test_season_screen(snap_compare, size, season_dir):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=size_ids)
+def test_quit_question(snap_compare, size, season_dir):
+    """``q`` in ``aoe run``'s TUI while the season runs: stop, detach or cancel, every line of
+    the question whole (at 120 columns the detach line used to wrap)."""
+    from aoe_tui.tui.live import LiveFeed
+    from aoe_tui.tui.watch import SeasonTailer
+
+    from test_tui_season import FakeHost
+    from tui_fixtures import SEASON_NOW_OFFSET_MS, SEASON_T0
+
+    feed = LiveFeed()
+    SeasonTailer(season_dir, feed).poll()
+    app = AoeApp.season_view(feed, season_dir, host=FakeHost(), read_only=False)
+    app.now_ms = lambda: SEASON_T0 + SEASON_NOW_OFFSET_MS
+    app.monotonic = lambda: 1000.0
+    assert snap_compare(app, press=["q"], terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=size_ids)
 def test_standings_screen(snap_compare, size, season_dir):
     """Official order, rating μ±σ, tokens n/a for the entrant without a heat."""
     assert snap_compare(season_app(season_dir), press=["s"], terminal_size=size)

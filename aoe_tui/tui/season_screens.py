@@ -486,8 +486,8 @@ class QuitScreen(ModalScreen[str | None]):
                 "[b]s[/b]  stop it: running heats abort, territories are torn down;\n"
                 "    run the same command again to resume.\n"
                 "[b]d[/b]  detach: close the view, keep running in this process even\n"
-                "    if the terminal closes (lines in the season folder's aoe-run.log;\n"
-                "    Ctrl+C or kill -TERM stops it, resumable).\n"
+                "    if the terminal closes; lines go to the season folder's\n"
+                "    aoe-run.log; Ctrl+C or kill -TERM stops it (resumable).\n"
                 "[b]escape[/b]  back to the season.",
                 id="quit-text",
             )
