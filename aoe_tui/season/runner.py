@@ -186,7 +186,8 @@ def cpu_weights_note(concurrent_heats: int, provider_kind: str, cluster: bool = 
     """The one line ``aoe run`` says when ``AOE_CPU_WEIGHTS`` is on but can have no effect
     on this run, naming the variable and why (the first reason that applies): heats one at
     a time (``concurrent_heats`` 1), heats on a Ray cluster (``cluster``), or what the
-    provider's registry entry says (:meth:`~aoe_tui.runtime.registry.ProviderEntry.cpu_weight_problem`: ``qemu`` never
+    provider's registry entry says
+    (:meth:`~aoe_tui.runtime.registry.ProviderEntry.cpu_weight_problem`: ``qemu`` never
     weighs; ``container`` only on cgroup v1 with a ``cpu`` hierarchy). None when the switch
     is off or it takes effect (a plugin provider without the hook is trusted: ``run_heat``
     weighs where it has ``set_cpu_weight``). Raises :class:`AoeError` for a bad value
