@@ -634,6 +634,9 @@ def test_multi_arena_exports_json_csv_md(multi_state):
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [(r["entrant"], r["coverage"], r["input_tokens"]) for r in rows] == [
         ("bravo", "1.0", ""), ("alpha", "0.7692", "900"), ("charlie", "0.7", ""), ("delta", "0.2667", "")]
+    # who computed the cost: only where a cost is shown (the others had a heat without usage)
+    assert [(r["entrant"], r["cost_microusd"], r["cost_source"]) for r in rows] == [
+        ("bravo", "", ""), ("alpha", "9000", "adapter"), ("charlie", "", ""), ("delta", "", "")]
     md = render(multi_state, "md")
     main, per_arena = md.split("\n## Per arena\n")
     assert "| 2 | alpha |  | 3 | 1 | 2 | 230 | 77% | 0:11.0 |" in main and "Tie-break order" in main

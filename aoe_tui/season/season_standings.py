@@ -208,7 +208,8 @@ class _Tally:
             "cost_per_durable_microusd": (cost // durable) if cost is not None and durable else None,
             "cache_read_tokens": self.cache_read if self.heats and self.cache_known == self.heats else None,
             "cache_write_tokens": self.cache_write if self.heats and self.cache_known == self.heats else None,
-            "cost_source": (next(iter(self.cost_sources)) if len(self.cost_sources) == 1
+            # who computed the cost shown: none when no cost is shown (a heat without usage)
+            "cost_source": (None if cost is None else next(iter(self.cost_sources)) if len(self.cost_sources) == 1
                             else "mixed" if self.cost_sources else None),
         }
 
