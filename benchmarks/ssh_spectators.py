@@ -77,6 +77,7 @@ import asyncssh
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from aoe_tui.domain.display import sanitize_line  # noqa: E402
 from aoe_tui.testing.feeder import SeasonFeeder  # noqa: E402
 from aoe_tui.testing.lateness import pct, summary, tick_lateness  # noqa: E402
 
@@ -438,8 +439,7 @@ async def one_more(port: int, key: Path) -> tuple[str, float]:
                 data = b"".join(await asyncio.gather(drain(proc.stderr), drain(proc.stdout)))
         except TimeoutError:
             proc.close()
-    text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]", b"", data).decode(errors="replace")
-    return " ".join(text.split()), time.monotonic() - t0
+    return sanitize_line(data, limit=400, collapse=True), time.monotonic() - t0
 
 
 def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int, sessions: int | None = None,
@@ -467,8 +467,8 @@ def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int, sessions: 
             except (OSError, asyncssh.Error) as exc:
                 refused.append((f"connection failed: {exc}", 0.0))
 
-    prober = threading.Thread(target=probe_over_the_cap, daemon=True)
-    if probe:
+    prober = threading.Thread(target=probe_over_the_cap, daemon=True) if probe else None
+    if prober is not None:
         prober.start()
     mem = MemorySampler(clients, serve.pid)
     parts = Parts()
@@ -486,7 +486,7 @@ def spectate_season(args, tmp: Path, key: Path, auth: Path, run: int, sessions: 
     missed = sum(1 for c in seen for m in fresh if m not in c)
     by_event = {m: statistics.median([(c[m] - t) * 1000 for c in seen if m in c])
                 for m, t in fresh.items() if any(m in c for c in seen)}
-    if probe:
+    if prober is not None:
         prober.join(30)
     return {"ticks": tick_lateness(out), "lat": lat, "missed": missed, "by_event": by_event,
             "ready_s": (ready - clients.t_start) if ready else None, "join": clients.join_s,

@@ -132,14 +132,11 @@ def test_quit_question(snap_compare, size, season_dir):
     from aoe_tui.tui.live import LiveFeed
     from aoe_tui.tui.watch import SeasonTailer
 
-    from test_tui_season import FakeHost
-    from tui_fixtures import SEASON_NOW_OFFSET_MS, SEASON_T0
+    from test_tui_season import FakeHost, frozen
 
     feed = LiveFeed()
     SeasonTailer(season_dir, feed).poll()
-    app = AoeApp.season_view(feed, season_dir, host=FakeHost(), read_only=False)
-    app.now_ms = lambda: SEASON_T0 + SEASON_NOW_OFFSET_MS
-    app.monotonic = lambda: 1000.0
+    app = frozen(AoeApp.season_view(feed, season_dir, host=FakeHost(), read_only=False))
     assert snap_compare(app, press=["q"], terminal_size=size)
 
 

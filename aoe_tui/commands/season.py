@@ -183,6 +183,11 @@ def check_cluster(loaded, address: str | None, token_file: Path | None = None) -
 RUN_LOG = "aoe-run.log"
 
 
+def _stopped_line(out: Path) -> str:
+    """The last line of a stopped ``aoe run`` (headless or TUI)."""
+    return f"season stopped; resume with the same command (folder {out})"
+
+
 def _run_headless(loaded, out: Path, runner_kwargs: dict, priority: str) -> int:
     from aoe_tui.runtime.realtime import engine_priority
     from aoe_tui.season.runner import SeasonRunner
@@ -218,7 +223,7 @@ def _run_headless(loaded, out: Path, runner_kwargs: dict, priority: str) -> int:
                 await runner.run()
         except asyncio.CancelledError:
             if stopping:
-                say(f"season stopped; resume with the same command (folder {out})")
+                say(_stopped_line(out))
                 return 128 + stopping[0].value
             raise
         say(f"standings written to {out}/standings.{{csv,json,md,html}}")  # the champion: the runner's last line
@@ -296,7 +301,7 @@ def finish_tui_run(host, result: str | None, out: Path, signal_name: str | None 
             raise err
         raise AoeError(f"season engine failed: {type(err).__name__}: {err}") from None
     if host.cancelled:
-        _say(f"season stopped; resume with the same command (folder {out})")
+        _say(_stopped_line(out))
         return 128 + signal.Signals[stopped[0]].value if stopped else 130
     _say(f"standings written to {out}/standings.{{csv,json,md,html}}")  # the champion: the runner's last line
     return 0

@@ -570,12 +570,13 @@ class SeasonRunner:
                     if preflight is not None:
                         preflight()
                 except AoeError as err:
+                    from aoe_tui.domain.tomlfile import Problem
                     from aoe_tui.domain.tomlpos import TomlPositions
 
+                    field = f"entrants[{i}].adapter"
+                    line = TomlPositions(loaded.raw.decode("utf-8", "replace")).line_of(field)
                     where = f" (arena {arena.manifest.arena.id})" if len(self.arenas) > 1 else ""
-                    line = TomlPositions(loaded.raw.decode("utf-8", "replace")).line_of(f"entrants[{i}].adapter")
-                    at = f"{loaded.path}:{line}" if line else str(loaded.path)
-                    raise AoeError(f"{at}: entrants[{i}].adapter{where}: {err}") from None
+                    raise AoeError(str(Problem(str(loaded.path), line, field + where, str(err)))) from None
         try:
             self.provider_factory = provider_factory or _default_provider_factory(
                 self.season.provider.kind, self.season.provider)
