@@ -294,8 +294,9 @@ async def test_only_fixed_commands_no_sftp_no_forwarding(live, keys, server_log)
         assert not marker.exists()
         with pytest.raises(asyncssh.ChannelOpenError):
             await conn.start_sftp_client()
-        with pytest.raises(asyncssh.ChannelOpenError):
+        with pytest.raises(asyncssh.ChannelOpenError) as ei:  # ssh -L: said to be forbidden, not "refused"
             await conn.create_connection(asyncssh.SSHTCPSession, "127.0.0.1", server.port)
+        assert ei.value.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, ei.value
         with pytest.raises(asyncssh.ChannelListenError):
             await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", server.port)
         # the fixed commands work, without a PTY

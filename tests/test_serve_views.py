@@ -156,6 +156,9 @@ async def test_the_spare_view_follows_the_newest_spectators_terminal_type(tmp_pa
         conn = await connect(t.server.port, keys["spectator"])
         a = await Spectator(conn, 100, 30, term="screen").open()
         await a.wait_for(lambda s: "season" in s, 60, "the screen spectator's season screen")
+        # a view forked for it runs the CLI in-process: nothing of Python's own on its terminal
+        # (runpy's "found in sys.modules" RuntimeWarning was, before the full-screen view)
+        assert b"Warning" not in a.raw and b"Traceback" not in a.raw, bytes(a.raw[:300])
         [a_pid] = t.server.spectator_pids()
         assert a_pid != first.child.pid, "a screen spectator cannot show an xterm-256color spare"
         await _until(lambda: views.spare is not None and views.spare is not first and views.spare.paused, 60,

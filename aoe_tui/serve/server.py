@@ -183,7 +183,10 @@ class _Server(asyncssh.SSHServer):
     def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
         log.warning("port forward refused addr=%s key=%s", self.info.addr if self.info else "?",
                     self.info.key_fp if self.info else "-")
-        return False
+        # "administratively prohibited", not asyncssh's default "Connection refused" (which
+        # reads as if the target port were closed)
+        raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
+                                        "port forwarding is not allowed on a spectator server")
 
     def server_requested(self, listen_host: str, listen_port: int) -> bool:
         log.warning("remote forward refused addr=%s key=%s", self.info.addr if self.info else "?",

@@ -281,6 +281,10 @@ def _child(sock: socket.socket, wake_r: int, req: dict[str, Any], slave: int) ->
             import runpy
 
             sys.argv = [argv[2], *argv[3:]]
+            # as ``python -m MODULE`` finds it: not imported yet (the warm-up imported it, and
+            # runpy then warns "found in sys.modules" on the spectator's terminal); the
+            # modules it imports stay warm
+            sys.modules.pop(argv[2], None)
             try:
                 runpy.run_module(argv[2], run_name="__main__", alter_sys=True)  # python -m MODULE, in-process
                 rc = 0
