@@ -105,7 +105,8 @@ class BuildRules(_Model):
 
 
 class Resources(_Model):
-    """``[classes.resources]`` (§1.7) — validated, not used by the runtime."""
+    """``[classes.resources]`` (§1.7): what each seat of the class gets (the providers enforce
+    it: ``runtime/provider.TerritoryResources``)."""
 
     vcpus: U16
     memory_mib: U64

@@ -60,7 +60,7 @@ from aoe_tui.referee.rules import REASONS
 from aoe_tui.referee.supervisor import DISK_RESERVE_BYTES, HeatSupervisor, OnEvent
 from aoe_tui.replay.log import EventLogWriter
 from aoe_tui.replay.reducer import apply_event
-from aoe_tui.runtime.provider import ProviderError, TerritorySpec
+from aoe_tui.runtime.provider import ProviderError, TerritoryResources, TerritorySpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.agents.base import Adapter
@@ -126,12 +126,19 @@ def territory_specs(loaded: LoadedManifest, credentials: Mapping[str, Path] | No
 
     The root password is ``<territory>-race`` (upstream convention) unless a credential
     file was given for that territory, in which case its ``AOE_SSH_PASSWORD`` is used.
+    ``resources`` are the territory's class's ``[classes.resources]`` (§1.7), with our
+    default tasks limit (:data:`~aoe_tui.runtime.provider.DEFAULT_TASKS_MAX`).
     """
     creds = dict(credentials or {})
+    classes = {c.id: c.resources for c in loaded.manifest.classes}
     out = []
     for i, t in enumerate(loaded.manifest.territories):
         password = read_credential_password(creds[t.id]) if t.id in creds else f"{t.id}-race"
-        out.append(TerritorySpec(id=t.id, password=password, service_port=t.service.port, index=i))
+        res = classes.get(t.class_)
+        resources = (TerritoryResources(vcpus=res.vcpus, memory_mib=res.memory_mib, disk_mib=res.disk_mib)
+                     if res is not None else TerritoryResources())
+        out.append(TerritorySpec(id=t.id, password=password, service_port=t.service.port, index=i,
+                                 resources=resources))
     return out
 
 

@@ -56,6 +56,45 @@ class TerritoryRefusedError(RebootError):
     """
 
 
+#: default tasks limit of a territory (processes plus threads: cgroup ``pids.max``), ours:
+#: upstream's classes have no such field (§1.7). Enough for ``make -j``, a node or JVM build
+#: and a coding agent's own threads; a fork bomb stops here (or at the memory limit first).
+DEFAULT_TASKS_MAX = 2048
+
+
+@dataclass(frozen=True)
+class TerritoryResources:
+    """What one seat's territory may use: its class's ``[classes.resources]`` (spec §1.7)
+    plus our tasks limit.
+
+    Attributes:
+        vcpus: CPUs the guest sees and may use (``nproc``; CPU time of that many CPUs).
+        memory_mib: memory in MiB (no swap beyond it).
+        disk_mib: writable disk in MiB (everything the guest can write: ``/``, ``/var``, ``/tmp``).
+        tasks: processes plus threads at once (ours, :data:`DEFAULT_TASKS_MAX`).
+    """
+
+    vcpus: int = 1
+    memory_mib: int = 768
+    disk_mib: int = 2048
+    tasks: int = DEFAULT_TASKS_MAX
+
+
+@dataclass(frozen=True)
+class HarnessShare:
+    """A host folder shared read-only into a territory before the race clock starts (an
+    in-territory harness such as opencode: built and cached once on the runner, never
+    copied per seat where the provider can share it).
+
+    Attributes:
+        host: the folder on the runner (absolute).
+        guest: where the guest sees it (absolute path, read-only).
+    """
+
+    host: Path
+    guest: str
+
+
 @dataclass(frozen=True)
 class TerritorySpec:
     """What the runner asks a provider for, one per seat.
@@ -65,12 +104,16 @@ class TerritorySpec:
         password: root password of the guest (upstream convention ``<id>-race``).
         service_port: guest TCP port of the public service (manifest ``service.port``, 8080).
         index: seat index in manifest order (0-based); decides addresses and port blocks (§6.2).
+        resources: the seat's class resources (§1.7) the provider enforces.
+        shares: host folders shared read-only into the guest (:class:`HarnessShare`).
     """
 
     id: str
     password: str
     service_port: int = 8080
     index: int = 0
+    resources: TerritoryResources = field(default_factory=TerritoryResources)
+    shares: tuple[HarnessShare, ...] = ()
 
 
 @dataclass
@@ -226,6 +269,30 @@ class TerritoryProvider(abc.ABC):
         Raises:
             RebootError: SSH never stopped (30 s) or never came back (``reboot_timeout_s``).
         """
+
+    def exhaustion(self, territory_id: str) -> list[str]:
+        """The limits territory ``territory_id`` has run into so far, one phrase each, e.g.
+        ``out of memory in the territory (768 MiB)``, ``out of tasks in the territory
+        (2048)``, ``disk full in the territory (2048 MiB)``; ``[]`` when none (or the
+        provider cannot tell). Running out of its own resources is the player's doing,
+        never an infrastructure failure: the referee charges it to that seat alone.
+
+        Cheap (reads a few counters), blocking-safe on the event loop; never raises.
+        """
+        return []
+
+    def limits(self, territory_id: str) -> dict[str, object]:
+        """What the provider enforces for ``territory_id`` (for ``aoe-extra.json``):
+        ``{"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 2048, "enforced":
+        ["cpu", "memory", "tasks", "disk"], ...}``; ``{}`` when it enforces nothing. Never raises."""
+        return {}
+
+    @property
+    def notes(self) -> list[str]:
+        """One-line warnings about this heat's territories (e.g. an SSH host larger than its
+        class), appended by the provider; the heat prints each and writes them to
+        ``aoe-extra.json`` ``territory_notes``."""
+        return self.__dict__.setdefault("_notes", [])
 
     @abc.abstractmethod
     async def teardown(self) -> None:
