@@ -60,7 +60,8 @@ from pathlib import Path
 from typing import Any
 
 from aoe_tui.fsio import SubPath, write_atomic
-from aoe_tui.runtime import netalloc
+from aoe_tui.runtime import cgroups as limits_cg
+from aoe_tui.runtime import netalloc, territory_disk
 from aoe_tui.runtime.image import GuestImage, find_image, image_root, require_image, safe_rmtree, _mounts_under
 from aoe_tui.runtime.provider import (
     DoctorCheck,
@@ -195,6 +196,9 @@ NSPAWN_ENV = {"SYSTEMD_NSPAWN_TMPFS_TMP": "0"}
 #: cgroup-v1 ``name=systemd`` hierarchy; where present, each territory's nspawn runs in its
 #: own group below :data:`CGROUP_PARENT` (see :func:`territory_cgroups`)
 CGROUP_V1_SYSTEMD = Path("/sys/fs/cgroup/systemd")
+#: where the host's cgroup hierarchies are mounted (v1: one folder per controller; a pure
+#: cgroup-v2 host: the unified hierarchy itself)
+CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "aoe-territories"
 #: cgroup-v1 ``cpu`` hierarchy: where :meth:`ContainerProvider.set_cpu_weight` gives each
 #: territory a weighted group ``aoe-territories/<machine>`` (see :func:`cpu_group`)
@@ -360,9 +364,11 @@ def _cgroup2_mount() -> Path | None:
 
 
 def territory_cgroups(machine: str) -> list[Path]:
-    """The cgroups a territory's nspawn runs in, created if needed (``[]`` when the host is
-    not on cgroup v1 or they cannot be made): one in the v1 ``name=systemd`` hierarchy and
-    one in the v2 hierarchy, both ``aoe-territories/<machine>``.
+    """The cgroups a territory's nspawn runs in, created if needed (``[]`` when they cannot
+    be made): on a cgroup-v1 host one in the v1 ``name=systemd`` hierarchy and one in the v2
+    hierarchy, both ``aoe-territories/<machine>``; on a cgroup-v2 host the one v2 group (its
+    limits: :mod:`aoe_tui.runtime.cgroups`). The limit groups of the v1 controllers
+    (``cpu``, ``cpuset``, ``memory``, ``pids``) are made apart, by :func:`cgroups.setup`.
 
     With ``--keep-unit --register=no`` nspawn puts itself in ``<own cgroup>/supervisor`` and
     its container in ``<own cgroup>/payload``, taking "own cgroup" from the v2 line of
@@ -372,11 +378,14 @@ def territory_cgroups(machine: str) -> list[Path]:
     219/CGROUP ("Failed to attach to cgroup").
     """
     if not (CGROUP_V1_SYSTEMD / "cgroup.procs").is_file():
-        return []
-    v2 = _cgroup2_mount()
-    paths = [CGROUP_V1_SYSTEMD / CGROUP_PARENT / machine]
-    if v2 is not None:
-        paths.append(v2 / CGROUP_PARENT / machine)
+        # a cgroup-v2 host: one group in the unified hierarchy, where the limits go too
+        v2 = _cgroup2_mount() if (CGROUP_V1_ROOT / "cgroup.controllers").is_file() else None
+        paths = [v2 / CGROUP_PARENT / machine] if v2 is not None else []
+    else:
+        v2 = _cgroup2_mount()
+        paths = [CGROUP_V1_SYSTEMD / CGROUP_PARENT / machine]
+        if v2 is not None:
+            paths.append(v2 / CGROUP_PARENT / machine)
     try:
         for p in paths:
             p.mkdir(parents=True, exist_ok=True)
@@ -614,9 +623,11 @@ NSPAWN_PROPAGATE = Path("/run/systemd/nspawn/propagate")
 def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> list[str]:
     """Undo everything one territory's ``state.json`` records; return what could not be removed.
 
-    Order: stop the container, unmount the root, remove the territory's cgroups (its own
-    groups and, where :meth:`ContainerProvider.set_cpu_weight` made one, its weighted ``cpu``
-    group, whose parent goes too once empty), delete the host veth and the network
+    Order: stop the container, unmount the root, unmount the territory's own disk (its loop
+    device goes with it; one left over is freed) and delete ``disk.img``, remove the
+    territory's cgroups (its own groups, its limit groups and, where
+    :meth:`ContainerProvider.set_cpu_weight` made one, its weighted ``cpu`` group; their
+    parents ``aoe-territories`` go too once empty), delete the host veth and the network
     namespace, remove the overlay folders. Each step tolerates an already-gone resource.
     Used by :meth:`ContainerProvider.teardown` and :func:`cleanup_stale`.
 
@@ -662,12 +673,17 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
     # its runner's whole process group (a Ray node's processes) keeps its init and services,
     # which the readlink check above cannot always recognise; the cgroups are ours alone
     cgroups = [str(p) for p in state.get("cgroups") or []]
+    # its limit groups (cgroups.setup), which hold only its processes too
+    limit_groups = limits_cg.TerritoryGroups.from_json(state.get("limit_groups")).paths()
+    cgroups = list(dict.fromkeys([*cgroups, *(str(p) for p in limit_groups)]))
     # the weighted cpu group (set_cpu_weight) is named after the territory's own groups and,
     # like them, holds only its processes; not in state.json: derived, so a runner killed
     # mid-heat leaves nothing the sweep does not know
     cpu = cpu_group(Path(cgroups[0]).name) if cgroups else None
-    if cpu is not None and cpu.is_dir():
+    if cpu is not None and cpu.is_dir() and str(cpu) not in cgroups:
         cgroups.append(str(cpu))
+    elif cpu is not None and str(cpu) in cgroups:
+        pass  # the cpu limit group is the weighted one
     else:
         cpu = None  # weights were off (or it is gone already)
     left = _cgroup_pids(cgroups)
@@ -683,6 +699,10 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
                 _umount(mp, lazy=True)
         if _mounts_under(Path(root)):
             leftovers.append(f"mount {root}")
+    disk = state.get("disk")
+    if isinstance(disk, dict) and disk.get("image") and not any(x.startswith("mount") for x in leftovers):
+        # its own disk: unmount (the loop device goes with it), free a loop left over, delete the image
+        leftovers.extend(territory_disk.remove_disk(Path(disk["image"]), Path(disk.get("mount") or "")))
     veth = state.get("host_veth")
     if veth and not any(x.startswith("processes") for x in leftovers):
         # nspawn leaves its (empty) mount propagation folder: "Attempted to remove disk file
@@ -695,6 +715,7 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
                 leftovers.append(f"cgroup {cg}")
         if cpu is not None and not cpu.exists():
             remove_cpu_group(cpu)  # its parent, once no other runner's group is in it
+        limits_cg.remove_groups(limit_groups)  # their empty parents (aoe-territories) likewise
     ns = state.get("netns")
     # one `ip` process for the whole network side (deleting the veth drops its address and
     # route; -force goes on past an already-gone one); the rule is deleted up to 8 times in
@@ -798,10 +819,26 @@ class _Box:
     prepared: threading.Event | None = None
     #: teardown removed ``state.json``: it is never written again
     state_removed: bool = False
+    #: the territory's limit groups (:mod:`aoe_tui.runtime.cgroups`; empty: none enforced)
+    limits: limits_cg.TerritoryGroups = field(default_factory=limits_cg.TerritoryGroups)
+    #: whether the territory's writable layer is on its own disk (:mod:`territory_disk`)
+    own_disk: bool = False
+    #: the limits hit so far (phrases of :meth:`ContainerProvider.exhaustion`; latched)
+    exhausted: list[str] = field(default_factory=list)
 
     root = SubPath("dir", "root", "The territory's root file system (an overlay mount, or a copy where overlayfs is unusable).")
-    upper = SubPath("dir", "upper", "The overlay's upper (writable) tree.")
-    work = SubPath("dir", "work", "The overlay's work folder.")
+    disk = SubPath("dir", "disk", "Where the territory's own disk is mounted (its writable layer's file system; a "
+                   "plain folder where the disk limit is not enforced).")
+    disk_image = SubPath("dir", "disk.img", "The territory's disk: a sparse ext4 image of disk_mib MiB.")
+    upper = SubPath("dir", "disk/upper", "The overlay's upper (writable) tree, on the territory's disk.")
+    work = SubPath("dir", "disk/work", "The overlay's work folder, on the territory's disk.")
+    copy = SubPath("dir", "disk/root", "The full-copy root (where overlayfs is unusable), on the territory's "
+                   "disk; bind-mounted on ``root``.")
+
+    def procs_groups(self) -> list[Path]:
+        """Every cgroup the territory's nspawn enters at launch: its own groups, then its
+        limit groups."""
+        return list(dict.fromkeys([*self.cgroups, *self.limits.paths()]))
     console = SubPath("dir", "console.log", "The nspawn console log.")
 
     def state(self, owner_pid: int, heat_id: str, owner_start: int | None = None) -> dict[str, Any]:
@@ -815,9 +852,12 @@ class _Box:
             "leader_pid": self.leader_pid,
             "root": str(self.root),
             "mode": self.mode,
-            "mounts": [str(self.root)] if self.mode == "overlay" else [],
-            "dirs": [str(self.upper), str(self.work), str(self.root)],
+            "mounts": [str(self.root)] if self.mode in ("overlay", "copy") else [],
+            "dirs": [str(self.upper), str(self.work), str(self.root), str(self.disk)],
             "cgroups": [str(p) for p in self.cgroups],
+            "limit_groups": self.limits.to_json(),
+            "disk": {"image": str(self.disk_image), "mount": str(self.disk), "mib": self.spec.resources.disk_mib}
+            if self.own_disk else None,
             "lowers": list(self.lowers),
             "netns": self.netns,
             "host_veth": self.host_veth,
@@ -1010,16 +1050,34 @@ class ContainerProvider(TerritoryProvider):
                 b.prepared.set()
 
     def _prepare_box(self, b: _Box, image: GuestImage) -> None:
-        for d in (b.upper, b.work, b.root):
+        # (``upper``/``work`` at the top: where an earlier version kept the writable layer)
+        for d in (b.disk, b.disk_image, b.root, b.dir / "upper", b.dir / "work"):
             if d.exists():
                 b.mode = "foreign"  # not ours: teardown must leave it alone
                 raise ProviderError(f"territory {b.spec.id}: {d} already exists (stale run? try cleanup_stale)")
         b.dir.mkdir(parents=True, exist_ok=True)
-        b.cgroups = territory_cgroups(f"aoe-{b.host_veth[3:]}")
+        machine = f"aoe-{b.host_veth[3:]}"
+        b.cgroups = territory_cgroups(machine)
+        b.disk.mkdir()
+        b.root.mkdir()
+        res_ = b.spec.resources
+        disk_why = territory_disk.disk_problem()
+        b.own_disk = disk_why is None
+        self._save_state(b)  # before anything is created, so a crash leaves a record
+        b.limits = limits_cg.setup(self._cgroup_host(), machine, b.spec.id, res_, b.spec.index)
+        self._save_state(b)
+        if disk_why is None:
+            try:
+                took = territory_disk.make_disk(b.disk_image, b.disk, res_.disk_mib, b.spec.id)
+                log.info("territory %s: %d MiB disk made and mounted in %.3f s", b.spec.id, res_.disk_mib, took)
+            except ProviderError as exc:
+                disk_why = str(exc)
+                b.own_disk = False
+                self._save_state(b)
+        if disk_why is not None:
+            self._note(f"disk limit not enforced: {disk_why}; a territory may fill the host's disk")
         b.upper.mkdir()
         b.work.mkdir()
-        b.root.mkdir()
-        self._save_state(b)  # before anything is created, so a crash leaves a record
         # the arena's image layer (if any) sits between the base root filesystem and the
         # territory's own writable layer
         lowers = [str(p) for p in (*image.layers, image.rootfs)]
@@ -1031,12 +1089,14 @@ class ContainerProvider(TerritoryProvider):
             b.mode = "copy"
             log.warning("overlayfs unusable for %s (%s); copying the root filesystem",
                         b.spec.id, res.stderr.strip() if res else "path has ',' or ':'")
-            _run(["cp", "-a", "--reflink=auto", str(image.rootfs) + "/.", str(b.root)])
+            b.copy.mkdir()  # on the territory's disk, bind-mounted on the root
+            _run(["cp", "-a", "--reflink=auto", str(image.rootfs) + "/.", str(b.copy)])
             if image.layers:
                 from aoe_tui.runtime.layers import apply_upper
 
                 for layer in reversed(image.layers):  # bottom layer first
-                    apply_upper(Path(layer), b.root)
+                    apply_upper(Path(layer), b.copy)
+            _run(["mount", "--bind", str(b.copy), str(b.root)])
         self._save_state(b)
         _apply_identity(b.root, b.spec.id, b.spec.password)
         _apply_fast_stop(b.root)
@@ -1068,11 +1128,11 @@ class ContainerProvider(TerritoryProvider):
             f"--network-namespace-path=/run/netns/{b.netns}", "--console=read-only",
             "--link-journal=no", "--resolv-conf=off", "--timezone=off",
         ]
-        if not b.cgroups:
+        if not b.procs_groups():
             return argv
-        # enter the territory's own cgroup, then become nspawn (same pid)
+        # enter the territory's own cgroups and its limit groups, then become nspawn (same pid)
         return ["/bin/sh", "-c", 'for cg in $1; do echo $$ > "$cg/cgroup.procs" || exit 97; done; shift; exec "$@"',
-                "sh", " ".join(str(p) for p in b.cgroups), *argv]
+                "sh", " ".join(str(p) for p in b.procs_groups()), *argv]
 
     async def _launch(self, b: _Box, nspawn: str) -> None:
         """Start nspawn for ``b`` (caller holds no lock; takes ``b.lock``). Never after teardown began."""
@@ -1396,6 +1456,8 @@ class ContainerProvider(TerritoryProvider):
             if not b.cgroups:
                 continue
             group = cpu_group(f"aoe-{b.host_veth[3:]}", cpu_root)
+            if b.limits.versions.get("cpu") == "v1" and cpu_root == CGROUP_V1_CPU:
+                group = Path(b.limits.groups["cpu"])  # the limit group (cpu.shares 1024 = weight 100)
             if weight is None:
                 done += remove_cpu_group(group)
                 continue
@@ -1411,6 +1473,75 @@ class ContainerProvider(TerritoryProvider):
                         (group / "cgroup.procs").write_text(str(pid))
             done += 1
         return done
+
+    # -- limits ------------------------------------------------------------------------
+
+    @staticmethod
+    def _cgroup_host() -> limits_cg.CgroupHost:
+        """This host's cgroup roots (the v2 one mounted by :func:`_cgroup2_mount` if need be)."""
+        v2 = None
+        if (CGROUP_V1_ROOT / "cgroup.controllers").is_file() or (CGROUP_V1_SYSTEMD / "cgroup.procs").is_file():
+            v2 = _cgroup2_mount()
+        return limits_cg.CgroupHost(v1_root=CGROUP_V1_ROOT, v2_root=v2)
+
+    def _note(self, line: str) -> None:
+        """Add ``line`` to :attr:`notes` once (the heat prints each and keeps them in
+        ``aoe-extra.json``)."""
+        with self._state_lock:
+            if line not in self.notes:
+                self.notes.append(line)
+
+    def exhaustion(self, territory_id: str) -> list[str]:
+        """The limits territory ``territory_id`` has hit so far, latched (once hit, reported
+        until the end of the heat, also after its teardown), in this order: ``out of memory
+        in the territory (<memory_mib> MiB)`` (the kernel's OOM killer killed one of its
+        processes at the memory limit: ``memory.oom_control``/``memory.events`` ``oom_kill``),
+        ``out of tasks in the territory (<tasks>)`` (a fork failed at ``pids.max``:
+        ``pids.events`` ``max``), ``disk full in the territory (<disk_mib> MiB)`` (less than
+        1 % of its disk free, or no inode left). ``[]`` for an unknown territory. Reads two
+        counters and one ``statvfs``; never raises."""
+        b = self._boxes.get(territory_id)
+        if b is None:
+            return []
+        try:
+            r = b.spec.resources
+            hit = limits_cg.exhaustion(b.limits)
+            if b.own_disk and territory_disk.disk_full(b.disk, r.disk_mib):
+                hit.add("disk")
+            phrases = {"memory": f"out of memory in the territory ({r.memory_mib} MiB)",
+                       "tasks": f"out of tasks in the territory ({r.tasks})",
+                       "disk": f"disk full in the territory ({r.disk_mib} MiB)"}
+            for k in ("memory", "tasks", "disk"):
+                if k in hit and phrases[k] not in b.exhausted:
+                    b.exhausted.append(phrases[k])
+        except Exception:  # noqa: BLE001 - a poll must never break the heat
+            log.debug("exhaustion poll of %s failed", territory_id, exc_info=True)
+        return list(b.exhausted)
+
+    def limits(self, territory_id: str) -> dict[str, object]:
+        """What is enforced for ``territory_id`` (for ``aoe-extra.json``): ``{"vcpus",
+        "memory_mib", "disk_mib", "tasks", "enforced": [...] of "cpu", "memory", "tasks",
+        "disk", "cpus": "0" (its cpuset), "cgroup": {"cpu": "v1", ...}, "not_enforced":
+        {"disk": "why", ...}}``; ``{}`` for an unknown territory. Never raises."""
+        b = self._boxes.get(territory_id)
+        if b is None:
+            return {}
+        r = b.spec.resources
+        enforced = b.limits.enforced() + (["disk"] if b.own_disk else [])
+        not_enforced: dict[str, str] = {}
+        missing = [c for c in limits_cg.CONTROLLERS if c not in b.limits.versions]
+        for c in missing:
+            what = limits_cg.LIMIT_OF[c]
+            why = f"no cgroup {c} controller on this host"
+            not_enforced[what] = f"{not_enforced[what]}; {why}" if what in not_enforced else why
+        if not b.own_disk:
+            not_enforced["disk"] = territory_disk.disk_problem() or "the territory's disk could not be made"
+        out: dict[str, object] = {"vcpus": r.vcpus, "memory_mib": r.memory_mib, "disk_mib": r.disk_mib,
+                                  "tasks": r.tasks, "enforced": enforced, "cpus": b.limits.cpus,
+                                  "cgroup": dict(b.limits.versions)}
+        if not_enforced:
+            out["not_enforced"] = not_enforced
+        return out
 
     # -- teardown ----------------------------------------------------------------------
 

@@ -1,0 +1,462 @@
+"""A territory's resource limits in cgroups, on cgroup-v1 and cgroup-v2 hosts.
+
+One group per territory ``aoe-territories/<machine>`` (``machine``: ``aoe-<hash>``, the name
+of the territory's other groups, see :func:`aoe_tui.runtime.container.territory_cgroups`):
+
+* **cgroup v1** (per-controller hierarchies ``<v1 root>/<controller>``): one group in each of
+  the ``cpu``, ``cpuset``, ``memory``, ``pids`` and ``cpuacct`` (accounting only) hierarchies,
+  below this process's own group in that hierarchy (``/proc/self/cgroup``: a runner started
+  in a memory-limited group keeps its territories inside that limit). Files: ``cpu.shares``
+  (1024, equal for every territory), ``cpu.cfs_quota_us`` (vcpus x ``cpu.cfs_period_us``),
+  ``cpuset.cpus``/``cpuset.mems`` (v1 cpuset children start empty: the parent
+  ``aoe-territories`` is initialised from its own parent), ``memory.limit_in_bytes`` and
+  ``memory.memsw.limit_in_bytes`` (memory plus swap: no swap beyond the limit; where the
+  kernel has no swap accounting, ``memory.swappiness`` 0), ``pids.max``.
+* **cgroup v2** (one unified hierarchy at ``<v2 root>``): one group
+  ``<v2 root>/aoe-territories/<machine>`` with ``cpu.max`` (``vcpus*period period``),
+  ``cpu.weight`` 100, ``cpuset.cpus``, ``memory.max``, ``memory.swap.max`` 0 and ``pids.max``;
+  ``+cpu +cpuset +memory +pids`` (those the kernel offers) are enabled in
+  ``cgroup.subtree_control`` of the root and of ``aoe-territories``. nspawn started in that
+  group (``--keep-unit --register=no``) makes its ``supervisor`` and ``payload`` children
+  under it, so the limits cover the whole container.
+
+Each controller is taken from v1 when its v1 hierarchy is mounted, else from v2 when the
+unified hierarchy offers it, else that limit is not enforced (:func:`plan`). The roots are
+injectable (:class:`CgroupHost`) so the v2 path can be tested against a folder tree.
+
+A territory's CPUs (``vcpus`` of them, what ``nproc`` shows inside: affinity follows the
+cpuset and root in the guest cannot widen it) are the host CPUs least used by the live
+territories' cpusets (every ``aoe-territories/*`` group), ties spread by the territory's
+index (:func:`pick_cpus`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aoe_tui.runtime.provider import ProvisionError, TerritoryResources
+
+#: the parent group of every territory's group (same name in every hierarchy)
+PARENT = "aoe-territories"
+#: the limit controllers, in the order :func:`setup` writes them
+CONTROLLERS = ("cpu", "cpuset", "memory", "pids")
+#: v1 hierarchies that only account (CPU time used: :func:`cpu_usage_s`)
+V1_ACCOUNTING = ("cpuacct",)
+#: the limit each controller enforces (for ``limits()["enforced"]``)
+LIMIT_OF = {"cpu": "cpu", "cpuset": "cpu", "memory": "memory", "pids": "tasks"}
+#: equal CPU shares of every territory's group (v1 ``cpu.shares``; v2 ``cpu.weight`` 100)
+CPU_SHARES = 1024
+MIB = 1024 * 1024
+#: the lock file that serialises CPU picks of every runner on the host
+CPU_PICK_LOCK = Path("/run/aoe-cpu-pick.lock")
+_pick_lock = threading.Lock()
+
+
+class LimitError(ProvisionError):
+    """A limit file could not be written on a host that offers its controller; the message
+    is one line naming the territory, the file and the error."""
+
+
+@dataclass(frozen=True)
+class CgroupHost:
+    """Where this host's cgroup hierarchies are (injectable for tests).
+
+    Attributes:
+        v1_root: folder of the per-controller v1 hierarchies (``<v1_root>/memory``...).
+        v2_root: mount point of the unified (v2) hierarchy, or None.
+        self_cgroup: this process's ``/proc/self/cgroup`` (its own v1 groups).
+    """
+
+    v1_root: Path = Path("/sys/fs/cgroup")
+    v2_root: Path | None = None
+    self_cgroup: Path = Path("/proc/self/cgroup")
+
+    def v1_mounted(self, controller: str) -> bool:
+        return (self.v1_root / controller / "cgroup.procs").is_file()
+
+    def v2_offers(self, controller: str) -> bool:
+        if self.v2_root is None:
+            return False
+        try:
+            return controller in (self.v2_root / "cgroup.controllers").read_text().split()
+        except OSError:
+            return False
+
+    def own_v1_path(self, controller: str) -> str:
+        """This process's group in the v1 hierarchy of ``controller`` (``/`` when unknown)."""
+        with contextlib.suppress(OSError):
+            for line in self.self_cgroup.read_text().splitlines():
+                parts = line.split(":", 2)
+                if len(parts) == 3 and controller in parts[1].split(","):
+                    return parts[2] or "/"
+        return "/"
+
+    def v1_parent(self, controller: str) -> Path:
+        """``<v1 root>/<controller><own group>/aoe-territories``."""
+        return self.v1_root / controller / self.own_v1_path(controller).lstrip("/") / PARENT
+
+
+def plan(host: CgroupHost) -> dict[str, str]:
+    """Which cgroup version enforces each controller of :data:`CONTROLLERS`: ``"v1"``,
+    ``"v2"`` or absent (not enforceable on this host). Reads a few files; never raises."""
+    out: dict[str, str] = {}
+    for c in CONTROLLERS:
+        if host.v1_mounted(c):
+            out[c] = "v1"
+        elif host.v2_offers(c):
+            out[c] = "v2"
+    return out
+
+
+def parse_cpus(text: str) -> list[int]:
+    """``"0-2,5"`` -> ``[0, 1, 2, 5]`` (a cgroup cpu list); ``[]`` for empty or bad text."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        try:
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            return []
+    return sorted(cpus)
+
+
+def format_cpus(cpus: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    out: list[str] = []
+    run: list[int] = []
+    for c in sorted(set(cpus)):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def pick_cpus(available: Sequence[int], used: Sequence[int], vcpus: int, index: int) -> list[int]:
+    """The ``vcpus`` CPUs of ``available`` least used by live territories (``used``: one
+    entry per territory per CPU of its cpuset), ties spread by territory ``index`` (the CPU
+    ``index mod n`` first, then the next ones): three 1-vCPU seats on 2 CPUs go 2/1. All of
+    ``available`` when ``vcpus`` is not smaller."""
+    avail = sorted(set(available))
+    if vcpus >= len(avail):
+        return avail
+    n = len(avail)
+    load = {c: 0 for c in avail}
+    for c in used:
+        if c in load:
+            load[c] += 1
+    order = sorted(range(n), key=lambda i: (load[avail[i]], (i - index) % n))
+    return sorted(avail[i] for i in order[:vcpus])
+
+
+def _make_group(path: Path) -> None:
+    """``mkdir -p`` of a cgroup (the kernel fills in its files); a test's fake cgroupfs
+    replaces this to do the same."""
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _write(path: Path, value: str, territory: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError as exc:
+        raise LimitError(f"territory {territory}: cannot set {path} to {value.strip()!r}: "
+                         f"{exc.strerror or exc}") from None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+@dataclass
+class TerritoryGroups:
+    """A territory's limit groups and what they enforce (recorded in ``state.json``).
+
+    Attributes:
+        groups: controller -> group folder (v1: one per hierarchy, ``cpuacct`` included;
+            v2: the same unified group for each).
+        versions: controller -> ``"v1"``/``"v2"`` for the limit controllers set.
+        cpus: the territory's CPUs (cgroup list, e.g. ``"0"``), ``""`` when no cpuset.
+    """
+
+    groups: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    cpus: str = ""
+
+    def paths(self) -> list[Path]:
+        """Every distinct group folder (the wrapper's ``cgroup.procs`` targets)."""
+        return [Path(p) for p in dict.fromkeys(self.groups.values())]
+
+    def enforced(self) -> list[str]:
+        """The limits enforced by cgroups (``cpu``, ``memory``, ``tasks``), in that order."""
+        got = {LIMIT_OF[c] for c in self.versions}
+        return [x for x in ("cpu", "memory", "tasks") if x in got]
+
+    def to_json(self) -> dict[str, object]:
+        return {"groups": dict(self.groups), "versions": dict(self.versions), "cpus": self.cpus}
+
+    @classmethod
+    def from_json(cls, data: object) -> TerritoryGroups:
+        if not isinstance(data, dict):
+            return cls()
+        return cls({str(k): str(v) for k, v in (data.get("groups") or {}).items()},
+                   {str(k): str(v) for k, v in (data.get("versions") or {}).items()}, str(data.get("cpus") or ""))
+
+
+def _live_cpus(parent: Path, mine: str) -> list[int]:
+    """The CPUs of every territory group under ``parent`` but ``mine`` (one entry each)."""
+    used: list[int] = []
+    with contextlib.suppress(OSError):
+        for g in parent.iterdir():
+            if g.is_dir() and g.name != mine:
+                used.extend(parse_cpus(_read(g / "cpuset.cpus")))
+    return used
+
+
+@contextlib.contextmanager
+def _cpu_pick_lock(lock_file: Path | None):
+    with _pick_lock:
+        fd = None
+        if lock_file is not None:
+            with contextlib.suppress(OSError):
+                fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def _v2_enable(host: CgroupHost, wanted: Sequence[str], territory: str) -> None:
+    """Enable ``wanted`` controllers in the subtree of the v2 root and of ``aoe-territories``."""
+    assert host.v2_root is not None
+    for d in (host.v2_root, host.v2_root / PARENT):
+        offered = _read(d / "cgroup.controllers").split()
+        on = _read(d / "cgroup.subtree_control").split()
+        missing = [c for c in wanted if c in offered and c not in on]
+        if missing:
+            _write(d / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing), territory)
+
+
+def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryResources, index: int,
+          *, lock_file: Path | None = CPU_PICK_LOCK) -> TerritoryGroups:
+    """Create territory ``machine``'s limit groups and write ``resources`` into them.
+
+    ``territory``: the territory id (for messages); ``index``: its seat index (CPU ties).
+    CPU: quota of ``vcpus`` CPUs and a cpuset of ``vcpus`` CPUs (:func:`pick_cpus`, under a
+    host-wide lock so concurrent heats see each other's picks); memory ``memory_mib`` MiB with
+    no swap; ``tasks`` tasks. Controllers the host lacks are skipped (see :func:`plan`).
+    Blocking; returns the groups (to record, and for :func:`exhaustion`).
+
+    Raises:
+        LimitError: a group or a limit file could not be made or written (one line naming
+            the territory and the file); groups already made are removed first.
+    """
+    versions = plan(host)
+    tg = TerritoryGroups(versions=versions)
+    try:
+        _setup(host, machine, territory, resources, index, tg, lock_file)
+    except LimitError:
+        remove(tg)
+        raise
+    except OSError as exc:
+        remove(tg)
+        raise LimitError(f"territory {territory}: cannot make its cgroup: "
+                         f"{getattr(exc, 'filename', '') or ''} {exc.strerror or exc}".replace("  ", " ")) from None
+    return tg
+
+
+def _mkgroup(path: Path, territory: str) -> None:
+    for attempt in range(5):  # another runner's cleanup may remove an empty parent meanwhile
+        try:
+            _make_group(path)
+            return
+        except FileNotFoundError:
+            if attempt == 4:
+                raise LimitError(f"territory {territory}: cannot make cgroup {path}") from None
+        except OSError as exc:
+            raise LimitError(f"territory {territory}: cannot make cgroup {path}: {exc.strerror or exc}") from None
+
+
+def _setup(host: CgroupHost, machine: str, territory: str, r: TerritoryResources, index: int,
+           tg: TerritoryGroups, lock_file: Path | None) -> None:
+    v = tg.versions
+    v2_group = host.v2_root / PARENT / machine if host.v2_root is not None else None
+    if "v2" in v.values():
+        assert v2_group is not None
+        _mkgroup(v2_group.parent, territory)
+        _v2_enable(host, [c for c, ver in v.items() if ver == "v2"], territory)
+        _mkgroup(v2_group, territory)
+    # cpuset first: it is the one that needs a lock (and the one a v1 process cannot join empty)
+    if "cpuset" in v:
+        with _cpu_pick_lock(lock_file):
+            if v["cpuset"] == "v1":
+                parent = host.v1_parent("cpuset")
+                _mkgroup(parent, territory)
+                for f in ("cpuset.cpus", "cpuset.mems"):  # v1 children start empty
+                    if not _read(parent / f).strip():
+                        _write(parent / f, _read(parent.parent / f).strip() or "0", territory)
+                available = parse_cpus(_read(parent / "cpuset.cpus"))
+                group = parent / machine
+            else:
+                assert v2_group is not None
+                parent, group = v2_group.parent, v2_group
+                available = parse_cpus(_read(parent / "cpuset.cpus.effective")
+                                       or _read(host.v2_root / "cpuset.cpus.effective"))  # type: ignore[operator]
+            available = available or sorted(os.sched_getaffinity(0))
+            cpus = pick_cpus(available, _live_cpus(parent, machine), r.vcpus, index)
+            _mkgroup(group, territory)
+            tg.groups["cpuset"] = str(group)
+            if v["cpuset"] == "v1":
+                _write(group / "cpuset.mems", _read(parent / "cpuset.mems").strip() or "0", territory)
+            tg.cpus = format_cpus(cpus)
+            _write(group / "cpuset.cpus", tg.cpus, territory)
+    for c in ("cpu", "memory", "pids"):
+        if c not in v:
+            continue
+        if v[c] == "v1":
+            group = host.v1_parent(c) / machine
+            _mkgroup(group, territory)
+        else:
+            assert v2_group is not None
+            group = v2_group
+        tg.groups[c] = str(group)
+        if c == "cpu":
+            if v[c] == "v1":
+                period = int(_read(group / "cpu.cfs_period_us").strip() or 100000)
+                _write(group / "cpu.shares", str(CPU_SHARES), territory)
+                _write(group / "cpu.cfs_quota_us", str(r.vcpus * period), territory)
+            else:
+                _write(group / "cpu.weight", "100", territory)
+                _write(group / "cpu.max", f"{r.vcpus * 100000} 100000", territory)
+        elif c == "memory":
+            limit = str(r.memory_mib * MIB)
+            if v[c] == "v1":
+                _write(group / "memory.limit_in_bytes", limit, territory)
+                if (group / "memory.memsw.limit_in_bytes").exists():
+                    _write(group / "memory.memsw.limit_in_bytes", limit, territory)
+                elif (group / "memory.swappiness").exists():
+                    _write(group / "memory.swappiness", "0", territory)
+            else:
+                _write(group / "memory.max", limit, territory)
+                if (group / "memory.swap.max").exists():
+                    _write(group / "memory.swap.max", "0", territory)
+        else:
+            _write(group / "pids.max", str(r.tasks), territory)
+    for c in V1_ACCOUNTING:
+        if host.v1_mounted(c):
+            group = host.v1_parent(c) / machine
+            with contextlib.suppress(LimitError):  # accounting only: never fatal
+                _mkgroup(group, territory)
+                tg.groups[c] = str(group)
+
+
+def _counter(text: str, key: str) -> int:
+    for line in text.splitlines():
+        k, _, val = line.partition(" ")
+        if k == key:
+            with contextlib.suppress(ValueError):
+                return int(val.strip())
+    return 0
+
+
+def exhaustion(tg: TerritoryGroups) -> set[str]:
+    """The cgroup limits the territory has hit (``memory``: the OOM killer killed one of its
+    processes; ``tasks``: a fork failed at ``pids.max``). Reads two files; never raises."""
+    hit: set[str] = set()
+    mem = tg.groups.get("memory")
+    if mem:
+        if tg.versions.get("memory") == "v1":
+            if _counter(_read(Path(mem) / "memory.oom_control"), "oom_kill") > 0:
+                hit.add("memory")
+        else:
+            events = _read(Path(mem) / "memory.events")
+            if _counter(events, "oom_kill") > 0 or _counter(events, "oom") > 0:
+                hit.add("memory")
+    pids = tg.groups.get("pids")
+    if pids and _counter(_read(Path(pids) / "pids.events"), "max") > 0:
+        hit.add("tasks")
+    return hit
+
+
+def cpu_usage_s(tg: TerritoryGroups) -> float | None:
+    """CPU time used by the territory so far, in seconds (v1 ``cpuacct.usage``, v2
+    ``cpu.stat`` ``usage_usec``); None when not accounted. Never raises."""
+    acct = tg.groups.get("cpuacct")
+    if acct:
+        with contextlib.suppress(ValueError):
+            return int(_read(Path(acct) / "cpuacct.usage").strip()) / 1e9
+    cpu = tg.groups.get("cpu")
+    if cpu and tg.versions.get("cpu") == "v2":
+        usec = _counter(_read(Path(cpu) / "cpu.stat"), "usage_usec")
+        return usec / 1e6
+    return None
+
+
+def remove_groups(paths: Iterable[str | Path]) -> list[str]:
+    """``rmdir`` each group tree (deepest first), then its parent ``aoe-territories`` when
+    empty (race-safe: a parent still holding another territory's group stays, silently).
+    Returns the groups that could not be removed (a process still in them)."""
+    left: list[str] = []
+    for p in dict.fromkeys(str(x) for x in paths):
+        path = Path(p)
+        if path.is_dir():
+            for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -len(t[0])):
+                with contextlib.suppress(OSError):
+                    os.rmdir(dirpath)
+        if path.exists():
+            left.append(p)
+            continue
+        if path.parent.name == PARENT:
+            with contextlib.suppress(OSError):
+                os.rmdir(path.parent)
+    return left
+
+
+def remove(tg: TerritoryGroups) -> list[str]:
+    """:func:`remove_groups` of ``tg``'s groups."""
+    return remove_groups(tg.paths())
+
+
+def describe(host: CgroupHost) -> dict[str, tuple[bool, str]]:
+    """For ``aoe doctor``: limit (``cpu``, ``memory``, ``tasks``) -> (enforceable, how or why
+    not). Never raises."""
+    v = plan(host)
+
+    def how(c: str, what: str) -> str:
+        return f"cgroup {v[c]} {c} controller ({what})"
+
+    out: dict[str, tuple[bool, str]] = {}
+    cpu_parts = [how(c, w) for c, w in (("cpu", "CFS quota of vcpus CPUs"), ("cpuset", "the guest sees vcpus CPUs"))
+                 if c in v]
+    missing = [c for c in ("cpu", "cpuset") if c not in v]
+    if not missing:
+        out["cpu"] = (True, "enforced: " + "; ".join(cpu_parts))
+    elif cpu_parts:
+        out["cpu"] = (True, "partly enforced: " + "; ".join(cpu_parts) + f"; no {missing[0]} controller: "
+                      + ("the guest sees every host CPU" if missing[0] == "cpuset"
+                         else "a territory may use all of its CPUs' time"))
+    else:
+        out["cpu"] = (False, "not enforced (no cgroup cpu or cpuset controller): a territory sees and may use "
+                      "every host CPU")
+    out["memory"] = ((True, "enforced: " + how("memory", "memory_mib, no swap beyond it")) if "memory" in v else
+                     (False, "not enforced (no cgroup memory controller): a territory may use the host's whole memory"))
+    out["tasks"] = ((True, "enforced: " + how("pids", "pids.max = tasks, default 2048")) if "pids" in v else
+                    (False, "not enforced (no cgroup pids controller): a fork loop in a territory may exhaust "
+                     "the host's process table"))
+    return out
