@@ -242,15 +242,13 @@ def _cpu_pick_lock(lock_file: Path | None):
                 os.close(fd)
 
 
-def _v2_enable(host: CgroupHost, wanted: Sequence[str], territory: str) -> None:
-    """Enable ``wanted`` controllers in the subtree of the v2 root and of ``aoe-territories``."""
-    assert host.v2_root is not None
-    for d in (host.v2_root, host.v2_root / PARENT):
-        offered = _read(d / "cgroup.controllers").split()
-        on = _read(d / "cgroup.subtree_control").split()
-        missing = [c for c in wanted if c in offered and c not in on]
-        if missing:
-            _write(d / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing), territory)
+def _v2_enable(d: Path, wanted: Sequence[str], territory: str) -> None:
+    """Enable the ``wanted`` controllers ``d`` offers in its ``cgroup.subtree_control``."""
+    offered = _read(d / "cgroup.controllers").split()
+    on = _read(d / "cgroup.subtree_control").split()
+    missing = [c for c in wanted if c in offered and c not in on]
+    if missing:
+        _write(d / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing), territory)
 
 
 def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryResources, index: int,
@@ -298,9 +296,11 @@ def _setup(host: CgroupHost, machine: str, territory: str, r: TerritoryResources
     v = tg.versions
     v2_group = host.v2_root / PARENT / machine if host.v2_root is not None else None
     if "v2" in v.values():
-        assert v2_group is not None
+        assert v2_group is not None and host.v2_root is not None
+        wanted = [c for c, ver in v.items() if ver == "v2"]
+        _v2_enable(host.v2_root, wanted, territory)  # the root's children, then aoe-territories' children
         _mkgroup(v2_group.parent, territory)
-        _v2_enable(host, [c for c, ver in v.items() if ver == "v2"], territory)
+        _v2_enable(v2_group.parent, wanted, territory)
         _mkgroup(v2_group, territory)
     # cpuset first: it is the one that needs a lock (and the one a v1 process cannot join empty)
     if "cpuset" in v:

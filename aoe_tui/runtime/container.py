@@ -1618,11 +1618,33 @@ def _overlay_usable() -> tuple[bool, str]:
     return True, "overlay listed in /proc/filesystems"
 
 
+def limit_checks() -> list[DoctorCheck]:
+    """``aoe doctor``'s lines on the class's resources (issue 26): one per limit (``cpu
+    limit``, ``memory limit``, ``tasks limit``, ``disk limit``) saying whether this host
+    enforces it and how, or what happens where it cannot. A limit the host cannot enforce
+    does not make the host unready (territories run without it, and each heat says so in a
+    note): its line passes, its detail starts with ``not enforced``. Never raises."""
+    out: list[DoctorCheck] = []
+    try:
+        said = limits_cg.describe(ContainerProvider._cgroup_host())
+    except Exception as exc:  # noqa: BLE001 - the doctor reports, it never crashes
+        said = {k: (False, f"not enforced: cannot read the cgroup hierarchies: {exc}") for k in ("cpu", "memory", "tasks")}
+    for key in ("cpu", "memory", "tasks"):
+        ok, detail = said[key]
+        out.append(DoctorCheck("container", f"{key} limit", True, detail))
+    why = territory_disk.disk_problem()
+    out.append(DoctorCheck(
+        "container", "disk limit", True,
+        "enforced: the writable layer on its own ext4 of disk_mib MiB (sparse file, loop mount)" if why is None
+        else f"not enforced ({why}): a territory may fill the host's disk"))
+    return out
+
+
 def doctor_checks() -> list[DoctorCheck]:
     """What the ``container`` provider needs and whether this host has it (for ``aoe doctor``).
 
-    Checks: ``systemd-nspawn`` on PATH, running as root, overlayfs, ``ip`` (iproute2), and
-    the built guest image. Never raises.
+    Checks: ``systemd-nspawn`` on PATH, running as root, overlayfs, ``ip`` (iproute2), the
+    limits this host can enforce (:func:`limit_checks`) and the built guest image. Never raises.
     """
     checks: list[DoctorCheck] = []
     p = _which("systemd-nspawn")
@@ -1636,6 +1658,7 @@ def doctor_checks() -> list[DoctorCheck]:
     ip = _which("ip")
     checks.append(DoctorCheck("container", "ip (iproute2)", ip is not None, ip or "not found in PATH",
                               "" if ip else "apt-get install -y iproute2"))
+    checks.extend(limit_checks())
     try:
         img = find_image()
         checks.append(DoctorCheck("container", "guest image", img is not None,

@@ -37,6 +37,9 @@ MOUNT_OPTIONS = "loop,noinit_itable"
 FULL_FREE_SHARE = 0.01
 FULL_MIN_FREE_MIB = 2
 LOOP_CONTROL = Path("/dev/loop-control")
+#: seconds an unmounted disk's loop device gets to be freed by the kernel (autoclear) before
+#: :func:`remove_disk` detaches it itself
+LOOP_CLEAR_S = 1.0
 
 
 def disk_problem() -> str | None:
@@ -126,12 +129,19 @@ def remove_disk(image: Path, mount: Path, timeout_s: float = 5.0) -> list[str]:
             left.append(f"mount {mount}")
             return left
         time.sleep(0.05)
-    for dev in loops_of(image):  # autoclear frees it at the unmount; a leftover of a crash is freed here
-        subprocess.run(["losetup", "-d", dev], capture_output=True, timeout=10)
-    still = loops_of(image)
-    if still:
-        left.extend(f"loop {d}" for d in still)
-        return left
+    # autoclear frees the loop device after the unmount (the kernel does it asynchronously: it
+    # may still be listed for a moment); one still there after LOOP_CLEAR_S (a crash's
+    # leftover) is detached here
+    t_unmounted = time.monotonic()
+    while still := loops_of(image):
+        waited = time.monotonic() - t_unmounted
+        if waited > LOOP_CLEAR_S:
+            for dev in still:
+                subprocess.run(["losetup", "-d", dev], capture_output=True, timeout=10)
+        if waited > LOOP_CLEAR_S + timeout_s:
+            left.extend(f"loop {d}" for d in still)
+            return left
+        time.sleep(0.05)
     image.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         if mount.is_dir():

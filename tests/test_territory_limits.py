@@ -1,0 +1,394 @@
+"""Issue 26 items 1-2 (container provider): each territory gets exactly its class's resources.
+
+Real containers (one set of three 1-vCPU / 256 MiB / 512 MiB disk / 256 tasks territories,
+shared by the module): what each seat sees from inside (``nproc``, its cgroup files,
+``df -m /``), a seat that passes each limit (memory, tasks, disk, CPU) fails or slows alone
+and ``exhaustion()`` names that limit, nothing is left on the host after the teardown. The
+cgroup-v2 path runs against a fake cgroupfs folder tree (this host is cgroup v1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from aoe_tui.runtime import cgroups, ssh, territory_disk
+from aoe_tui.runtime.container import ContainerProvider
+from aoe_tui.runtime.provider import Territory, TerritoryResources, TerritorySpec
+
+amod = pytest.mark.asyncio(loop_scope="module")
+CLASS = TerritoryResources(vcpus=1, memory_mib=256, disk_mib=512, tasks=256)
+NAMES = ("builder-one", "builder-two", "builder-three")
+MIB = 1 << 20
+
+
+def _need_container_host() -> None:
+    from shutil import which
+
+    if os.geteuid() != 0:
+        pytest.skip("container provider tests need root")
+    if which("systemd-nspawn") is None:
+        pytest.skip("systemd-nspawn not installed (apt-get install systemd-container)")
+
+
+def _live_cpusets() -> list[str]:
+    host = ContainerProvider._cgroup_host()
+    if cgroups.plan(host).get("cpuset") != "v1":
+        return []
+    parent = host.v1_parent("cpuset")
+    return [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def seats(guest_image, tmp_path_factory):
+    """(provider, territories, workdir, other live cpusets before): three territories of CLASS."""
+    _need_container_host()
+    workdir = tmp_path_factory.mktemp("limits")
+    before = _live_cpusets()
+    provider = ContainerProvider(workdir, image=guest_image, heat_id=f"test-limits-{os.getpid()}")
+    try:
+        territories = await provider.provision(
+            [TerritorySpec(id=n, password=f"{n}-race", index=i, resources=CLASS) for i, n in enumerate(NAMES)])
+        yield provider, territories, workdir, before
+    finally:
+        await provider.teardown()
+
+
+async def sh(t: Territory, command: str, timeout_s: float = 60) -> ssh.CommandResult:
+    return await ssh.run(t.host, t.ssh_port, t.password, command, timeout_s=timeout_s)
+
+
+async def _others_unharmed(provider, territories, seat: int, own: dict[str, str]) -> None:
+    """Every other seat still logs in and runs a command; its exhaustion is empty or only its own limit."""
+    for i, t in enumerate(territories):
+        if i == seat:
+            continue
+        res = await sh(t, "echo alive")
+        assert res.exit_status == 0 and res.stdout.strip() == "alive"
+        assert provider.exhaustion(t.id) in ([], [own[t.id]] if t.id in own else []), (t.id, provider.exhaustion(t.id))
+
+
+PHRASES = {NAMES[0]: "out of memory in the territory (256 MiB)", NAMES[1]: "out of tasks in the territory (256)",
+           NAMES[2]: "disk full in the territory (512 MiB)"}
+
+
+@amod
+async def test_each_seat_sees_its_class(seats):
+    provider, territories, _workdir, before = seats
+    cpus = []
+    for t in territories:
+        res = await sh(t, "nproc; df -m / | tail -1; cat /sys/fs/cgroup/memory/memory.limit_in_bytes "
+                          "/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes /sys/fs/cgroup/pids/pids.max "
+                          "/sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us "
+                          "/sys/fs/cgroup/cpu/cpu.shares")
+        assert res.exit_status == 0, res.stderr
+        out = res.stdout.split("\n")
+        assert out[0] == str(CLASS.vcpus)  # nproc
+        size_mib = int(out[1].split()[1])  # df -m /: the territory's own disk
+        assert abs(size_mib - CLASS.disk_mib) <= CLASS.disk_mib // 100 + 2, out[1]
+        mem, memsw, pids, quota, period, shares = (int(x) for x in out[2:8])
+        assert mem == memsw == CLASS.memory_mib * MIB  # no swap beyond the limit
+        assert pids == CLASS.tasks
+        assert quota == CLASS.vcpus * period and shares == 1024
+        lim = provider.limits(t.id)
+        assert {k: lim[k] for k in ("vcpus", "memory_mib", "disk_mib", "tasks")} == {
+            "vcpus": 1, "memory_mib": 256, "disk_mib": 512, "tasks": 256}
+        assert lim["enforced"] == ["cpu", "memory", "tasks", "disk"] and "not_enforced" not in lim
+        cpus.append(lim["cpus"])
+        assert provider.exhaustion(t.id) == []
+    assert provider.notes == []
+    ncpu = len(os.sched_getaffinity(0))
+    if not before and ncpu >= 2:  # no other live territory: the three seats spread (2/1 on 2 CPUs)
+        assert len(set(cpus)) == min(3, ncpu), cpus
+
+
+@amod
+async def test_root_in_the_guest_cannot_raise_its_limits(seats):
+    _provider, territories, _workdir, _ = seats
+    res = await sh(territories[0], "echo -1 > /sys/fs/cgroup/memory/memory.limit_in_bytes; "
+                                   "taskset -p -c 0-63 $$ >/dev/null 2>&1; nproc")
+    assert res.exit_status == 0 and res.stdout.strip() == "1"
+    assert "Read-only file system" in res.stderr
+    again = await sh(territories[0], "cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+    assert int(again.stdout) == CLASS.memory_mib * MIB
+
+
+@amod
+async def test_a_memory_hog_is_killed_alone(seats):
+    provider, territories, _workdir, _ = seats
+    t = territories[0]
+    res = await sh(t, "python3 -c \"b = b'x' * (400 << 20); print('survived')\"; echo rc=$?")
+    assert "survived" not in res.stdout and "rc=137" in res.stdout, (res.stdout, res.stderr)
+    assert provider.exhaustion(t.id) == [PHRASES[t.id]]
+    assert (await sh(t, "echo alive")).stdout.strip() == "alive"  # the seat itself goes on
+    await _others_unharmed(provider, territories, 0, PHRASES)
+
+
+FORK_LOOP = r"""
+import os, sys
+pids = []
+err = None
+while len(pids) < 1000:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = e.errno
+        break
+    if pid == 0:
+        os.execv("/bin/sleep", ["sleep", "60"])
+    pids.append(pid)
+for p in pids:
+    os.kill(p, 9)
+for p in pids:
+    os.waitpid(p, 0)
+print(len(pids), err)
+"""
+
+
+@amod
+async def test_a_fork_loop_stops_at_the_tasks_limit(seats):
+    provider, territories, _workdir, _ = seats
+    t = territories[1]
+    res = await sh(t, f"python3 -c '{FORK_LOOP}'")
+    assert res.exit_status == 0, res.stderr
+    started, err = res.stdout.split()
+    assert err == "11" and 100 < int(started) < CLASS.tasks  # EAGAIN at pids.max
+    assert provider.exhaustion(t.id) == [PHRASES[t.id]]
+    assert (await sh(t, "echo alive")).stdout.strip() == "alive"
+    await _others_unharmed(provider, territories, 1, PHRASES)
+
+
+@amod
+async def test_filling_the_disk_fills_only_the_territory(seats):
+    provider, territories, workdir, _ = seats
+    t = territories[2]
+    host_free = territory_disk.os.statvfs(workdir)
+    res = await sh(t, "dd if=/dev/zero of=/var/tmp/fill bs=1M 2>&1; echo rc=$?; df -m / | tail -1", timeout_s=120)
+    assert "No space left on device" in res.stdout and "rc=1" in res.stdout, res.stdout
+    written = int(res.stdout.split(" bytes")[0].split()[-1]) // MIB
+    assert CLASS.disk_mib - 20 <= written <= CLASS.disk_mib, res.stdout
+    assert provider.exhaustion(t.id) == [PHRASES[t.id]]
+    image = workdir / t.id / "disk.img"
+    assert image.stat().st_blocks * 512 <= territory_disk.image_mib(CLASS.disk_mib) * MIB
+    assert (await sh(t, "rm /var/tmp/fill && echo freed")).stdout.strip() == "freed"
+    assert provider.exhaustion(t.id) == [PHRASES[t.id]]  # latched for the heat
+    after = territory_disk.os.statvfs(workdir)
+    assert abs(after.f_bavail - host_free.f_bavail) * after.f_frsize < 2 * CLASS.disk_mib * MIB  # bounded
+    await _others_unharmed(provider, territories, 2, PHRASES)
+
+
+@amod
+async def test_a_busy_seat_uses_at_most_its_vcpus(seats):
+    provider, territories, _workdir, _ = seats
+    t = territories[0]
+    box = provider._boxes[t.id]
+    u0, w0 = cgroups.cpu_usage_s(box.limits), time.monotonic()
+    assert u0 is not None
+    # twice as many busy loops as the CPUs it sees: a greedy seat
+    res = await sh(t, "for i in $(seq $((2 * $(nproc)))); do timeout 3 sh -c 'while :; do :; done' & done; wait; "
+                      "echo done")
+    u1, w1 = cgroups.cpu_usage_s(box.limits), time.monotonic()
+    assert res.stdout.strip() == "done"
+    share = (u1 - u0) / (w1 - w0)
+    assert share <= CLASS.vcpus * 1.15, f"{share:.2f} CPUs used"
+    assert share > 0.05  # it did run
+    await _others_unharmed(provider, territories, 0, PHRASES)
+
+
+def _disk_leftovers(workdir: Path) -> list[str]:
+    found = []
+    losetup = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    found += [ln for ln in losetup.splitlines() if str(workdir) in ln]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    found += [ln.split()[4] for ln in mounts.splitlines() if ln.split()[4].startswith(str(workdir))]
+    found += [str(p) for p in workdir.glob("*/disk.img")] + [str(p) for p in workdir.glob("*/disk")]
+    return found
+
+
+def _group_leftovers(machines: list[str], recorded: list[str]) -> list[str]:
+    found = [p for p in recorded if Path(p).exists()]
+    for m in machines:
+        found += [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{cgroups.PARENT}/{m}")]
+        found += [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/**/{cgroups.PARENT}/{m}")]
+    return found
+
+
+@amod
+async def test_teardown_leaves_no_disk_mount_loop_or_group(seats):
+    """Runs last on the shared seats."""
+    provider, territories, workdir, _ = seats
+    machines = [f"aoe-{str(t.extra['host_veth'])[3:]}" for t in territories]
+    recorded = [str(p) for t in territories for p in provider._boxes[t.id].limits.paths()]
+    assert len(recorded) >= 4 * 3 and _disk_leftovers(workdir) and _group_leftovers(machines, recorded)
+    await provider.teardown()
+    assert _disk_leftovers(workdir) == []
+    assert _group_leftovers(machines, recorded) == []
+    # the latched exhaustion still answers after the teardown (the heat polls once more)
+    assert provider.exhaustion(NAMES[2]) == [PHRASES[NAMES[2]]]
+
+
+@amod
+async def test_no_loop_devices_runs_without_the_disk_limit_and_says_so(guest_image, tmp_path, monkeypatch):
+    _need_container_host()
+    monkeypatch.setattr(territory_disk, "LOOP_CONTROL", tmp_path / "no-loop-control")
+    provider = ContainerProvider(tmp_path / "w", image=guest_image, heat_id=f"test-noloop-{os.getpid()}")
+    try:
+        (t,) = await provider.provision([TerritorySpec(id="builder-one", password="p-race", resources=CLASS)])
+        assert (await sh(t, "echo alive")).stdout.strip() == "alive"
+        lim = provider.limits(t.id)
+        assert lim["enforced"] == ["cpu", "memory", "tasks"]
+        assert lim["not_enforced"] == {"disk": f"no loop devices on this host ({tmp_path}/no-loop-control missing)"}
+        assert provider.notes == [f"disk limit not enforced: no loop devices on this host ({tmp_path}/no-loop-control "
+                                  "missing); a territory may fill the host's disk"]
+        assert not (tmp_path / "w" / "builder-one" / "disk.img").exists()
+    finally:
+        await provider.teardown()
+    assert _disk_leftovers(tmp_path / "w") == []
+
+
+# ------------------------------------------------------------------ cgroup v2 (a fake cgroupfs)
+
+V2_FILES = {"cgroup.procs": "", "cgroup.subtree_control": "", "cpu.max": "max 100000\n", "cpu.weight": "100\n",
+            "cpuset.cpus": "", "cpuset.cpus.effective": "", "memory.max": "max\n", "memory.swap.max": "max\n",
+            "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n", "pids.max": "max\n",
+            "pids.events": "max 0\n", "cpu.stat": "usage_usec 0\n"}
+
+
+@pytest.fixture
+def fake_v2(tmp_path, monkeypatch):
+    """A cgroup-v2 host as a folder tree: the unified root offers cpuset cpu io memory hugetlb
+    pids on 4 CPUs; a new group gets the interface files the kernel would make (its
+    ``cgroup.controllers`` = its parent's ``cgroup.subtree_control``). No v1 hierarchy."""
+    root = tmp_path / "unified"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids\n")
+    (root / "cgroup.subtree_control").write_text("")
+    (root / "cpuset.cpus.effective").write_text("0-3\n")
+
+    def make_group(path: Path) -> None:
+        if path.is_dir():
+            return
+        if not path.parent.is_dir():
+            make_group(path.parent)
+        path.mkdir()
+        for name, text in V2_FILES.items():
+            (path / name).write_text(text)
+        (path / "cgroup.controllers").write_text((path.parent / "cgroup.subtree_control").read_text())
+
+    def write_text(self: Path, text: str, *a, **kw):  # the kernel's "+cpu +memory" semantics
+        if self.name == "cgroup.subtree_control" and str(self).startswith(str(root)):
+            on = set(Path.read_text(self).split()) if self.exists() else set()
+            on |= {w[1:] for w in text.split() if w.startswith("+")}
+            text = " ".join(sorted(on)) + "\n"
+        return real_write(self, text, *a, **kw)
+
+    real_write = Path.write_text
+    monkeypatch.setattr(cgroups, "_make_group", make_group)
+    monkeypatch.setattr(Path, "write_text", write_text)
+    return cgroups.CgroupHost(v1_root=tmp_path / "no-v1", v2_root=root, self_cgroup=tmp_path / "no-cgroup")
+
+
+def test_v2_limits_in_one_unified_group(fake_v2):
+    host = fake_v2
+    assert cgroups.plan(host) == {"cpu": "v2", "cpuset": "v2", "memory": "v2", "pids": "v2"}
+    r = TerritoryResources(vcpus=2, memory_mib=768, disk_mib=2048, tasks=2048)
+    a = cgroups.setup(host, "aoe-aaaa", "builder-one", r, 0, lock_file=None)
+    g = host.v2_root / "aoe-territories" / "aoe-aaaa"
+    assert a.paths() == [g] and a.versions == cgroups.plan(host)
+    read = lambda name: (g / name).read_text().strip()  # noqa: E731
+    assert read("cpu.max") == "200000 100000"
+    assert read("memory.max") == str(768 * MIB) and read("memory.swap.max") == "0"
+    assert read("pids.max") == "2048" and read("cpu.weight") == "100"
+    assert a.cpus == "0-1" and read("cpuset.cpus") == "0-1"
+    for d in (host.v2_root, host.v2_root / "aoe-territories"):
+        assert (d / "cgroup.subtree_control").read_text().split() == ["cpu", "cpuset", "memory", "pids"]
+    b = cgroups.setup(host, "aoe-bbbb", "builder-two", r, 1, lock_file=None)
+    assert b.cpus == "2-3"  # the CPUs the first territory leaves
+    assert a.enforced() == ["cpu", "memory", "tasks"]
+    assert cgroups.exhaustion(a) == set()
+    (g / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n")
+    (g / "pids.events").write_text("max 3\n")
+    assert cgroups.exhaustion(a) == {"memory", "tasks"} and cgroups.exhaustion(b) == set()
+    (g / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
+    assert cgroups.cpu_usage_s(a) == 2.5
+    again = cgroups.TerritoryGroups.from_json(json.loads(json.dumps(a.to_json())))
+    assert again == a  # recorded in state.json as is
+
+
+def test_v2_a_limit_file_that_cannot_be_written_is_one_line(fake_v2, monkeypatch):
+    host = fake_v2
+    real = cgroups._make_group
+
+    def broken(path: Path) -> None:
+        real(path)
+        if path.name == "aoe-cccc" and (path / "memory.max").is_file():
+            (path / "memory.max").unlink()
+            (path / "memory.max").mkdir()  # writing it fails (EISDIR), as a refusing kernel would
+
+    monkeypatch.setattr(cgroups, "_make_group", broken)
+    with pytest.raises(cgroups.LimitError) as info:
+        cgroups.setup(host, "aoe-cccc", "builder-three", CLASS, 2, lock_file=None)
+    msg = str(info.value)
+    assert msg.startswith(f"territory builder-three: cannot set {host.v2_root}/aoe-territories/aoe-cccc/memory.max "
+                          f"to '{256 * MIB}': ") and "\n" not in msg
+
+
+def test_v1_children_and_doctor_lines_on_a_host_without_controllers(tmp_path):
+    host = cgroups.CgroupHost(v1_root=tmp_path / "v1", v2_root=None, self_cgroup=tmp_path / "none")
+    assert cgroups.plan(host) == {}
+    tg = cgroups.setup(host, "aoe-dddd", "builder-one", CLASS, 0, lock_file=None)
+    assert tg.paths() == [] and tg.enforced() == [] and cgroups.exhaustion(tg) == set()
+    said = cgroups.describe(host)
+    assert said["memory"] == (False, "not enforced (no cgroup memory controller): a territory may use the host's "
+                                     "whole memory")
+    assert not said["cpu"][0] and not said["tasks"][0]
+
+
+@pytest.mark.parametrize("available, used, vcpus, index, want", [
+    ([0, 1], [], 1, 0, [0]),
+    ([0, 1], [0], 1, 1, [1]),
+    ([0, 1], [0, 1], 1, 2, [0]),       # a tie: spread by index
+    ([0, 1], [0, 1], 1, 3, [1]),
+    ([0, 1, 2, 3], [0, 1], 2, 0, [2, 3]),
+    ([0, 1], [0, 0, 1], 4, 0, [0, 1]),  # more vcpus than CPUs: all of them
+])
+def test_pick_cpus(available, used, vcpus, index, want):
+    assert cgroups.pick_cpus(available, used, vcpus, index) == want
+
+
+def test_three_one_vcpu_seats_on_two_cpus_spread_two_one():
+    used: list[int] = []
+    for i in range(3):
+        used += cgroups.pick_cpus([0, 1], used, 1, i)
+    assert sorted(used.count(c) for c in (0, 1)) == [1, 2]
+
+
+def test_cpu_lists():
+    assert cgroups.parse_cpus("0-2,5\n") == [0, 1, 2, 5] and cgroups.parse_cpus("") == []
+    assert cgroups.format_cpus([5, 0, 1, 2]) == "0-2,5" and cgroups.format_cpus([3]) == "3"
+
+
+def test_doctor_says_which_limits_this_host_enforces():
+    from aoe_tui.runtime.container import doctor_checks
+
+    checks = {c.name: c for c in doctor_checks()}
+    for name in ("cpu limit", "memory limit", "tasks limit", "disk limit"):
+        assert name in checks, sorted(checks)
+    plan = cgroups.plan(ContainerProvider._cgroup_host())
+    mem = checks["memory limit"]
+    if "memory" in plan:
+        assert mem.detail.startswith(f"enforced: cgroup {plan['memory']} memory controller")
+    else:
+        assert "may use the host's whole memory" in mem.detail
+    disk = checks["disk limit"]
+    if territory_disk.disk_problem() is None:
+        assert disk.detail.startswith("enforced: ")
+    else:
+        assert "not enforced" in disk.detail
