@@ -95,7 +95,7 @@ def leftovers(workdir: Path, netns: list[str], veths: list[str]) -> list[str]:
         if f"iif {v} " in rules:
             found.append(f"ip rule iif {v}")
     for d in workdir.glob("*/*"):
-        if d.name in ("upper", "work", "root", "state.json"):
+        if d.name in ("upper", "work", "root", "disk", "disk.img", "state.json"):
             found.append(f"path {d}")
     return found
 
@@ -147,13 +147,13 @@ async def test_three_territories_root_ssh(heat):
     res = await sh(t, "systemctl is-enabled console-getty.service systemd-update-utmp.service; pgrep -c agetty")
     assert res.stdout.split() == ["masked", "masked", "0"], res.stdout
     for unit in CONTAINER_MASKED_UNITS:
-        assert os.readlink(workdir / t.id / "upper/etc/systemd/system" / unit) == "/dev/null", unit
+        assert os.readlink(workdir / t.id / "disk/upper/etc/systemd/system" / unit) == "/dev/null", unit
         assert not (provider.image.rootfs / "etc/systemd/system" / unit).is_symlink(), unit
     for gen in CONTAINER_MASKED_GENERATORS:
-        assert os.readlink(workdir / t.id / "upper/etc/systemd/system-generators" / gen) == "/dev/null", gen
+        assert os.readlink(workdir / t.id / "disk/upper/etc/systemd/system-generators" / gen) == "/dev/null", gen
         assert (provider.image.rootfs / "usr/lib/systemd/system-generators" / gen).is_file(), gen  # a real one
     for rel in (*CONTAINER_DROPINS, "etc/.updated"):
-        assert (workdir / t.id / "upper" / rel).is_file() and not (provider.image.rootfs / rel).exists(), rel
+        assert (workdir / t.id / "disk" / "upper" / rel).is_file() and not (provider.image.rootfs / rel).exists(), rel
     # what the boot skips now: sysusers (its condition), sshd's config pre-check, and the
     # per-user manager a root login used to start; the login session itself is still logind's
     res = await sh(t, "for p in ConditionResult ActiveState; do systemctl show -p $p systemd-sysusers.service; done; "
@@ -366,7 +366,7 @@ async def test_reboot_bounded_with_stuck_ssh_session(heat, guest_image):
     t = territories[1]
     # the territory's own layer caps the guest's stop timeouts; the shared image is untouched
     for rel in ("etc/systemd/system/user@.service.d/aoe-fast-stop.conf", "etc/systemd/system/session-.scope.d/aoe-fast-stop.conf"):
-        assert (workdir / t.id / "upper" / rel).is_file(), rel
+        assert (workdir / t.id / "disk" / "upper" / rel).is_file(), rel
         assert not (guest_image.rootfs / rel).exists(), rel
     await sh(t, "echo bounded-1 > /var/lib/persist-test/bounded && sync")
     conn = await ssh.connect(t.host, t.ssh_port, t.password)
@@ -650,6 +650,13 @@ async def test_cleanup_stale_after_killed_runner(tmp_path, guest_image):
     host, ns, veth = proc.stdout.split()
     assert leftovers(tmp_path, [ns], [veth]) != []  # the killed runner left a live territory
     assert await ssh.probe(host, 22, "builder-one-race")
+    # its own disk (loop-mounted disk.img) and its limit groups are left behind too
+    state = json.loads((tmp_path / "builder-one" / "state.json").read_text())
+    image = Path(state["disk"]["image"])
+    assert image == tmp_path / "builder-one" / "disk.img" and image.exists()
+    assert subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True).stdout.strip()
+    groups = list(state["limit_groups"]["groups"].values())
+    assert groups and all(Path(g).is_dir() for g in groups)
     foreign = tmp_path / "vm-one"
     (foreign / "disk").mkdir(parents=True)
     (foreign / "state.json").write_text(json.dumps({"provider": "qemu", "owner_pid": 1, "dirs": [str(foreign / "disk")]}))
@@ -657,6 +664,9 @@ async def test_cleanup_stale_after_killed_runner(tmp_path, guest_image):
     assert (foreign / "disk").is_dir() and (foreign / "state.json").exists()  # not ours: untouched
     (foreign / "state.json").unlink()
     assert leftovers(tmp_path, [ns], [veth]) == []
+    assert not image.exists() and not (tmp_path / "builder-one" / "disk").exists()
+    assert subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True).stdout.strip() == ""
+    assert [g for g in groups if Path(g).exists()] == []
     assert cleanup_stale(tmp_path) == []
 
 

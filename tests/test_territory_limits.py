@@ -235,6 +235,30 @@ async def test_teardown_leaves_no_disk_mount_loop_or_group(seats):
 
 
 @amod
+async def test_a_later_container_does_not_keep_a_torn_down_territorys_disk(guest_image, tmp_path):
+    """Every container launched later copies the host's mounts into its own namespace (nspawn:
+    a slave copy; here ``unshare -m --propagation slave``, the same): the territory's teardown
+    still unmounts its disk and root everywhere, so its loop device and disk.img go at once."""
+    _need_container_host()
+    provider = ContainerProvider(tmp_path / "w", image=guest_image, heat_id=f"test-later-{os.getpid()}")
+    later = None
+    try:
+        (t,) = await provider.provision([TerritorySpec(id="builder-one", password="p-race", resources=CLASS)])
+        later = subprocess.Popen(["unshare", "-m", "--propagation", "slave", "sleep", "120"])
+        await asyncio.sleep(0.3)
+        copies = Path(f"/proc/{later.pid}/mountinfo").read_text()
+        assert str(tmp_path / "w" / "builder-one" / "disk") in copies  # it holds a copy of the disk mount
+        await provider.teardown()
+        assert _disk_leftovers(tmp_path / "w") == []
+        assert str(tmp_path / "w") not in Path(f"/proc/{later.pid}/mountinfo").read_text()
+    finally:
+        if later is not None:
+            later.kill()
+            later.wait()
+        await provider.teardown()
+
+
+@amod
 async def test_no_loop_devices_runs_without_the_disk_limit_and_says_so(guest_image, tmp_path, monkeypatch):
     _need_container_host()
     monkeypatch.setattr(territory_disk, "LOOP_CONTROL", tmp_path / "no-loop-control")

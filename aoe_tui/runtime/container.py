@@ -4,8 +4,24 @@ Each territory is a booted Debian system (systemd as PID 1, sshd, the dormant
 ``builder-app.service``; guest contract of spec §6 / issue 3) made of:
 
 * its own copy-on-write root: an overlayfs mount ``<workdir>/<id>/root`` with the image's
-  ``rootfs`` as the read-only lower layer and ``<workdir>/<id>/upper`` as the writable
-  layer (if the kernel refuses overlayfs, a full copy is used instead);
+  ``rootfs`` as the read-only lower layer and ``<workdir>/<id>/disk/upper`` as the writable
+  layer (if the kernel refuses overlayfs, a full copy ``disk/root`` bind-mounted on ``root``);
+* its own disk: ``<workdir>/<id>/disk`` is an ext4 file system of the class's ``disk_mib``
+  MiB in a sparse file ``<workdir>/<id>/disk.img``, loop-mounted, holding the writable layer,
+  so everything the guest writes (``/``, ``/var``, ``/tmp``) counts against it, ``df /`` in
+  the guest shows about ``disk_mib`` MiB, and a full territory is the player's ``ENOSPC``,
+  never the host's (:mod:`aoe_tui.runtime.territory_disk`; where the host has no loop
+  devices or ``mkfs.ext4`` the layer is a plain folder, and the heat says so in a note);
+* its class's CPU, memory and tasks (:class:`~aoe_tui.runtime.provider.TerritoryResources`)
+  in cgroups, v1 or v2 (:mod:`aoe_tui.runtime.cgroups`): a CFS quota of ``vcpus`` CPUs and a
+  cpuset of ``vcpus`` CPUs (what ``nproc`` shows inside; the host CPUs least used by live
+  territories), equal ``cpu.shares``, ``memory_mib`` MiB of memory without swap, ``tasks``
+  tasks (``pids.max``, default :data:`~aoe_tui.runtime.provider.DEFAULT_TASKS_MAX`). The
+  nspawn wrapper enters these groups before it execs nspawn, so every process of the
+  territory, across its reboots, is in them. A limit that is hit is the seat's own business:
+  :meth:`ContainerProvider.exhaustion` names it from the kernel's counters (OOM kills,
+  ``pids.max`` refusals, a full disk), :meth:`ContainerProvider.limits` says what is
+  enforced;
 * its own network namespace ``aoe-<hash>`` holding one end of a veth pair (``arena0``,
   address ``<subnet>.(10+index)/24``, no default route). The host end ``aoe<hash>`` carries
   ``<subnet>.1/32`` plus a ``/32`` route to the territory, has forwarding and proxy ARP
@@ -16,7 +32,8 @@ Each territory is a booted Debian system (systemd as PID 1, sshd, the dormant
   the arena's ``network.cidr`` when free, else the next free one;
 * on cgroup-v1 hosts, its own cgroups ``aoe-territories/<machine>`` in the ``name=systemd``
   and the v2 hierarchy (the v2 one is mounted at ``/run/aoe-cgroup2`` when the host has not
-  mounted it; it stays mounted), so the territories' systemds never share a cgroup tree;
+  mounted it; it stays mounted), so the territories' systemds never share a cgroup tree; on
+  cgroup-v2 hosts one group ``aoe-territories/<machine>`` in the unified hierarchy;
 * one ``systemd-nspawn --boot --register=no --keep-unit`` process (no system bus here),
   console output in ``<workdir>/<id>/console.log``. A supervisor task relaunches it on
   the same root when the guest reboots (nspawn exits with 133), so state persists.
@@ -34,7 +51,10 @@ a faster, cheaper boot and reboot; QEMU guests keep them). Everything started is
 so :func:`cleanup_stale` can remove the leftovers of a killed runner.
 
 Needs root, ``systemd-nspawn`` (package ``systemd-container``), ``ip`` (iproute2),
-overlayfs, and the built guest image (``aoe image build``). Raises the host's
+overlayfs, and the built guest image (``aoe image build``); for the limits, the cgroup
+``cpu``, ``cpuset``, ``memory`` and ``pids`` controllers, loop devices and ``mkfs.ext4``
+(``aoe doctor`` says which this host has; a missing one is a limit not enforced, never a
+failed heat). Raises the host's
 ``fs.inotify.max_user_instances`` to :data:`INOTIFY_INSTANCES` when lower (many territories
 at once exhaust Debian's 128). Teardown kills the guest (no orderly shutdown): see
 :func:`destroy_from_state`.
@@ -694,9 +714,13 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
         if not _wait_gone(left, 5.0):
             leftovers.append(f"processes {left}")
     if root:
-        for mp in _mounts_under(Path(root)):
-            if not _umount(mp):
-                _umount(mp, lazy=True)
+        for _ in range(4):  # stacked mounts: the overlay (or copy) on the root's shared bind mount
+            mps = _mounts_under(Path(root))
+            if not mps:
+                break
+            for mp in mps:
+                if not _umount(mp):
+                    _umount(mp, lazy=True)
         if _mounts_under(Path(root)):
             leftovers.append(f"mount {root}")
     disk = state.get("disk")
@@ -1073,6 +1097,7 @@ class ContainerProvider(TerritoryProvider):
             except ProviderError as exc:
                 disk_why = str(exc)
                 b.own_disk = False
+                b.disk.mkdir(exist_ok=True)
                 self._save_state(b)
         if disk_why is not None:
             self._note(f"disk limit not enforced: {disk_why}; a territory may fill the host's disk")
@@ -1082,6 +1107,11 @@ class ContainerProvider(TerritoryProvider):
         # territory's own writable layer
         lowers = [str(p) for p in (*image.layers, image.rootfs)]
         b.lowers = lowers
+        # the root's own mounts are unmounted everywhere with the host's (territory_disk.shared_mountpoint)
+        try:
+            territory_disk.shared_mountpoint(b.root)
+        except OSError as exc:
+            raise ProviderError(f"territory {b.spec.id}: {exc}") from None
         opts = f"lowerdir={':'.join(lowers)},upperdir={b.upper},workdir={b.work}"
         usable = not any(c in p for p in (*lowers, str(b.upper), str(b.work)) for c in ",:")
         res = _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(b.root)], check=False) if usable else None

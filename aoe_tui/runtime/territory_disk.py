@@ -3,7 +3,8 @@ exactly ``disk_mib`` MiB.
 
 The file system is ext4 in a sparse file ``<territory dir>/disk.img``, loop-mounted
 (``mount -o loop``: the loop device is freed when the file system is unmounted) at
-``<territory dir>/disk/``; the overlay's ``upper/`` and ``work/`` (or the full-copy root
+``<territory dir>/disk/`` (on a shared bind mount of that folder: see
+:func:`shared_mountpoint`); the overlay's ``upper/`` and ``work/`` (or the full-copy root
 where overlayfs is unusable) live there, so everything the guest writes (``/``, ``/var``,
 ``/tmp``) counts against it and ``df /`` in the guest shows about ``disk_mib`` MiB. A full
 territory disk is the player's (``ENOSPC`` in the guest), never the host's.
@@ -67,6 +68,34 @@ def image_mib(disk_mib: int) -> int:
     return disk_mib + disk_mib * 3 // 160 + 1
 
 
+_MS_BIND = 4096
+_MS_SHARED = 1 << 20
+
+
+def shared_mountpoint(path: Path) -> None:
+    """Bind-mount ``path`` on itself and make that mount shared, so that what is later
+    mounted on it (a territory's disk, its overlay root) is unmounted everywhere when the host
+    unmounts it. Every nspawn launched afterwards copies the host's mounts into its own
+    namespace (as a slave); on a host whose ``/`` is private those copies of *other*
+    territories' disks would otherwise stay there, keeping their file systems and loop devices
+    busy until that container ends (measured: a territory's loop device outlived its teardown
+    while another heat ran). Unmount propagation follows the parent mount's peer group, hence
+    the shared bind under the mount.
+
+    Raises:
+        OSError: the mount calls failed.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    target = os.fsencode(str(path))
+    for src, flags in ((target, _MS_BIND), (None, _MS_SHARED)):
+        if libc.mount(src, target, None, flags, None) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mount {'--bind' if flags == _MS_BIND else '--make-shared'} {path}: "
+                               f"{os.strerror(err)}")
+
+
 def make_disk(image: Path, mount: Path, disk_mib: int, territory: str) -> float:
     """Create the sparse ext4 image ``image`` for ``disk_mib`` MiB and loop-mount it on
     ``mount`` (created). Returns the seconds it took.
@@ -78,6 +107,7 @@ def make_disk(image: Path, mount: Path, disk_mib: int, territory: str) -> float:
     t0 = time.monotonic()
     mount.mkdir(parents=True, exist_ok=True)
     try:
+        shared_mountpoint(mount)
         with open(image, "xb") as fh:
             fh.truncate(image_mib(disk_mib) * MIB)
         for argv in (["mkfs.ext4", *MKFS_OPTIONS, str(image)],
@@ -86,12 +116,11 @@ def make_disk(image: Path, mount: Path, disk_mib: int, territory: str) -> float:
             if res.returncode != 0:
                 raise ProviderError(f"territory {territory}: cannot make its {disk_mib} MiB disk: `{argv[0]}` "
                                     f"failed: {' '.join((res.stderr or res.stdout).split())[:200]}")
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        image.unlink(missing_ok=True)
+    except (OSError, subprocess.TimeoutExpired, ProviderError) as exc:
+        remove_disk(image, mount, timeout_s=1.0)
+        if isinstance(exc, ProviderError):
+            raise
         raise ProviderError(f"territory {territory}: cannot make its {disk_mib} MiB disk {image}: {exc}") from None
-    except ProviderError:
-        image.unlink(missing_ok=True)
-        raise
     return time.monotonic() - t0
 
 
