@@ -170,7 +170,7 @@ async def test_filling_the_disk_fills_only_the_territory(seats):
     provider, territories, workdir, _ = seats
     t = territories[2]
     host_free = territory_disk.os.statvfs(workdir)
-    res = await sh(t, "dd if=/dev/zero of=/var/tmp/fill bs=1M 2>&1; echo rc=$?; df -m / | tail -1", timeout_s=120)
+    res = await sh(t, f"dd if=/dev/zero of=/var/tmp/fill bs=1M count={CLASS.disk_mib + 64} 2>&1; echo rc=$?; df -m / | tail -1", timeout_s=120)
     assert "No space left on device" in res.stdout and "rc=1" in res.stdout, res.stdout
     written = int(res.stdout.split(" bytes")[0].split()[-1]) // MIB
     assert CLASS.disk_mib - 20 <= written <= CLASS.disk_mib, res.stdout
