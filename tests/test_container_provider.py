@@ -663,6 +663,7 @@ async def test_cleanup_stale_after_killed_runner(tmp_path, guest_image):
     assert cleanup_stale(tmp_path) == ["builder-one"]
     assert (foreign / "disk").is_dir() and (foreign / "state.json").exists()  # not ours: untouched
     (foreign / "state.json").unlink()
+    (foreign / "disk").rmdir()  # (not a territory's own disk: the other provider's folder)
     assert leftovers(tmp_path, [ns], [veth]) == []
     assert not image.exists() and not (tmp_path / "builder-one" / "disk").exists()
     assert subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True).stdout.strip() == ""
