@@ -185,6 +185,24 @@ async def test_filling_the_disk_fills_only_the_territory(seats):
 
 
 @amod
+async def test_the_limits_survive_a_reboot(seats):
+    """The referee's reboot relaunches nspawn on the same root: it enters the same groups."""
+    provider, territories, _workdir, _ = seats
+    t = territories[1]
+    box = provider._boxes[t.id]
+    launches = box.launches
+    await provider.reboot(t)
+    assert box.launches == launches + 1
+    res = await sh(t, "nproc; cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max; "
+                      "df -m / | tail -1")
+    out = res.stdout.split("\n")
+    assert out[0] == "1" and int(out[1]) == CLASS.memory_mib * MIB and int(out[2]) == CLASS.tasks, res.stdout
+    assert abs(int(out[3].split()[1]) - CLASS.disk_mib) <= CLASS.disk_mib // 100 + 2
+    for group in box.limits.paths():  # the relaunched container's init is in every limit group
+        assert str(box.leader_pid) in (group / "cgroup.procs").read_text().split(), group
+
+
+@amod
 async def test_a_busy_seat_uses_at_most_its_vcpus(seats):
     provider, territories, _workdir, _ = seats
     t = territories[0]

@@ -408,7 +408,7 @@ def territory_cgroups(machine: str) -> list[Path]:
             paths.append(v2 / CGROUP_PARENT / machine)
     try:
         for p in paths:
-            p.mkdir(parents=True, exist_ok=True)
+            make_cpu_group(p)  # (retried: another runner may remove the empty parent meanwhile)
     except OSError:
         return []
     return paths
@@ -739,7 +739,7 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
                 leftovers.append(f"cgroup {cg}")
         if cpu is not None and not cpu.exists():
             remove_cpu_group(cpu)  # its parent, once no other runner's group is in it
-        limits_cg.remove_groups(limit_groups)  # their empty parents (aoe-territories) likewise
+        limits_cg.remove_groups(cgroups)  # their empty parents (aoe-territories) likewise
     ns = state.get("netns")
     # one `ip` process for the whole network side (deleting the veth drops its address and
     # route; -force goes on past an already-gone one); the rule is deleted up to 8 times in
