@@ -277,19 +277,24 @@ async def test_a_later_container_does_not_keep_a_torn_down_territorys_disk(guest
 
 
 @amod
-async def test_no_loop_devices_runs_without_the_disk_limit_and_says_so(guest_image, tmp_path, monkeypatch):
+async def test_a_host_without_loop_devices_or_memory_controller_runs_and_says_so(guest_image, tmp_path,
+                                                                                 monkeypatch):
     _need_container_host()
     monkeypatch.setattr(territory_disk, "LOOP_CONTROL", tmp_path / "no-loop-control")
+    real_plan = cgroups.plan
+    monkeypatch.setattr(cgroups, "plan", lambda host: {k: v for k, v in real_plan(host).items() if k != "memory"})
     provider = ContainerProvider(tmp_path / "w", image=guest_image, heat_id=f"test-noloop-{os.getpid()}")
     try:
         (t,) = await provider.provision([TerritorySpec(id="builder-one", password="p-race", resources=CLASS)])
         assert (await sh(t, "echo alive")).stdout.strip() == "alive"
         lim = provider.limits(t.id)
-        assert lim["enforced"] == ["cpu", "memory", "tasks"]
-        assert lim["not_enforced"] == {"disk": f"no loop devices on this host ({tmp_path}/no-loop-control missing)"}
-        assert provider.notes == [f"disk limit not enforced: no loop devices on this host ({tmp_path}/no-loop-control "
-                                  "missing); a territory may fill the host's disk"]
+        assert lim["enforced"] == ["cpu", "tasks"]
+        no_loop = f"no loop devices on this host ({tmp_path}/no-loop-control missing)"
+        assert lim["not_enforced"] == {"memory": "no cgroup memory controller on this host", "disk": no_loop}
+        assert provider.notes == [f"disk limit not enforced: {no_loop}; a territory may fill the host's disk",
+                                  "memory limit not enforced: no cgroup memory controller on this host"]
         assert not (tmp_path / "w" / "builder-one" / "disk.img").exists()
+        assert provider.exhaustion(t.id) == []
     finally:
         await provider.teardown()
     assert _disk_leftovers(tmp_path / "w") == []

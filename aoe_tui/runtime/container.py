@@ -849,6 +849,8 @@ class _Box:
     own_disk: bool = False
     #: the limits hit so far (phrases of :meth:`ContainerProvider.exhaustion`; latched)
     exhausted: list[str] = field(default_factory=list)
+    #: why the territory has no disk of its own (empty when it has one)
+    disk_why: str = ""
 
     root = SubPath("dir", "root", "The territory's root file system (an overlay mount, or a copy where overlayfs is unusable).")
     disk = SubPath("dir", "disk", "Where the territory's own disk is mounted (its writable layer's file system; a "
@@ -1100,7 +1102,10 @@ class ContainerProvider(TerritoryProvider):
                 b.disk.mkdir(exist_ok=True)
                 self._save_state(b)
         if disk_why is not None:
+            b.disk_why = disk_why
             self._note(f"disk limit not enforced: {disk_why}; a territory may fill the host's disk")
+        for limit, why in self._not_enforced_cgroups(b).items():
+            self._note(f"{limit} limit not enforced: {why}")
         b.upper.mkdir()
         b.work.mkdir()
         # the arena's image layer (if any) sits between the base root filesystem and the
@@ -1521,6 +1526,17 @@ class ContainerProvider(TerritoryProvider):
             if line not in self.notes:
                 self.notes.append(line)
 
+    @staticmethod
+    def _not_enforced_cgroups(b: _Box) -> dict[str, str]:
+        """Limit (``cpu``, ``memory``, ``tasks``) -> why this host cannot enforce (all of) it."""
+        out: dict[str, str] = {}
+        for c in limits_cg.CONTROLLERS:
+            if c in b.limits.versions:
+                continue
+            what, why = limits_cg.LIMIT_OF[c], f"no cgroup {c} controller on this host"
+            out[what] = f"{out[what]}; {why}" if what in out else why
+        return out
+
     def exhaustion(self, territory_id: str) -> list[str]:
         """The limits territory ``territory_id`` has hit so far, latched (once hit, reported
         until the end of the heat, also after its teardown), in this order: ``out of memory
@@ -1558,14 +1574,9 @@ class ContainerProvider(TerritoryProvider):
             return {}
         r = b.spec.resources
         enforced = b.limits.enforced() + (["disk"] if b.own_disk else [])
-        not_enforced: dict[str, str] = {}
-        missing = [c for c in limits_cg.CONTROLLERS if c not in b.limits.versions]
-        for c in missing:
-            what = limits_cg.LIMIT_OF[c]
-            why = f"no cgroup {c} controller on this host"
-            not_enforced[what] = f"{not_enforced[what]}; {why}" if what in not_enforced else why
+        not_enforced = self._not_enforced_cgroups(b)
         if not b.own_disk:
-            not_enforced["disk"] = territory_disk.disk_problem() or "the territory's disk could not be made"
+            not_enforced["disk"] = b.disk_why or "the territory's disk could not be made"
         out: dict[str, object] = {"vcpus": r.vcpus, "memory_mib": r.memory_mib, "disk_mib": r.disk_mib,
                                   "tasks": r.tasks, "enforced": enforced, "cpus": b.limits.cpus,
                                   "cgroup": dict(b.limits.versions)}
