@@ -439,3 +439,20 @@ def test_doctor_says_which_limits_this_host_enforces():
         assert disk.detail.startswith("enforced: ")
     else:
         assert "not enforced" in disk.detail
+
+
+def test_on_a_v2_host_the_territory_runs_in_its_one_unified_group(fake_v2, monkeypatch, tmp_path):
+    """A pure cgroup-v2 host (no v1 ``name=systemd``): nspawn's wrapper enters
+    ``<v2>/aoe-territories/<machine>``, the same group the limits are written to."""
+    from aoe_tui.runtime import container
+
+    monkeypatch.setattr(container, "CGROUP_V1_SYSTEMD", tmp_path / "no-v1-systemd")
+    monkeypatch.setattr(container, "CGROUP_V1_ROOT", fake_v2.v2_root)
+    monkeypatch.setattr(container, "_cgroup2_mount", lambda: fake_v2.v2_root)
+    monkeypatch.setattr(container, "make_cpu_group", cgroups._make_group)
+    [group] = container.territory_cgroups("aoe-eeee")
+    assert group == fake_v2.v2_root / "aoe-territories" / "aoe-eeee" and group.is_dir()
+    host = ContainerProvider._cgroup_host()
+    assert host.v2_root == fake_v2.v2_root and cgroups.plan(host)["memory"] == "v2"
+    tg = cgroups.setup(host, "aoe-eeee", "builder-one", CLASS, 0, lock_file=None)
+    assert tg.paths() == [group] and (group / "memory.max").read_text() == str(256 * MIB)
