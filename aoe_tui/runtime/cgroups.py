@@ -53,8 +53,9 @@ LIMIT_OF = {"cpu": "cpu", "cpuset": "cpu", "memory": "memory", "pids": "tasks"}
 #: equal CPU shares of every territory's group (v1 ``cpu.shares``; v2 ``cpu.weight`` 100)
 CPU_SHARES = 1024
 MIB = 1024 * 1024
-#: the lock file that serialises CPU picks of every runner on the host
-CPU_PICK_LOCK = Path("/run/aoe-cpu-pick.lock")
+#: the lock file (in the runtime folder of :mod:`netalloc`) that serialises CPU picks of
+#: every runner on the host
+CPU_PICK_LOCK = "cpu-pick.lock"
 _pick_lock = threading.Lock()
 
 
@@ -233,6 +234,7 @@ def _cpu_pick_lock(lock_file: Path | None):
         fd = None
         if lock_file is not None:
             with contextlib.suppress(OSError):
+                lock_file.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
                 fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -252,12 +254,13 @@ def _v2_enable(d: Path, wanted: Sequence[str], territory: str) -> None:
 
 
 def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryResources, index: int,
-          *, lock_file: Path | None = CPU_PICK_LOCK) -> TerritoryGroups:
+          *, lock_file: Path | None = None) -> TerritoryGroups:
     """Create territory ``machine``'s limit groups and write ``resources`` into them.
 
     ``territory``: the territory id (for messages); ``index``: its seat index (CPU ties).
-    CPU: quota of ``vcpus`` CPUs and a cpuset of ``vcpus`` CPUs (:func:`pick_cpus`, under a
-    host-wide lock so concurrent heats see each other's picks); memory ``memory_mib`` MiB with
+    CPU: quota of ``vcpus`` CPUs and a cpuset of ``vcpus`` CPUs (:func:`pick_cpus`, under
+    the host-wide ``lock_file``, e.g. ``netalloc.runtime_dir() / CPU_PICK_LOCK``, so concurrent
+    heats see each other's picks; None: this process's lock only); memory ``memory_mib`` MiB with
     no swap; ``tasks`` tasks. Controllers the host lacks are skipped (see :func:`plan`).
     Blocking; returns the groups (to record, and for :func:`exhaustion`).
 

@@ -1090,7 +1090,8 @@ class ContainerProvider(TerritoryProvider):
         disk_why = territory_disk.disk_problem()
         b.own_disk = disk_why is None
         self._save_state(b)  # before anything is created, so a crash leaves a record
-        b.limits = limits_cg.setup(self._cgroup_host(), machine, b.spec.id, res_, b.spec.index)
+        b.limits = limits_cg.setup(self._cgroup_host(), machine, b.spec.id, res_, b.spec.index,
+                                   lock_file=netalloc.runtime_dir() / limits_cg.CPU_PICK_LOCK)
         self._save_state(b)
         if disk_why is None:
             try:
