@@ -114,8 +114,10 @@ class FakeProvider(TerritoryProvider):
     name = "fake"
 
     def __init__(self, state: Path, fail_reboot: set[str] = frozenset(), reboot_s: float = 0.05,
-                 refuse_reboot: set[str] = frozenset()) -> None:
+                 refuse_reboot: set[str] = frozenset(), exhausted: dict[str, list[str]] | None = None) -> None:
         self.state = state
+        #: territory id → the limits it "ran into" (provider.exhaustion), from the start
+        self.exhausted = dict(exhausted or {})
         self.fail_reboot = set(fail_reboot)
         self.refuse_reboot = set(refuse_reboot)
         self.reboot_s = reboot_s
@@ -141,6 +143,9 @@ class FakeProvider(TerritoryProvider):
         # a "volatile" build loses its reboot flag: only survives if marked durable
         if (self.state / territory.id / "volatile").exists():
             (self.state / territory.id / "host-reboot").unlink(missing_ok=True)
+
+    def exhaustion(self, territory_id: str) -> list[str]:
+        return list(self.exhausted.get(territory_id, []))
 
     async def teardown(self) -> None:
         pass
@@ -699,3 +704,51 @@ async def test_run_heat_cancelled_during_provisioning_cancels_it_before_the_tear
     with pytest.raises(asyncio.CancelledError):
         await heat
     assert provider.events == ["provision", "cancelled", "teardown"]
+
+
+async def test_exhausted_territory_charges_its_own_seat(tmp_path):
+    """Issue #26 item 2: a territory that ran out of its own resources (the provider's
+    ``exhaustion``) is that seat's business. Its agent's harness crash is the player's
+    failure with the limit named first, its failed reboot fails only its milestone (no
+    infrastructure failure: the heat is not voided, the season does not re-run it), the
+    limit is an activity line of the seat and in ``aoe-extra``'s facts; the other seats'
+    results stand."""
+    from aoe_tui.season.attempts import judge_attempt
+
+    oom = "out of memory in the territory (768 MiB)"
+    world, records, out, provider = await supervise(
+        tmp_path,
+        [{"crash": True}, {"steps": ALL}, {"steps": ALL, "delay": 0.3}],
+        provider_kw={"exhausted": {"builder-one": [oom], "builder-two": ["disk full in the territory (2048 MiB)"]},
+                     "fail_reboot": {"builder-two"}},
+        duration=5,
+    )
+    a1 = world.agents["builder-one-agent"]
+    assert (a1.failure_source, a1.terminal_state, a1.successful) == ("player", "incomplete", False)
+    finished = [r.event for r in kinds(records, "agent_finished") if r.event.agent == "builder-one-agent"]
+    assert finished[0].detail.startswith(oom + ": adapter exited with exit status: 1")
+    # seat two's reboot failed in a territory with a full disk: its milestone fails, no infrastructure failure
+    assert not kinds(records, "infrastructure_failure") and world.infrastructure_failures == 0
+    failed = [r.event for r in kinds(records, "milestone_failed")
+              if (r.event.territory, r.event.milestone) == ("builder-two", "host-reboot")]
+    assert failed and "disk full in the territory (2048 MiB): host reboot failed" in failed[0].detail
+    assert world.winner == "builder-three"  # the third seat raced on untouched
+    assert not judge_attempt(world, records).spoiled
+    from aoe_tui.replay.activity import read_activity
+
+    recs, _torn = read_activity(out / "activity.jsonl")
+    lines = [(a.agent, a.line) for a in recs]
+    assert ("builder-one-agent", f"territory: {oom}") in lines
+    assert lines.count(("builder-one-agent", f"territory: {oom}")) == 1  # once, however often polled
+
+
+async def test_no_exhaustion_keeps_harness_failure(tmp_path):
+    """Without a limit hit, a harness crash stays the harness's (an infrastructure source)."""
+    world, records, _, _ = await supervise(tmp_path, [{"crash": True}, {"steps": ALL[:1]}, {"steps": ALL[:1]}],
+                                     provider_kw={"exhausted": {"builder-two": ["out of tasks in the territory (2048)"]}},
+                                     duration=1)
+    a1 = world.agents["builder-one-agent"]
+    assert (a1.failure_source, a1.terminal_state) == ("harness", "failed")
+    details = {r.event.agent: r.event.detail for r in kinds(records, "agent_finished")}
+    assert "out of" not in details["builder-one-agent"]
+    assert details["builder-two-agent"] == "done"  # a completed run keeps its summary beside a hit limit
