@@ -8,6 +8,7 @@ only through an inventory TOML.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,45 @@ async def test_wrong_credentials_and_failing_reset(tmp_path: Path, real_host, mo
         await prov.provision([TerritorySpec("builder-one", "x")])
     assert not (tmp_path / "w" / "builder-one" / "credential.env").exists()
     assert os.environ["AOE_TEST_RIGHT_PW"] not in str(inv.read_text())
+
+
+@pytest.mark.container
+async def test_host_is_held_to_its_class(tmp_path: Path, real_host, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the host offers against the seat's class: a class larger than the host refuses it in
+    one line (nothing left behind); a class smaller than the host runs, with a note, and
+    ``limits()`` says nothing is enforced and what the host offered."""
+    from aoe_tui.runtime.provider import TerritoryResources
+
+    t = real_host
+    monkeypatch.setenv("AOE_TEST_HOST_PW", t.password)
+    inv = _write(
+        tmp_path / "hosts.toml",
+        f'[territories.builder-one]\nhost = "{t.host}"\nport = {t.ssh_port}\npassword_env = "AOE_TEST_HOST_PW"\n',
+    )
+    where = rf"host builder-one \({t.host}:{t.ssh_port}\)"
+    huge = TerritoryResources(vcpus=512, memory_mib=64 * 2**20, disk_mib=2**30)
+    prov = SshHostsProvider(inv, tmp_path / "w")
+    with pytest.raises(ProvisionError, match=rf"^{where} offers \d+ vCPUs?, \d+ MiB memory and \d+ MiB disk; its class "
+                       r"asks 512 vCPUs, 67108864 MiB memory and 1073741824 MiB disk \(too little vCPUs, memory, disk; "
+                       r"the host is refused\)$"):
+        await prov.provision([TerritorySpec("builder-one", "x", resources=huge)])
+    assert not (tmp_path / "w" / "builder-one" / "credential.env").exists()
+
+    tiny = TerritoryResources(vcpus=1, memory_mib=128, disk_mib=64)
+    prov = SshHostsProvider(inv, tmp_path / "w")
+    [st] = await prov.provision([TerritorySpec("builder-one", "x", resources=tiny)])
+    try:
+        assert st.host == t.host
+        [note] = prov.notes
+        assert re.fullmatch(rf"{where} offers \d+ vCPUs?, \d+ MiB memory and \d+ MiB disk, more than its class asks "
+                            r"\(1 vCPU, 128 MiB memory and 64 MiB disk\); nothing holds the seat to its class on the "
+                            r"ssh provider", note), note
+        limits = prov.limits("builder-one")
+        assert limits["enforced"] == [] and set(limits["not_enforced"]) == {"cpu", "memory", "disk", "tasks"}
+        offered = limits["offered"]
+        assert offered["vcpus"] >= 1 and offered["memory_mib"] > 128 and offered["disk_mib"] > 64
+        async with prov.ssh(st) as conn:  # the figures are the host's own
+            r = await conn.run("nproc", check=True)
+        assert offered["vcpus"] <= int(str(r.stdout))
+    finally:
+        await prov.teardown()
