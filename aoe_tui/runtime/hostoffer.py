@@ -10,10 +10,11 @@ a container host) and compares it with the class (:func:`compare_offer`):
 * a larger host runs, with one warning line in ``provider.notes`` (printed by the heat and
   written to ``aoe-extra.json`` ``territory_notes``): nothing caps that seat at its class.
 
-Tolerances: a guest kernel keeps part of its RAM (a 768 MiB VM shows about 720 MiB of
-``MemTotal``) and a file system its metadata (a 2048 MiB ext4 shows about 1950 MiB in
-``df``), so memory and disk count as enough from :data:`MEMORY_TOLERANCE` /
-:data:`DISK_TOLERANCE` of the class's figure; vCPUs are counted exactly.
+Tolerances: a guest kernel keeps part of its RAM (measured: a 640 MiB VM shows 580 MiB of
+``MemTotal``, about 60 MiB whatever the size) and a file system its metadata (a 2560 MiB
+ext4 shows 2450 MiB in ``df``), so memory counts as enough from :data:`MEMORY_TOLERANCE` of
+the class's figure less :data:`MEMORY_KERNEL_MIB`, disk from :data:`DISK_TOLERANCE` of it;
+vCPUs are counted exactly.
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import asyncssh
 
 #: Share of the class's ``memory_mib`` a host's usable memory (``MemTotal``, or a smaller
-#: cgroup limit) must reach: the kernel keeps some of a VM's RAM (768 MiB → about 720 MiB).
+#: cgroup limit) must reach, less :data:`MEMORY_KERNEL_MIB`: the kernel keeps some of a VM's
+#: RAM (measured: 640 MiB → 580 MiB of ``MemTotal``).
 MEMORY_TOLERANCE = 0.9
+#: MiB of a VM's RAM its kernel keeps whatever the size (so a small class, 128-512 MiB, is
+#: not refused on a VM of exactly its size).
+MEMORY_KERNEL_MIB = 64
 #: Share of the class's ``disk_mib`` the size of the host's ``/`` must reach (file-system
 #: overhead: journal, inode tables; a 2048 MiB ext4 shows about 1950 MiB).
 DISK_TOLERANCE = 0.9
@@ -116,31 +121,41 @@ def _figures(vcpus: int, memory_mib: int, disk_mib: int) -> str:
     return f"{vcpus} vCPU{'s' if vcpus != 1 else ''}, {memory_mib} MiB memory and {disk_mib} MiB disk"
 
 
-def compare_offer(offer: HostOffer, asked: TerritoryResources, *, who: str, provider: str) -> tuple[str | None, str | None]:
+def memory_enough(offered_mib: int, asked_mib: int) -> bool:
+    """Whether ``offered_mib`` of usable memory (``MemTotal``) is a host of ``asked_mib`` MiB:
+    at least :data:`MEMORY_TOLERANCE` of it less :data:`MEMORY_KERNEL_MIB`."""
+    return offered_mib >= asked_mib * MEMORY_TOLERANCE - MEMORY_KERNEL_MIB
+
+
+def compare_offer(offer: HostOffer, asked: TerritoryResources, *, who: str, provider: str,
+                  figures: tuple[str, ...] = ("vcpus", "memory", "disk")) -> tuple[str | None, str | None]:
     """Compare what a host offers with what its seat's class asks (pure).
 
     ``who`` names the host in the lines (``host builder-one (192.0.2.10:22)``); ``provider``
-    the provider (``ssh``), for the note.
+    the provider (``ssh``), for the note. ``figures``: which of ``vcpus``, ``memory``, ``disk``
+    are compared (the others are the provider's own doing, e.g. a nixos guest's ``-m``/``-smp``).
 
     Returns:
         ``(refusal, note)``: ``refusal`` is the one line of the ProvisionError when the host
-        is smaller than the class (fewer vCPUs, memory below :data:`MEMORY_TOLERANCE` or disk
+        is smaller than the class (fewer vCPUs, memory short of :func:`memory_enough` or disk
         below :data:`DISK_TOLERANCE` of the class's); else ``note`` is a warning line when
         the host offers more than the class in any figure; ``(None, None)`` when it matches.
     """
     short = []
-    if offer.vcpus < asked.vcpus:
+    if "vcpus" in figures and offer.vcpus < asked.vcpus:
         short.append("vCPUs")
-    if offer.memory_mib < asked.memory_mib * MEMORY_TOLERANCE:
+    if "memory" in figures and not memory_enough(offer.memory_mib, asked.memory_mib):
         short.append("memory")
-    if offer.disk_mib < asked.disk_mib * DISK_TOLERANCE:
+    if "disk" in figures and offer.disk_mib < asked.disk_mib * DISK_TOLERANCE:
         short.append("disk")
     offered = _figures(offer.vcpus, offer.memory_mib, offer.disk_mib)
     wanted = _figures(asked.vcpus, asked.memory_mib, asked.disk_mib)
     if short:
         return (f"{who} offers {offered}; its class asks {wanted} "
                 f"(too little {', '.join(short)}; the host is refused)"), None
-    if offer.vcpus > asked.vcpus or offer.memory_mib > asked.memory_mib or offer.disk_mib > asked.disk_mib:
+    if (("vcpus" in figures and offer.vcpus > asked.vcpus)
+            or ("memory" in figures and offer.memory_mib > asked.memory_mib)
+            or ("disk" in figures and offer.disk_mib > asked.disk_mib)):
         return None, (f"{who} offers {offered}, more than its class asks ({wanted}); "
                       f"nothing holds the seat to its class on the {provider} provider")
     return None, None
@@ -154,15 +169,17 @@ async def read_offer(conn: asyncssh.SSHClientConnection, *, timeout_s: float = 3
         asyncssh.Error, OSError, asyncio.TimeoutError: the session failed.
     """
     import asyncio
+    import shlex
 
-    res = await asyncio.wait_for(conn.run(OFFER_SCRIPT, check=False), timeout=timeout_s)
+    # through sh: root's login shell may not be a POSIX one
+    res = await asyncio.wait_for(conn.run(f"sh -c {shlex.quote(OFFER_SCRIPT)}", check=False), timeout=timeout_s)
     return parse_offer(str(res.stdout or ""))
 
 
 async def check_host(conn: asyncssh.SSHClientConnection, spec: TerritorySpec, *, who: str, provider: str,
-                     notes: list[str]) -> HostOffer | None:
+                     notes: list[str], figures: tuple[str, ...] = ("vcpus", "memory", "disk")) -> HostOffer | None:
     """Read what the host behind ``conn`` offers and hold it to ``spec``'s class
-    (:func:`compare_offer`): a smaller host raises, a larger one appends its line to
+    (:func:`compare_offer` of ``figures``): a smaller host raises, a larger one appends its line to
     ``notes`` (the provider's :attr:`~aoe_tui.runtime.provider.TerritoryProvider.notes`). A
     host whose figures cannot be read runs, with a note that it was not compared.
 
@@ -182,7 +199,7 @@ async def check_host(conn: asyncssh.SSHClientConnection, spec: TerritorySpec, *,
         notes.append(f"{who}: what it offers could not be read ({err or type(err).__name__}); "
                      "not compared with its class")
         return None
-    refusal, note = compare_offer(offer, spec.resources, who=who, provider=provider)
+    refusal, note = compare_offer(offer, spec.resources, who=who, provider=provider, figures=figures)
     if refusal is not None:
         raise ProvisionError(refusal)
     if note is not None:
@@ -192,12 +209,14 @@ async def check_host(conn: asyncssh.SSHClientConnection, spec: TerritorySpec, *,
 
 __all__ = [
     "DISK_TOLERANCE",
+    "MEMORY_KERNEL_MIB",
     "MEMORY_TOLERANCE",
     "OFFER_SCRIPT",
     "HostOffer",
     "OfferError",
     "check_host",
     "compare_offer",
+    "memory_enough",
     "parse_offer",
     "read_offer",
 ]

@@ -19,7 +19,7 @@ class; the runner script puts ``$QEMU_OPTS`` after its own ``-m``/``-smp`` (the 
 ``virtualisation.memorySize``/``cores``) and QEMU keeps the last, so the class wins. The disk
 is the flake's ``virtualisation.diskSize``, fixed at build time: after the first login the
 provider reads what each guest offers (:mod:`aoe_tui.runtime.hostoffer`) and refuses a guest
-whose disk (or memory, CPUs) is smaller than its class; a larger one runs, with a line in
+whose disk is smaller than its class; a larger one runs, with a line in
 :attr:`NixosProvider.notes`. A runner whose output carries the serial console
 (``virtualisation.graphics = false``) reports the guest's OOM killer as the seat's
 ``out of memory`` (:meth:`NixosProvider.exhaustion`).
@@ -329,7 +329,7 @@ class NixosProvider(TerritoryProvider):
     async def provision(self, specs: Sequence[TerritorySpec]) -> list[Territory]:
         """Build every territory's VM, boot them concurrently, wait for root SSH on all.
 
-        Each guest's offer is then held to its class (:func:`~aoe_tui.runtime.hostoffer.check_host`).
+        Each guest's disk is then held to its class (:func:`~aoe_tui.runtime.hostoffer.check_host`).
 
         Raises:
             ProvisionError: nix missing, a build failed, a port taken, SSH not ready in
@@ -387,7 +387,8 @@ class NixosProvider(TerritoryProvider):
         return result
 
     async def _check_offer(self, la: NixosLaunch, spec: TerritorySpec) -> None:
-        """Hold the guest's offer to its class over one root login (see :func:`check_host`).
+        """Hold the guest's disk (the flake's) to its class over one root login (see
+        :func:`check_host`; its CPUs and memory are the class's own ``-smp``/``-m``).
 
         Raises:
             ProvisionError: the guest is smaller than its class.
@@ -403,7 +404,7 @@ class NixosProvider(TerritoryProvider):
                                  f"{type(err).__name__}: {err}".rstrip(": ")) from None
         try:
             offer = await check_host(conn, spec, who=f"guest {spec.id} (127.0.0.1:{la.ssh_port})",
-                                     provider=self.name, notes=self.notes)
+                                     provider=self.name, notes=self.notes, figures=("disk",))
         finally:
             conn.close()
         if offer is not None:
