@@ -176,5 +176,6 @@ def test_doctor_says_why_unavailable(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     checks = {c.name: c for c in doctor_checks(probe_network=False)}
     assert not checks["nix"].ok and checks["nix"].detail == "not found in PATH" and "nix" in checks["nix"].fix
     assert not checks["nixpkgs"].ok
+    assert checks["limits"].ok and "disk: the flake's diskSize, compared with the class" in checks["limits"].detail
     if shutil.which("nix", path=os.defpath) is None:
         assert checks["nix"].fix

@@ -351,7 +351,8 @@ def test_cleanup_stale_kills_leftover_qemu(tmp_path: Path) -> None:
 
 def test_doctor_checks_report_accel_and_tools() -> None:
     checks = {c.name: c for c in qemu.doctor_checks()}
-    assert set(checks) == {"qemu-system-x86_64", "qemu-img", "acceleration", "guest image"}
+    assert set(checks) == {"qemu-system-x86_64", "qemu-img", "acceleration", "guest image", "limits"}
+    assert checks["limits"].ok and checks["limits"].detail.startswith("enforced from each seat's class: cpu (-smp")
     assert checks["qemu-system-x86_64"].ok == (shutil.which("qemu-system-x86_64") is not None)
     assert checks["acceleration"].detail.startswith(("kvm:", "tcg:"))
 

@@ -93,7 +93,7 @@ async def test_unreachable_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_doctor_checks() -> None:
     names = [c.name for c in doctor_checks()]
-    assert names == ["asyncssh", "inventory"]
+    assert names == ["asyncssh", "inventory", "limits"]
 
 
 # ----------------------------------------------------------------------------- a real host

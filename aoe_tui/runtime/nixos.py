@@ -477,6 +477,9 @@ def doctor_checks(*, probe_network: bool = True) -> list[DoctorCheck]:
         DoctorCheck("nixos", "qemu-system-x86_64", qemu is not None, qemu or "not found in PATH",
                     "" if qemu else "./setup.sh")  # fmt: skip
     )
+    checks.append(DoctorCheck("nixos", "limits", True, "enforced from each seat's class: cpu (-smp), memory (-m); "
+                              "disk: the flake's diskSize, compared with the class (smaller: refused); "
+                              "tasks: the guest kernel's own"))
     return checks
 
 

@@ -1134,8 +1134,14 @@ def cleanup_unless_live(workdir: Path) -> list[str]:
 # --------------------------------------------------------------------------- doctor
 
 
+#: ``aoe doctor``'s line on what a qemu territory is held to (spec §1.7, issue 26).
+LIMITS_DETAIL = ("enforced from each seat's class: cpu (-smp vcpus), memory (-m memory_mib), disk (overlay of "
+                 "disk_mib, at least the image's 2048 MiB); tasks: the guest kernel's own")
+
+
 def doctor_checks() -> list[DoctorCheck]:
-    """What the ``qemu`` provider needs: qemu-system-x86_64, qemu-img, acceleration, the guest image."""
+    """What the ``qemu`` provider needs: qemu-system-x86_64, qemu-img, acceleration, the guest
+    image; and what it enforces (the ``limits`` line, always ok)."""
     checks: list[DoctorCheck] = []
     for binary in (QEMU_BIN, QEMU_IMG):
         path = shutil.which(binary)
@@ -1146,6 +1152,7 @@ def doctor_checks() -> list[DoctorCheck]:
     # TCG always works (slowly); this line informs, it never blocks.
     checks.append(DoctorCheck("qemu", "acceleration", True, ("kvm: " if usable else "tcg: ") + detail))
     checks.append(_image_check("qemu"))
+    checks.append(DoctorCheck("qemu", "limits", True, LIMITS_DETAIL))
     return checks
 
 

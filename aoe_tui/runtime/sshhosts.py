@@ -322,6 +322,10 @@ def doctor_checks() -> list[DoctorCheck]:
         DoctorCheck(
             "ssh", "inventory", True, "given per run with --inventory FILE (hosts you already run)"
         ),
+        DoctorCheck(
+            "ssh", "limits", True, "none enforced (the hosts' own); each host is compared with its seat's class: "
+            "a smaller one is refused, a larger one runs with a note"
+        ),
     ]
 
 
