@@ -1176,6 +1176,8 @@ def _image_check(provider: str) -> DoctorCheck:
 
 __all__ = [
     "AUTO_BASE_PORT",
+    "OOM_SIGN",
+    "ConsoleWatch",
     "PortPlan",
     "reserve_ports",
     "QemuProvider",
@@ -1186,6 +1188,9 @@ __all__ = [
     "doctor_checks",
     "image_reads_fw_cfg_identity",
     "kvm_status",
+    "oom_phrase",
+    "overlay_size_mib",
     "port_in_use",
     "port_plan",
+    "qcow2_virtual_size",
 ]
