@@ -287,11 +287,14 @@ async def test_nixos_guest_is_held_to_its_class(tmp_path: Path, real_host, monke
 
     big_disk = TerritoryResources(vcpus=2, memory_mib=1024, disk_mib=2**30)
     prov = provider()
-    with pytest.raises(ProvisionError, match=rf"^guest builder-one \(127\.0\.0\.1:{base}\) offers .*; its class asks "
-                       r"2 vCPUs, 1024 MiB memory and 1073741824 MiB disk \(too little disk; the host is refused\)$"):
-        await prov.provision([TerritorySpec("builder-one", t.password, resources=big_disk)])
-    assert (tmp_path / "qemu_opts").read_text().endswith(" -m 1024 -smp 2")
-    await prov.teardown()
+    try:
+        with pytest.raises(ProvisionError, match=rf"^guest builder-one \(127\.0\.0\.1:{base}\) offers .*; its class "
+                           r"asks 2 vCPUs, 1024 MiB memory and 1073741824 MiB disk \(too little disk; the host is "
+                           r"refused\)$"):
+            await prov.provision([TerritorySpec("builder-one", t.password, resources=big_disk)])
+        assert (tmp_path / "qemu_opts").read_text().endswith(" -m 1024 -smp 2")
+    finally:
+        await prov.teardown()  # the refusal already stopped the runner; a failed test must too
 
     small_disk = TerritoryResources(vcpus=64, memory_mib=2**20, disk_mib=64)  # CPUs/memory: not compared
     prov = provider()
