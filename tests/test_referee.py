@@ -671,6 +671,49 @@ async def test_run_heat_full_with_fakes_and_refusal(tmp_path, monkeypatch):
         await run_heat(loaded, FakeProvider(state), adapters, out)
 
 
+class NotingProvider(FakeProvider):
+    """A fake provider with a note and limits, as an ssh host larger than its class."""
+
+    async def provision(self, specs: Sequence[TerritorySpec]) -> list[Territory]:
+        self.notes.append("host builder-one (192.0.2.10:22) offers 2 vCPUs, more than its class asks")
+        return await super().provision(specs)
+
+    def limits(self, territory_id: str) -> dict[str, object]:
+        return {"enforced": [], "offered": {"vcpus": 2, "memory_mib": 4096, "disk_mib": 9000}, "id": territory_id}
+
+
+async def test_run_heat_reports_territory_resources_and_notes(tmp_path, monkeypatch):
+    """aoe-extra.json gains ``territories`` (each seat's class resources and the provider's
+    limits) and ``territory_notes`` (printed too), only when there are notes; the existing keys stay."""
+    from aoe_tui.referee.heat import run_heat
+
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_STATE", str(state))
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    adapters = {a.id: FakeAdapter({"state": state, "steps": ALL}) for a in loaded.manifest.agents}
+    monkeypatch.setattr("aoe_tui.agents.instruction.build_instruction", lambda _l, tid: f"build on {tid}")
+    said: list[str] = []
+    await run_heat(loaded, NotingProvider(state), adapters, tmp_path / "m1", drain_seconds=0.5,
+                   write_bundle_file=False, on_phase=said.append)
+    extra = json.loads((tmp_path / "m1" / "aoe-extra.json").read_text())
+    note = "host builder-one (192.0.2.10:22) offers 2 vCPUs, more than its class asks"
+    assert extra["territory_notes"] == [note]
+    assert f"note: {note}" in said
+    assert said.index(f"note: {note}") < said.index("tearing down territories")
+    assert sorted(extra["territories"]) == sorted(SEATS)
+    assert extra["territories"]["builder-two"] == {
+        "resources": {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 2048},
+        "limits": {"enforced": [], "offered": {"vcpus": 2, "memory_mib": 4096, "disk_mib": 9000}, "id": "builder-two"},
+    }
+    assert {"schema", "version", "provider", "timings"} <= set(extra) and extra["provider"] == "fake"
+    # no notes: no territory_notes key; a provider that enforces nothing says {}
+    await run_heat(loaded, FakeProvider(state), adapters, tmp_path / "m2", drain_seconds=0.5, write_bundle_file=False)
+    extra = json.loads((tmp_path / "m2" / "aoe-extra.json").read_text())
+    assert "territory_notes" not in extra
+    assert extra["territories"]["builder-one"]["limits"] == {}
+
+
 def test_territory_specs_passwords(tmp_path):
     from aoe_tui.referee.heat import territory_specs
 
