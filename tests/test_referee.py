@@ -712,6 +712,14 @@ async def test_run_heat_reports_territory_resources_and_notes(tmp_path, monkeypa
     extra = json.loads((tmp_path / "m2" / "aoe-extra.json").read_text())
     assert "territory_notes" not in extra
     assert extra["territories"]["builder-one"]["limits"] == {}
+    assert "exhausted" not in extra["territories"]["builder-one"]
+    # a territory that ran into one of its limits: named beside its limits
+    oom = "out of memory in the territory (768 MiB)"
+    await run_heat(loaded, FakeProvider(state, exhausted={"builder-three": [oom]}), adapters, tmp_path / "m3",
+                   drain_seconds=0.5, write_bundle_file=False)
+    extra = json.loads((tmp_path / "m3" / "aoe-extra.json").read_text())
+    assert extra["territories"]["builder-three"]["exhausted"] == [oom]
+    assert [t for t, v in extra["territories"].items() if "exhausted" in v] == ["builder-three"]
 
 
 def test_territory_specs_passwords(tmp_path):

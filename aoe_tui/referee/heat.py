@@ -20,8 +20,9 @@ runner. It writes a complete upstream-format match folder:
 ``aoe-extra.json``          ours: provider, wall-clock timings, verifier durations,
                             each agent's adapter and ``usage`` beyond §5.5 (cache
                             tokens, who computed the cost, proxy/event token counts),
-                            ``territories`` (each seat's class ``resources`` and the
-                            provider's ``limits``) and ``territory_notes`` (the
+                            ``territories`` (each seat's class ``resources``, the
+                            provider's ``limits`` and, when it ran into one, the
+                            ``exhausted`` limits) and ``territory_notes`` (the
                             provider's warnings, also printed; only when some)
 ``<slug>.match.json``       the single-file bundle (Appendix B)
 ==========================  ==================================================
@@ -462,6 +463,9 @@ async def run_heat(
             extra.update({k: v for k, v in supervisor.extra().items() if k != "timings"})
             extra["timings"].update(supervisor.timings)
         extra.update(territory_extra)
+        for tid, hit in (supervisor.exhausted.items() if supervisor is not None else ()):
+            if hit:  # the limits each territory ran into (the supervisor's, polled before the teardown)
+                extra.setdefault("territories", {}).setdefault(tid, {})["exhausted"] = list(hit)
         with contextlib.suppress(OSError, TypeError, ValueError):
             write_atomic(output_dir / "aoe-extra.json", json.dumps(extra, indent=2, sort_keys=True), fsync=False)
         if write_bundle_file and log is not None:

@@ -44,7 +44,7 @@ that then ends without success has the limit named first in its result's detail 
 its adapter blamed the provider or the harness, is the player's failure (``failed``), and a
 ``host_reboot`` such a territory does not come back from fails that seat's milestone (no
 infrastructure failure, the heat is not voided). ``aoe-extra.json`` lists them under
-``territories_exhausted``. The host's own full disk (below) is another matter.
+``territories[id].exhausted``. The host's own full disk (below) is another matter.
 
 Activity (ours): each adapter's :attr:`~aoe_tui.agents.base.AgentRun.activity` is listened
 to from the moment the run starts; every line is stamped with the heat clock (:attr:`clock_ms`)
@@ -757,8 +757,7 @@ class HeatSupervisor:
         ``agents[id].usage`` (when the run reports one): what §5.5 cannot hold — cache
         tokens, who computed the cost, the proxy's and the events' counts
         (:meth:`aoe_tui.agents.base.AgentRun.usage_detail`; tokens and µUSD).
-        ``territories_exhausted`` (only when one did): territory id → the limits of its own
-        resources it ran into (:attr:`exhausted`)."""
+        (:attr:`exhausted` goes to ``territories[id].exhausted``, written by ``run_heat``.)"""
         agents: dict[str, Any] = {}
         for s in self.seats:
             entry: dict[str, Any] = {"adapter": s.adapter.name or s.agent.adapter, "territory": s.territory.id}
@@ -769,15 +768,11 @@ class HeatSupervisor:
             if detail:
                 entry["usage"] = dict(detail)
             agents[s.agent.id] = entry
-        out: dict[str, Any] = {
+        return {
             "timings": dict(self.timings),
             "verifier_durations_ms": {s.territory.id: s.verifier_ms for s in self.seats},
             "agents": agents,
         }
-        exhausted = {tid: list(v) for tid, v in self.exhausted.items() if v}
-        if exhausted:
-            out["territories_exhausted"] = exhausted
-        return out
 
 
 def _one_line(err: BaseException) -> str:
