@@ -32,8 +32,12 @@ oracle's durable time within +25 % of K = 1. The observer (this process) samples
 every 2 s from a thread at nice 19 (the main thread only waits), so it stays out of the
 runner's way.
 
+With ``--greedy`` one seat of every heat is a greedy seat (``benchmarks/greedy-adapter.sh``:
+one busy loop per CPU its territory shows, from its clock's start) in place of a scripted
+builder (issue 26: K = 4 keeps its figure with one greedy seat in every heat).
+
 Usage: ``.venv/bin/python benchmarks/concurrent_heats.py [--k 1,2,4,6] [--keep]
-[--duration 60] [--runs 1]``. With ``--runs N`` the figures pool N seasons per K (wall,
+[--duration 60] [--runs 1] [--greedy]``. With ``--runs N`` the figures pool N seasons per K (wall,
 provisioning and teardown: the slowest; CPU: the mean). Needs root, systemd-nspawn and the guest image (``aoe image build``).
 """
 
@@ -60,25 +64,35 @@ from aoe_tui.testing.lateness import pct, tick_lateness  # noqa: E402
 SCRIPTED = ("memory", "volatile", "slow")
 
 
-def entrants(k: int) -> list[tuple[str, str]]:
-    """``(id, adapter)`` of K oracles and 2K scripted builders, oracles first."""
+#: the greedy seat of ``--greedy`` (an upstream command adapter: one busy loop per CPU its
+#: territory shows, from the clock's start; see benchmarks/greedy_seat.py)
+GREEDY = REPO / "benchmarks" / "greedy-adapter.sh"
+
+
+def entrants(k: int, greedy: bool = False) -> list[tuple[str, str]]:
+    """``(id, adapter)`` of K oracles and 2K scripted builders, oracles first; with
+    ``greedy``, K of the builders are greedy seats (:data:`GREEDY`)."""
     out = [(f"oracle-{i + 1}", "oracle") for i in range(k)]
-    out += [(f"{SCRIPTED[i % 3]}-{i + 1}", f"scripted:{SCRIPTED[i % 3]}") for i in range(2 * k)]
+    if greedy:
+        out += [(f"greedy-{i + 1}", f"command:{GREEDY}") for i in range(k)]
+    out += [(f"{SCRIPTED[i % 3]}-{i + 1}", f"scripted:{SCRIPTED[i % 3]}") for i in range(k if greedy else 2 * k)]
     return out
 
 
 def seed_for(ids: list[str]) -> int:
     """The first seed whose round 1 (league, one heat per entrant, heats of 3) seats exactly
-    one oracle in each heat."""
+    one oracle (and, when there are greedy seats, one greedy seat) in each heat."""
+    kinds = ("oracle-", "greedy-") if any(e.startswith("greedy-") for e in ids) else ("oracle-",)
     for seed in range(1, 10_000):
         plan = League(1, 3, 3).next_round(ids, [], seed)
-        if plan is not None and all(sum(e.startswith("oracle-") for e in h.entrants) == 1 for h in plan.heats):
+        if plan is not None and all(sum(e.startswith(kind) for e in h.entrants) == 1
+                                    for h in plan.heats for kind in kinds):
             return seed
     raise SystemExit("no seed seats one oracle per heat")
 
 
-def season_file(k: int, folder: Path, duration_s: int) -> Path:
-    es = entrants(k)
+def season_file(k: int, folder: Path, duration_s: int, greedy: bool = False) -> Path:
+    es = entrants(k, greedy)
     lines = [
         f'id = "bench-k{k}"', 'label = "concurrent-heats"',
         f'arena = "{REPO / "arenas" / "first-build" / "arena.toml"}"',
@@ -88,7 +102,8 @@ def season_file(k: int, folder: Path, duration_s: int) -> Path:
         "heats_per_entrant = 1", "",
     ]
     for eid, adapter in es:
-        model = "oracle" if adapter == "oracle" else f"scripted-{adapter.split(':')[1]}"
+        model = ("oracle" if adapter == "oracle" else "greedy" if adapter.startswith("command:")
+                 else f"scripted-{adapter.split(':')[1]}")
         lines += ["[[entrants]]", f'id = "{eid}"', f'adapter = "{adapter}"', f'model = "{model}"', ""]
     path = folder / f"bench-k{k}.toml"
     path.write_text("\n".join(lines))
@@ -160,11 +175,11 @@ class MemorySampler(threading.Thread):
                 self.runner_own_s = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_k(k: int, tmp: Path, duration_s: int) -> dict:
+def run_k(k: int, tmp: Path, duration_s: int, greedy: bool = False) -> dict:
     """One season of K heats at once in ``tmp``; its figures (see the module docstring)."""
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / f"season-k{k}"
-    sf = season_file(k, tmp, duration_s)
+    sf = season_file(k, tmp, duration_s, greedy)
     log = open(tmp / f"runner-k{k}.log", "w")
     busy0, total0 = host_cpu()
     t0 = time.monotonic()
@@ -219,6 +234,8 @@ def main() -> int:
     ap.add_argument("--duration", type=int, default=60, help="heat clock cap (s; the oracle ends a heat first)")
     ap.add_argument("--runs", type=int, default=1, help="seasons per K, pooled (more lateness samples)")
     ap.add_argument("--keep", action="store_true", help="keep the season folders")
+    ap.add_argument("--greedy", action="store_true",
+                    help="one greedy seat in every heat (in place of a scripted builder): issue 26's K = 4 figure")
     args = ap.parse_args()
     ks = [int(x) for x in args.k.split(",") if x.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="aoe-bench-concurrent-"))
@@ -227,7 +244,7 @@ def main() -> int:
           flush=True)
     rows = []
     for k in ks:
-        runs = [run_k(k, tmp / f"run-{i + 1}", args.duration) for i in range(max(1, args.runs))]
+        runs = [run_k(k, tmp / f"run-{i + 1}", args.duration, args.greedy) for i in range(max(1, args.runs))]
         r = {**runs[0], "heats": sum(x["heats"] for x in runs), "wall_s": max(x["wall_s"] for x in runs),
              "territories_seen": max(x["territories_seen"] for x in runs),
              "host_cpu": statistics.mean(x["host_cpu"] for x in runs),

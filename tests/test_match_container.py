@@ -134,6 +134,14 @@ def test_oracle_heat_outcome(oracle_heat):
     assert (out / "agents" / "builder-one-agent" / "referee-reboot").read_text() == "host-reboot"
     arena = json.loads((out / "arena.json").read_text())
     assert [a["adapter"] for a in arena["agents"]] == ["oracle", "scripted:memory", "scripted:volatile"]
+    # aoe-extra.json: each seat's class resources (first-build: 1 vCPU, 768 MiB, 2048 MiB) and
+    # what the provider holds it to
+    extra = json.loads((out / "aoe-extra.json").read_text())
+    assert sorted(extra["territories"]) == ["builder-one", "builder-three", "builder-two"]
+    for entry in extra["territories"].values():
+        assert entry["resources"] == {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 2048}
+        assert isinstance(entry["limits"], dict)
+    assert all(f"note: {n}" in res.stdout for n in extra.get("territory_notes", []))
 
 
 def test_oracle_heat_losers_fail_where_expected(tmp_path_factory, guest_image):

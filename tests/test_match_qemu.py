@@ -62,6 +62,15 @@ def test_qemu_heat_oracle_two_seats(tmp_path, guest_image):
     assert terr["milestones"]["host-reboot"]["evidence"]["reboot"] is True
     # the guest really rebooted: QEMU forwards ports on 127.0.0.1
     assert (out / "agents" / f"{winner}-agent" / "referee-reboot").read_text() == "host-reboot"
+    # each guest held to the class (first-build: 1 vCPU, 768 MiB, 2048 MiB = the image's disk)
+    extra = json.loads((out / "aoe-extra.json").read_text())
+    assert "territory_notes" not in extra
+    for tid in ("builder-one", "builder-two"):
+        assert extra["territories"][tid] == {
+            "resources": {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 2048},
+            "limits": {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "enforced": ["cpu", "memory", "disk"],
+                       "not_enforced": {"tasks": "the guest kernel's own (no limit set by the provider)"}},
+        }
     assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _is_qemu_of(p, out)]
 
 

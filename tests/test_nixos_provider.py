@@ -24,7 +24,7 @@ from aoe_tui.runtime.nixos import (
     read_nixos_configs,
     resolve_flake_ref,
 )
-from aoe_tui.runtime.provider import ProviderError, ProvisionError, TerritorySpec
+from aoe_tui.runtime.provider import ProviderError, ProvisionError, TerritoryResources, TerritorySpec
 
 ATTR = "nixosConfigurations.builder-one.config.system.build.vm"
 
@@ -68,7 +68,8 @@ def test_nix_build_command_is_upstreams() -> None:
 
 
 def test_env_and_port_plan(tmp_path: Path) -> None:
-    specs = [TerritorySpec("builder-one", "a", 8080, 0), TerritorySpec("builder-two", "b", 8080, 1),
+    big = TerritoryResources(vcpus=2, memory_mib=1024, disk_mib=4096)
+    specs = [TerritorySpec("builder-one", "a", 8080, 0), TerritorySpec("builder-two", "b", 8080, 1, resources=big),
              TerritorySpec("builder-three", "c", 9000, 2)]  # fmt: skip
     launches = plan_launches(
         [(s, f".#nixosConfigurations.{s.id}.config.system.build.vm") for s in specs],
@@ -80,13 +81,15 @@ def test_env_and_port_plan(tmp_path: Path) -> None:
     assert two.console_log == tmp_path / "territories" / "builder-two" / "console.log"
     assert two.env == {
         "QEMU_NET_OPTS": "restrict=on,hostfwd=tcp:127.0.0.1:26002-:22,hostfwd=tcp:127.0.0.1:26003-:8080",
-        "QEMU_OPTS": "-netdev socket,id=arena,mcast=230.77.0.1:23977 -device virtio-net-pci,netdev=arena,mac=52:54:00:77:00:0b",
+        "QEMU_OPTS": "-netdev socket,id=arena,mcast=230.77.0.1:23977 -device virtio-net-pci,netdev=arena,mac=52:54:00:77:00:0b"
+                     " -m 1024 -smp 2",  # the class's size, after the runner's own -m/-smp (the last wins)
     }
+    assert launches[0].env["QEMU_OPTS"].endswith("mac=52:54:00:77:00:0a -m 768 -smp 1")
     assert launches[2].env["QEMU_NET_OPTS"].endswith("hostfwd=tcp:127.0.0.1:26005-:9000")
     assert two.ref == f"path:{tmp_path.resolve()}#nixosConfigurations.builder-two.config.system.build.vm"
     tcg = plan_launches([(specs[0], ".#x")], arena_dir=tmp_path, workdir=tmp_path, base_port=26000,
                         multicast_port=23977, force_tcg=True)  # fmt: skip
-    assert tcg[0].env["QEMU_OPTS"].endswith(" -machine accel=tcg")
+    assert tcg[0].env["QEMU_OPTS"].endswith(" -machine accel=tcg -m 768 -smp 1")
 
 
 def test_port_plan_limits(tmp_path: Path) -> None:
@@ -126,7 +129,7 @@ def test_reads_configs_from_upstream_manifest(fixtures_dir: Path) -> None:
     assert cfg["builder-two"] == "./arenas/first-build#nixosConfigurations.builder-two.config.system.build.vm"
     prov = NixosProvider(arena, Path("/tmp/unused"), accel="native")
     plans = prov.plan([TerritorySpec("builder-one", "x", index=0), TerritorySpec("builder-two", "y", index=1)])
-    assert plans[1].env["QEMU_OPTS"].endswith("mac=52:54:00:77:00:0b")
+    assert plans[1].env["QEMU_OPTS"].endswith("mac=52:54:00:77:00:0b -m 768 -smp 1")
     with pytest.raises(ProviderError, match="no nixos_config for territory builder-nine"):
         prov.plan([TerritorySpec("builder-nine", "x")])
 
@@ -173,5 +176,6 @@ def test_doctor_says_why_unavailable(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     checks = {c.name: c for c in doctor_checks(probe_network=False)}
     assert not checks["nix"].ok and checks["nix"].detail == "not found in PATH" and "nix" in checks["nix"].fix
     assert not checks["nixpkgs"].ok
+    assert checks["limits"].ok and "disk: the flake's diskSize, compared with the class" in checks["limits"].detail
     if shutil.which("nix", path=os.defpath) is None:
         assert checks["nix"].fix

@@ -7,6 +7,7 @@ writes a file under /var/lib, reboots through ``provider.reboot()`` and finds th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -19,7 +20,13 @@ import pytest
 
 from aoe_tui.runtime import qemu
 from aoe_tui.runtime.netalloc import NetAllocator
-from aoe_tui.runtime.provider import ProviderError, ProvisionError, TerritoryRefusedError, TerritorySpec
+from aoe_tui.runtime.provider import (
+    ProviderError,
+    ProvisionError,
+    TerritoryRefusedError,
+    TerritoryResources,
+    TerritorySpec,
+)
 from aoe_tui.runtime.qemu import (
     QemuProvider,
     accel_args,
@@ -98,6 +105,12 @@ def test_command_line_shape() -> None:
     assert "name=opt/aoe/root_password,file=/w/builder-one/disk/root_password" in cmd
     assert "root_password=" not in cmd[cmd.index("-append") + 1]
     assert "aoe.hostname" not in joined  # identity travels by fw_cfg only
+
+
+def test_command_line_takes_the_class_size() -> None:
+    cmd = _cmd(cpus=2, memory_mib=1536)
+    assert cmd[cmd.index("-m") + 1] == "1536" and cmd[cmd.index("-smp") + 1] == "2"
+    assert cmd.count("-m") == 1 and cmd.count("-smp") == 1
 
 
 def test_command_line_legacy_identity_on_append() -> None:
@@ -200,6 +213,118 @@ async def test_qemu_that_cannot_boot_is_reported_and_cleaned(tmp_path: Path, gue
     assert not (tmp_path / "t" / "builder-one" / "state.json").exists()
 
 
+# ----------------------------------------------------------------------------- class resources
+
+
+#: A stand-in qemu-system-x86_64: records its argv (``argv-<name>``) and the virtual size of
+#: its overlay (``disk-<name>.json``, by the real qemu-img), then fails like a bad kernel.
+FAKE_QEMU = r"""#!/bin/sh
+d="$(dirname "$0")"
+printf '%s\n' "$@" > "$d/argv-$2"
+for a in "$@"; do
+  case "$a" in file=*overlay.qcow2,*) f="${a#file=}"; qemu-img info --output=json "${f%%,*}" > "$d/disk-$2.json";; esac
+done
+exit 1
+"""
+
+
+def _fake_qemu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    (bindir / "qemu-system-x86_64").write_text(FAKE_QEMU)
+    (bindir / "qemu-system-x86_64").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    return bindir
+
+
+def _small_image(tmp_path: Path, guest_image, mib: int = 64):
+    import dataclasses
+
+    disk = tmp_path / "small.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), f"{mib}M"], check=True)
+    return dataclasses.replace(guest_image, qcow2=disk)
+
+
+def _arg(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+async def test_guests_take_their_class(tmp_path: Path, guest_image, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each VM gets its seat's class: -smp vcpus, -m memory_mib, an overlay of disk_mib (larger
+    than the image: grown; smaller: the image's size and a note); limits() says so. QEMU is a
+    stand-in that records its command line and fails, so nothing boots."""
+    bindir = _fake_qemu(tmp_path, monkeypatch)
+    image = _small_image(tmp_path, guest_image, 64)
+    assert qemu.qcow2_virtual_size(image.qcow2) == 64 * 2**20
+    specs = [
+        TerritorySpec("builder-one", "pw-1", index=0, resources=TerritoryResources(vcpus=2, memory_mib=1024, disk_mib=96)),
+        TerritorySpec("builder-two", "pw-2", index=1, resources=TerritoryResources(vcpus=1, memory_mib=768, disk_mib=32)),
+    ]
+    prov = QemuProvider(tmp_path / "t", image=image, ready_timeout_s=60, allocator=NetAllocator(tmp_path / "reg"))
+    with pytest.raises(ProvisionError, match="qemu exited with status 1"):
+        await prov.provision(specs)
+    one = (bindir / "argv-builder-one").read_text().splitlines()
+    two = (bindir / "argv-builder-two").read_text().splitlines()
+    assert (_arg(one, "-smp"), _arg(one, "-m")) == ("2", "1024")
+    assert (_arg(two, "-smp"), _arg(two, "-m")) == ("1", "768")
+    assert json.loads((bindir / "disk-builder-one.json").read_text())["virtual-size"] == 96 * 2**20
+    assert json.loads((bindir / "disk-builder-two.json").read_text())["virtual-size"] == 64 * 2**20
+    assert prov.notes == ["qemu: the class of builder-two asks 32 MiB of disk; a qemu guest's disk cannot be "
+                          "smaller than the guest image's 64 MiB, so it gets 64 MiB"]
+    assert prov.limits("builder-one") == {
+        "vcpus": 2, "memory_mib": 1024, "disk_mib": 96, "enforced": ["cpu", "memory", "disk"],
+        "not_enforced": {"tasks": "the guest kernel's own (no limit set by the provider)"},
+    }
+    assert prov.limits("builder-two")["disk_mib"] == 64 and prov.limits("nobody") == {}
+    # the [provider] memory_mib override: every guest, and a note naming the seats it overrides
+    over = QemuProvider(tmp_path / "t2", image=image, memory_mib=512, ready_timeout_s=60,
+                        allocator=NetAllocator(tmp_path / "reg"))
+    with pytest.raises(ProvisionError):
+        await over.provision(specs[:1])
+    assert _arg((bindir / "argv-builder-one").read_text().splitlines(), "-m") == "512"
+    assert over.notes == ["qemu: [provider] memory_mib = 512 overrides the class memory (1024 MiB) of builder-one"]
+    assert over.limits("builder-one")["memory_mib"] == 512
+
+
+def test_console_watch_reads_new_bytes_and_finds_the_oom_line(tmp_path: Path) -> None:
+    """The guest kernel's OOM killer line on the serial console is the seat's out of memory;
+    the watch reads only what was added, finds a line split across two reads, and stays set."""
+    console = tmp_path / "console.log"
+    watch = qemu.ConsoleWatch(console)
+    assert not watch.seen()  # no console yet
+    console.write_bytes(b"b1 login: \r\n[  812.1] python3 invoked oom-killer: gfp_mask=0x140cca\r\n")
+    assert not watch.seen() and watch.offset == console.stat().st_size
+    with console.open("ab") as f:
+        f.write(b"[  812.5] Out of memory: Ki")
+    assert not watch.seen()
+    with console.open("ab") as f:
+        f.write(b"lled process 4242 (python3) total-vm:1058000kB\r\n")
+    assert watch.seen() and watch.seen()
+    fresh = qemu.ConsoleWatch(console)
+    assert fresh.seen()
+    console.write_bytes(b"rebooted\r\n")
+    again = qemu.ConsoleWatch(console)
+    assert not again.seen()
+    console.write_bytes(b"x")  # truncated below the last offset: read from the start again
+    assert not again.seen() and again.offset == 1
+    console.write_bytes(b"xOut of memory: Killed process 7 (a)\r\n")
+    assert again.seen()
+    assert qemu.oom_phrase(768) == "out of memory in the territory (768 MiB)"
+
+
+async def test_exhaustion_names_the_guest_memory(tmp_path: Path, guest_image, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_qemu(tmp_path, monkeypatch)
+    prov = QemuProvider(tmp_path / "t", image=_small_image(tmp_path, guest_image), ready_timeout_s=60,
+                        allocator=NetAllocator(tmp_path / "reg"))
+    spec = TerritorySpec("builder-one", "pw", resources=TerritoryResources(memory_mib=640))
+    with pytest.raises(ProvisionError):
+        await prov.provision([spec])
+    assert prov.exhaustion("builder-one") == [] and prov.exhaustion("nobody") == []
+    with (tmp_path / "t" / "builder-one" / "console.log").open("ab") as f:
+        f.write(b"[ 99.1] Out of memory: Killed process 812 (hog) total-vm:900000kB\r\n")
+    assert prov.exhaustion("builder-one") == ["out of memory in the territory (640 MiB)"]
+
+
 def test_cleanup_stale_kills_leftover_qemu(tmp_path: Path) -> None:
     """A runner that died leaves state.json + a live QEMU: cleanup_stale kills it and removes the overlay."""
     tdir = tmp_path / "builder-two"
@@ -226,7 +351,8 @@ def test_cleanup_stale_kills_leftover_qemu(tmp_path: Path) -> None:
 
 def test_doctor_checks_report_accel_and_tools() -> None:
     checks = {c.name: c for c in qemu.doctor_checks()}
-    assert set(checks) == {"qemu-system-x86_64", "qemu-img", "acceleration", "guest image"}
+    assert set(checks) == {"qemu-system-x86_64", "qemu-img", "acceleration", "guest image", "limits"}
+    assert checks["limits"].ok and checks["limits"].detail.startswith("enforced from each seat's class: cpu (-smp")
     assert checks["qemu-system-x86_64"].ok == (shutil.which("qemu-system-x86_64") is not None)
     assert checks["acceleration"].detail.startswith(("kvm:", "tcg:"))
 
@@ -283,9 +409,12 @@ async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
     password = "qemu-test-Pw-7781"
     workdir = tmp_path / "territories"
     prov = QemuProvider(workdir, image=guest_image, ready_timeout_s=400, reboot_timeout_s=400)
+    # the seat's class (not the defaults): 2 vCPUs, 640 MiB, and a disk larger than the image's
+    # 2048 MiB, so the overlay and the guest's ext4 are grown before the territory is ready
+    res = TerritoryResources(vcpus=2, memory_mib=640, disk_mib=2560)
     try:
         t0 = time.monotonic()
-        [t] = await prov.provision([TerritorySpec("builder-one", password)])
+        [t] = await prov.provision([TerritorySpec("builder-one", password, resources=res)])
         boot_s = time.monotonic() - t0
         assert t.host == "127.0.0.1" and t.service_port == t.ssh_port + 1
         assert t.credential_file.stat().st_mode & 0o777 == 0o600
@@ -300,6 +429,30 @@ async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
                                "systemctl is-active builder-app.service; cat /proc/sys/kernel/random/boot_id", check=False)
         hostname, token, _app, boot_id = str(r.stdout).split("\n")[:4]
         assert hostname == "builder-one" and token.startswith("persisted-")
+        # the class inside the guest: nproc, MemTotal (the kernel keeps some), the size of /
+        async with prov.ssh(t) as conn:
+            r = await conn.run("nproc; sed -n 's/^MemTotal: *\\([0-9]*\\) kB/\\1/p' /proc/meminfo; "
+                               "df -Pm / | tail -n 1", check=True)
+        nproc, memtotal_kib, df_line = str(r.stdout).split("\n")[:3]
+        memtotal_mib, root_mib = int(memtotal_kib) / 1024, int(df_line.split()[1])
+        assert int(nproc) == res.vcpus
+        assert 0.85 * res.memory_mib <= memtotal_mib <= res.memory_mib, memtotal_mib
+        assert 2048 < root_mib <= res.disk_mib and root_mib >= 0.9 * res.disk_mib, df_line  # grown past the image
+        assert prov.limits("builder-one") == {
+            "vcpus": 2, "memory_mib": 640, "disk_mib": 2560, "enforced": ["cpu", "memory", "disk"],
+            "not_enforced": {"tasks": "the guest kernel's own (no limit set by the provider)"},
+        }
+        assert prov.notes == [] and prov.exhaustion("builder-one") == []
+        # a hog runs the guest out of memory: its kernel's OOM killer ends it, the console shows it,
+        # and the provider reports the seat's own limit
+        async with prov.ssh(t) as conn:
+            r = await conn.run("python3 -c 'b = []\nwhile True: b.append(bytearray(16 << 20))'", check=False)
+        assert r.exit_status != 0
+        for _ in range(60):
+            if prov.exhaustion("builder-one"):
+                break
+            await asyncio.sleep(0.5)
+        assert prov.exhaustion("builder-one") == ["out of memory in the territory (640 MiB)"]
         # no route out: restrict=on
         async with prov.ssh(t) as conn:
             r = await conn.run("curl -s --max-time 5 http://10.0.2.2:1/ >/dev/null; echo rc=$?", check=False)
@@ -310,9 +463,11 @@ async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
         await prov.reboot(t)
         reboot_s = time.monotonic() - t1
         async with prov.ssh(t) as conn:
-            r = await conn.run("cat /var/lib/aoe-persist; cat /proc/sys/kernel/random/boot_id", check=False)
-        token2, boot_id2 = str(r.stdout).split("\n")[:2]
+            r = await conn.run("cat /var/lib/aoe-persist; cat /proc/sys/kernel/random/boot_id; df -Pm / | tail -n 1",
+                               check=False)
+        token2, boot_id2, df_line2 = str(r.stdout).split("\n")[:3]
         assert token2 == token, "file under /var/lib did not survive the reboot"
+        assert int(df_line2.split()[1]) == root_mib, "the grown root did not survive the reboot"
         assert boot_id2 != boot_id, "the guest did not really reboot"
         assert t.extra["pid"] != old_pid  # -no-reboot + relaunch
         # The player changes root's password in the running guest: the referee cannot even ask
@@ -346,6 +501,8 @@ async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
             await prov.reboot(t)
         refused_s = time.monotonic() - t3
         assert MASKED_REFUSED_AFTER_S < refused_s < reboot_s * 1.5 + MASKED_REFUSED_AFTER_S + 30 < prov.reboot_timeout_s
+        print(f"qemu ({prov.chosen_accel}): class {res}: nproc {nproc}, MemTotal {memtotal_mib:.0f} MiB, "
+              f"/ {root_mib} MiB ({df_line.split()[3]} MiB free)")
         print(f"qemu ({prov.chosen_accel}): ssh-ready {boot_s:.1f} s, reboot {reboot_s:.1f} s, "
               f"lockout before reboot decided in {locked_s:.1f} s, sshd masked decided in {refused_s:.1f} s")
     finally:

@@ -114,8 +114,10 @@ class FakeProvider(TerritoryProvider):
     name = "fake"
 
     def __init__(self, state: Path, fail_reboot: set[str] = frozenset(), reboot_s: float = 0.05,
-                 refuse_reboot: set[str] = frozenset()) -> None:
+                 refuse_reboot: set[str] = frozenset(), exhausted: dict[str, list[str]] | None = None) -> None:
         self.state = state
+        #: territory id → the limits it "ran into" (provider.exhaustion), from the start
+        self.exhausted = dict(exhausted or {})
         self.fail_reboot = set(fail_reboot)
         self.refuse_reboot = set(refuse_reboot)
         self.reboot_s = reboot_s
@@ -141,6 +143,9 @@ class FakeProvider(TerritoryProvider):
         # a "volatile" build loses its reboot flag: only survives if marked durable
         if (self.state / territory.id / "volatile").exists():
             (self.state / territory.id / "host-reboot").unlink(missing_ok=True)
+
+    def exhaustion(self, territory_id: str) -> list[str]:
+        return list(self.exhausted.get(territory_id, []))
 
     async def teardown(self) -> None:
         pass
@@ -666,6 +671,57 @@ async def test_run_heat_full_with_fakes_and_refusal(tmp_path, monkeypatch):
         await run_heat(loaded, FakeProvider(state), adapters, out)
 
 
+class NotingProvider(FakeProvider):
+    """A fake provider with a note and limits, as an ssh host larger than its class."""
+
+    async def provision(self, specs: Sequence[TerritorySpec]) -> list[Territory]:
+        self.notes.append("host builder-one (192.0.2.10:22) offers 2 vCPUs, more than its class asks")
+        return await super().provision(specs)
+
+    def limits(self, territory_id: str) -> dict[str, object]:
+        return {"enforced": [], "offered": {"vcpus": 2, "memory_mib": 4096, "disk_mib": 9000}, "id": territory_id}
+
+
+async def test_run_heat_reports_territory_resources_and_notes(tmp_path, monkeypatch):
+    """aoe-extra.json gains ``territories`` (each seat's class resources and the provider's
+    limits) and ``territory_notes`` (printed too), only when there are notes; the existing keys stay."""
+    from aoe_tui.referee.heat import run_heat
+
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_STATE", str(state))
+    loaded = load_manifest(write_arena(tmp_path / "arena"))
+    adapters = {a.id: FakeAdapter({"state": state, "steps": ALL}) for a in loaded.manifest.agents}
+    monkeypatch.setattr("aoe_tui.agents.instruction.build_instruction", lambda _l, tid: f"build on {tid}")
+    said: list[str] = []
+    await run_heat(loaded, NotingProvider(state), adapters, tmp_path / "m1", drain_seconds=0.5,
+                   write_bundle_file=False, on_phase=said.append)
+    extra = json.loads((tmp_path / "m1" / "aoe-extra.json").read_text())
+    note = "host builder-one (192.0.2.10:22) offers 2 vCPUs, more than its class asks"
+    assert extra["territory_notes"] == [note]
+    assert f"note: {note}" in said
+    assert said.index(f"note: {note}") < said.index("tearing down territories")
+    assert sorted(extra["territories"]) == sorted(SEATS)
+    assert extra["territories"]["builder-two"] == {
+        "resources": {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 2048},
+        "limits": {"enforced": [], "offered": {"vcpus": 2, "memory_mib": 4096, "disk_mib": 9000}, "id": "builder-two"},
+    }
+    assert {"schema", "version", "provider", "timings"} <= set(extra) and extra["provider"] == "fake"
+    # no notes: no territory_notes key; a provider that enforces nothing says {}
+    await run_heat(loaded, FakeProvider(state), adapters, tmp_path / "m2", drain_seconds=0.5, write_bundle_file=False)
+    extra = json.loads((tmp_path / "m2" / "aoe-extra.json").read_text())
+    assert "territory_notes" not in extra
+    assert extra["territories"]["builder-one"]["limits"] == {}
+    assert "exhausted" not in extra["territories"]["builder-one"]
+    # a territory that ran into one of its limits: named beside its limits
+    oom = "out of memory in the territory (768 MiB)"
+    await run_heat(loaded, FakeProvider(state, exhausted={"builder-three": [oom]}), adapters, tmp_path / "m3",
+                   drain_seconds=0.5, write_bundle_file=False)
+    extra = json.loads((tmp_path / "m3" / "aoe-extra.json").read_text())
+    assert extra["territories"]["builder-three"]["exhausted"] == [oom]
+    assert [t for t, v in extra["territories"].items() if "exhausted" in v] == ["builder-three"]
+
+
 def test_territory_specs_passwords(tmp_path):
     from aoe_tui.referee.heat import territory_specs
 
@@ -699,3 +755,51 @@ async def test_run_heat_cancelled_during_provisioning_cancels_it_before_the_tear
     with pytest.raises(asyncio.CancelledError):
         await heat
     assert provider.events == ["provision", "cancelled", "teardown"]
+
+
+async def test_exhausted_territory_charges_its_own_seat(tmp_path):
+    """Issue #26 item 2: a territory that ran out of its own resources (the provider's
+    ``exhaustion``) is that seat's business. Its agent's harness crash is the player's
+    failure with the limit named first, its failed reboot fails only its milestone (no
+    infrastructure failure: the heat is not voided, the season does not re-run it), the
+    limit is an activity line of the seat and in ``aoe-extra``'s facts; the other seats'
+    results stand."""
+    from aoe_tui.season.attempts import judge_attempt
+
+    oom = "out of memory in the territory (768 MiB)"
+    world, records, out, provider = await supervise(
+        tmp_path,
+        [{"crash": True}, {"steps": ALL}, {"steps": ALL, "delay": 0.3}],
+        provider_kw={"exhausted": {"builder-one": [oom], "builder-two": ["disk full in the territory (2048 MiB)"]},
+                     "fail_reboot": {"builder-two"}},
+        duration=5,
+    )
+    a1 = world.agents["builder-one-agent"]
+    assert (a1.failure_source, a1.terminal_state, a1.successful) == ("player", "incomplete", False)
+    finished = [r.event for r in kinds(records, "agent_finished") if r.event.agent == "builder-one-agent"]
+    assert finished[0].detail.startswith(oom + ": adapter exited with exit status: 1")
+    # seat two's reboot failed in a territory with a full disk: its milestone fails, no infrastructure failure
+    assert not kinds(records, "infrastructure_failure") and world.infrastructure_failures == 0
+    failed = [r.event for r in kinds(records, "milestone_failed")
+              if (r.event.territory, r.event.milestone) == ("builder-two", "host-reboot")]
+    assert failed and "disk full in the territory (2048 MiB): host reboot failed" in failed[0].detail
+    assert world.winner == "builder-three"  # the third seat raced on untouched
+    assert not judge_attempt(world, records).spoiled
+    from aoe_tui.replay.activity import read_activity
+
+    recs, _torn = read_activity(out / "activity.jsonl")
+    lines = [(a.agent, a.line) for a in recs]
+    assert ("builder-one-agent", f"territory: {oom}") in lines
+    assert lines.count(("builder-one-agent", f"territory: {oom}")) == 1  # once, however often polled
+
+
+async def test_no_exhaustion_keeps_harness_failure(tmp_path):
+    """Without a limit hit, a harness crash stays the harness's (an infrastructure source)."""
+    world, records, _, _ = await supervise(tmp_path, [{"crash": True}, {"steps": ALL[:1]}, {"steps": ALL[:1]}],
+                                     provider_kw={"exhausted": {"builder-two": ["out of tasks in the territory (2048)"]}},
+                                     duration=1)
+    a1 = world.agents["builder-one-agent"]
+    assert (a1.failure_source, a1.terminal_state) == ("harness", "failed")
+    details = {r.event.agent: r.event.detail for r in kinds(records, "agent_finished")}
+    assert "out of" not in details["builder-one-agent"]
+    assert details["builder-two-agent"] == "done"  # a completed run keeps its summary beside a hit limit

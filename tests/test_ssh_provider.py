@@ -8,6 +8,7 @@ only through an inventory TOML.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,7 @@ async def test_unreachable_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_doctor_checks() -> None:
     names = [c.name for c in doctor_checks()]
-    assert names == ["asyncssh", "inventory"]
+    assert names == ["asyncssh", "inventory", "limits"]
 
 
 # ----------------------------------------------------------------------------- a real host
@@ -175,3 +176,138 @@ async def test_wrong_credentials_and_failing_reset(tmp_path: Path, real_host, mo
         await prov.provision([TerritorySpec("builder-one", "x")])
     assert not (tmp_path / "w" / "builder-one" / "credential.env").exists()
     assert os.environ["AOE_TEST_RIGHT_PW"] not in str(inv.read_text())
+
+
+@pytest.mark.container
+async def test_host_is_held_to_its_class(tmp_path: Path, real_host, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the host offers against the seat's class: a class larger than the host refuses it in
+    one line (nothing left behind); a class smaller than the host runs, with a note, and
+    ``limits()`` says nothing is enforced and what the host offered."""
+    from aoe_tui.runtime.provider import TerritoryResources
+
+    t = real_host
+    monkeypatch.setenv("AOE_TEST_HOST_PW", t.password)
+    inv = _write(
+        tmp_path / "hosts.toml",
+        f'[territories.builder-one]\nhost = "{t.host}"\nport = {t.ssh_port}\npassword_env = "AOE_TEST_HOST_PW"\n',
+    )
+    where = rf"host builder-one \({t.host}:{t.ssh_port}\)"
+    huge = TerritoryResources(vcpus=512, memory_mib=64 * 2**20, disk_mib=2**30)
+    prov = SshHostsProvider(inv, tmp_path / "w")
+    with pytest.raises(ProvisionError, match=rf"^{where} offers \d+ vCPUs?, \d+ MiB memory and \d+ MiB disk; its class "
+                       r"asks 512 vCPUs, 67108864 MiB memory and 1073741824 MiB disk \(too little vCPUs, memory, disk; "
+                       r"the host is refused\)$"):
+        await prov.provision([TerritorySpec("builder-one", "x", resources=huge)])
+    assert not (tmp_path / "w" / "builder-one" / "credential.env").exists()
+
+    tiny = TerritoryResources(vcpus=1, memory_mib=128, disk_mib=64)
+    prov = SshHostsProvider(inv, tmp_path / "w")
+    [st] = await prov.provision([TerritorySpec("builder-one", "x", resources=tiny)])
+    try:
+        assert st.host == t.host
+        [note] = prov.notes
+        assert re.fullmatch(rf"{where} offers \d+ vCPUs?, \d+ MiB memory and \d+ MiB disk, more than its class asks "
+                            r"\(1 vCPU, 128 MiB memory and 64 MiB disk\); nothing holds the seat to its class on the "
+                            r"ssh provider", note), note
+        limits = prov.limits("builder-one")
+        assert limits["enforced"] == [] and set(limits["not_enforced"]) == {"cpu", "memory", "disk", "tasks"}
+        offered = limits["offered"]
+        assert offered["vcpus"] >= 1 and offered["memory_mib"] > 128 and offered["disk_mib"] > 64
+        async with prov.ssh(st) as conn:  # the figures are the host's own
+            r = await conn.run("nproc", check=True)
+        assert offered["vcpus"] <= int(str(r.stdout))
+    finally:
+        await prov.teardown()
+
+
+#: A stand-in NixOS VM runner: records ``QEMU_OPTS`` and forwards the §6.2 SSH port of
+#: ``QEMU_NET_OPTS`` (127.0.0.1) to ``$FAKE_TARGET`` (the real host), as the VM's slirp forward would.
+FAKE_RUNNER = r'''
+import asyncio, os, re
+port = int(re.search(r"hostfwd=tcp:127\.0\.0\.1:(\d+)-:22", os.environ["QEMU_NET_OPTS"]).group(1))
+with open(os.environ["FAKE_DIR"] + "/qemu_opts", "w") as f:
+    f.write(os.environ["QEMU_OPTS"])
+host, tport = os.environ["FAKE_TARGET"].rsplit(":", 1)
+
+async def pipe(r, w):
+    try:
+        while data := await r.read(65536):
+            w.write(data)
+            await w.drain()
+    finally:
+        w.close()
+
+async def handle(r, w):
+    tr, tw = await asyncio.open_connection(host, int(tport))
+    await asyncio.gather(pipe(r, tw), pipe(tr, w), return_exceptions=True)
+
+async def main():
+    async with await asyncio.start_server(handle, "127.0.0.1", port) as srv:
+        await srv.serve_forever()
+
+asyncio.run(main())
+'''
+
+
+@pytest.mark.container
+async def test_nixos_guest_is_held_to_its_class(tmp_path: Path, real_host, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nixos provider end to end with a stand-in ``nix`` and VM runner (no nixpkgs here)
+    that forwards the SSH port to a real host: the class's -m/-smp reach the runner, and only the
+    guest's disk (the flake's) is compared: a class disk larger than the guest's refuses it, a
+    smaller one runs with a note; limits() give the class's CPUs and memory and the guest's disk."""
+    import socket
+    import sys
+
+    from aoe_tui.runtime.nixos import NixosProvider
+    from aoe_tui.runtime.provider import TerritoryResources
+
+    t = real_host
+    out = tmp_path / "out"
+    (out / "bin").mkdir(parents=True)
+    (tmp_path / "runner.py").write_text(FAKE_RUNNER)
+    runner = out / "bin" / "run-builder-one-vm"
+    runner.write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path / 'runner.py'}\n")
+    runner.chmod(0o755)
+    nix = tmp_path / "bin" / "nix"
+    nix.parent.mkdir()
+    nix.write_text(f"#!/bin/sh\necho {out}\n")
+    nix.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{nix.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_TARGET", f"{t.host}:{t.ssh_port}")
+    monkeypatch.setenv("FAKE_DIR", str(tmp_path))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        base = s.getsockname()[1] & ~1
+    if base + 1 > 65535 or base < 1024:
+        base = 47000
+
+    def provider() -> NixosProvider:
+        return NixosProvider(tmp_path, tmp_path / "t", base_port=base, nixos_configs={"builder-one": ".#x"},
+                             accel="native", ready_timeout_s=60)
+
+    big_disk = TerritoryResources(vcpus=2, memory_mib=1024, disk_mib=2**30)
+    prov = provider()
+    try:
+        with pytest.raises(ProvisionError, match=rf"^guest builder-one \(127\.0\.0\.1:{base}\) offers .*; its class "
+                           r"asks 2 vCPUs, 1024 MiB memory and 1073741824 MiB disk \(too little disk; the host is "
+                           r"refused\)$"):
+            await prov.provision([TerritorySpec("builder-one", t.password, resources=big_disk)])
+        assert (tmp_path / "qemu_opts").read_text().endswith(" -m 1024 -smp 2")
+    finally:
+        await prov.teardown()  # the refusal already stopped the runner; a failed test must too
+
+    small_disk = TerritoryResources(vcpus=64, memory_mib=2**20, disk_mib=64)  # CPUs/memory: not compared
+    prov = provider()
+    [st] = await prov.provision([TerritorySpec("builder-one", t.password, resources=small_disk)])
+    try:
+        assert (st.host, st.ssh_port) == ("127.0.0.1", base)
+        [note] = prov.notes
+        assert note.startswith(f"guest builder-one (127.0.0.1:{base}) offers ") and note.endswith(
+            "more than its class asks (64 vCPUs, 1048576 MiB memory and 64 MiB disk); nothing holds the seat to its "
+            "class on the nixos provider")
+        limits = prov.limits("builder-one")
+        assert (limits["vcpus"], limits["memory_mib"]) == (64, 2**20)
+        assert limits["disk_mib"] == limits["offered"]["disk_mib"] > 64
+        assert limits["enforced"] == ["cpu", "memory", "disk"]
+    finally:
+        await prov.teardown()

@@ -19,7 +19,11 @@ runner. It writes a complete upstream-format match folder:
 ``world.json``              the final reduced world — also after an abort
 ``aoe-extra.json``          ours: provider, wall-clock timings, verifier durations,
                             each agent's adapter and ``usage`` beyond §5.5 (cache
-                            tokens, who computed the cost, proxy/event token counts)
+                            tokens, who computed the cost, proxy/event token counts),
+                            ``territories`` (each seat's class ``resources``, the
+                            provider's ``limits`` and, when it ran into one, the
+                            ``exhausted`` limits) and ``territory_notes`` (the
+                            provider's warnings, also printed; only when some)
 ``<slug>.match.json``       the single-file bundle (Appendix B)
 ==========================  ==================================================
 
@@ -47,11 +51,12 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aoe_tui.domain import events as ev
+from aoe_tui.domain.display import printable
 from aoe_tui.domain.events import MatchState
 from aoe_tui.domain.world import WorldState, pretty_json, world_json
 from aoe_tui.errors import AoeError
@@ -314,6 +319,7 @@ async def run_heat(
     t_start = time.monotonic()
     weigh = getattr(provider, "set_cpu_weight", None) if cpu_weights else None
     lowering: list[asyncio.Future[Any]] = []
+    provisioned: list[Territory] = []
     if weigh is not None:
         on_event = _lower_weight_at_finish(on_event, weigh, lowering)
     try:
@@ -363,6 +369,9 @@ async def run_heat(
                 for t in territories
             ]
         say(f"territories ready in {timings['provision_s']:.1f} s: " + ", ".join(f"{t.id}@{t.host}:{t.ssh_port}" for t in territories))
+        provisioned = territories
+        for note in _provider_notes(provider):
+            say(f"note: {printable(note)}")
         fog = loaded.manifest.fog_of_war
         audit = fog.guest_leak_audit if fog is not None else None
         if audit is not None:
@@ -436,6 +445,7 @@ async def run_heat(
         left = end_leftover_verifiers(output_dir / "evidence")
         if left:
             say(f"ended {left} leftover verifier process(es)")
+        territory_extra = _territory_extra(provider, specs, provisioned)  # before the teardown
         t_down = time.monotonic()
         say("tearing down territories")
         try:
@@ -452,6 +462,10 @@ async def run_heat(
         if supervisor is not None:
             extra.update({k: v for k, v in supervisor.extra().items() if k != "timings"})
             extra["timings"].update(supervisor.timings)
+        extra.update(territory_extra)
+        for tid, hit in (supervisor.exhausted.items() if supervisor is not None else ()):
+            if hit:  # the limits each territory ran into (the supervisor's, polled before the teardown)
+                extra.setdefault("territories", {}).setdefault(tid, {})["exhausted"] = list(hit)
         with contextlib.suppress(OSError, TypeError, ValueError):
             write_atomic(output_dir / "aoe-extra.json", json.dumps(extra, indent=2, sort_keys=True), fsync=False)
         if write_bundle_file and log is not None:
@@ -464,6 +478,40 @@ async def run_heat(
         if disk_full and sys.exc_info()[1] is None:  # never hides a cancellation or a crash
             say(f"heat ended: {disk_full}")
             raise DiskFullError(disk_full)
+
+
+def _provider_notes(provider: TerritoryProvider) -> list[str]:
+    """The provider's one-line notes (:attr:`TerritoryProvider.notes`) as strings;
+    ``[]`` when it has none or they cannot be read."""
+    try:
+        return [str(n) for n in provider.notes]
+    except Exception:  # noqa: BLE001 - a provider's notes never break a heat
+        return []
+
+
+def _territory_extra(provider: TerritoryProvider, specs: Sequence[TerritorySpec],
+                     provisioned: Sequence[Territory]) -> dict[str, Any]:
+    """The ``aoe-extra.json`` keys of the territories' resources: ``territory_notes`` (the
+    provider's notes, only when there are some) and, once territories were provisioned,
+    ``territories``: ``{id: {"resources": the class's (vcpus, memory_mib, disk_mib, tasks),
+    "limits": provider.limits(id)}}``. Never raises."""
+    out: dict[str, Any] = {}
+    notes = _provider_notes(provider)
+    if notes:
+        out["territory_notes"] = notes
+    if provisioned:
+        ids = {t.id for t in provisioned}
+        table: dict[str, Any] = {}
+        for spec in specs:
+            if spec.id not in ids:
+                continue
+            try:
+                limits = dict(provider.limits(spec.id))
+            except Exception:  # noqa: BLE001 - limits() never raises; a plugin's might
+                limits = {}
+            table[spec.id] = {"resources": dataclasses.asdict(spec.resources), "limits": limits}
+        out["territories"] = table
+    return out
 
 
 #: CPU weights of a heat's territories (``CPUWeight=`` scale, 100 = a normal process) by

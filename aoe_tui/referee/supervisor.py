@@ -36,6 +36,16 @@ source ``harness``) then aborted (:data:`~aoe_tui.referee.rules.REASONS` ``disk_
 Once the full disk refuses an event, the log ends there: no later event is appended or
 folded into the world (the log stays a whole prefix, no half line, as after a kill).
 
+A territory's own limits (its class's resources, enforced by the provider): a seat that
+runs out of memory, tasks or disk in its territory fails or slows alone. Every tick the
+supervisor asks ``provider.exhaustion`` which limits each territory has hit
+(:attr:`HeatSupervisor.exhausted`); each new one is an activity line of that seat, an agent
+that then ends without success has the limit named first in its result's detail and, where
+its adapter blamed the provider or the harness, is the player's failure (``failed``), and a
+``host_reboot`` such a territory does not come back from fails that seat's milestone (no
+infrastructure failure, the heat is not voided). ``aoe-extra.json`` lists them under
+``territories[id].exhausted``. The host's own full disk (below) is another matter.
+
 Activity (ours): each adapter's :attr:`~aoe_tui.agents.base.AgentRun.activity` is listened
 to from the moment the run starts; every line is stamped with the heat clock (:attr:`clock_ms`)
 and buffered in an :class:`~aoe_tui.replay.activity.ActivityWriter`, which a background task
@@ -195,6 +205,10 @@ class HeatSupervisor:
         self.activity_log: ActivityWriter | None = None
         self._activity_task: asyncio.Task | None = None
         self._activity_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        #: territory id → the limits of its own resources it has run into, in the order seen
+        #: (``provider.exhaustion``: ``out of memory in the territory (768 MiB)``); the
+        #: player's doing, charged to that seat alone (see :meth:`_check_exhaustion`)
+        self.exhausted: dict[str, list[str]] = {}
 
     # ------------------------------------------------------------------ clock + emit
 
@@ -298,6 +312,7 @@ class HeatSupervisor:
             for seat in self.seats:
                 if seat.watcher is not None and not seat.watcher.done():
                     seat.watcher.cancel()
+            self._check_exhaustion()  # the territories are still up: their last counters
             await self._close_activity()
             self._write_activity()
 
@@ -356,11 +371,21 @@ class HeatSupervisor:
         from aoe_tui.agents.base import AdapterStatus
 
         status = AdapterStatus(outcome.status)
+        detail = outcome.summary
+        self._check_exhaustion()
+        limits = self.exhausted.get(seat.territory.id)
+        if limits and status != AdapterStatus.COMPLETED:
+            # the territory ran out of its own resources: that is what ended the run (an agent
+            # OOM-killed, a harness that could not fork, a session lost with its sshd), the
+            # player's doing, never the infrastructure's (§3.9)
+            detail = f"{'; '.join(limits)}: {detail}"
+            if status.failure_source in ("provider", "harness"):
+                status = AdapterStatus.FAILED
         result = AgentResult(
             agent=seat.agent.id,
             source=status.failure_source,
             success=status == AdapterStatus.COMPLETED,
-            detail=outcome.summary,
+            detail=detail,
             usage=outcome.usage,
             interrupted=status == AdapterStatus.INTERRUPTED,
         )
@@ -497,6 +522,10 @@ class HeatSupervisor:
         except TerritoryRefusedError as err:
             return _one_line(err), True
         except Exception as err:
+            self._check_exhaustion()
+            limits = self.exhausted.get(seat.territory.id)
+            if limits:  # a territory that exhausted its own resources did not come back: its own doing
+                return f"{'; '.join(limits)}: host reboot failed: {_one_line(err)}", True
             return f"host reboot failed: {_one_line(err)}", False
         return None, False
 
@@ -544,8 +573,34 @@ class HeatSupervisor:
             await self._sleep_until_ms(k * tick_ms + tick_ms / 2)  # between territory checks
             if not self.rules.running() or not self.check_disk():
                 return
+            self._check_exhaustion()
             self._checkpoint_usage()
             k = max(k + 1, int(self._now_ms() // tick_ms) + 1)
+
+    def _check_exhaustion(self) -> None:
+        """Ask the provider which limits each territory has run into
+        (:meth:`~aoe_tui.runtime.provider.TerritoryProvider.exhaustion`: cgroup counters and a
+        statvfs, no process) and add the new ones to :attr:`exhausted`; each new one is also
+        an activity line of that seat (``territory: out of memory in the territory (768
+        MiB)``). Called every tick (the usage loop), when an agent's result comes in, when a
+        reboot fails and once before the territories are torn down. Never raises."""
+        for seat in self.seats:
+            tid = seat.territory.id
+            try:
+                hit = list(self.provider.exhaustion(tid))
+            except Exception:  # noqa: BLE001 - a provider that cannot tell says nothing
+                continue
+            known = self.exhausted.setdefault(tid, [])
+            for phrase in hit:
+                if phrase in known:
+                    continue
+                known.append(phrase)
+                line = f"territory: {phrase}"
+                lines = getattr(seat.run, "activity", None)
+                if lines is not None and getattr(lines, "listen", None) is not None:
+                    lines.append(line)  # stamped into activity.jsonl by its listener
+                elif self.activity_log is not None:
+                    self.activity_log.add(self.clock_ms, seat.agent.id, line)
 
     # ------------------------------------------------------------------ drain
 
@@ -701,7 +756,8 @@ class HeatSupervisor:
 
         ``agents[id].usage`` (when the run reports one): what §5.5 cannot hold — cache
         tokens, who computed the cost, the proxy's and the events' counts
-        (:meth:`aoe_tui.agents.base.AgentRun.usage_detail`; tokens and µUSD)."""
+        (:meth:`aoe_tui.agents.base.AgentRun.usage_detail`; tokens and µUSD).
+        (:attr:`exhausted` goes to ``territories[id].exhausted``, written by ``run_heat``.)"""
         agents: dict[str, Any] = {}
         for s in self.seats:
             entry: dict[str, Any] = {"adapter": s.adapter.name or s.agent.adapter, "territory": s.territory.id}

@@ -12,7 +12,17 @@ available on a machine that reaches only PyPI/Debian/npm; :func:`doctor_checks` 
 Deviation (only when KVM cannot run stock kernels, e.g. ``kvm_pvm``): NixOS's runner
 picks KVM whenever ``/dev/kvm`` exists, and a stock NixOS kernel hangs on PVM, so
 ``-machine accel=tcg`` is appended to ``QEMU_OPTS`` (``accel="auto"``). With
-``accel="native"`` the environment is exactly upstream's.
+``accel="native"`` the environment is upstream's plus the class's size below.
+
+Resources (spec §1.7): ``QEMU_OPTS`` ends with ``-m <memory_mib> -smp <vcpus>`` of the seat's
+class; the runner script puts ``$QEMU_OPTS`` after its own ``-m``/``-smp`` (the flake's
+``virtualisation.memorySize``/``cores``) and QEMU keeps the last, so the class wins. The disk
+is the flake's ``virtualisation.diskSize``, fixed at build time: after the first login the
+provider reads what each guest offers (:mod:`aoe_tui.runtime.hostoffer`) and refuses a guest
+whose disk is smaller than its class; a larger one runs, with a line in
+:attr:`NixosProvider.notes`. A runner whose output carries the serial console
+(``virtualisation.graphics = false``) reports the guest's OOM killer as the seat's
+``out of memory`` (:meth:`NixosProvider.exhaustion`).
 """
 
 from __future__ import annotations
@@ -29,12 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source
+from aoe_tui.runtime.hostoffer import HostOffer, check_host
+from aoe_tui.runtime.qemu import ConsoleWatch, oom_phrase
 from aoe_tui.runtime.provider import (
     DoctorCheck,
     ProviderError,
     ProvisionError,
     Territory,
     TerritoryProvider,
+    TerritoryResources,
     TerritorySpec,
     reboot_over_ssh,
     write_credential_file,
@@ -117,7 +130,8 @@ class NixosLaunch:
         mac: arena-NIC MAC (§6.2).
         cwd: ``<workdir>/<id>/vm-state``.
         console_log: ``<workdir>/<id>/console.log`` (runner stdout and stderr).
-        env: ``QEMU_NET_OPTS`` and ``QEMU_OPTS`` (added to the inherited environment).
+        env: ``QEMU_NET_OPTS`` and ``QEMU_OPTS`` (added to the inherited environment);
+            ``QEMU_OPTS`` ends with the class's ``-m <memory_mib> -smp <vcpus>``.
     """
 
     territory: str
@@ -161,6 +175,7 @@ def plan_launches(
         opts = qemu_opts(multicast_port, mac)
         if force_tcg:
             opts += " -machine accel=tcg"
+        opts += f" -m {spec.resources.memory_mib} -smp {spec.resources.vcpus}"
         tdir = workdir / spec.id
         launches.append(
             NixosLaunch(
@@ -237,6 +252,40 @@ class NixosProvider(TerritoryProvider):
         self.reboot_timeout_s = reboot_timeout_s
         self._procs: dict[str, asyncio.subprocess.Process] = {}
         self._launches: list[NixosLaunch] = []
+        self._offers: dict[str, HostOffer] = {}
+        self._watches: dict[str, tuple[ConsoleWatch, int]] = {}
+        self._resources: dict[str, TerritoryResources] = {}
+
+    def exhaustion(self, territory_id: str) -> list[str]:
+        """``["out of memory in the territory (<memory_mib> MiB)"]`` once the guest kernel's
+        OOM killer line shows in the runner's output (``console.log``; only when it carries
+        the serial console), else ``[]``. Reads only the new bytes; never raises."""
+        watch = self._watches.get(territory_id)
+        if watch is None:
+            return []
+        try:
+            return [oom_phrase(watch[1])] if watch[0].seen() else []
+        except Exception:  # noqa: BLE001 - never raises (polled by the supervisor)
+            return []
+
+    def limits(self, territory_id: str) -> dict[str, object]:
+        """``{"vcpus", "memory_mib"`` (the class's, passed as ``-smp``/``-m``), ``"disk_mib"``
+        (the size of the guest's ``/``, from the flake), ``"enforced": ["cpu", "memory",
+        "disk"], "not_enforced": {"tasks": ...}, "offered": {...}}``; ``{}`` for an unknown
+        territory. Never raises."""
+        res = self._resources.get(territory_id)
+        if res is None:
+            return {}
+        offer = self._offers.get(territory_id)
+        out: dict[str, object] = {
+            "vcpus": res.vcpus, "memory_mib": res.memory_mib,
+            "disk_mib": offer.disk_mib if offer is not None else None,
+            "enforced": ["cpu", "memory", "disk"],
+            "not_enforced": {"tasks": "the guest kernel's own (no limit set by the provider)"},
+        }
+        if offer is not None:
+            out["offered"] = offer.as_dict()
+        return out
 
     def plan(self, specs: Sequence[TerritorySpec]) -> list[NixosLaunch]:
         """The launch plans for ``specs`` (no side effects; used by ``provision`` and tests).
@@ -280,9 +329,12 @@ class NixosProvider(TerritoryProvider):
     async def provision(self, specs: Sequence[TerritorySpec]) -> list[Territory]:
         """Build every territory's VM, boot them concurrently, wait for root SSH on all.
 
+        Each guest's disk is then held to its class (:func:`~aoe_tui.runtime.hostoffer.check_host`).
+
         Raises:
-            ProvisionError: nix missing, a build failed, a port taken, or SSH not ready in
-                ``ready_timeout_s``; every started VM is stopped first (upstream ``PartialBoot``).
+            ProvisionError: nix missing, a build failed, a port taken, SSH not ready in
+                ``ready_timeout_s``, or a guest smaller than its class (the flake's disk);
+                every started VM is stopped first (upstream ``PartialBoot``).
         """
         from aoe_tui.runtime.qemu import port_in_use
         from aoe_tui.runtime.ssh import wait_ready
@@ -307,12 +359,16 @@ class NixosProvider(TerritoryProvider):
                         stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True,
                     )  # fmt: skip
             by_id = {s.id: s for s in specs}
+            for la in self._launches:
+                self._resources[la.territory] = by_id[la.territory].resources
+                self._watches[la.territory] = (ConsoleWatch(la.console_log), by_id[la.territory].resources.memory_mib)
             await asyncio.gather(
                 *(
                     wait_ready("127.0.0.1", la.ssh_port, by_id[la.territory].password, timeout_s=self.ready_timeout_s, interval_s=0.5)
                     for la in self._launches
                 )
             )
+            await asyncio.gather(*(self._check_offer(la, by_id[la.territory]) for la in self._launches))
         except (TimeoutError, OSError) as err:
             await self.teardown()
             raise ProvisionError(f"nixos: partial boot: {err}") from err
@@ -329,6 +385,30 @@ class NixosProvider(TerritoryProvider):
                 Territory(la.territory, "127.0.0.1", la.ssh_port, la.service_port, spec.password, cred, {"mac": la.mac})
             )
         return result
+
+    async def _check_offer(self, la: NixosLaunch, spec: TerritorySpec) -> None:
+        """Hold the guest's disk (the flake's) to its class over one root login (see
+        :func:`check_host`; its CPUs and memory are the class's own ``-smp``/``-m``).
+
+        Raises:
+            ProvisionError: the guest is smaller than its class.
+        """
+        import asyncssh
+
+        from aoe_tui.runtime.ssh import connect
+
+        try:
+            conn = await connect("127.0.0.1", la.ssh_port, spec.password)
+        except (asyncssh.Error, OSError, asyncio.TimeoutError) as err:
+            raise ProvisionError(f"{spec.id}: root login on 127.0.0.1:{la.ssh_port} failed after boot: "
+                                 f"{type(err).__name__}: {err}".rstrip(": ")) from None
+        try:
+            offer = await check_host(conn, spec, who=f"guest {spec.id} (127.0.0.1:{la.ssh_port})",
+                                     provider=self.name, notes=self.notes, figures=("disk",))
+        finally:
+            conn.close()
+        if offer is not None:
+            self._offers[spec.id] = offer
 
     async def reboot(self, territory: Territory) -> None:
         """Spec §3.4: guest-initiated ``systemctl reboot``; the runner's QEMU survives.
@@ -397,6 +477,9 @@ def doctor_checks(*, probe_network: bool = True) -> list[DoctorCheck]:
         DoctorCheck("nixos", "qemu-system-x86_64", qemu is not None, qemu or "not found in PATH",
                     "" if qemu else "./setup.sh")  # fmt: skip
     )
+    checks.append(DoctorCheck("nixos", "limits", True, "enforced from each seat's class: cpu (-smp), memory (-m); "
+                              "disk: the flake's diskSize, compared with the class (smaller: refused); "
+                              "tasks: the guest kernel's own"))
     return checks
 
 

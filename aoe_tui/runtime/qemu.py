@@ -15,6 +15,14 @@ command line when QEMU exits. Under TCG this cold boot is 1.7-2.5x faster than a
 in-place reset (``docs/territories.md`` pitfall 3); the overlay keeps the disk, the host ports stay
 the same, and the guest sees an ordinary reboot (spec §3.4 only observes SSH).
 
+Resources (spec §1.7): each guest gets its seat's class, ``spec.resources``: ``-smp vcpus``,
+``-m memory_mib`` and a disk of ``disk_mib`` (the overlay's virtual size; when that is larger
+than the image's, the guest's ext4 root is grown online with ``resize2fs /dev/vda`` before
+the territory is ready). A disk cannot shrink below the image's (``image.DISK_SIZE``,
+2048 MiB): a class asking less gets the image's size and a line in :attr:`QemuProvider.notes`.
+The guest kernel's OOM killer line on the serial console is the seat's ``out of memory``
+(:meth:`QemuProvider.exhaustion`).
+
 Identity: the territory's identity (hostname and root password) goes through ``-fw_cfg name=opt/aoe/hostname,file=...``
 and ``-fw_cfg name=opt/aoe/root_password,file=<0600 file>``, which the image's
 ``aoe-identity`` script reads, so the password never shows in ``ps``. Older images
@@ -93,6 +101,13 @@ REFUSED_AFTER_S = 45.0
 #: userspace: the serial getty's login prompt (``<hostname> login:``, the only line a
 #: ``quiet`` boot prints) or systemd's emergency/rescue shell (a broken ``/etc/fstab``).
 BOOT_SIGNS: tuple[bytes, ...] = (b" login:", b"emergency mode", b"rescue mode", b"Give root password")
+#: What the guest kernel's OOM killer prints on the serial console (``Out of memory: Killed
+#: process <pid> (<comm>)`` since Linux 5.x, ``Out of memory: Kill process`` before; printed at
+#: KERN_ERR, so a ``quiet`` console shows it).
+OOM_SIGN = b"Out of memory: Kill"
+#: At most this many bytes of a console are read per :meth:`ConsoleWatch.seen` call (a
+#: flooding guest costs the poller no more than this a second).
+_CONSOLE_READ_MAX = 4 << 20
 
 
 # --------------------------------------------------------------------------- acceleration
@@ -251,6 +266,74 @@ def reserve_ports(allocator: NetAllocator, owner: str, count: int, base_port: in
     return block.start
 
 
+# --------------------------------------------------------------------------- disk and console
+
+
+def qcow2_virtual_size(path: Path) -> int:
+    """The virtual size in bytes of the qcow2 image ``path``, from its header (offset 24, u64
+    big-endian), without running ``qemu-img``.
+
+    Raises:
+        ProviderError: the file is unreadable or not a qcow2 image.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(32)
+    except OSError as err:
+        raise ProviderError(f"qemu: cannot read the guest disk {path}: {err.strerror}") from None
+    if len(head) < 32 or head[:4] != b"QFI\xfb":
+        raise ProviderError(f"qemu: the guest disk {path} is not a qcow2 image")
+    return int.from_bytes(head[24:32], "big")
+
+
+def overlay_size_mib(asked_mib: int, image_bytes: int) -> int | None:
+    """The virtual size (MiB) to give a territory's overlay so that its disk is ``asked_mib``
+    MiB, or ``None`` when the image's own size (``image_bytes``) is kept: the class asks
+    that much or less (a qcow2 overlay cannot be smaller than its backing image's data)."""
+    return asked_mib if asked_mib * 2**20 > image_bytes else None
+
+
+class ConsoleWatch:
+    """Watches a guest's serial console (a file QEMU appends to) for the OOM killer's line
+    (:data:`OOM_SIGN`), reading only the bytes added since the last call (at most
+    :data:`_CONSOLE_READ_MAX` a call) and keeping a sign split between two reads.
+
+    Args:
+        path: the console file (``console.log``); it may not exist yet.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self._carry = b""
+        self.oom = False
+
+    def seen(self) -> bool:
+        """True once the console has shown :data:`OOM_SIGN` (stays True). Never raises."""
+        if self.oom:
+            return True
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < self.offset:  # truncated or replaced: start over
+                    self.offset, self._carry = 0, b""
+                f.seek(self.offset)
+                data = f.read(min(size - self.offset, _CONSOLE_READ_MAX))
+        except OSError:
+            return False
+        self.offset += len(data)
+        buf = self._carry + data
+        if OOM_SIGN in buf:
+            self.oom = True
+        self._carry = buf[-(len(OOM_SIGN) - 1):]
+        return self.oom
+
+
+def oom_phrase(memory_mib: int) -> str:
+    """The seat's exhaustion phrase for memory: ``out of memory in the territory (768 MiB)``."""
+    return f"out of memory in the territory ({memory_mib} MiB)"
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -375,6 +458,10 @@ class _Guest:
     sock_tmp: Path | None = None
     monitor: Path | None = None
     console_mark: int = 0  # size of console.log when the current launch started (bytes)
+    vcpus: int = 1  # -smp
+    memory_mib: int = 768  # -m (MiB)
+    disk_mib: int = 2048  # virtual size of the overlay (MiB)
+    grow_fs: bool = False  # the overlay is larger than the image: resize2fs before ready
     boot_seen_at: float | None = None  # monotonic time the reboot watch saw the boot sign
 
 
@@ -387,7 +474,9 @@ class QemuProvider(TerritoryProvider):
         base_port: first host port of the §6.2 block; ``None`` → first free block ≥ 26000
             that no other running heat holds.
         accel: ``auto`` (KVM only if a stock guest can run, else TCG), ``kvm`` or ``tcg``.
-        memory_mib: guest RAM in MiB (upstream's base.nix: 768).
+        memory_mib: guest RAM in MiB for every territory, overriding the seats' classes
+            (``spec.resources.memory_mib``; upstream's base.nix: 768) and saying so in
+            :attr:`notes`; ``None`` (default): each seat's class.
         ready_timeout_s: seconds to wait for the first root login after boot.
         reboot_timeout_s: seconds to wait for SSH to come back after ``systemctl reboot``.
         allocator: the port-block registry (default: the machine's, :class:`NetAllocator`).
@@ -407,7 +496,7 @@ class QemuProvider(TerritoryProvider):
         image: GuestImage | None = None,
         base_port: int | None = None,
         accel: str = "auto",
-        memory_mib: int = 768,
+        memory_mib: int | None = None,
         ready_timeout_s: float = 300,
         reboot_timeout_s: float = 300,
         *,
@@ -429,6 +518,28 @@ class QemuProvider(TerritoryProvider):
         self._guests: dict[str, _Guest] = {}
         self._block: int | None = None
         self.chosen_accel: str | None = None
+        # per territory, kept after the teardown (console.log is kept): OOM watch, limits
+        self._watches: dict[str, tuple[ConsoleWatch, int]] = {}
+        self._limits: dict[str, dict[str, object]] = {}
+
+    def exhaustion(self, territory_id: str) -> list[str]:
+        """``["out of memory in the territory (<memory_mib> MiB)"]`` once the guest kernel's
+        OOM killer has printed on the serial console (:data:`OOM_SIGN` in ``console.log``),
+        else ``[]``. Reads only the console bytes added since the last call; never raises.
+        Running out of tasks or disk inside a VM leaves no host-side sign: not reported."""
+        watch = self._watches.get(territory_id)
+        if watch is None:
+            return []
+        try:
+            return [oom_phrase(watch[1])] if watch[0].seen() else []
+        except Exception:  # noqa: BLE001 - never raises (polled by the supervisor)
+            return []
+
+    def limits(self, territory_id: str) -> dict[str, object]:
+        """What the VM of ``territory_id`` is held to: ``{"vcpus", "memory_mib", "disk_mib",
+        "enforced": ["cpu", "memory", "disk"], "not_enforced": {"tasks": ...}}`` (MiB; the
+        disk is the overlay's virtual size); ``{}`` for an unknown territory. Never raises."""
+        return dict(self._limits.get(territory_id, {}))
 
     # ---------------------------------------------------------------- provision
 
@@ -469,6 +580,12 @@ class QemuProvider(TerritoryProvider):
             raise ProvisionError(str(err)) from err
         plans = port_plan(self._block, len(specs))
         self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            image_bytes = qcow2_virtual_size(Path(image.qcow2))
+        except ProviderError as err:
+            await self.teardown()
+            raise ProvisionError(str(err)) from err
+        self._resource_notes(specs, image_bytes)
         fw_cfg = image_reads_fw_cfg_identity(image)
         if not fw_cfg:
             log.warning(
@@ -490,6 +607,29 @@ class QemuProvider(TerritoryProvider):
             raise ProvisionError("; ".join(str(e) for e in errors))
         return [r for r in results if isinstance(r, Territory)]
 
+    def _resource_notes(self, specs: Sequence[TerritorySpec], image_bytes: int) -> None:
+        """Add to :attr:`notes` what differs from the seats' classes: the ``memory_mib``
+        override, a class disk smaller than the image's (one line per figure, naming the
+        territories)."""
+        image_mib = image_bytes // 2**20
+        if self.memory_mib is not None:
+            differ = [s for s in specs if s.resources.memory_mib != self.memory_mib]
+            if differ:
+                asked = sorted({s.resources.memory_mib for s in differ})
+                self.notes.append(
+                    f"qemu: [provider] memory_mib = {self.memory_mib} overrides the class memory "
+                    f"({', '.join(f'{m} MiB' for m in asked)}) of {', '.join(s.id for s in differ)}"
+                )
+        by_disk: dict[int, list[str]] = {}
+        for s in specs:
+            if s.resources.disk_mib * 2**20 < image_bytes:
+                by_disk.setdefault(s.resources.disk_mib, []).append(s.id)
+        for asked_mib, ids in sorted(by_disk.items()):
+            self.notes.append(
+                f"qemu: the class of {', '.join(ids)} asks {asked_mib} MiB of disk; a qemu guest's disk "
+                f"cannot be smaller than the guest image's {image_mib} MiB, so it gets {image_mib} MiB"
+            )
+
     async def _start_one(
         self, spec: TerritorySpec, plan: PortPlan, image: GuestImage, accel: list[str], fw_cfg: bool
     ) -> Territory:
@@ -498,11 +638,23 @@ class QemuProvider(TerritoryProvider):
         if disk_dir.exists():
             shutil.rmtree(disk_dir)
         disk_dir.mkdir(parents=True)
-        g = _Guest(spec=spec, dir=tdir, disk_dir=disk_dir, ports=plan)
+        res = spec.resources
+        image_bytes = qcow2_virtual_size(Path(image.qcow2))
+        grow = overlay_size_mib(res.disk_mib, image_bytes)
+        g = _Guest(spec=spec, dir=tdir, disk_dir=disk_dir, ports=plan, vcpus=res.vcpus,
+                   memory_mib=self.memory_mib if self.memory_mib is not None else res.memory_mib,
+                   disk_mib=grow if grow is not None else image_bytes // 2**20, grow_fs=grow is not None)
         self._guests[spec.id] = g
+        self._watches[spec.id] = (ConsoleWatch(tdir / "console.log"), g.memory_mib)
+        self._limits[spec.id] = {
+            "vcpus": g.vcpus, "memory_mib": g.memory_mib, "disk_mib": g.disk_mib,
+            "enforced": ["cpu", "memory", "disk"],
+            "not_enforced": {"tasks": "the guest kernel's own (no limit set by the provider)"},
+        }
         overlay = disk_dir / "overlay.qcow2"
         proc = await asyncio.create_subprocess_exec(
             QEMU_IMG, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(Path(image.qcow2).resolve()), str(overlay),
+            *([f"{grow}M"] if grow is not None else []),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )  # fmt: skip
         out, _ = await proc.communicate()
@@ -525,7 +677,8 @@ class QemuProvider(TerritoryProvider):
             console_log=console,
             monitor_socket=g.monitor,
             accel=accel,
-            memory_mib=self.memory_mib,
+            memory_mib=g.memory_mib,
+            cpus=g.vcpus,
             guest_service_port=spec.service_port,
             identity_dir=identity,
             password_on_cmdline=None if fw_cfg else spec.password,
@@ -544,6 +697,8 @@ class QemuProvider(TerritoryProvider):
                                      connect_timeout_s=self.connect_timeout_s)
         except Exception as exc:  # noqa: BLE001 - reported in one line
             raise ProvisionError(f"{spec.id}: boot did not finish: {exc}") from None
+        if g.grow_fs:
+            await self._grow_root(g)
         log.info("qemu: %s ssh-ready after %.1f s (%s)", spec.id, time.monotonic() - t0, self.chosen_accel)
         return Territory(
             id=spec.id,
@@ -554,6 +709,25 @@ class QemuProvider(TerritoryProvider):
             credential_file=cred,
             extra={"pid": g.proc.pid if g.proc else None, "dir": str(tdir), "accel": self.chosen_accel},
         )
+
+    async def _grow_root(self, g: _Guest) -> None:
+        """Grow the guest's ext4 root to its (larger) disk online: ``resize2fs /dev/vda`` over
+        root SSH, before the territory is ready. Once done it stays (the overlay keeps it).
+
+        Raises:
+            ProvisionError: the login or ``resize2fs`` failed (one line).
+        """
+        from aoe_tui.runtime.ssh import run
+
+        try:
+            r = await run("127.0.0.1", g.ports.ssh_port, g.spec.password, "resize2fs /dev/vda",
+                          timeout_s=max(60.0, self.ready_timeout_s / 2), connect_timeout_s=self.connect_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - reported in one line
+            raise ProvisionError(f"{g.spec.id}: growing the root file system to {g.disk_mib} MiB failed: "
+                                 f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+        if r.exit_status != 0:
+            last = (r.stderr.strip().splitlines() or r.stdout.strip().splitlines() or [""])[-1]
+            raise ProvisionError(f"{g.spec.id}: resize2fs /dev/vda exited {r.exit_status}: {last}")
 
     async def _supervise(self, g: _Guest, started: asyncio.Future[None]) -> None:
         """Run QEMU; relaunch the same command line whenever it exits (a guest reboot)."""
@@ -960,8 +1134,14 @@ def cleanup_unless_live(workdir: Path) -> list[str]:
 # --------------------------------------------------------------------------- doctor
 
 
+#: ``aoe doctor``'s line on what a qemu territory is held to (spec §1.7, issue 26).
+LIMITS_DETAIL = ("enforced from each seat's class: cpu (-smp vcpus), memory (-m memory_mib), disk (overlay of "
+                 "disk_mib, at least the image's 2048 MiB); tasks: the guest kernel's own")
+
+
 def doctor_checks() -> list[DoctorCheck]:
-    """What the ``qemu`` provider needs: qemu-system-x86_64, qemu-img, acceleration, the guest image."""
+    """What the ``qemu`` provider needs: qemu-system-x86_64, qemu-img, acceleration, the guest
+    image; and what it enforces (the ``limits`` line, always ok)."""
     checks: list[DoctorCheck] = []
     for binary in (QEMU_BIN, QEMU_IMG):
         path = shutil.which(binary)
@@ -972,6 +1152,7 @@ def doctor_checks() -> list[DoctorCheck]:
     # TCG always works (slowly); this line informs, it never blocks.
     checks.append(DoctorCheck("qemu", "acceleration", True, ("kvm: " if usable else "tcg: ") + detail))
     checks.append(_image_check("qemu"))
+    checks.append(DoctorCheck("qemu", "limits", True, LIMITS_DETAIL))
     return checks
 
 
@@ -995,6 +1176,8 @@ def _image_check(provider: str) -> DoctorCheck:
 
 __all__ = [
     "AUTO_BASE_PORT",
+    "OOM_SIGN",
+    "ConsoleWatch",
     "PortPlan",
     "reserve_ports",
     "QemuProvider",
@@ -1005,6 +1188,9 @@ __all__ = [
     "doctor_checks",
     "image_reads_fw_cfg_identity",
     "kvm_status",
+    "oom_phrase",
+    "overlay_size_mib",
     "port_in_use",
     "port_plan",
+    "qcow2_virtual_size",
 ]

@@ -285,7 +285,9 @@ class ProviderOptions(SectionConfig):
 
 
 class QemuOptions(ProviderOptions):
-    """``[provider]`` options of ``qemu``: the timeouts plus guest memory (MiB)."""
+    """``[provider]`` options of ``qemu``: the timeouts, and ``memory_mib``: guest memory (MiB)
+    for every territory, overriding the seats' classes (a line in the heat's notes says so;
+    unset: each seat's class, spec §1.7)."""
 
     memory_mib: int | None = None
 

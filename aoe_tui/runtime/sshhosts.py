@@ -23,6 +23,11 @@ Inventory format (all tables reject unknown keys)::
     password_env = "POOL_PW"
 
 Secrets are never inline: a ``password`` key is rejected on purpose.
+
+Resources: nothing is enforced on these hosts. After the first login the provider reads what
+each host offers (``nproc``, ``MemTotal``, the size of ``/``; :mod:`aoe_tui.runtime.hostoffer`)
+and compares it with the seat's class (spec §1.7): a smaller host is refused (ProvisionError,
+one line), a larger one runs with a warning line in :attr:`~SshHostsProvider.notes`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source
+from aoe_tui.runtime.hostoffer import HostOffer, check_host
 from aoe_tui.runtime.provider import (
     DoctorCheck,
     ProviderError,
@@ -168,6 +174,20 @@ class SshHostsProvider(TerritoryProvider):
         self.reboot_timeout_s = reboot_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._territories: dict[str, Territory] = {}
+        self._offers: dict[str, HostOffer] = {}
+
+    def limits(self, territory_id: str) -> dict[str, object]:
+        """Nothing is enforced on an existing host: ``{"enforced": [], "offered": {"vcpus",
+        "memory_mib", "disk_mib"}, "not_enforced": {...}}`` (``offered``: what the host showed
+        at provisioning; absent when it could not be read). Never raises."""
+        out: dict[str, object] = {
+            "enforced": [],
+            "not_enforced": {k: "the host's own" for k in ("cpu", "memory", "disk", "tasks")},
+        }
+        offer = self._offers.get(territory_id)
+        if offer is not None:
+            out["offered"] = offer.as_dict()
+        return out
 
     def _entry_for(self, inv: Inventory, spec: TerritorySpec, rank: int) -> tuple[HostEntry, str]:
         if spec.id in inv.territories:
@@ -184,10 +204,14 @@ class SshHostsProvider(TerritoryProvider):
 
         The spec's ``password`` is ignored: existing hosts keep their own root password.
 
+        Each host's offer is compared with its seat's class (``spec.resources``): a host
+        with fewer vCPUs, or less memory or disk than the class (beyond the tolerances of
+        :mod:`aoe_tui.runtime.hostoffer`) is refused; a larger one adds a line to :attr:`notes`.
+
         Raises:
             ProvisionError: inventory errors, a missing secret, wrong credentials, an
-                unreachable host, or a failing reset command (all hosts are checked; the
-                message lists every failure).
+                unreachable host, a host smaller than its class, or a failing reset command
+                (all hosts are checked; the message lists every failure).
         """
         try:
             inv = load_inventory(self.inventory_path)
@@ -223,6 +247,10 @@ class SshHostsProvider(TerritoryProvider):
         except (asyncssh.Error, OSError, asyncio.TimeoutError) as err:
             raise ProvisionError(f"{where}: SSH unreachable: {type(err).__name__}: {err}".rstrip(": ")) from None
         try:
+            offer = await check_host(conn, spec, who=f"host {spec.id} ({entry.host}:{entry.port})",
+                                     provider=self.name, notes=self.notes)
+            if offer is not None:
+                self._offers[spec.id] = offer
             if entry.reset_command:
                 try:
                     res = await asyncio.wait_for(
@@ -293,6 +321,10 @@ def doctor_checks() -> list[DoctorCheck]:
         DoctorCheck("ssh", "asyncssh", ok, f"asyncssh {version}", "" if ok else "./setup.sh"),
         DoctorCheck(
             "ssh", "inventory", True, "given per run with --inventory FILE (hosts you already run)"
+        ),
+        DoctorCheck(
+            "ssh", "limits", True, "none enforced (the hosts' own); each host is compared with its seat's class: "
+            "a smaller one is refused, a larger one runs with a note"
         ),
     ]
 
