@@ -448,7 +448,7 @@ def test_on_a_v2_host_the_territory_runs_in_its_one_unified_group(fake_v2, monke
 
     monkeypatch.setattr(container, "CGROUP_V1_SYSTEMD", tmp_path / "no-v1-systemd")
     monkeypatch.setattr(container, "CGROUP_V1_ROOT", fake_v2.v2_root)
-    monkeypatch.setattr(container, "_cgroup2_mount", lambda: fake_v2.v2_root)
+    monkeypatch.setattr(container, "_cgroup2_mount", lambda mount=True: fake_v2.v2_root)
     monkeypatch.setattr(container, "make_cpu_group", cgroups._make_group)
     [group] = container.territory_cgroups("aoe-eeee")
     assert group == fake_v2.v2_root / "aoe-territories" / "aoe-eeee" and group.is_dir()

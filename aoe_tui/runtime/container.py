@@ -370,14 +370,17 @@ def _apply_fast_stop(root: Path) -> None:
             os.chmod(root / rel, 0o644)
 
 
-def _cgroup2_mount() -> Path | None:
+def _cgroup2_mount(mount: bool = True) -> Path | None:
     """Where the cgroup-v2 hierarchy is mounted (the host's, else ours at
-    :data:`CGROUP2_MOUNT`, mounted on first use); None if it cannot be."""
+    :data:`CGROUP2_MOUNT`, mounted on first use unless ``mount`` is false); None if it
+    cannot be (or is not mounted and ``mount`` is false)."""
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
             left, _, right = line.partition(" - ")
             if right.split(" ", 1)[0] == "cgroup2":
                 return Path(left.split()[4])
+    if not mount:
+        return None
     CGROUP2_MOUNT.mkdir(parents=True, exist_ok=True)
     res = subprocess.run(["mount", "-t", "cgroup2", "none", str(CGROUP2_MOUNT)], capture_output=True)
     return CGROUP2_MOUNT if res.returncode == 0 else None
@@ -1513,11 +1516,12 @@ class ContainerProvider(TerritoryProvider):
     # -- limits ------------------------------------------------------------------------
 
     @staticmethod
-    def _cgroup_host() -> limits_cg.CgroupHost:
-        """This host's cgroup roots (the v2 one mounted by :func:`_cgroup2_mount` if need be)."""
+    def _cgroup_host(mount: bool = True) -> limits_cg.CgroupHost:
+        """This host's cgroup roots (the v2 one mounted by :func:`_cgroup2_mount` if need be,
+        unless ``mount`` is false: ``aoe doctor`` changes nothing)."""
         v2 = None
         if (CGROUP_V1_ROOT / "cgroup.controllers").is_file() or (CGROUP_V1_SYSTEMD / "cgroup.procs").is_file():
-            v2 = _cgroup2_mount()
+            v2 = _cgroup2_mount(mount)
         return limits_cg.CgroupHost(v1_root=CGROUP_V1_ROOT, v2_root=v2)
 
     def _note(self, line: str) -> None:
@@ -1668,7 +1672,7 @@ def limit_checks() -> list[DoctorCheck]:
     note): its line passes, its detail starts with ``not enforced``. Never raises."""
     out: list[DoctorCheck] = []
     try:
-        said = limits_cg.describe(ContainerProvider._cgroup_host())
+        said = limits_cg.describe(ContainerProvider._cgroup_host(mount=False))
     except Exception as exc:  # noqa: BLE001 - the doctor reports, it never crashes
         said = {k: (False, f"not enforced: cannot read the cgroup hierarchies: {exc}") for k in ("cpu", "memory", "tasks")}
     for key in ("cpu", "memory", "tasks"):
