@@ -1676,8 +1676,7 @@ def limit_checks() -> list[DoctorCheck]:
     except Exception as exc:  # noqa: BLE001 - the doctor reports, it never crashes
         said = {k: (False, f"not enforced: cannot read the cgroup hierarchies: {exc}") for k in ("cpu", "memory", "tasks")}
     for key in ("cpu", "memory", "tasks"):
-        ok, detail = said[key]
-        out.append(DoctorCheck("container", f"{key} limit", True, detail))
+        out.append(DoctorCheck("container", f"{key} limit", True, said[key][1]))
     why = territory_disk.disk_problem()
     out.append(DoctorCheck(
         "container", "disk limit", True,
