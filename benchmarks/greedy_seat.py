@@ -37,10 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
-
-warnings.filterwarnings("ignore", message=".*DSA is deprecated")  # asyncssh's import, on some cryptography versions
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
