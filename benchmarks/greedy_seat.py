@@ -15,7 +15,7 @@ Two parts, for each provider asked for (``--provider``, repeatable; default ``co
    provider's own API and, over root SSH, measures from inside: ``nproc``; the CPU its busy
    loops get (CPU seconds per wall second over 3 s, from ``/proc/<pid>/stat``); the most
    memory one process could hold (1 MiB pages touched, up to twice the class's memory); the
-   most tasks it could start at once (``sleep`` processes, up to twice the tasks limit); the
+   most tasks it could hold at once (sleeping children of one process, up to twice the tasks limit); the
    most it could write to ``/var/tmp`` (up to the class's disk + 1 GiB); then what
    ``provider.exhaustion`` says of it. Each probe is bounded: a host without a limit shows
    the probe's cap, not the host's size.
@@ -111,11 +111,27 @@ for i in range(cap):
     if (i + 1) % 16 == 0: print(i + 1, flush=True)
 ' "$1" | tail -n 1
 """
-#: starts up to $1 sleeps at once; prints how many started before fork failed
+#: forks up to $1 sleeping children at once; prints how many it had when fork failed (a
+#: shell dies of its own failed fork, so Python forks)
 PROBE_TASKS = r"""
-cap=$1; n=0; pids=""
-while [ $n -lt $cap ]; do sleep 30 2>/dev/null & p=$! || break; [ -n "$p" ] || break; kill -0 $p 2>/dev/null || break; pids="$pids $p"; n=$((n + 1)); done 2>/dev/null
-echo $n; kill $pids 2>/dev/null; wait 2>/dev/null
+python3 -c '
+import os, signal, sys, time
+cap = int(sys.argv[1]); kids = []
+for _ in range(cap):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    kids.append(pid)
+print(len(kids), flush=True)
+for pid in kids:
+    os.kill(pid, signal.SIGKILL)
+for pid in kids:
+    os.waitpid(pid, 0)
+' "$1"
 """
 #: writes up to $1 MiB to /var/tmp/greedy.fill, prints MiB written, removes it
 PROBE_DISK = r"""
