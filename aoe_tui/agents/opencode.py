@@ -86,7 +86,7 @@ from urllib.parse import urlsplit
 
 import asyncssh
 
-from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun
+from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
 from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.agents.command import DEADLINE_SUMMARY, REBOOT_SUMMARY, STOPPED_SUMMARY, apply_budget
 from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
@@ -111,8 +111,11 @@ OPENCODE_VERSION = "1.18.33"
 DEFAULT_BASE_URL = "https://opencode.ai/zen/go/v1"
 #: Default name of the runner environment variable holding the provider key.
 DEFAULT_API_KEY_ENV = "OPENCODE_API_KEY"
-#: Guest folder for the binary, rg and per-run folders.
+#: Guest folder for the binary, rg (when uploaded) and per-run folders.
 GUEST_ROOT = "/var/tmp/aoe-opencode"
+#: Where the harness folder (opencode + rg, :func:`harness_dir`) is shared read-only into a
+#: territory (:meth:`OpencodeAdapter.harness_shares`); used in place when it is there.
+HARNESS_GUEST = "/opt/aoe-harness/opencode"
 #: Environment overrides for ``--agent opencode`` on the command line.
 ENV_BASE_URL = "AOE_OPENCODE_BASE_URL"
 ENV_KEY_ENV = "AOE_OPENCODE_API_KEY_ENV"
@@ -199,6 +202,34 @@ def _rg_binary() -> Path:
     if rg is None:
         raise OpencodeError("ripgrep (rg) is missing on the runner (apt-get install ripgrep, or run ./setup.sh)")
     return Path(rg)
+
+
+def harness_dir(version: str = OPENCODE_VERSION) -> Path:
+    """The runner's harness folder shared into territories: ``<user cache>/aoe-tui/opencode/
+    <version>/harness/`` holding ``opencode`` (the binary of :func:`ensure_opencode`) and ``rg``
+    (the runner's ripgrep), made once (hard links where the file system allows, else copies;
+    a file whose size differs from its source is replaced). Blocking (may install opencode).
+
+    Raises:
+        OpencodeError: opencode cannot be installed, or ripgrep is missing.
+    """
+    folder = _cache_dir(version) / "harness"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, src in (("opencode", ensure_opencode(version)), ("rg", _rg_binary())):
+        src = src.resolve()
+        dest = folder / name
+        with contextlib.suppress(OSError):
+            if dest.stat().st_size == src.stat().st_size:
+                continue
+        tmp = folder / f".{name}.{os.getpid()}.part"
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copy2(src, tmp)
+        tmp.chmod(0o755)
+        os.replace(tmp, dest)
+    return folder
 
 
 async def _post_json(port: int, path: str, body: dict[str, Any]) -> tuple[int, str]:
@@ -326,6 +357,8 @@ class _State:
     trace: list[dict[str, Any]] = field(default_factory=list)
     rounds: list[dict[str, Any]] = field(default_factory=list)
     round_start_ms: int | None = None
+    #: epoch ms (the guest's clock) when the first tool call started
+    first_tool_epoch_ms: int | None = None
 
 
 def _num(v: Any) -> int:
@@ -365,7 +398,218 @@ def _error_text(err: dict[str, Any], *, name: bool = True) -> str:
     return f"{err.get('name')}: {message}" if name and err.get("name") and err.get("name") != message else message
 
 
-class OpencodeRun(AgentRun):
+class _SeatSetup:
+    """What the run and its staging share: the seat's names, opencode's config and launcher,
+    and the guest-side preparation (needs ``ctx``, ``opts``, ``_prompt``)."""
+
+    ctx: AgentContext
+    opts: OpencodeOptions
+    _prompt: str = ""
+
+    @property
+    def _scope(self) -> str:
+        return f"aoe-opencode-{_NAME_RE.sub('-', self.ctx.agent.id)}"
+
+    @property
+    def _run_dir(self) -> str:
+        return f"{GUEST_ROOT}/{_NAME_RE.sub('-', self.ctx.agent.id)}"
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        from aoe_tui.runtime.ssh import connect
+
+        t = self.ctx.territory
+        return await connect(t.host, t.ssh_port, t.password, connect_timeout_s=15.0)
+
+    async def _upload(self, conn: asyncssh.SSHClientConnection, local: Path, remote: str) -> int:
+        """Upload ``local`` to ``remote`` (mode 0755) unless a file of its size is there; returns
+        the bytes sent (0: skipped)."""
+        size = local.stat().st_size
+        res = await conn.run(f"stat -c %s {shlex.quote(remote)} 2>/dev/null", check=False)
+        if str(res.stdout or "").strip() == str(size):
+            return 0
+        tmp = remote + ".part"
+        async with conn.start_sftp_client() as sftp:
+            await sftp.put(str(local), tmp, block_size=65536, max_requests=64)  # sftp-server drops >256 KiB packets
+        await conn.run(f"chmod 0755 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(remote)}", check=True)
+        return size
+
+    def _config(self, guest_port: int) -> dict[str, Any]:
+        model_id = self.model_id
+        model: dict[str, Any] = {"limit": {"context": self.opts.context_tokens, "output": self.opts.output_tokens}}
+        effort = getattr(self.ctx.agent, "reasoning_effort", None)
+        if effort and effort != "default":
+            model["options"] = {"reasoningEffort": effort}
+        if self.opts.cost_input_per_mtok is not None or self.opts.cost_output_per_mtok is not None:
+            model["cost"] = {"input": self.opts.cost_input_per_mtok or 0, "output": self.opts.cost_output_per_mtok or 0}
+        return {
+            "$schema": "https://opencode.ai/config.json",
+            "provider": {"aoe": {"npm": "@ai-sdk/openai-compatible", "name": "aoe credential proxy",
+                                 "options": {"baseURL": f"http://127.0.0.1:{guest_port}/v1", "apiKey": _PLACEHOLDER_KEY},
+                                 "models": {model_id: model}}},
+            "enabled_providers": ["aoe"],
+            "model": f"aoe/{model_id}",
+            "autoupdate": False,
+            "share": "disabled",
+            "permission": {"external_directory": "allow", "bash": "allow", "edit": "allow", "webfetch": "deny"},
+        }
+
+    @property
+    def model_id(self) -> str:
+        """The model id sent upstream: the manifest model without its provider prefix (``opencode-go/kimi-k3`` → ``kimi-k3``)."""
+        model = self.ctx.agent.model
+        return model.split("/", 1)[1] if "/" in model else model
+
+    def _launcher(self, guest_port: int, bin_dir: str = f"{GUEST_ROOT}/bin") -> str:
+        """The guest's ``run.sh``: ``opencode run`` with a clean environment, the binaries of
+        ``bin_dir`` (the shared harness or the uploaded copy) first on ``PATH``."""
+        d = self._run_dir
+        h = f"{d}/home"
+        env = {
+            "HOME": h, "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash", "LANG": "C.UTF-8", "TERM": "dumb",
+            "PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "XDG_CONFIG_HOME": f"{h}/.config", "XDG_DATA_HOME": f"{h}/.local/share", "XDG_CACHE_HOME": f"{h}/.cache",
+            "XDG_STATE_HOME": f"{h}/.local/state",
+            "OPENCODE_CONFIG_CONTENT": json.dumps(self._config(guest_port), separators=(",", ":")),
+            "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+        }
+        title = f"aoe {self.ctx.agent.id} on {self.ctx.territory.id}"
+        args = ["opencode", "run", "--format", "json", "--model", f"aoe/{self.model_id}", "--title", title]
+        envs = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
+        return (
+            "#!/bin/sh\n"
+            f"cd /root 2>/dev/null || cd /\n"
+            f"exec env -i {envs} {' '.join(shlex.quote(a) for a in args)} < {shlex.quote(d + '/prompt.md')}\n"
+        )
+
+    async def _prepare(self, conn: asyncssh.SSHClientConnection, binary: Path, rg: Path,
+                       detail: dict[str, Any]) -> str:
+        """The run folder (fresh HOME, plugin stub, prompt) and the harness binaries: the shared
+        folder (:data:`HARNESS_GUEST`) when the provider mounted it, else an upload to
+        ``GUEST_ROOT/bin`` (skipped when the sizes match). Returns the binaries' guest folder;
+        ``detail`` gets ``harness`` (``shared``/``uploaded``/``present``) and ``uploaded_bytes``."""
+        d, h = self._run_dir, f"{self._run_dir}/home"
+        stub = f"{h}/.config/opencode"
+        shared = shlex.quote(f"{HARNESS_GUEST}/opencode")
+        res = await conn.run(
+            f"rm -rf {shlex.quote(d)} && "
+            f"mkdir -p {shlex.quote(stub)}/node_modules {shlex.quote(h)}/.local/share {shlex.quote(h)}/.cache/opencode/bin "
+            f"{shlex.quote(h)}/.local/state && "
+            f"if [ -x {shared} ] && [ \"$(stat -c %s {shared})\" = {binary.stat().st_size} ]; then echo shared; "
+            f"else mkdir -p {GUEST_ROOT}/bin; fi",
+            check=True,
+        )
+        if str(res.stdout or "").strip() == "shared":
+            bin_dir, detail["harness"], detail["uploaded_bytes"] = HARNESS_GUEST, "shared", 0
+        else:
+            bin_dir = f"{GUEST_ROOT}/bin"
+            sent = 0
+            for local, name in ((binary, "opencode"), (rg, "rg")):
+                sent += await asyncio.wait_for(self._upload(conn, local, f"{bin_dir}/{name}"), self.opts.upload_timeout_s)
+            detail["harness"], detail["uploaded_bytes"] = ("uploaded" if sent else "present"), sent
+        files = {
+            f"{stub}/package.json": json.dumps({"dependencies": {"@opencode-ai/plugin": "0"}}),
+            f"{stub}/package-lock.json": json.dumps(
+                {"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "0"}}}}),
+            f"{d}/prompt.md": self._prompt,
+        }
+        async with conn.start_sftp_client() as sftp:
+            for path, text in files.items():
+                async with sftp.open(path, "w") as fh:
+                    await fh.write(text)
+        return bin_dir
+
+
+
+class OpencodeStaged(_SeatSetup, Staged):
+    """One seat's opencode, staged before the race clock (:meth:`OpencodeAdapter.stage`): the
+    credential proxy listening, an SSH connection open with the reverse tunnel to the proxy,
+    the harness in place (shared or uploaded), HOME, the plugin stub, the prompt and ``run.sh``
+    written. At the clock the run only starts ``run.sh`` over this connection.
+
+    Attributes:
+        proxy: the started :class:`~aoe_tui.agents.proxy.CredentialProxy`.
+        conn: the open SSH connection (root) to the territory.
+        guest_port: the guest port the reverse tunnel listens on (``127.0.0.1``).
+        bin_dir: the guest folder of ``opencode`` and ``rg`` used.
+        prompt: the instruction text.
+        steps_s: seconds per staging step (``install``, ``connect``, ``harness``, ``tunnel``, ``launcher``).
+        harness: ``shared`` (the provider's read-only share), ``uploaded`` or ``present``
+            (an earlier upload of the same size).
+        uploaded_bytes: bytes sent over SFTP (0 when shared or present).
+    """
+
+    def __init__(self, ctx: AgentContext, adapter: OpencodeAdapter) -> None:
+        self.ctx, self.adapter, self.opts = ctx, adapter, adapter.options
+        self.proxy: Any = None
+        self.conn: asyncssh.SSHClientConnection | None = None
+        self.guest_port = 0
+        self.bin_dir = ""
+        self.prompt = self._prompt = ""
+        self.steps_s: dict[str, float] = {}
+        self.harness = ""
+        self.uploaded_bytes = 0
+
+    def detail(self) -> dict[str, Any]:
+        """``harness``, ``uploaded_bytes`` (bytes) and ``steps_s`` (s per step) for ``aoe-extra.json``."""
+        return {"harness": self.harness, "uploaded_bytes": self.uploaded_bytes, "steps_s": dict(self.steps_s)}
+
+    async def prepare(self) -> None:
+        """Do the staging (see the class docstring). Raises :class:`OpencodeError` (no binary,
+        no key, unreachable territory) or an SSH/OS error; the caller closes on failure."""
+        from aoe_tui.agents.proxy import CredentialProxy
+
+        ctx = self.ctx
+        t = time.monotonic()
+
+        def step(name: str) -> None:
+            nonlocal t
+            now = time.monotonic()
+            self.steps_s[name] = round(now - t, 3)
+            t = now
+
+        self.prompt = self._prompt = Path(ctx.instruction_file).read_text(encoding="utf-8")
+        binary = await asyncio.to_thread(ensure_opencode)
+        rg = _rg_binary()
+        key = None
+        if self.opts.api_key_env:
+            key = self.adapter.credential(self.opts.api_key_env)
+            if not key:
+                raise OpencodeError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
+        self.proxy = CredentialProxy(self.opts.base_url, key)
+        del key
+        await self.proxy.start()
+        step("install")
+        try:
+            self.conn = conn = await self._connect()
+        except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
+            raise OpencodeError(f"cannot reach territory {ctx.territory.id} over SSH: {exc or type(exc).__name__}") from None
+        step("connect")
+        detail: dict[str, Any] = {}
+        self.bin_dir = await self._prepare(conn, binary, rg, detail)
+        self.harness, self.uploaded_bytes = detail["harness"], detail["uploaded_bytes"]
+        step("harness")
+        listener = await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", self.proxy.port)
+        self.guest_port = listener.get_port()
+        step("tunnel")
+        async with conn.start_sftp_client() as sftp:
+            async with sftp.open(f"{self._run_dir}/run.sh", "w") as fh:
+                await fh.write(self._launcher(self.guest_port, self.bin_dir))
+        await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
+        step("launcher")
+
+    async def close(self) -> None:
+        """Stop the proxy and close the connection (idempotent, never raises)."""
+        proxy, conn, self.proxy, self.conn = self.proxy, self.conn, None, None
+        with contextlib.suppress(Exception):
+            if proxy is not None:
+                await proxy.close()
+        with contextlib.suppress(Exception):
+            if conn is not None:
+                conn.close()
+
+
+class OpencodeRun(_SeatSetup, AgentRun):
     """One opencode agent run (see the module docstring). Created by :meth:`OpencodeAdapter.start`.
 
     Attributes:
@@ -389,9 +633,12 @@ class OpencodeRun(AgentRun):
         self.proxy_stats: Any = None
         self._conn: asyncssh.SSHClientConnection | None = None
         self._proc: asyncssh.SSHClientProcess | None = None
-        self._scope = f"aoe-opencode-{_NAME_RE.sub('-', ctx.agent.id)}"
-        self._run_dir = f"{GUEST_ROOT}/{_NAME_RE.sub('-', ctx.agent.id)}"
         self._prompt = ""
+        self._staged: OpencodeStaged | None = None
+        #: ``time.time()`` (s) of the match clock's start, when the heat gave it
+        self._clock_unix: float | None = None
+        if ctx.clock_started is not None:
+            self._clock_unix = time.time() - (time.monotonic() - ctx.clock_started)
         self._last_usage: Usage | None = None
         self._task = asyncio.create_task(self._supervise(), name=f"opencode-{ctx.agent.id}")
 
@@ -440,6 +687,20 @@ class OpencodeRun(AgentRun):
             detail["proxy_input_tokens"] = ps.prompt_tokens
             detail["proxy_output_tokens"] = ps.completion_tokens
         return detail
+
+    def start_detail(self) -> dict[str, Any] | None:
+        """``first_model_request_ms`` (the credential proxy's first request) and
+        ``first_tool_call_ms`` (the start of opencode's first tool call), match-clock ms since
+        ``match_started``; only those known."""
+        out: dict[str, Any] = {}
+        ps, t0 = self.proxy_stats, self.ctx.clock_started
+        first = getattr(ps, "first_request_at", None)
+        if isinstance(first, (int, float)) and t0 is not None:
+            out["first_model_request_ms"] = int(round((first - t0) * 1000))
+        tool = self.state.first_tool_epoch_ms
+        if tool is not None and self._clock_unix is not None:
+            out["first_tool_call_ms"] = int(round(tool - self._clock_unix * 1000))
+        return out or None
 
     def _checkpoint(self) -> None:
         u = self.usage()
@@ -495,6 +756,10 @@ class OpencodeRun(AgentRun):
             st = part.get("state") if isinstance(part.get("state"), dict) else {}
             tm = st.get("time") if isinstance(st.get("time"), dict) else {}
             start, end = tm.get("start"), tm.get("end")
+            if s.first_tool_epoch_ms is None:
+                first = start if isinstance(start, (int, float)) else ts
+                if isinstance(first, (int, float)):
+                    s.first_tool_epoch_ms = int(first)
             is_error = st.get("status") == "error"
             output = st.get("error") if is_error else st.get("output")
             name = str(part.get("tool") or "tool")
@@ -553,92 +818,6 @@ class OpencodeRun(AgentRun):
 
     # ------------------------------------------------------------------ guest side
 
-    async def _connect(self) -> asyncssh.SSHClientConnection:
-        from aoe_tui.runtime.ssh import connect
-
-        t = self.ctx.territory
-        return await connect(t.host, t.ssh_port, t.password, connect_timeout_s=15.0)
-
-    async def _upload(self, conn: asyncssh.SSHClientConnection, local: Path, remote: str) -> None:
-        size = local.stat().st_size
-        res = await conn.run(f"stat -c %s {shlex.quote(remote)} 2>/dev/null", check=False)
-        if str(res.stdout or "").strip() == str(size):
-            return
-        self.activity.append(f"uploading {local.name} ({size // 1_000_000} MB) to {remote}")
-        tmp = remote + ".part"
-        async with conn.start_sftp_client() as sftp:
-            await sftp.put(str(local), tmp, block_size=65536, max_requests=64)  # sftp-server drops >256 KiB packets
-        await conn.run(f"chmod 0755 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(remote)}", check=True)
-
-    def _config(self, guest_port: int) -> dict[str, Any]:
-        model_id = self.model_id
-        model: dict[str, Any] = {"limit": {"context": self.opts.context_tokens, "output": self.opts.output_tokens}}
-        effort = getattr(self.ctx.agent, "reasoning_effort", None)
-        if effort and effort != "default":
-            model["options"] = {"reasoningEffort": effort}
-        if self.opts.cost_input_per_mtok is not None or self.opts.cost_output_per_mtok is not None:
-            model["cost"] = {"input": self.opts.cost_input_per_mtok or 0, "output": self.opts.cost_output_per_mtok or 0}
-        return {
-            "$schema": "https://opencode.ai/config.json",
-            "provider": {"aoe": {"npm": "@ai-sdk/openai-compatible", "name": "aoe credential proxy",
-                                 "options": {"baseURL": f"http://127.0.0.1:{guest_port}/v1", "apiKey": _PLACEHOLDER_KEY},
-                                 "models": {model_id: model}}},
-            "enabled_providers": ["aoe"],
-            "model": f"aoe/{model_id}",
-            "autoupdate": False,
-            "share": "disabled",
-            "permission": {"external_directory": "allow", "bash": "allow", "edit": "allow", "webfetch": "deny"},
-        }
-
-    @property
-    def model_id(self) -> str:
-        """The model id sent upstream: the manifest model without its provider prefix (``opencode-go/kimi-k3`` → ``kimi-k3``)."""
-        model = self.ctx.agent.model
-        return model.split("/", 1)[1] if "/" in model else model
-
-    def _launcher(self, guest_port: int) -> str:
-        d = self._run_dir
-        h = f"{d}/home"
-        env = {
-            "HOME": h, "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash", "LANG": "C.UTF-8", "TERM": "dumb",
-            "PATH": f"{GUEST_ROOT}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "XDG_CONFIG_HOME": f"{h}/.config", "XDG_DATA_HOME": f"{h}/.local/share", "XDG_CACHE_HOME": f"{h}/.cache",
-            "XDG_STATE_HOME": f"{h}/.local/state",
-            "OPENCODE_CONFIG_CONTENT": json.dumps(self._config(guest_port), separators=(",", ":")),
-            "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
-            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
-        }
-        title = f"aoe {self.ctx.agent.id} on {self.ctx.territory.id}"
-        args = ["opencode", "run", "--format", "json", "--model", f"aoe/{self.model_id}", "--title", title]
-        envs = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
-        return (
-            "#!/bin/sh\n"
-            f"cd /root 2>/dev/null || cd /\n"
-            f"exec env -i {envs} {' '.join(shlex.quote(a) for a in args)} < {shlex.quote(d + '/prompt.md')}\n"
-        )
-
-    async def _prepare(self, conn: asyncssh.SSHClientConnection, binary: Path, rg: Path) -> None:
-        d, h = self._run_dir, f"{self._run_dir}/home"
-        stub = f"{h}/.config/opencode"
-        await conn.run(
-            f"mkdir -p {GUEST_ROOT}/bin && rm -rf {shlex.quote(d)} && "
-            f"mkdir -p {shlex.quote(stub)}/node_modules {shlex.quote(h)}/.local/share {shlex.quote(h)}/.cache/opencode/bin "
-            f"{shlex.quote(h)}/.local/state",
-            check=True,
-        )
-        await asyncio.wait_for(self._upload(conn, binary, f"{GUEST_ROOT}/bin/opencode"), self.opts.upload_timeout_s)
-        await asyncio.wait_for(self._upload(conn, rg, f"{GUEST_ROOT}/bin/rg"), self.opts.upload_timeout_s)
-        files = {
-            f"{stub}/package.json": json.dumps({"dependencies": {"@opencode-ai/plugin": "0"}}),
-            f"{stub}/package-lock.json": json.dumps(
-                {"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "0"}}}}),
-            f"{d}/prompt.md": self._prompt,
-        }
-        async with conn.start_sftp_client() as sftp:
-            for path, text in files.items():
-                async with sftp.open(path, "w") as fh:
-                    await fh.write(text)
-
     async def _kill_scope(self) -> None:
         """Kill every process of this run in the guest (its systemd scope). Best effort, bounded."""
         cmd = (f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; "
@@ -659,36 +838,20 @@ class OpencodeRun(AgentRun):
     # ------------------------------------------------------------------ the run
 
     async def _body(self) -> tuple[AdapterStatus, str]:
-        from aoe_tui.agents.proxy import CredentialProxy
-
         ctx = self.ctx
-        self._prompt = Path(ctx.instruction_file).read_text(encoding="utf-8")
-        binary = await asyncio.to_thread(ensure_opencode)
-        rg = _rg_binary()
-        key = None
-        if self.opts.api_key_env:
-            key = self.adapter.credential(self.opts.api_key_env)
-            if not key:
-                raise OpencodeError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
-        proxy = CredentialProxy(self.opts.base_url, key)
-        del key
-        await proxy.start()
-        self.proxy_stats = proxy.stats
-        try:
-            try:
-                self._conn = conn = await self._connect()
-            except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
-                return AdapterStatus.UNAVAILABLE, f"cannot reach territory {ctx.territory.id} over SSH: {exc or type(exc).__name__}"
+        staged = ctx.staged if isinstance(ctx.staged, OpencodeStaged) else None
+        ctx.staged = None
+        if staged is None:  # not staged before the clock (a direct start): stage now
             self.activity.append("preparing opencode in the territory")
-            await self._prepare(conn, binary, rg)
-            listener = await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", proxy.port)
-            guest_port = listener.get_port()
-            launcher = self._launcher(guest_port)
-            async with conn.start_sftp_client() as sftp:
-                async with sftp.open(f"{self._run_dir}/run.sh", "w") as fh:
-                    await fh.write(launcher)
-            await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
-            self.activity.append(f"opencode run --model aoe/{self.model_id} (proxy via guest port {guest_port})")
+            staged = await self.adapter.stage(ctx)
+        self._staged = staged
+        self._prompt = staged.prompt
+        self.proxy_stats = staged.proxy.stats
+        self._conn = conn = staged.conn
+        try:
+            if staged.harness == "uploaded":
+                self.activity.append(f"uploaded opencode and rg ({staged.uploaded_bytes // 1_000_000} MB) before the clock")
+            self.activity.append(f"opencode run --model aoe/{self.model_id} (proxy via guest port {staged.guest_port})")
             cmd = (f"systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; "
                    f"exec systemd-run --scope --quiet --collect --unit={self._scope} {self._run_dir}/run.sh")
             self.state.last_event_at = time.monotonic()
@@ -698,7 +861,7 @@ class OpencodeRun(AgentRun):
             if not self.stopped:
                 with contextlib.suppress(Exception):
                     await self._collect_logs()
-            await proxy.close()
+            await staged.proxy.close()
 
     async def _follow(self, conn: Any, proc: Any) -> tuple[AdapterStatus, str]:
         """Read events until opencode exits or the watchdog ends it; return (status, summary).
@@ -968,6 +1131,9 @@ class OpencodeRun(AgentRun):
         finally:
             if self._conn is not None:
                 self._conn.close()
+            staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, OpencodeStaged) else None)
+            if staged is not None:
+                await staged.close()
 
     async def wait(self) -> AgentOutcome:
         """Wait for the run to end; returns its outcome (never raises)."""
@@ -1065,8 +1231,37 @@ class OpencodeAdapter(Adapter):
             raise PreflightError(f"model {model_id!r} unknown to {host} ({detail})")
         raise PreflightError(f"model endpoint {host} failed the preflight request ({detail})")
 
+    def harness_shares(self, agent: Any) -> list[Any]:
+        """The harness folder (:func:`harness_dir`: opencode and rg, made once in the user
+        cache) shared read-only at :data:`HARNESS_GUEST`. Blocking the first time (it may
+        install opencode). Raises :class:`OpencodeError` as :func:`harness_dir`."""
+        from aoe_tui.runtime.provider import HarnessShare
+
+        return [HarnessShare(harness_dir(), HARNESS_GUEST)]
+
+    async def stage(self, ctx: AgentContext) -> OpencodeStaged:
+        """Before the clock: the credential proxy, the SSH connection and its reverse tunnel,
+        the harness (shared, or uploaded when the provider could not share it), HOME, the
+        plugin stub, the prompt and ``run.sh`` (:class:`OpencodeStaged`). On failure nothing
+        is left open.
+
+        Raises:
+            OpencodeError: opencode missing, the key unset, the territory unreachable.
+            asyncssh.Error, OSError, asyncio.TimeoutError: the preparation over SSH failed.
+        """
+        ctx.agent_dir.mkdir(parents=True, exist_ok=True)
+        staged = OpencodeStaged(ctx, self)
+        try:
+            await staged.prepare()
+        except BaseException:
+            await staged.close()
+            raise
+        return staged
+
     async def start(self, ctx: AgentContext) -> AgentRun:
-        """Start the run in the background (install/upload happen inside it) and return it at once."""
+        """Start the run in the background and return it at once: with ``ctx.staged`` (the
+        heat staged it before the clock) only ``run.sh`` is left to start; without, the run
+        stages first (:meth:`stage`, on the race clock)."""
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)
         return OpencodeRun(ctx, self)
 

@@ -68,6 +68,8 @@ class ProxyStats:
         last_activity: ``time.monotonic()`` (s) of the last model traffic: a request received
             or response bytes relayed back (``None`` before any). The opencode watchdog counts
             it as liveness, so a model streaming a long answer is not taken for a hang.
+        first_request_at: ``time.monotonic()`` (s) when the first request arrived (``None``
+            before any): the agent's first model request, for ``first_model_request_ms``.
     """
 
     requests: int = 0
@@ -81,6 +83,7 @@ class ProxyStats:
     error_statuses: dict[int, int] = field(default_factory=dict)
     last_error: str | None = None
     last_activity: float | None = None
+    first_request_at: float | None = None
 
     def touch(self) -> None:
         """Record model traffic now (see :attr:`last_activity`)."""
@@ -261,6 +264,8 @@ class CredentialProxy:
         out += ["Accept-Encoding: identity", "Connection: close", f"Content-Length: {len(body)}", "", ""]
         self.stats.requests += 1
         self.stats.touch()
+        if self.stats.first_request_at is None:
+            self.stats.first_request_at = self.stats.last_activity
         try:
             ctx = ssl.create_default_context() if self._scheme == "https" else None
             up_r, up_w = await asyncio.wait_for(

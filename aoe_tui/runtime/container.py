@@ -1068,6 +1068,8 @@ class ContainerProvider(TerritoryProvider):
             f"--network-namespace-path=/run/netns/{b.netns}", "--console=read-only",
             "--link-journal=no", "--resolv-conf=off", "--timezone=off",
         ]
+        # harness shares (opencode...): read-only binds, the same at every relaunch (reboots)
+        argv += [f"--bind-ro={share.host}:{share.guest}" for share in b.spec.shares]
         if not b.cgroups:
             return argv
         # enter the territory's own cgroup, then become nspawn (same pid)
