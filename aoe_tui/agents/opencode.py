@@ -87,6 +87,7 @@ from urllib.parse import urlsplit
 import asyncssh
 
 from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
+from aoe_tui.agents.proxy import WARMUP_PREFIX
 from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.agents.command import DEADLINE_SUMMARY, REBOOT_SUMMARY, STOPPED_SUMMARY, apply_budget
 from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
@@ -122,6 +123,10 @@ ENV_KEY_ENV = "AOE_OPENCODE_API_KEY_ENV"
 ENV_BINARY = "AOE_OPENCODE_BINARY"
 
 _PLACEHOLDER_KEY = "aoe-credential-proxy"
+#: opencode's provider for the warm-up prompt (its base URL is the proxy's :data:`WARMUP_PREFIX`)
+WARMUP_PROVIDER = "aoe-warmup"
+#: the line ``run.sh`` writes on stderr once opencode is warm and waits for the prompt on stdin
+STAGED_MARK = "aoe-staged"
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -290,6 +295,11 @@ class OpencodeOptions:
         context_tokens, output_tokens: the model's ``limit.context`` / ``limit.output``.
         cost_input_per_mtok, cost_output_per_mtok: USD per 1M tokens (opencode computes cost).
         upload_timeout_s: timeout of the binary upload (s).
+        warm_start: start opencode before the race clock (``opencode serve``, warmed by one
+            throwaway prompt the credential proxy answers itself), so at the clock only the
+            prompt is handed over; ``False``: ``opencode run`` starts cold at the clock (about
+            4–6 s to its first model request, measured; docs/opencode.md §8).
+        warm_timeout_s: how long the warm start may take before the clock (s).
     """
 
     base_url: str = DEFAULT_BASE_URL
@@ -303,6 +313,8 @@ class OpencodeOptions:
     cost_input_per_mtok: float | None = None
     cost_output_per_mtok: float | None = None
     upload_timeout_s: float = 300.0
+    warm_start: bool = True
+    warm_timeout_s: float = 180.0
 
     @classmethod
     def from_mapping(cls, options: dict[str, Any] | None, *, where: str = "options") -> OpencodeOptions:
@@ -319,14 +331,18 @@ class OpencodeOptions:
                 raise OpencodeError(f"{where}.{key}: unknown opencode option (known: {known})")
             default = getattr(cls(), key)
             try:
-                if isinstance(default, bool) or key in ("base_url", "api_key_env"):
+                if isinstance(default, bool):
+                    if not isinstance(value, bool):
+                        raise TypeError(value)
+                elif key in ("base_url", "api_key_env"):
                     value = None if value in (None, "") and key == "api_key_env" else str(value)
                 elif isinstance(default, int):
                     value = int(value)
                 elif value is not None:
                     value = float(value)
             except (TypeError, ValueError):
-                raise OpencodeError(f"{where}.{key}: expected a number, got {value!r}") from None
+                what = "true or false" if isinstance(default, bool) else "a number"
+                raise OpencodeError(f"{where}.{key}: expected {what}, got {value!r}") from None
             setattr(opts, key, value)
         if opts.max_steps < 1:
             raise OpencodeError(f"{where}.max_steps must be at least 1")
@@ -359,6 +375,8 @@ class _State:
     round_start_ms: int | None = None
     #: epoch ms (the guest's clock) when the first tool call started
     first_tool_epoch_ms: int | None = None
+    #: ids of the parts seen in events (a warm run recovers the others from its server)
+    seen_parts: set[str] = field(default_factory=set)
 
 
 def _num(v: Any) -> int:
@@ -445,8 +463,12 @@ class _SeatSetup:
             "$schema": "https://opencode.ai/config.json",
             "provider": {"aoe": {"npm": "@ai-sdk/openai-compatible", "name": "aoe credential proxy",
                                  "options": {"baseURL": f"http://127.0.0.1:{guest_port}/v1", "apiKey": _PLACEHOLDER_KEY},
-                                 "models": {model_id: model}}},
-            "enabled_providers": ["aoe"],
+                                 "models": {model_id: model}},
+                         WARMUP_PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "aoe warm-up (answered by the proxy)",
+                                           "options": {"baseURL": f"http://127.0.0.1:{guest_port}{WARMUP_PREFIX}/v1",
+                                                       "apiKey": _PLACEHOLDER_KEY},
+                                           "models": {"warmup": {"limit": {"context": 8000, "output": 16}}}}},
+            "enabled_providers": ["aoe", WARMUP_PROVIDER],
             "model": f"aoe/{model_id}",
             "autoupdate": False,
             "share": "disabled",
@@ -476,10 +498,50 @@ class _SeatSetup:
         title = f"aoe {self.ctx.agent.id} on {self.ctx.territory.id}"
         args = ["opencode", "run", "--format", "json", "--model", f"aoe/{self.model_id}", "--title", title]
         envs = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
+        run = " ".join(shlex.quote(a) for a in args)
+        if not self.opts.warm_start:
+            return (
+                "#!/bin/sh\n"
+                f"cd /root 2>/dev/null || cd /\n"
+                f"exec env -i {envs} {run} < {shlex.quote(d + '/prompt.md')}\n"
+            )
+        q = shlex.quote
+        limit = max(1, int(self.opts.warm_timeout_s * 10))
+        attached = run.replace("opencode run", 'opencode run --attach "$url"', 1)
+        # warm start (docs/opencode.md §8): the server, one warm-up prompt the proxy answers,
+        # then the real run attached to the warm server, its prompt on stdin at the clock
         return (
             "#!/bin/sh\n"
             f"cd /root 2>/dev/null || cd /\n"
-            f"exec env -i {envs} {' '.join(shlex.quote(a) for a in args)} < {shlex.quote(d + '/prompt.md')}\n"
+            f"d={q(d)}\n"
+            f"env -i {envs} opencode serve --hostname 127.0.0.1 --port 0 > \"$d/serve.log\" 2>&1 < /dev/null &\n"
+            "serve=$!\n"
+            'echo "$serve" > "$d/serve.pid"\n'
+            "n=0; url=\n"
+            'while [ -z "$url" ]; do\n'
+            '  kill -0 "$serve" 2>/dev/null || { echo "aoe: opencode serve exited: $(tail -c 300 "$d/serve.log")" >&2; exit 70; }\n'
+            f'  n=$((n+1)); [ "$n" -gt {limit} ] && {{ echo "aoe: opencode serve did not listen in time" >&2; exit 70; }}\n'
+            "  sleep 0.1\n"
+            '  url=$(sed -n \'s|.*listening on \\(http://[^ ]*\\).*|\\1|p\' "$d/serve.log" | head -n 1)\n'
+            "done\n"
+            'echo "$url" > "$d/serve.url"\n'
+            f'env -i {envs} opencode run --attach "$url" --model {WARMUP_PROVIDER}/warmup --title aoe-warmup '
+            '< "$d/warmup.md" > "$d/warmup.log" 2>&1 || echo "aoe: warm-up run ended with $?" >&2\n'
+            # the attached run starts now (stdin: this session's, kept through fd 3) and loads;
+            # once it has used no CPU for 0.3 s it waits for its prompt: staged
+            "exec 3<&0\n"
+            f"env -i {envs} {attached} 0<&3 3<&- &\n"
+            "run=$!\n"
+            "exec 3<&-\n"
+            "prev=; same=0; n=0\n"
+            'while [ "$same" -lt 3 ] && [ "$n" -lt 300 ] && kill -0 "$run" 2>/dev/null; do\n'
+            "  sleep 0.1; n=$((n+1))\n"
+            '  cur=$(cut -d " " -f 14,15 "/proc/$run/stat" 2>/dev/null)\n'
+            '  if [ "$cur" = "$prev" ]; then same=$((same+1)); else same=0; fi\n'
+            "  prev=$cur\n"
+            "done\n"
+            f"echo {STAGED_MARK} >&2\n"
+            'wait "$run"\n'
         )
 
     async def _prepare(self, conn: asyncssh.SSHClientConnection, binary: Path, rg: Path,
@@ -512,6 +574,7 @@ class _SeatSetup:
             f"{stub}/package-lock.json": json.dumps(
                 {"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "0"}}}}),
             f"{d}/prompt.md": self._prompt,
+            f"{d}/warmup.md": "Reply with the single word: ready.\n",
         }
         async with conn.start_sftp_client() as sftp:
             for path, text in files.items():
@@ -549,10 +612,50 @@ class OpencodeStaged(_SeatSetup, Staged):
         self.steps_s: dict[str, float] = {}
         self.harness = ""
         self.uploaded_bytes = 0
+        #: with ``warm_start``: ``run.sh`` running (warm opencode waiting for the prompt on stdin)
+        self.proc: Any = None
+        #: what ``run.sh`` wrote on stderr before it was warm
+        self.stderr_head = b""
 
     def detail(self) -> dict[str, Any]:
-        """``harness``, ``uploaded_bytes`` (bytes) and ``steps_s`` (s per step) for ``aoe-extra.json``."""
-        return {"harness": self.harness, "uploaded_bytes": self.uploaded_bytes, "steps_s": dict(self.steps_s)}
+        """``harness``, ``uploaded_bytes`` (bytes), ``warm_start`` and ``steps_s`` (s per step)
+        for ``aoe-extra.json``."""
+        return {"harness": self.harness, "uploaded_bytes": self.uploaded_bytes, "warm_start": self.proc is not None,
+                "steps_s": dict(self.steps_s)}
+
+    def launch_command(self) -> str:
+        """The guest command that starts ``run.sh`` in the run's transient systemd scope."""
+        return (f"systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; "
+                f"exec systemd-run --scope --quiet --collect --unit={self._scope} {self._run_dir}/run.sh")
+
+    async def _warm(self, conn: asyncssh.SSHClientConnection) -> None:
+        """Start ``run.sh`` and wait (``warm_timeout_s``) for its :data:`STAGED_MARK` line: opencode's
+        server is up and warm and the attached run waits for its prompt on stdin.
+
+        Raises:
+            OpencodeError: ``run.sh`` ended or did not get warm in time (its stderr's last line)."""
+        self.proc = proc = await conn.create_process(self.launch_command(), stdin=asyncssh.PIPE, encoding=None)
+        buf = b""
+
+        async def read_mark() -> bool:
+            nonlocal buf
+            while True:
+                line = await proc.stderr.readline()
+                if not line:
+                    return False
+                if line.strip() == STAGED_MARK.encode():
+                    return True
+                buf += line
+
+        try:
+            ready = await asyncio.wait_for(read_mark(), self.opts.warm_timeout_s)
+        except asyncio.TimeoutError:
+            ready = False
+        self.stderr_head = buf[-_STDERR_TAIL:]
+        if not ready:
+            last = [x for x in _ANSI_RE.sub("", buf.decode("utf-8", "replace")).splitlines() if x.strip()]
+            raise OpencodeError(f"opencode did not get ready in the territory before the clock"
+                                f"{': ' + last[-1].strip()[:300] if last else ''}")
 
     async def prepare(self) -> None:
         """Do the staging (see the class docstring). Raises :class:`OpencodeError` (no binary,
@@ -597,10 +700,18 @@ class OpencodeStaged(_SeatSetup, Staged):
                 await fh.write(self._launcher(self.guest_port, self.bin_dir))
         await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
         step("launcher")
+        if self.opts.warm_start:
+            await self._warm(conn)
+            step("warm")
 
     async def close(self) -> None:
-        """Stop the proxy and close the connection (idempotent, never raises)."""
-        proxy, conn, self.proxy, self.conn = self.proxy, self.conn, None, None
+        """Stop a warm opencode that never got its prompt (its scope), the proxy, and close the
+        connection (idempotent, never raises)."""
+        proxy, conn, proc, self.proxy, self.conn, self.proc = self.proxy, self.conn, self.proc, None, None, None
+        if proc is not None and conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.run(f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; true",
+                                                check=False), 10)
         with contextlib.suppress(Exception):
             if proxy is not None:
                 await proxy.close()
@@ -623,6 +734,10 @@ class OpencodeRun(_SeatSetup, AgentRun):
     _cut_note: str | None = None
     #: watchdog period (s).
     _tick_s: float = 1.0
+    #: the run was started warm (its prompt handed to an opencode staged before the clock)
+    _warm: bool = False
+    #: what staging handed over (:class:`OpencodeStaged`), once the run took it
+    _staged: OpencodeStaged | None = None
 
     def __init__(self, ctx: AgentContext, adapter: OpencodeAdapter) -> None:
         super().__init__(ctx)
@@ -634,7 +749,6 @@ class OpencodeRun(_SeatSetup, AgentRun):
         self._conn: asyncssh.SSHClientConnection | None = None
         self._proc: asyncssh.SSHClientProcess | None = None
         self._prompt = ""
-        self._staged: OpencodeStaged | None = None
         #: ``time.time()`` (s) of the match clock's start, when the heat gave it
         self._clock_unix: float | None = None
         if ctx.clock_started is not None:
@@ -750,6 +864,8 @@ class OpencodeRun(_SeatSetup, AgentRun):
             s.t0_ms = int(ts)
         s.session_id = s.session_id or ev.get("sessionID")
         part = ev.get("part") if isinstance(ev.get("part"), dict) else {}
+        if isinstance(part.get("id"), str):
+            s.seen_parts.add(part["id"])
         if etype == "step_start":
             s.round_start_ms = self._rel(ts)
         elif etype == "tool_use":
@@ -852,10 +968,21 @@ class OpencodeRun(_SeatSetup, AgentRun):
             if staged.harness == "uploaded":
                 self.activity.append(f"uploaded opencode and rg ({staged.uploaded_bytes // 1_000_000} MB) before the clock")
             self.activity.append(f"opencode run --model aoe/{self.model_id} (proxy via guest port {staged.guest_port})")
-            cmd = (f"systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; "
-                   f"exec systemd-run --scope --quiet --collect --unit={self._scope} {self._run_dir}/run.sh")
             self.state.last_event_at = time.monotonic()
-            self._proc = proc = await conn.create_process(cmd, stdin=asyncssh.DEVNULL, encoding=None)
+            if staged.proc is not None:  # warm: hand the prompt over, the run starts now
+                self._warm = True
+                self._proc = proc = staged.proc
+                staged.proc = None
+                self._stderr_tail = staged.stderr_head
+                with contextlib.suppress(OSError):
+                    with open(ctx.stderr_file, "ab") as log:
+                        log.write(staged.stderr_head)
+                with contextlib.suppress(asyncssh.Error, OSError):  # an opencode already gone: _follow says how
+                    proc.stdin.write(self._prompt.encode("utf-8"))
+                    proc.stdin.write_eof()
+            else:
+                self._proc = proc = await conn.create_process(staged.launch_command(), stdin=asyncssh.DEVNULL,
+                                                              encoding=None)
             return await self._follow(conn, proc)
         finally:
             if not self.stopped:
@@ -934,6 +1061,8 @@ class OpencodeRun(_SeatSetup, AgentRun):
             pumps.cancel()
             with contextlib.suppress(BaseException):
                 await pumps
+        if self._warm:
+            await self._recover_parts(conn)
         self._checkpoint()
         rc = proc.exit_status if proc.returncode is not None else None
         signal_ = proc.exit_signal[0] if proc.exit_signal else None
@@ -944,6 +1073,34 @@ class OpencodeRun(_SeatSetup, AgentRun):
             permission = pending_permission(await self._guest_log_tail())
         return self._classify(cut=cut, rc=rc, signal_=signal_, lost=conn.is_closed() or (rc is None and signal_ is None),
                               permission=permission)
+
+    async def _recover_parts(self, conn: Any) -> None:
+        """Warm start only: ``opencode run --attach`` can exit on the session going idle before
+        it printed the last parts (measured: the final ``text`` and ``step_finish``). Read the
+        session's messages from the warm server (``GET /session/<id>/message`` in the guest) and
+        fold every part not seen as an event, as ``run --format json`` would have printed it;
+        then end the server (its ``serve.pid``). Best effort, bounded (about 15 s); never raises."""
+        sid, d = self.state.session_id, self._run_dir
+        with contextlib.suppress(Exception):
+            if sid and not conn.is_closed():
+                res = await asyncio.wait_for(conn.run(
+                    f"curl -s --max-time 10 \"$(cat {d}/serve.url)/session/{shlex.quote(sid)}/message\"", check=False), 12)
+                out = res.stdout if isinstance(res.stdout, str) else bytes(res.stdout or b"").decode("utf-8", "replace")
+                kinds = {"step-start": "step_start", "tool": "tool_use", "text": "text", "step-finish": "step_finish"}
+                for msg in json.loads(out or "[]"):
+                    for part in (msg.get("parts") or []) if isinstance(msg, dict) else []:
+                        kind = kinds.get(part.get("type")) if isinstance(part, dict) else None
+                        if kind is None or part.get("id") in self.state.seen_parts:
+                            continue
+                        if kind == "tool_use" and (part.get("state") or {}).get("status") not in ("completed", "error"):
+                            continue
+                        tm = part.get("time") if isinstance(part.get("time"), dict) else {}
+                        ts = tm.get("end") or tm.get("start") or int(time.time() * 1000)
+                        self.on_event({"type": kind, "timestamp": ts, "sessionID": sid, "part": part})
+                        self.activity.append(f"recovered opencode's unprinted {kind} from its server")
+        with contextlib.suppress(Exception):
+            if not conn.is_closed():
+                await asyncio.wait_for(conn.run(f"kill $(cat {d}/serve.pid) 2>/dev/null; true", check=False), 5)
 
     def last_alive(self) -> float:
         """``time.monotonic()`` (s) of the last sign of life: an opencode JSON event or model traffic
