@@ -13,20 +13,28 @@ How a run works (facts from ``docs/opencode.md``):
    host's ripgrep (Debian ``ripgrep``).
 2. A :class:`~aoe_tui.agents.proxy.CredentialProxy` starts on the runner with the real key
    read from the runner's environment variable named by ``api_key_env``.
-3. Over SSH (root, password): the binary and ``rg`` are uploaded once per guest to
-   ``/var/tmp/aoe-opencode/bin/`` (skipped when the size already matches, e.g. after a
-   reboot); a per-run folder ``/var/tmp/aoe-opencode/<agent>/`` gets a fresh HOME with XDG
+3. Before the race clock (:meth:`OpencodeAdapter.stage` → :class:`OpencodeStaged`, the heat
+   supervisor's staging phase; docs/opencode.md §8): the binary and ``rg`` are shared
+   read-only into the territory at :data:`HARNESS_GUEST` (:meth:`OpencodeAdapter.harness_shares`,
+   :func:`harness_dir`: a container's bind mount) or, where the provider cannot share,
+   uploaded over SFTP to ``/var/tmp/aoe-opencode/bin/`` (skipped when the size already
+   matches); a per-run folder ``/var/tmp/aoe-opencode/<agent>/`` gets a fresh HOME with XDG
    dirs, the plugin-install stub (so opencode never runs its embedded npm), the prompt
-   (``instruction.md``) and a launcher. A reverse tunnel (``forward_remote_port``) makes
-   ``127.0.0.1:<port>`` in the guest reach the proxy.
-4. The launcher runs ``opencode run --format json --model aoe/<model> --title …`` in a
-   transient systemd scope ``aoe-opencode-<agent>.scope`` with a clean environment
-   (``OPENCODE_CONFIG_CONTENT`` pointing at the tunnel with a placeholder key,
-   ``OPENCODE_DISABLE_MODELS_FETCH=1``, ``OPENCODE_DISABLE_AUTOUPDATE=1``,
+   (``instruction.md``) and a launcher (``run.sh``). A reverse tunnel (``forward_remote_port``)
+   makes ``127.0.0.1:<port>`` in the guest reach the proxy. With ``warm_start`` (the default)
+   ``run.sh`` then starts ``opencode serve``, warms it with one throwaway prompt the proxy
+   answers itself (:data:`~aoe_tui.agents.proxy.WARMUP_PREFIX`) and leaves ``opencode run
+   --attach`` loaded, waiting for its prompt on stdin.
+4. At the clock the run writes the prompt on that stdin (warm), or starts ``run.sh`` (cold:
+   ``opencode run --format json --model aoe/<model> --title …`` with the prompt file as
+   stdin). Either way opencode runs in a transient systemd scope ``aoe-opencode-<agent>.scope``
+   with a clean environment (``OPENCODE_CONFIG_CONTENT`` pointing at the tunnel with a
+   placeholder key, ``OPENCODE_DISABLE_MODELS_FETCH=1``, ``OPENCODE_DISABLE_AUTOUPDATE=1``,
    ``OPENCODE_DISABLE_SHARE=1``, no proxies, ``NO_PROXY=127.0.0.1,localhost``), cwd
-   ``/root``, stdin = the prompt file (opencode reads a non-TTY stdin to EOF as the
-   message — never an interactive stdin). The model's reasoning effort goes into the
-   model's ``options.reasoningEffort`` (sent as ``reasoning_effort``).
+   ``/root``, stdin never interactive (opencode reads a non-TTY stdin to EOF as the
+   message). The model's reasoning effort goes into the model's ``options.reasoningEffort``
+   (sent as ``reasoning_effort``). A warm run's parts that ``run --attach`` did not print are
+   read back from its server when it exits (:meth:`OpencodeRun._recover_parts`).
 5. The JSON events are read live: ``step_finish`` tokens/cost → cumulative usage
    checkpoints (``input_tokens`` = input + cache read + cache write, ``output_tokens`` =
    output + reasoning, ``cost_microusd`` = round(cost × 1e6) µUSD — or, when the season's
@@ -1087,8 +1095,13 @@ class OpencodeRun(_SeatSetup, AgentRun):
                     f"curl -s --max-time 10 \"$(cat {d}/serve.url)/session/{shlex.quote(sid)}/message\"", check=False), 12)
                 out = res.stdout if isinstance(res.stdout, str) else bytes(res.stdout or b"").decode("utf-8", "replace")
                 kinds = {"step-start": "step_start", "tool": "tool_use", "text": "text", "step-finish": "step_finish"}
-                for msg in json.loads(out or "[]"):
-                    for part in (msg.get("parts") or []) if isinstance(msg, dict) else []:
+                messages = [m for m in json.loads(out or "[]") if isinstance(m, dict)]
+                info = messages[-1].get("info") if messages else None
+                if isinstance(info, dict) and isinstance(info.get("error"), dict) and self.state.error is None:
+                    self.on_event({"type": "error", "timestamp": int(time.time() * 1000), "sessionID": sid,
+                                   "error": info["error"]})  # the error the run ended on
+                for msg in messages:
+                    for part in (msg.get("parts") or []):
                         kind = kinds.get(part.get("type")) if isinstance(part, dict) else None
                         if kind is None or part.get("id") in self.state.seen_parts:
                             continue

@@ -14,6 +14,14 @@ time and appends the events it returns through
 calling ``on_event``. Process handles (agent runs, verifier processes, tasks) are
 resources, not state.
 
+Staging (before the clock, ours; issue 26): :meth:`HeatSupervisor.run` first writes every
+seat's ``instruction.md`` and stages all seats at once (:meth:`Adapter.stage`: uploads,
+configuration, a harness started warm), each timed in ``timings.staging_s`` (s per agent);
+the clock starts (``match_started``) only when all are done, and each run gets what its seat
+staged through ``AgentContext.staged``. A seat whose staging failed is its harness failure at
+clock 0 (``agent_finished`` "adapter NAME failed to stage: …"); an abort during staging ends
+the heat aborted before any clock, releasing what was staged.
+
 Result ordering: a finished check is handed to the rules stamped with its completion
 ms (:meth:`BuildRaceRules.complete`); the task that ran it sleeps once, to the end of that
 millisecond, and then applies every handed-over result of earlier milliseconds in the
