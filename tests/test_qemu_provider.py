@@ -19,7 +19,7 @@ import pytest
 
 from aoe_tui.runtime import qemu
 from aoe_tui.runtime.netalloc import NetAllocator
-from aoe_tui.runtime.provider import ProviderError, ProvisionError, TerritoryRefusedError, TerritorySpec
+from aoe_tui.runtime.provider import HarnessShare, ProviderError, ProvisionError, TerritoryRefusedError, TerritorySpec
 from aoe_tui.runtime.qemu import (
     QemuProvider,
     accel_args,
@@ -284,9 +284,19 @@ async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
     workdir = tmp_path / "territories"
     prov = QemuProvider(workdir, image=guest_image, ready_timeout_s=400, reboot_timeout_s=400)
     try:
+        share = tmp_path / "harness"  # a harness share (issue 26): a cached read-only disk in a VM
+        share.mkdir()
+        (share / "tool").write_text("harness-content\n")
+        shares = (HarnessShare(share, "/opt/aoe-harness/test"),)
         t0 = time.monotonic()
-        [t] = await prov.provision([TerritorySpec("builder-one", password)])
+        [t] = await prov.provision([TerritorySpec("builder-one", password, shares=shares)])
         boot_s = time.monotonic() - t0
+        share_check = ("cat /opt/aoe-harness/test/tool; touch /opt/aoe-harness/test/tool 2>&1; "
+                       "touch /opt/aoe-harness/test/new 2>&1; echo rc=$?")
+        async with prov.ssh(t) as conn:
+            r = await conn.run(share_check, check=False)
+        assert str(r.stdout).startswith("harness-content\n") and "Read-only file system" in str(r.stdout), r.stdout
+        assert "rc=0" not in str(r.stdout)
         assert t.host == "127.0.0.1" and t.service_port == t.ssh_port + 1
         assert t.credential_file.stat().st_mode & 0o777 == 0o600
         assert f"AOE_SSH_PORT={t.ssh_port}" in t.credential_file.read_text()
@@ -313,6 +323,9 @@ async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
             r = await conn.run("cat /var/lib/aoe-persist; cat /proc/sys/kernel/random/boot_id", check=False)
         token2, boot_id2 = str(r.stdout).split("\n")[:2]
         assert token2 == token, "file under /var/lib did not survive the reboot"
+        async with prov.ssh(t) as conn:  # mounted again after the reboot, still read-only
+            r = await conn.run(share_check, check=False)
+        assert str(r.stdout).startswith("harness-content\n") and "Read-only file system" in str(r.stdout), r.stdout
         assert boot_id2 != boot_id, "the guest did not really reboot"
         assert t.extra["pid"] != old_pid  # -no-reboot + relaunch
         # The player changes root's password in the running guest: the referee cannot even ask
