@@ -533,7 +533,10 @@ class QemuProvider(TerritoryProvider):
         if spec.shares:  # harness shares: cached read-only disks (runtime/sharedisk.py)
             from aoe_tui.runtime.sharedisk import drive_args
 
-            g.cmd += await asyncio.to_thread(drive_args, spec.shares)
+            try:
+                g.cmd += await asyncio.to_thread(drive_args, spec.shares)
+            except ProviderError as exc:  # no share: the harness uploads instead (before the clock)
+                log.warning("qemu: %s: harness share not attached: %s", spec.id, exc)
         cred = write_credential_file(tdir / "credential.env", spec.password, {"AOE_SSH_PORT": str(plan.ssh_port)})
         started = asyncio.get_running_loop().create_future()
         g.task = asyncio.create_task(self._supervise(g, started), name=f"qemu-supervisor-{spec.id}")
