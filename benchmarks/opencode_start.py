@@ -40,11 +40,14 @@ KEY_ENV = "AOE_BENCH_MODEL_KEY"
 
 
 def make_arena(dest: Path) -> Path:
-    """first-build with opencode's model on builder-one (240 s clock, short recovery window)."""
+    """first-build with opencode's model on builder-one: a 45 s clock that runs to its end
+    (``stop_on_first_durable = false``: the oracle's durable finish must not stop opencode
+    before its first request), a short recovery window."""
     shutil.copytree(REPO / "arenas" / "first-build", dest)
     manifest = dest / "arena.toml"
     text = manifest.read_text()
-    text = text.replace("duration_seconds = 600", "duration_seconds = 240")
+    text = text.replace("duration_seconds = 600", "duration_seconds = 45")
+    text = text.replace("stop_on_first_durable = true", "stop_on_first_durable = false")
     text = text.replace("recovery_window_seconds = 60", "recovery_window_seconds = 10")
     text = text.replace('model = "oracle"', 'model = "scripted/durable-sqlite"', 1)
     manifest.write_text(text)
@@ -75,7 +78,7 @@ def one_run(root: Path, *, warm: bool, index: int) -> dict:
             "builder-three-agent": resolve_adapter("scripted:volatile"),
         }
         provider = ContainerProvider(out / "territories", image=ensure_image(), heat_id=f"ocb-{os.getpid()}-{index}")
-        world = asyncio.run(run_heat(loaded, provider, adapters, out, drain_seconds=5))
+        world = asyncio.run(run_heat(loaded, provider, adapters, out, drain_seconds=3))
     extra = json.loads((out / "aoe-extra.json").read_text())
     activity = [json.loads(x) for x in (out / "activity.jsonl").read_text().splitlines() if x.strip()]
     events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines() if x.strip()]
@@ -119,7 +122,7 @@ def main() -> int:
               f"milestone {fmt_ms(row['oracle_first_milestone_ms'])} | winner {row['winner']}", flush=True)
         print(f"          staging (s, before the clock): {seats}  (wall {row['staging_wall_s']:.2f} s); opencode harness "
               f"{st.get('harness')} ({st.get('uploaded_bytes', 0) // 1_000_000} MB uploaded), warm={st.get('warm_start')}, "
-              f"steps {st.get('steps_s')}", flush=True)
+              f"rss {st.get('rss_mib')} MiB, steps {st.get('steps_s')}", flush=True)
 
     def med(key: str) -> str:
         vals = [r[key] for r in rows if r[key] is not None]

@@ -622,14 +622,18 @@ class OpencodeStaged(_SeatSetup, Staged):
         self.uploaded_bytes = 0
         #: with ``warm_start``: ``run.sh`` running (warm opencode waiting for the prompt on stdin)
         self.proc: Any = None
+        #: True once opencode was started warm before the clock
+        self.warm = False
+        #: MiB resident of the waiting opencode processes (server and run) at the end of staging
+        self.rss_mib: int | None = None
         #: what ``run.sh`` wrote on stderr before it was warm
         self.stderr_head = b""
 
     def detail(self) -> dict[str, Any]:
-        """``harness``, ``uploaded_bytes`` (bytes), ``warm_start`` and ``steps_s`` (s per step)
-        for ``aoe-extra.json``."""
-        return {"harness": self.harness, "uploaded_bytes": self.uploaded_bytes, "warm_start": self.proc is not None,
-                "steps_s": dict(self.steps_s)}
+        """``harness``, ``uploaded_bytes`` (bytes), ``warm_start``, ``steps_s`` (s per step) and,
+        warm, ``rss_mib`` (MiB resident of the waiting opencode processes) for ``aoe-extra.json``."""
+        return {"harness": self.harness, "uploaded_bytes": self.uploaded_bytes, "warm_start": self.warm,
+                "steps_s": dict(self.steps_s), **({"rss_mib": self.rss_mib} if self.rss_mib is not None else {})}
 
     def launch_command(self) -> str:
         """The guest command that starts ``run.sh`` in the run's transient systemd scope."""
@@ -664,6 +668,7 @@ class OpencodeStaged(_SeatSetup, Staged):
             last = [x for x in _ANSI_RE.sub("", buf.decode("utf-8", "replace")).splitlines() if x.strip()]
             raise OpencodeError(f"opencode did not get ready in the territory before the clock"
                                 f"{': ' + last[-1].strip()[:300] if last else ''}")
+        self.warm = True
 
     async def prepare(self) -> None:
         """Do the staging (see the class docstring). Raises :class:`OpencodeError` (no binary,
@@ -711,6 +716,9 @@ class OpencodeStaged(_SeatSetup, Staged):
         if self.opts.warm_start:
             await self._warm(conn)
             step("warm")
+            with contextlib.suppress(Exception):  # what the waiting harness holds of the seat's memory
+                res = await asyncio.wait_for(conn.run("ps -o rss= -C opencode", check=False), 5)
+                self.rss_mib = sum(int(x) for x in str(res.stdout or "").split() if x.isdigit()) // 1024
 
     async def close(self) -> None:
         """Stop a warm opencode that never got its prompt (its scope), the proxy, and close the
