@@ -152,10 +152,11 @@ async def _with_harness_shares(loaded: LoadedManifest, specs: list[TerritorySpec
     for spec in specs:
         agent = loaded.manifest.agent_for(spec.id)
         adapter = adapters.get(agent.id) if agent is not None else None
+        hook = getattr(adapter, "harness_shares", None)  # an adapter without the hook shares nothing
         shares: list[Any] = []
-        if adapter is not None:
+        if hook is not None:
             try:
-                shares = list(await asyncio.to_thread(adapter.harness_shares, agent))
+                shares = list(await asyncio.to_thread(hook, agent))
             except Exception as err:  # noqa: BLE001 - staging reports it for the seat
                 say(f"{spec.id}: no harness share: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}")
         out.append(dataclasses.replace(spec, shares=tuple(shares)) if shares else spec)

@@ -364,7 +364,9 @@ class HeatSupervisor:
             t = time.monotonic()
             try:
                 seat.ctx = self._context(seat)
-                seat.staged = await asyncio.wait_for(seat.adapter.stage(seat.ctx), STAGE_TIMEOUT_S)
+                hook = getattr(seat.adapter, "stage", None)  # an adapter without the hook stages nothing
+                if hook is not None:
+                    seat.staged = await asyncio.wait_for(hook(seat.ctx), STAGE_TIMEOUT_S)
                 if seat.staged is not None:
                     with contextlib.suppress(Exception):
                         seat.stage_detail = dict(seat.staged.detail())
