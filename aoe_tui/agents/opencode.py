@@ -624,14 +624,15 @@ class OpencodeStaged(_SeatSetup, Staged):
         self.proc: Any = None
         #: True once opencode was started warm before the clock
         self.warm = False
-        #: MiB resident of the waiting opencode processes (server and run) at the end of staging
+        #: MiB of anonymous memory (``RssAnon``: what the seat's memory limit counts; the shared
+        #: binary's pages are not in it) of the waiting opencode processes at the end of staging
         self.rss_mib: int | None = None
         #: what ``run.sh`` wrote on stderr before it was warm
         self.stderr_head = b""
 
     def detail(self) -> dict[str, Any]:
         """``harness``, ``uploaded_bytes`` (bytes), ``warm_start``, ``steps_s`` (s per step) and,
-        warm, ``rss_mib`` (MiB resident of the waiting opencode processes) for ``aoe-extra.json``."""
+        warm, ``rss_mib`` (MiB of anonymous memory of the waiting opencode processes) for ``aoe-extra.json``."""
         return {"harness": self.harness, "uploaded_bytes": self.uploaded_bytes, "warm_start": self.warm,
                 "steps_s": dict(self.steps_s), **({"rss_mib": self.rss_mib} if self.rss_mib is not None else {})}
 
@@ -717,7 +718,9 @@ class OpencodeStaged(_SeatSetup, Staged):
             await self._warm(conn)
             step("warm")
             with contextlib.suppress(Exception):  # what the waiting harness holds of the seat's memory
-                res = await asyncio.wait_for(conn.run("ps -o rss= -C opencode", check=False), 5)
+                res = await asyncio.wait_for(conn.run(
+                    "for p in $(pgrep -x opencode); do awk '/^RssAnon:/ {print $2}' /proc/$p/status; done",
+                    check=False), 5)
                 self.rss_mib = sum(int(x) for x in str(res.stdout or "").split() if x.isdigit()) // 1024
 
     async def close(self) -> None:
