@@ -489,7 +489,7 @@ class _SeatSetup:
         model = self.ctx.agent.model
         return model.split("/", 1)[1] if "/" in model else model
 
-    def _launcher(self, guest_port: int, bin_dir: str = f"{GUEST_ROOT}/bin") -> str:
+    def _launcher(self, guest_port: int, bin_dir: str = f"{GUEST_ROOT}/bin", warm: bool | None = None) -> str:
         """The guest's ``run.sh``: ``opencode run`` with a clean environment, the binaries of
         ``bin_dir`` (the shared harness or the uploaded copy) first on ``PATH``."""
         d = self._run_dir
@@ -507,7 +507,7 @@ class _SeatSetup:
         args = ["opencode", "run", "--format", "json", "--model", f"aoe/{self.model_id}", "--title", title]
         envs = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
         run = " ".join(shlex.quote(a) for a in args)
-        if not self.opts.warm_start:
+        if not (self.opts.warm_start if warm is None else warm):
             return (
                 "#!/bin/sh\n"
                 f"cd /root 2>/dev/null || cd /\n"
@@ -610,8 +610,10 @@ class OpencodeStaged(_SeatSetup, Staged):
         uploaded_bytes: bytes sent over SFTP (0 when shared or present).
     """
 
-    def __init__(self, ctx: AgentContext, adapter: OpencodeAdapter) -> None:
+    def __init__(self, ctx: AgentContext, adapter: OpencodeAdapter, *, warm: bool | None = None) -> None:
         self.ctx, self.adapter, self.opts = ctx, adapter, adapter.options
+        #: start opencode warm (default: the ``warm_start`` option)
+        self.want_warm = adapter.options.warm_start if warm is None else warm
         self.proxy: Any = None
         self.conn: asyncssh.SSHClientConnection | None = None
         self.guest_port = 0
@@ -711,10 +713,10 @@ class OpencodeStaged(_SeatSetup, Staged):
         step("tunnel")
         async with conn.start_sftp_client() as sftp:
             async with sftp.open(f"{self._run_dir}/run.sh", "w") as fh:
-                await fh.write(self._launcher(self.guest_port, self.bin_dir))
+                await fh.write(self._launcher(self.guest_port, self.bin_dir, self.want_warm))
         await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
         step("launcher")
-        if self.opts.warm_start:
+        if self.want_warm:
             await self._warm(conn)
             step("warm")
             with contextlib.suppress(Exception):  # what the waiting harness holds of the seat's memory
@@ -976,9 +978,9 @@ class OpencodeRun(_SeatSetup, AgentRun):
         ctx = self.ctx
         staged = ctx.staged if isinstance(ctx.staged, OpencodeStaged) else None
         ctx.staged = None
-        if staged is None:  # not staged before the clock (a direct start): stage now
+        if staged is None:  # not staged before the clock (a direct start): stage now, cold
             self.activity.append("preparing opencode in the territory")
-            staged = await self.adapter.stage(ctx)
+            staged = await self.adapter.stage(ctx, warm=False)
         self._staged = staged
         self._prompt = staged.prompt
         self.proxy_stats = staged.proxy.stats
@@ -1420,18 +1422,19 @@ class OpencodeAdapter(Adapter):
 
         return [HarnessShare(harness_dir(), HARNESS_GUEST)]
 
-    async def stage(self, ctx: AgentContext) -> OpencodeStaged:
+    async def stage(self, ctx: AgentContext, *, warm: bool | None = None) -> OpencodeStaged:
         """Before the clock: the credential proxy, the SSH connection and its reverse tunnel,
         the harness (shared, or uploaded when the provider could not share it), HOME, the
-        plugin stub, the prompt and ``run.sh`` (:class:`OpencodeStaged`). On failure nothing
-        is left open.
+        plugin stub, the prompt and ``run.sh`` (:class:`OpencodeStaged`), and with ``warm``
+        (default: the ``warm_start`` option) opencode started and waiting for its prompt. On
+        failure nothing is left open.
 
         Raises:
             OpencodeError: opencode missing, the key unset, the territory unreachable.
             asyncssh.Error, OSError, asyncio.TimeoutError: the preparation over SSH failed.
         """
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)
-        staged = OpencodeStaged(ctx, self)
+        staged = OpencodeStaged(ctx, self, warm=warm)
         try:
             await staged.prepare()
         except BaseException:

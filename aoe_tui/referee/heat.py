@@ -427,6 +427,12 @@ async def run_heat(
                 on_supervisor(supervisor)
         if weigh is not None:  # the clock starts: this heat's territories outrank booting ones
             await asyncio.to_thread(weigh, RACE_CPU_WEIGHT)
+        from aoe_tui.agents.base import Adapter as _Adapter
+
+        staging = sorted({a.name or type(a).__name__ for a in adapters_by_agent.values()
+                          if getattr(type(a), "stage", _Adapter.stage) is not _Adapter.stage})
+        if staging:  # the clock waits for these seats' harness (supervisor: the staging phase)
+            say(f"staging the seats before the clock ({', '.join(staging)})")
         forward = asyncio.ensure_future(_forward_abort(abort_event, supervisor))
         try:
             world = await supervisor.run()
