@@ -86,6 +86,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,7 +235,7 @@ def harness_dir(version: str = OPENCODE_VERSION) -> Path:
         with contextlib.suppress(OSError):
             if dest.stat().st_size == src.stat().st_size:
                 continue
-        tmp = folder / f".{name}.{os.getpid()}.part"
+        tmp = folder / f".{name}.{os.getpid()}.{threading.get_ident()}.part"
         tmp.unlink(missing_ok=True)
         try:
             os.link(src, tmp)

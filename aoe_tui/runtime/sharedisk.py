@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def share_disk(folder: Path) -> Path:
         raise ProviderError("mkfs.ext4 is missing (apt-get install e2fsprogs): cannot share a harness into a VM")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     size_kib = (size + size // 10 + _SLACK_BYTES) // 1024
-    tmp = out_dir / f".{label}.{os.getpid()}.part"
+    tmp = out_dir / f".{label}.{os.getpid()}.{threading.get_ident()}.part"  # concurrent heats: their own
     tmp.unlink(missing_ok=True)
     res = subprocess.run([mkfs, "-q", "-F", "-L", label, "-d", str(folder), "-E", "root_owner=0:0", str(tmp),
                           f"{size_kib}k"], capture_output=True, text=True, timeout=300)
