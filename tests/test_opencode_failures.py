@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from aoe_tui.agents.base import AdapterStatus, AgentContext, AgentRun, PreflightError, preflight_entrants
-from aoe_tui.agents.opencode import OpencodeAdapter, OpencodeOptions, OpencodeRun, _State, pending_permission
+from aoe_tui.agents.opencode import OpencodeAdapter, OpencodeError, OpencodeOptions, OpencodeRun, _State, pending_permission
 from aoe_tui.agents.proxy import CredentialProxy
 from aoe_tui.testing.model_server import ScriptedModelServer, ScriptStep
 
@@ -336,3 +336,26 @@ def test_damaged_live_transcript_is_said_in_bundle_and_tui(tmp_path):
                           agent="a", territory="t", model="m", outcome="running")
     assert made is not None and made["unavailable"] == note
     assert json.loads((tmp_path / "analysis.json").read_text())["unavailable"] == note
+
+
+async def test_staging_an_unreachable_territory_fails_and_leaves_nothing_open(tmp_path, monkeypatch):
+    """Issue 26: staging before the clock (``OpencodeAdapter.stage``) that cannot reach its
+    territory raises one line naming it (the supervisor makes it that seat's harness failure at
+    clock 0) and closes the credential proxy it had started."""
+    from aoe_tui.agents import opencode
+    from aoe_tui.agents.proxy import CredentialProxy
+
+    monkeypatch.setattr(opencode, "ensure_opencode", lambda *a, **k: tmp_path / "opencode")
+    monkeypatch.setattr(opencode, "_rg_binary", lambda: tmp_path / "rg")
+    closed = []
+    real_close = CredentialProxy.close
+
+    async def close(self):
+        closed.append(self)
+        await real_close(self)
+
+    monkeypatch.setattr(CredentialProxy, "close", close)
+    adapter = OpencodeAdapter(api_key_env=None)
+    with pytest.raises(OpencodeError, match="cannot reach territory t1 over SSH"):
+        await adapter.stage(make_ctx(tmp_path))
+    assert len(closed) == 1

@@ -74,6 +74,8 @@ class KeyCheckingProvider:
     def __init__(self, inner, key: str) -> None:
         self.inner, self.key, self.name = inner, key, inner.name
         self.key_hits: dict[str, str] = {}
+        #: territory → (exit status, output) of writing into the harness share, at teardown
+        self.share_write: dict[str, tuple[int | None, str]] = {}
         self.territories = []
 
     async def provision(self, specs):
@@ -93,6 +95,9 @@ class KeyCheckingProvider:
                         check=False,
                     )
                     self.key_hits[t.id] = str(res.stdout)
+                    res = await conn.run("ls /opt/aoe-harness/opencode && touch /opt/aoe-harness/opencode/opencode "
+                                         "/opt/aoe-harness/opencode/new-file 2>&1", check=False)
+                    self.share_write[t.id] = (res.exit_status, str(res.stdout) + str(res.stderr))
             except Exception as exc:  # noqa: BLE001 - recorded, asserted by the test
                 self.key_hits[t.id] = f"ERROR {exc}"
         await self.inner.teardown()
@@ -139,7 +144,9 @@ def durable_heat(tmp_path_factory, guest_image, opencode_bin):
 
     key = "sk-aoe-test-" + secrets.token_hex(16)
     os.environ[KEY_ENV] = key
-    script = durable_sqlite_script()
+    # 1 s per model turn: opencode, staged warm, starts within a second of the clock and would
+    # otherwise finish its six turns before the referee's usage polling saw more than one checkpoint
+    script = durable_sqlite_script(step_delay_s=1.0)
     with ScriptedModelServer(script, expect_key=key) as srv:
         oc = OpencodeAdapter({"base_url": srv.base_url, "api_key_env": KEY_ENV})
         world, out, provider = run_heat(
@@ -256,3 +263,39 @@ def test_provider_and_harness_failures(tmp_path_factory, guest_image, opencode_b
     assert no_key_in_folder(out, key) == []
     for tid, hits in provider.key_hits.items():
         assert hits.strip() == "0", f"{tid}: key found in guest: {hits!r}"
+
+
+def world_rebooted(world, territory: str) -> bool:
+    return world.territories[territory].milestones["host-reboot"].passed
+
+
+def test_seats_start_equal(durable_heat):
+    """Issue 26 item 4: every seat's harness is in place before ``match_started``. Each seat's
+    staging is timed in ``aoe-extra.json``; opencode's binary was shared read-only into its
+    container (nothing uploaded) and staged before the clock; its first model request and
+    first tool call are recorded in match-clock ms."""
+    _world, out, _provider, _requests, _script, _key = durable_heat
+    extra = json.loads((out / "aoe-extra.json").read_text())
+    agents = ("builder-one-agent", "builder-two-agent", "builder-three-agent")
+    staging = extra["timings"]["staging_s"]
+    assert set(staging) == set(agents) and all(isinstance(v, (int, float)) and v >= 0 for v in staging.values())
+    assert extra["timings"]["staging_wall_s"] >= max(staging.values())
+    one = extra["agents"]["builder-one-agent"]
+    assert one["staging"]["harness"] == "shared" and one["staging"]["uploaded_bytes"] == 0, one["staging"]
+    assert set(one["staging"]["steps_s"]) == {"install", "connect", "harness", "tunnel", "launcher", "warm"}
+    assert one["staging"]["warm_start"] is True
+    # the scripted builders stage nothing: they start at the clock
+    assert set(extra["agents"]["builder-two-agent"]["staging"]) == {"seconds"}
+    # the share is read-only in the territory, and still mounted after the guest's reboot
+    # (builder-one passed host-reboot before the teardown wrote into it)
+    assert world_rebooted(_world, "builder-one")
+    status, output = _provider.share_write["builder-one"]
+    assert status not in (0, None) and "opencode" in output and "Read-only file system" in output, (status, output)
+    first = one["first_model_request_ms"]
+    print(f"opencode: staging {staging['builder-one-agent']:.2f} s, first model request at {first} ms, "
+          f"first tool call at {one.get('first_tool_call_ms')} ms after match_started")
+    assert 0 <= first <= one["first_tool_call_ms"]
+    # The target (within 1000 ms of match_started) is measured by benchmarks/opencode_start.py on a
+    # quiet machine (0.3-0.6 s); a test does not time a loaded CI host. What it asserts: the harness was
+    # warm before the clock — a cold opencode at the clock takes 6-7 s to its first request here.
+    assert first <= 3000, f"opencode's first model request came {first} ms after match_started: not started warm"

@@ -53,9 +53,10 @@ def test_analysis_rules():
     assert analyze_trace([], agent="a", territory="t", model=None, outcome=None, source_sha256="0") is None
 
 
-async def _post(port: int, body: dict, auth: str | None = "Bearer guest-placeholder") -> tuple[int, bytes]:
+async def _post(port: int, body: dict, auth: str | None = "Bearer guest-placeholder",
+                path: str = "/v1/chat/completions") -> tuple[int, bytes]:
     def go():
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json", **({"Authorization": auth} if auth else {})})
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
@@ -87,6 +88,26 @@ async def test_proxy_injects_key_and_counts_tokens():
         # without the proxy the guest's placeholder key is refused
         status, _ = await _post(srv.port, {"model": "m", "messages": []})
         assert status == 401
+
+
+async def test_proxy_answers_the_warm_up_itself():
+    """Issue 26: opencode's warm-up prompt before the clock (``/aoe-warmup/v1``) is answered by
+    the proxy — streamed or not — never forwarded upstream, never counted, and the first real
+    request is the one ``first_request_at`` records."""
+    from aoe_tui.agents.proxy import WARMUP_PREFIX
+
+    with ScriptedModelServer([ScriptStep(text="done", prompt_tokens=10, completion_tokens=2)], expect_key="sk-real") as srv:
+        async with CredentialProxy(srv.base_url, "sk-real") as proxy:
+            path = WARMUP_PREFIX + "/v1/chat/completions"
+            status, body = await _post(proxy.port, {"model": "warmup", "stream": True, "messages": []}, path=path)
+            assert status == 200 and b'"content": "ready"' in body and body.rstrip().endswith(b"data: [DONE]")
+            status, body = await _post(proxy.port, {"model": "warmup", "messages": []}, path=path)
+            assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "ready"
+            assert srv.requests == [] and proxy.stats.requests == 0 and proxy.stats.first_request_at is None
+            assert proxy.stats.last_activity is None  # not model traffic
+            status, _ = await _post(proxy.port, {"model": "m", "tools": [1], "messages": []})
+            assert status == 200 and proxy.stats.requests == 1 and proxy.stats.first_request_at is not None
+            assert len(srv.requests) == 1
 
 
 async def test_proxy_counts_errors_and_unreachable():

@@ -21,6 +21,7 @@ import pytest
 from aoe_tui.runtime import qemu
 from aoe_tui.runtime.netalloc import NetAllocator
 from aoe_tui.runtime.provider import (
+    HarnessShare,
     ProviderError,
     ProvisionError,
     TerritoryRefusedError,
@@ -413,9 +414,19 @@ async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
     # 2048 MiB, so the overlay and the guest's ext4 are grown before the territory is ready
     res = TerritoryResources(vcpus=2, memory_mib=640, disk_mib=2560)
     try:
+        share = tmp_path / "harness"  # a harness share (issue 26): a cached read-only disk in a VM
+        share.mkdir()
+        (share / "tool").write_text("harness-content\n")
+        shares = (HarnessShare(share, "/opt/aoe-harness/test"),)
         t0 = time.monotonic()
-        [t] = await prov.provision([TerritorySpec("builder-one", password, resources=res)])
+        [t] = await prov.provision([TerritorySpec("builder-one", password, resources=res, shares=shares)])
         boot_s = time.monotonic() - t0
+        share_check = ("cat /opt/aoe-harness/test/tool; touch /opt/aoe-harness/test/tool 2>&1; "
+                       "touch /opt/aoe-harness/test/new 2>&1; echo rc=$?")
+        async with prov.ssh(t) as conn:
+            r = await conn.run(share_check, check=False)
+        assert str(r.stdout).startswith("harness-content\n") and "Read-only file system" in str(r.stdout), r.stdout
+        assert "rc=0" not in str(r.stdout)
         assert t.host == "127.0.0.1" and t.service_port == t.ssh_port + 1
         assert t.credential_file.stat().st_mode & 0o777 == 0o600
         assert f"AOE_SSH_PORT={t.ssh_port}" in t.credential_file.read_text()
@@ -468,6 +479,9 @@ async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
         token2, boot_id2, df_line2 = str(r.stdout).split("\n")[:3]
         assert token2 == token, "file under /var/lib did not survive the reboot"
         assert int(df_line2.split()[1]) == root_mib, "the grown root did not survive the reboot"
+        async with prov.ssh(t) as conn:  # mounted again after the reboot, still read-only
+            r = await conn.run(share_check, check=False)
+        assert str(r.stdout).startswith("harness-content\n") and "Read-only file system" in str(r.stdout), r.stdout
         assert boot_id2 != boot_id, "the guest did not really reboot"
         assert t.extra["pid"] != old_pid  # -no-reboot + relaunch
         # The player changes root's password in the running guest: the referee cannot even ask

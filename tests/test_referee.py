@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun
+from aoe_tui.agents.base import AdapterStatus, Adapter, AgentContext, AgentOutcome, AgentRun, Staged
 from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.domain.arena import load_manifest
 from aoe_tui.domain.world import world_json
@@ -201,16 +201,47 @@ class FakeRun(AgentRun):
         self.stopped.set()
 
 
+class FakeStaged(Staged):
+    """What a :class:`FakeAdapter` with ``stage`` in its plan staged; counts its closes."""
+
+    def __init__(self, events_seen: str) -> None:
+        self.events_seen = events_seen  # the event log as it was while staging
+        self.closed = 0
+
+    def detail(self):
+        return {"harness": "fake"}
+
+    async def close(self) -> None:
+        self.closed += 1
+
+
 class FakeAdapter(Adapter):
     name = "fake"
 
     def __init__(self, plan: dict) -> None:
         self.plan = plan
+        self.staged: FakeStaged | None = None
+
+    async def stage(self, ctx: AgentContext):
+        """Plan keys: ``stage`` (stage a :class:`FakeStaged`), ``stage_error`` (raise),
+        ``stage_hang`` (an ``asyncio.Event`` set once staging is under way; then wait forever)."""
+        if self.plan.get("stage_error"):
+            raise RuntimeError("no harness for this seat")
+        if self.plan.get("stage_hang") is not None:
+            self.staged = FakeStaged("")
+            self.plan["stage_hang"].set()
+            await asyncio.Event().wait()
+        if not self.plan.get("stage"):
+            return None
+        assert ctx.instruction_file.read_text() == f"build on {ctx.territory.id}"  # written before staging
+        self.staged = FakeStaged((ctx.agent_dir.parent.parent / "events.jsonl").read_text())
+        return self.staged
 
     async def start(self, ctx: AgentContext) -> AgentRun:
         if self.plan.get("start_error"):
             raise RuntimeError("no such binary: fake-agent")
         assert ctx.instruction_file.read_text() == f"build on {ctx.territory.id}"
+        assert ctx.staged is self.staged and ctx.clock_started is not None
         return FakeRun(ctx, self.plan)
 
 
@@ -218,7 +249,7 @@ ALL = [(m, None) for m in MILESTONES]
 
 
 async def supervise(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1.0, abort_after=None, conc=4, duration=None,
-                    on_event=None):
+                    on_event=None, adapters=None, keep=None):
     """Run one heat of the fake arena; ``plans``: one :class:`FakeRun` plan per seat (keys
     ``steps``, ``delay``, ``after``, ...); ``on_event(record, world)``: also called after
     every event. Returns ``(world, records, match folder, provider)``."""
@@ -229,7 +260,7 @@ async def supervise(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1
     provider = FakeProvider(state, **(provider_kw or {}))
     specs = [TerritorySpec(t.id, f"{t.id}-race", 8080, i) for i, t in enumerate(loaded.manifest.territories)]
     territories = await provider.provision(specs)
-    adapters = {f"{t}-agent": FakeAdapter({"state": state, **plan}) for t, plan in zip(SEATS, plans)}
+    adapters = {f"{t}-agent": FakeAdapter({"state": state, **plan}) for t, plan in zip(SEATS, plans)} | (adapters or {})
     out = tmp_path / "match"
     out.mkdir()
     log = EventLogWriter(out / "events.jsonl")
@@ -265,6 +296,8 @@ async def supervise(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1
             ref.abort()
 
         aborter = asyncio.ensure_future(abort_later())
+    if keep is not None:  # the caller's view of the supervisor and its adapters
+        keep.update(supervisor=ref, adapters=adapters)
     world = await ref.run()
     if abort_after is not None:
         aborter.cancel()
@@ -538,6 +571,80 @@ async def test_agent_crash_is_harness_failure(tmp_path):
     assert "failed to start: no such binary" in a2.terminal_detail
     ends = {r.event.territory: r.event.to for r in kinds(records, "competitor_state_changed") if r.event.to in ("incomplete", "unavailable")}
     assert ends == {"builder-one": "unavailable", "builder-two": "unavailable", "builder-three": "incomplete"}
+
+
+async def test_seats_are_staged_before_the_clock_and_a_failed_staging_is_that_seats_harness_failure(tmp_path):
+    """Issue 26 item 4: every seat is staged (instruction.md written first) before
+    ``match_started``; what was staged reaches ``start`` through ``ctx.staged``, each seat's
+    staging is timed for ``aoe-extra.json``, and a seat whose staging raised is a harness failure
+    at the clock's start — before any check of the race — while the other seats race on."""
+    keep: dict = {}
+    world, records, _, _ = await supervise(
+        tmp_path, [{"stage": True, "steps": ALL}, {"stage_error": True, "steps": ALL}, {"steps": ALL[:1]}], keep=keep)
+    one, two, three = (keep["adapters"][f"{t}-agent"] for t in SEATS)
+    assert one.staged is not None and "match_state_changed" not in one.staged.events_seen  # staged before the clock
+    assert one.staged.closed == 0  # handed to the run, not released by the supervisor
+    a2 = world.agents["builder-two-agent"]
+    assert (a2.failure_source, a2.terminal_state) == ("harness", "failed")
+    assert a2.terminal_detail == "adapter fake failed to stage: no harness for this seat"
+    kinds_in_order = [r.event.kind for r in records]
+    failed_at = next(i for i, r in enumerate(records) if r.event.kind == "agent_finished"
+                     and r.event.agent == "builder-two-agent")
+    assert "milestone_evaluation_started" not in kinds_in_order[:failed_at]  # at clock 0, before the race
+    assert world.winner == "builder-one"  # the others raced
+    extra = keep["supervisor"].extra()
+    assert set(extra["timings"]["staging_s"]) == {f"{t}-agent" for t in SEATS}
+    assert extra["agents"]["builder-one-agent"]["staging"]["harness"] == "fake"
+    assert extra["agents"]["builder-two-agent"]["staging"]["error"] == "no harness for this seat"
+    assert set(extra["agents"]["builder-three-agent"]["staging"]) == {"seconds"}
+
+
+async def test_command_adapter_starts_at_the_clock(tmp_path):
+    """An upstream command adapter (§5) stages nothing: its process starts after
+    ``match_started``, as upstream's do (it sees the running match in the event log)."""
+    from aoe_tui.agents.command import CommandAdapter
+
+    script = tmp_path / "agent.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        'match=$(dirname "$(dirname "$(dirname "$AOE_RESULT_FILE")")")\n'
+        'cp "$match/events.jsonl" "$(dirname "$AOE_RESULT_FILE")/seen-at-start.jsonl"\n'
+        """printf '{"status":"completed","summary":"ok"}' > "$AOE_RESULT_FILE"\n"""
+    )
+    script.chmod(0o755)
+    class Recording(CommandAdapter):
+        async def start(self, ctx):  # the log as it is when the supervisor starts the adapter
+            self.log_at_start = (ctx.agent_dir.parent.parent / "events.jsonl").read_text()
+            return await super().start(ctx)
+
+    command = Recording("upstream", script)
+    assert await command.stage(None) is None  # the default: nothing before the clock
+    keep: dict = {}
+    world, _records, out, _ = await supervise(tmp_path, [{"steps": ALL}, {}, {}], duration=2, keep=keep,
+                                              adapters={"builder-two-agent": command})
+    seen = [json.loads(line) for line in (out / "agents/builder-two-agent/seen-at-start.jsonl").read_text().splitlines()]
+    assert any(e.get("kind") == "match_state_changed" and e.get("to") == "running" for e in seen), seen
+    assert '"to":"running"' in command.log_at_start.replace(" ", "")
+    assert world.agents["builder-two-agent"].terminal_state is not None
+    assert set(keep["supervisor"].extra()["agents"]["builder-two-agent"]["staging"]) == {"seconds"}
+
+
+async def test_abort_during_staging_ends_the_heat_before_the_clock(tmp_path):
+    """An abort (Ctrl-C) while a seat is still staging: the staging is cancelled, what other seats
+    staged is released, and the heat ends aborted without a clock ever starting."""
+    hanging = asyncio.Event()
+    keep: dict = {}
+    task = asyncio.ensure_future(supervise(
+        tmp_path, [{"stage": True}, {"stage_hang": hanging}, {"stage": True}], keep=keep))
+    await asyncio.wait_for(hanging.wait(), 10)
+    await asyncio.sleep(0.05)
+    keep["supervisor"].abort()
+    world, records, _, _ = await asyncio.wait_for(task, 10)
+    assert world.match_state == "aborted" and world.finish_reason == "operator interrupt"
+    assert [r.event.kind for r in records] == ["match_state_changed", "match_finished"]
+    assert records[0].event.to == "aborted" and records[0].event.from_ == "preparing"
+    staged = [keep["adapters"][f"{t}-agent"].staged for t in ("builder-one", "builder-three")]
+    assert [s.closed for s in staged] == [1, 1]
 
 
 async def test_drain_terminates_agents_that_never_return(tmp_path):

@@ -30,7 +30,7 @@ from aoe_tui.fsio import SubPath
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.domain.prices import PriceRates
     from aoe_tui.domain.arena import AgentDef
-    from aoe_tui.runtime.provider import Territory
+    from aoe_tui.runtime.provider import HarnessShare, Territory
 
 
 class PreflightError(AoeError):
@@ -93,6 +93,12 @@ class AgentContext:
         instruction_file: ``agent_dir/instruction.md`` (already written, spec §5.2).
         deadline_s: wall-clock seconds the agent may run (the arena's ``duration_seconds``).
         arena_dir: the arena package folder (for adapters that need package files).
+        staged: what :meth:`Adapter.stage` returned for this seat before the clock (``None``:
+            the adapter stages nothing, or :meth:`Adapter.start` is called without staging);
+            :meth:`Adapter.start` takes it over (it then owns its :meth:`Staged.close`).
+        clock_started: ``time.monotonic()`` (s) when the match clock started
+            (``match_started``); ``None`` outside a heat. Lets a run report its own
+            milestones in match-clock ms (``first_model_request_ms``).
     """
 
     agent: AgentDef
@@ -101,6 +107,8 @@ class AgentContext:
     instruction_file: Path
     deadline_s: float
     arena_dir: Path
+    staged: Staged | None = None
+    clock_started: float | None = None
 
     result_file = SubPath("agent_dir", "result.json", "``AOE_RESULT_FILE``: ``agents/<id>/result.json``.")
     usage_file = SubPath("agent_dir", "usage.json",
@@ -109,6 +117,24 @@ class AgentContext:
     stderr_file = SubPath("agent_dir", "stderr.log", "``AOE_STDERR_FILE``: ``agents/<id>/stderr.log``.")
     reboot_marker = SubPath("agent_dir", "referee-reboot",
                             "``agents/<id>/referee-reboot``: written by the referee before it reboots the guest (§3.4).")
+
+
+class Staged:
+    """What an adapter prepared for one seat before the race clock (:meth:`Adapter.stage`):
+    uploads done, configuration written, connections open. The supervisor hands it to
+    :meth:`Adapter.start` through :attr:`AgentContext.staged` at the clock; a seat that never
+    starts (an abort during staging, a heat cancelled) gets :meth:`close` instead.
+
+    Subclasses hold their own resources; :meth:`close` must be idempotent and never raise.
+    """
+
+    def detail(self) -> dict[str, Any]:
+        """Ours, for ``aoe-extra.json`` ``agents[id].staging`` (e.g. what was uploaded or
+        shared, each step's seconds); ``{}`` by default. Never a credential."""
+        return {}
+
+    async def close(self) -> None:
+        """Release what staging holds (connections, listeners). Idempotent, never raises."""
 
 
 class ActivityLines(collections.deque):
@@ -209,6 +235,14 @@ class AgentRun(abc.ABC):
         adapter behind the credential proxy). Never a credential."""
         return None
 
+    def start_detail(self) -> dict[str, Any] | None:
+        """Ours, for ``aoe-extra.json`` ``agents[id]``: how soon the agent got going after the
+        clock, in match-clock ms (since ``match_started``). Keys (all optional):
+        ``first_model_request_ms`` (the first request the credential proxy saw) and
+        ``first_tool_call_ms`` (the start of the first tool call the agent reported).
+        ``None``: nothing to tell (the default)."""
+        return None
+
 
 class Adapter(abc.ABC):
     """Starts agents of one kind (``oracle``, ``scripted:memory``, ``command:PATH``, ``opencode``)."""
@@ -261,9 +295,42 @@ class Adapter(abc.ABC):
             PreflightError: one line naming the model and what failed (never a credential value).
         """
 
+    def harness_shares(self, agent: AgentDef) -> list[HarnessShare]:
+        """Host folders this adapter wants shared read-only into ``agent``'s territory
+        (:class:`~aoe_tui.runtime.provider.HarnessShare`): the in-territory harness, built and
+        cached once on the runner, so nothing is copied per seat where the provider can share
+        (a container's bind mount, a QEMU read-only disk). ``run_heat`` puts them in the seat's
+        ``TerritorySpec.shares`` before provisioning; a provider that cannot share ignores them,
+        so :meth:`stage` checks in the guest and uploads what is missing. Called before
+        provisioning, from the event loop: it may do blocking work once (cached).
+        ``[]`` by default.
+
+        Raises:
+            aoe_tui.errors.AoeError: the harness cannot be prepared on the runner (one line);
+                ``run_heat`` then shares nothing for that seat and staging reports the error.
+        """
+        return []
+
+    async def stage(self, ctx: AgentContext) -> Staged | None:
+        """Prepare the seat before the race clock starts: uploads, installs, configuration,
+        connections (``ctx.instruction_file`` is already written). The supervisor stages every
+        seat concurrently after provisioning and starts the clock (``match_started``) only
+        when all are done, so the seats start equal; each seat's time is
+        ``timings.staging_s[agent]`` (s) in ``aoe-extra.json``. A raised exception becomes
+        that seat's ``harness_error`` at clock 0 while the others race. It may be cancelled
+        (an abort, Ctrl-C): it must then release what it holds.
+
+        The default stages nothing (``None``): upstream command adapters (§5) and the
+        built-in builders do all their work from :meth:`start`, at the clock, as upstream's do.
+        """
+        return None
+
     @abc.abstractmethod
     async def start(self, ctx: AgentContext) -> AgentRun:
-        """Start the agent in the background and return its :class:`AgentRun` at once."""
+        """Start the agent in the background and return its :class:`AgentRun` at once.
+
+        ``ctx.staged`` holds what :meth:`stage` returned (``None`` without staging); the run
+        takes it over and closes it when it ends."""
 
     def sha256(self) -> str | None:
         """sha256 of the adapter's file for provenance ``adapter_sha256`` (spec §7.3), if any."""

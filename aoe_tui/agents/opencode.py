@@ -13,20 +13,28 @@ How a run works (facts from ``docs/opencode.md``):
    host's ripgrep (Debian ``ripgrep``).
 2. A :class:`~aoe_tui.agents.proxy.CredentialProxy` starts on the runner with the real key
    read from the runner's environment variable named by ``api_key_env``.
-3. Over SSH (root, password): the binary and ``rg`` are uploaded once per guest to
-   ``/var/tmp/aoe-opencode/bin/`` (skipped when the size already matches, e.g. after a
-   reboot); a per-run folder ``/var/tmp/aoe-opencode/<agent>/`` gets a fresh HOME with XDG
+3. Before the race clock (:meth:`OpencodeAdapter.stage` → :class:`OpencodeStaged`, the heat
+   supervisor's staging phase; docs/opencode.md §8): the binary and ``rg`` are shared
+   read-only into the territory at :data:`HARNESS_GUEST` (:meth:`OpencodeAdapter.harness_shares`,
+   :func:`harness_dir`: a container's bind mount) or, where the provider cannot share,
+   uploaded over SFTP to ``/var/tmp/aoe-opencode/bin/`` (skipped when the size already
+   matches); a per-run folder ``/var/tmp/aoe-opencode/<agent>/`` gets a fresh HOME with XDG
    dirs, the plugin-install stub (so opencode never runs its embedded npm), the prompt
-   (``instruction.md``) and a launcher. A reverse tunnel (``forward_remote_port``) makes
-   ``127.0.0.1:<port>`` in the guest reach the proxy.
-4. The launcher runs ``opencode run --format json --model aoe/<model> --title …`` in a
-   transient systemd scope ``aoe-opencode-<agent>.scope`` with a clean environment
-   (``OPENCODE_CONFIG_CONTENT`` pointing at the tunnel with a placeholder key,
-   ``OPENCODE_DISABLE_MODELS_FETCH=1``, ``OPENCODE_DISABLE_AUTOUPDATE=1``,
+   (``instruction.md``) and a launcher (``run.sh``). A reverse tunnel (``forward_remote_port``)
+   makes ``127.0.0.1:<port>`` in the guest reach the proxy. With ``warm_start`` (the default)
+   ``run.sh`` then starts ``opencode serve``, warms it with one throwaway prompt the proxy
+   answers itself (:data:`~aoe_tui.agents.proxy.WARMUP_PREFIX`) and leaves ``opencode run
+   --attach`` loaded, waiting for its prompt on stdin.
+4. At the clock the run writes the prompt on that stdin (warm), or starts ``run.sh`` (cold:
+   ``opencode run --format json --model aoe/<model> --title …`` with the prompt file as
+   stdin). Either way opencode runs in a transient systemd scope ``aoe-opencode-<agent>.scope``
+   with a clean environment (``OPENCODE_CONFIG_CONTENT`` pointing at the tunnel with a
+   placeholder key, ``OPENCODE_DISABLE_MODELS_FETCH=1``, ``OPENCODE_DISABLE_AUTOUPDATE=1``,
    ``OPENCODE_DISABLE_SHARE=1``, no proxies, ``NO_PROXY=127.0.0.1,localhost``), cwd
-   ``/root``, stdin = the prompt file (opencode reads a non-TTY stdin to EOF as the
-   message — never an interactive stdin). The model's reasoning effort goes into the
-   model's ``options.reasoningEffort`` (sent as ``reasoning_effort``).
+   ``/root``, stdin never interactive (opencode reads a non-TTY stdin to EOF as the
+   message). The model's reasoning effort goes into the model's ``options.reasoningEffort``
+   (sent as ``reasoning_effort``). A warm run's parts that ``run --attach`` did not print are
+   read back from its server when it exits (:meth:`OpencodeRun._recover_parts`).
 5. The JSON events are read live: ``step_finish`` tokens/cost → cumulative usage
    checkpoints (``input_tokens`` = input + cache read + cache write, ``output_tokens`` =
    output + reasoning, ``cost_microusd`` = round(cost × 1e6) µUSD — or, when the season's
@@ -78,6 +86,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +95,8 @@ from urllib.parse import urlsplit
 
 import asyncssh
 
-from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun
+from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
+from aoe_tui.agents.proxy import WARMUP_PREFIX
 from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.agents.command import DEADLINE_SUMMARY, REBOOT_SUMMARY, STOPPED_SUMMARY, apply_budget
 from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
@@ -111,14 +121,21 @@ OPENCODE_VERSION = "1.18.33"
 DEFAULT_BASE_URL = "https://opencode.ai/zen/go/v1"
 #: Default name of the runner environment variable holding the provider key.
 DEFAULT_API_KEY_ENV = "OPENCODE_API_KEY"
-#: Guest folder for the binary, rg and per-run folders.
+#: Guest folder for the binary, rg (when uploaded) and per-run folders.
 GUEST_ROOT = "/var/tmp/aoe-opencode"
+#: Where the harness folder (opencode + rg, :func:`harness_dir`) is shared read-only into a
+#: territory (:meth:`OpencodeAdapter.harness_shares`); used in place when it is there.
+HARNESS_GUEST = "/opt/aoe-harness/opencode"
 #: Environment overrides for ``--agent opencode`` on the command line.
 ENV_BASE_URL = "AOE_OPENCODE_BASE_URL"
 ENV_KEY_ENV = "AOE_OPENCODE_API_KEY_ENV"
 ENV_BINARY = "AOE_OPENCODE_BINARY"
 
 _PLACEHOLDER_KEY = "aoe-credential-proxy"
+#: opencode's provider for the warm-up prompt (its base URL is the proxy's :data:`WARMUP_PREFIX`)
+WARMUP_PROVIDER = "aoe-warmup"
+#: the line ``run.sh`` writes on stderr once opencode is warm and waits for the prompt on stdin
+STAGED_MARK = "aoe-staged"
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -201,6 +218,34 @@ def _rg_binary() -> Path:
     return Path(rg)
 
 
+def harness_dir(version: str = OPENCODE_VERSION) -> Path:
+    """The runner's harness folder shared into territories: ``<user cache>/aoe-tui/opencode/
+    <version>/harness/`` holding ``opencode`` (the binary of :func:`ensure_opencode`) and ``rg``
+    (the runner's ripgrep), made once (hard links where the file system allows, else copies;
+    a file whose size differs from its source is replaced). Blocking (may install opencode).
+
+    Raises:
+        OpencodeError: opencode cannot be installed, or ripgrep is missing.
+    """
+    folder = _cache_dir(version) / "harness"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, src in (("opencode", ensure_opencode(version)), ("rg", _rg_binary())):
+        src = src.resolve()
+        dest = folder / name
+        with contextlib.suppress(OSError):
+            if dest.stat().st_size == src.stat().st_size:
+                continue
+        tmp = folder / f".{name}.{os.getpid()}.{threading.get_ident()}.part"
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copy2(src, tmp)
+        tmp.chmod(0o755)
+        os.replace(tmp, dest)
+    return folder
+
+
 async def _post_json(port: int, path: str, body: dict[str, Any]) -> tuple[int, str]:
     """POST ``body`` as JSON to ``127.0.0.1:port`` (the credential proxy) and read the whole
     answer (the proxy closes the connection); returns (HTTP status, body text)."""
@@ -259,6 +304,11 @@ class OpencodeOptions:
         context_tokens, output_tokens: the model's ``limit.context`` / ``limit.output``.
         cost_input_per_mtok, cost_output_per_mtok: USD per 1M tokens (opencode computes cost).
         upload_timeout_s: timeout of the binary upload (s).
+        warm_start: start opencode before the race clock (``opencode serve``, warmed by one
+            throwaway prompt the credential proxy answers itself), so at the clock only the
+            prompt is handed over; ``False``: ``opencode run`` starts cold at the clock (about
+            4–6 s to its first model request, measured; docs/opencode.md §8).
+        warm_timeout_s: how long the warm start may take before the clock (s).
     """
 
     base_url: str = DEFAULT_BASE_URL
@@ -272,6 +322,8 @@ class OpencodeOptions:
     cost_input_per_mtok: float | None = None
     cost_output_per_mtok: float | None = None
     upload_timeout_s: float = 300.0
+    warm_start: bool = True
+    warm_timeout_s: float = 180.0
 
     @classmethod
     def from_mapping(cls, options: dict[str, Any] | None, *, where: str = "options") -> OpencodeOptions:
@@ -288,14 +340,18 @@ class OpencodeOptions:
                 raise OpencodeError(f"{where}.{key}: unknown opencode option (known: {known})")
             default = getattr(cls(), key)
             try:
-                if isinstance(default, bool) or key in ("base_url", "api_key_env"):
+                if isinstance(default, bool):
+                    if not isinstance(value, bool):
+                        raise TypeError(value)
+                elif key in ("base_url", "api_key_env"):
                     value = None if value in (None, "") and key == "api_key_env" else str(value)
                 elif isinstance(default, int):
                     value = int(value)
                 elif value is not None:
                     value = float(value)
             except (TypeError, ValueError):
-                raise OpencodeError(f"{where}.{key}: expected a number, got {value!r}") from None
+                what = "true or false" if isinstance(default, bool) else "a number"
+                raise OpencodeError(f"{where}.{key}: expected {what}, got {value!r}") from None
             setattr(opts, key, value)
         if opts.max_steps < 1:
             raise OpencodeError(f"{where}.max_steps must be at least 1")
@@ -326,6 +382,10 @@ class _State:
     trace: list[dict[str, Any]] = field(default_factory=list)
     rounds: list[dict[str, Any]] = field(default_factory=list)
     round_start_ms: int | None = None
+    #: epoch ms (the guest's clock) when the first tool call started
+    first_tool_epoch_ms: int | None = None
+    #: ids of the parts seen in events (a warm run recovers the others from its server)
+    seen_parts: set[str] = field(default_factory=set)
 
 
 def _num(v: Any) -> int:
@@ -365,7 +425,324 @@ def _error_text(err: dict[str, Any], *, name: bool = True) -> str:
     return f"{err.get('name')}: {message}" if name and err.get("name") and err.get("name") != message else message
 
 
-class OpencodeRun(AgentRun):
+class _SeatSetup:
+    """What the run and its staging share: the seat's names, opencode's config and launcher,
+    and the guest-side preparation (needs ``ctx``, ``opts``, ``_prompt``)."""
+
+    ctx: AgentContext
+    opts: OpencodeOptions
+    _prompt: str = ""
+
+    @property
+    def _scope(self) -> str:
+        return f"aoe-opencode-{_NAME_RE.sub('-', self.ctx.agent.id)}"
+
+    @property
+    def _run_dir(self) -> str:
+        return f"{GUEST_ROOT}/{_NAME_RE.sub('-', self.ctx.agent.id)}"
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        from aoe_tui.runtime.ssh import connect
+
+        t = self.ctx.territory
+        return await connect(t.host, t.ssh_port, t.password, connect_timeout_s=15.0)
+
+    async def _upload(self, conn: asyncssh.SSHClientConnection, local: Path, remote: str) -> int:
+        """Upload ``local`` to ``remote`` (mode 0755) unless a file of its size is there; returns
+        the bytes sent (0: skipped)."""
+        size = local.stat().st_size
+        res = await conn.run(f"stat -c %s {shlex.quote(remote)} 2>/dev/null", check=False)
+        if str(res.stdout or "").strip() == str(size):
+            return 0
+        tmp = remote + ".part"
+        async with conn.start_sftp_client() as sftp:
+            await sftp.put(str(local), tmp, block_size=65536, max_requests=64)  # sftp-server drops >256 KiB packets
+        await conn.run(f"chmod 0755 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(remote)}", check=True)
+        return size
+
+    def _config(self, guest_port: int) -> dict[str, Any]:
+        model_id = self.model_id
+        model: dict[str, Any] = {"limit": {"context": self.opts.context_tokens, "output": self.opts.output_tokens}}
+        effort = getattr(self.ctx.agent, "reasoning_effort", None)
+        if effort and effort != "default":
+            model["options"] = {"reasoningEffort": effort}
+        if self.opts.cost_input_per_mtok is not None or self.opts.cost_output_per_mtok is not None:
+            model["cost"] = {"input": self.opts.cost_input_per_mtok or 0, "output": self.opts.cost_output_per_mtok or 0}
+        return {
+            "$schema": "https://opencode.ai/config.json",
+            "provider": {"aoe": {"npm": "@ai-sdk/openai-compatible", "name": "aoe credential proxy",
+                                 "options": {"baseURL": f"http://127.0.0.1:{guest_port}/v1", "apiKey": _PLACEHOLDER_KEY},
+                                 "models": {model_id: model}},
+                         WARMUP_PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "aoe warm-up (answered by the proxy)",
+                                           "options": {"baseURL": f"http://127.0.0.1:{guest_port}{WARMUP_PREFIX}/v1",
+                                                       "apiKey": _PLACEHOLDER_KEY},
+                                           "models": {"warmup": {"limit": {"context": 8000, "output": 16}}}}},
+            "enabled_providers": ["aoe", WARMUP_PROVIDER],
+            "model": f"aoe/{model_id}",
+            "autoupdate": False,
+            "share": "disabled",
+            "permission": {"external_directory": "allow", "bash": "allow", "edit": "allow", "webfetch": "deny"},
+        }
+
+    @property
+    def model_id(self) -> str:
+        """The model id sent upstream: the manifest model without its provider prefix (``opencode-go/kimi-k3`` → ``kimi-k3``)."""
+        model = self.ctx.agent.model
+        return model.split("/", 1)[1] if "/" in model else model
+
+    def _launcher(self, guest_port: int, bin_dir: str = f"{GUEST_ROOT}/bin", warm: bool | None = None) -> str:
+        """The guest's ``run.sh``: ``opencode run`` with a clean environment, the binaries of
+        ``bin_dir`` (the shared harness or the uploaded copy) first on ``PATH``."""
+        d = self._run_dir
+        h = f"{d}/home"
+        env = {
+            "HOME": h, "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash", "LANG": "C.UTF-8", "TERM": "dumb",
+            "PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "XDG_CONFIG_HOME": f"{h}/.config", "XDG_DATA_HOME": f"{h}/.local/share", "XDG_CACHE_HOME": f"{h}/.cache",
+            "XDG_STATE_HOME": f"{h}/.local/state",
+            "OPENCODE_CONFIG_CONTENT": json.dumps(self._config(guest_port), separators=(",", ":")),
+            "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+        }
+        title = f"aoe {self.ctx.agent.id} on {self.ctx.territory.id}"
+        args = ["opencode", "run", "--format", "json", "--model", f"aoe/{self.model_id}", "--title", title]
+        envs = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
+        run = " ".join(shlex.quote(a) for a in args)
+        if not (self.opts.warm_start if warm is None else warm):
+            return (
+                "#!/bin/sh\n"
+                f"cd /root 2>/dev/null || cd /\n"
+                f"exec env -i {envs} {run} < {shlex.quote(d + '/prompt.md')}\n"
+            )
+        q = shlex.quote
+        limit = max(1, int(self.opts.warm_timeout_s * 10))
+        attached = run.replace("opencode run", 'opencode run --attach "$url"', 1)
+        # warm start (docs/opencode.md §8): the server, one warm-up prompt the proxy answers,
+        # then the real run attached to the warm server, its prompt on stdin at the clock
+        return (
+            "#!/bin/sh\n"
+            f"cd /root 2>/dev/null || cd /\n"
+            f"d={q(d)}\n"
+            f"env -i {envs} opencode serve --hostname 127.0.0.1 --port 0 > \"$d/serve.log\" 2>&1 < /dev/null &\n"
+            "serve=$!\n"
+            'echo "$serve" > "$d/serve.pid"\n'
+            "n=0; url=\n"
+            'while [ -z "$url" ]; do\n'
+            '  kill -0 "$serve" 2>/dev/null || { echo "aoe: opencode serve exited: $(tail -c 300 "$d/serve.log")" >&2; exit 70; }\n'
+            f'  n=$((n+1)); [ "$n" -gt {limit} ] && {{ echo "aoe: opencode serve did not listen in time" >&2; exit 70; }}\n'
+            "  sleep 0.1\n"
+            '  url=$(sed -n \'s|.*listening on \\(http://[^ ]*\\).*|\\1|p\' "$d/serve.log" | head -n 1)\n'
+            "done\n"
+            'echo "$url" > "$d/serve.url"\n'
+            f'env -i {envs} opencode run --attach "$url" --model {WARMUP_PROVIDER}/warmup --title aoe-warmup '
+            '< "$d/warmup.md" > "$d/warmup.log" 2>&1 || echo "aoe: warm-up run ended with $?" >&2\n'
+            # the attached run starts now (stdin: this session's, kept through fd 3) and loads;
+            # once it has used no CPU for 0.3 s it waits for its prompt: staged
+            "exec 3<&0\n"
+            f"env -i {envs} {attached} 0<&3 3<&- &\n"
+            "run=$!\n"
+            "exec 3<&-\n"
+            "prev=; same=0; n=0\n"
+            'while [ "$same" -lt 3 ] && [ "$n" -lt 300 ] && kill -0 "$run" 2>/dev/null; do\n'
+            "  sleep 0.1; n=$((n+1))\n"
+            '  cur=$(cut -d " " -f 14,15 "/proc/$run/stat" 2>/dev/null)\n'
+            '  if [ "$cur" = "$prev" ]; then same=$((same+1)); else same=0; fi\n'
+            "  prev=$cur\n"
+            "done\n"
+            f"echo {STAGED_MARK} >&2\n"
+            'wait "$run"\n'
+        )
+
+    async def _prepare(self, conn: asyncssh.SSHClientConnection, binary: Path, rg: Path,
+                       detail: dict[str, Any]) -> str:
+        """The run folder (fresh HOME, plugin stub, prompt) and the harness binaries: the shared
+        folder (:data:`HARNESS_GUEST`) when the provider mounted it, else an upload to
+        ``GUEST_ROOT/bin`` (skipped when the sizes match). Returns the binaries' guest folder;
+        ``detail`` gets ``harness`` (``shared``/``uploaded``/``present``) and ``uploaded_bytes``."""
+        d, h = self._run_dir, f"{self._run_dir}/home"
+        stub = f"{h}/.config/opencode"
+        shared = shlex.quote(f"{HARNESS_GUEST}/opencode")
+        res = await conn.run(
+            f"rm -rf {shlex.quote(d)} && "
+            f"mkdir -p {shlex.quote(stub)}/node_modules {shlex.quote(h)}/.local/share {shlex.quote(h)}/.cache/opencode/bin "
+            f"{shlex.quote(h)}/.local/state && "
+            f"if [ -x {shared} ] && [ \"$(stat -c %s {shared})\" = {binary.stat().st_size} ]; then echo shared; "
+            f"else mkdir -p {GUEST_ROOT}/bin; fi",
+            check=True,
+        )
+        if str(res.stdout or "").strip() == "shared":
+            bin_dir, detail["harness"], detail["uploaded_bytes"] = HARNESS_GUEST, "shared", 0
+        else:
+            bin_dir = f"{GUEST_ROOT}/bin"
+            sent = 0
+            for local, name in ((binary, "opencode"), (rg, "rg")):
+                sent += await asyncio.wait_for(self._upload(conn, local, f"{bin_dir}/{name}"), self.opts.upload_timeout_s)
+            detail["harness"], detail["uploaded_bytes"] = ("uploaded" if sent else "present"), sent
+        files = {
+            f"{stub}/package.json": json.dumps({"dependencies": {"@opencode-ai/plugin": "0"}}),
+            f"{stub}/package-lock.json": json.dumps(
+                {"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "0"}}}}),
+            f"{d}/prompt.md": self._prompt,
+            f"{d}/warmup.md": "Reply with the single word: ready.\n",
+        }
+        async with conn.start_sftp_client() as sftp:
+            for path, text in files.items():
+                async with sftp.open(path, "w") as fh:
+                    await fh.write(text)
+        return bin_dir
+
+
+
+class OpencodeStaged(_SeatSetup, Staged):
+    """One seat's opencode, staged before the race clock (:meth:`OpencodeAdapter.stage`): the
+    credential proxy listening, an SSH connection open with the reverse tunnel to the proxy,
+    the harness in place (shared or uploaded), HOME, the plugin stub, the prompt and ``run.sh``
+    written. At the clock the run only starts ``run.sh`` over this connection.
+
+    Attributes:
+        proxy: the started :class:`~aoe_tui.agents.proxy.CredentialProxy`.
+        conn: the open SSH connection (root) to the territory.
+        guest_port: the guest port the reverse tunnel listens on (``127.0.0.1``).
+        bin_dir: the guest folder of ``opencode`` and ``rg`` used.
+        prompt: the instruction text.
+        steps_s: seconds per staging step (``install``, ``connect``, ``harness``, ``tunnel``, ``launcher``).
+        harness: ``shared`` (the provider's read-only share), ``uploaded`` or ``present``
+            (an earlier upload of the same size).
+        uploaded_bytes: bytes sent over SFTP (0 when shared or present).
+    """
+
+    def __init__(self, ctx: AgentContext, adapter: OpencodeAdapter, *, warm: bool | None = None) -> None:
+        self.ctx, self.adapter, self.opts = ctx, adapter, adapter.options
+        #: start opencode warm (default: the ``warm_start`` option)
+        self.want_warm = adapter.options.warm_start if warm is None else warm
+        self.proxy: Any = None
+        self.conn: asyncssh.SSHClientConnection | None = None
+        self.guest_port = 0
+        self.bin_dir = ""
+        self.prompt = self._prompt = ""
+        self.steps_s: dict[str, float] = {}
+        self.harness = ""
+        self.uploaded_bytes = 0
+        #: with ``warm_start``: ``run.sh`` running (warm opencode waiting for the prompt on stdin)
+        self.proc: Any = None
+        #: True once opencode was started warm before the clock
+        self.warm = False
+        #: MiB of anonymous memory (``RssAnon``: what the seat's memory limit counts; the shared
+        #: binary's pages are not in it) of the waiting opencode processes at the end of staging
+        self.rss_mib: int | None = None
+        #: what ``run.sh`` wrote on stderr before it was warm
+        self.stderr_head = b""
+
+    def detail(self) -> dict[str, Any]:
+        """``harness``, ``uploaded_bytes`` (bytes), ``warm_start``, ``steps_s`` (s per step) and,
+        warm, ``rss_mib`` (MiB of anonymous memory of the waiting opencode processes) for ``aoe-extra.json``."""
+        return {"harness": self.harness, "uploaded_bytes": self.uploaded_bytes, "warm_start": self.warm,
+                "steps_s": dict(self.steps_s), **({"rss_mib": self.rss_mib} if self.rss_mib is not None else {})}
+
+    def launch_command(self) -> str:
+        """The guest command that starts ``run.sh`` in the run's transient systemd scope."""
+        return (f"systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; "
+                f"exec systemd-run --scope --quiet --collect --unit={self._scope} {self._run_dir}/run.sh")
+
+    async def _warm(self, conn: asyncssh.SSHClientConnection) -> None:
+        """Start ``run.sh`` and wait (``warm_timeout_s``) for its :data:`STAGED_MARK` line: opencode's
+        server is up and warm and the attached run waits for its prompt on stdin.
+
+        Raises:
+            OpencodeError: ``run.sh`` ended or did not get warm in time (its stderr's last line)."""
+        self.proc = proc = await conn.create_process(self.launch_command(), stdin=asyncssh.PIPE, encoding=None)
+        buf = b""
+
+        async def read_mark() -> bool:
+            nonlocal buf
+            while True:
+                line = await proc.stderr.readline()
+                if not line:
+                    return False
+                if line.strip() == STAGED_MARK.encode():
+                    return True
+                buf += line
+
+        try:
+            ready = await asyncio.wait_for(read_mark(), self.opts.warm_timeout_s)
+        except asyncio.TimeoutError:
+            ready = False
+        self.stderr_head = buf[-_STDERR_TAIL:]
+        if not ready:
+            last = [x for x in _ANSI_RE.sub("", buf.decode("utf-8", "replace")).splitlines() if x.strip()]
+            raise OpencodeError(f"opencode did not get ready in the territory before the clock"
+                                f"{': ' + last[-1].strip()[:300] if last else ''}")
+        self.warm = True
+
+    async def prepare(self) -> None:
+        """Do the staging (see the class docstring). Raises :class:`OpencodeError` (no binary,
+        no key, unreachable territory) or an SSH/OS error; the caller closes on failure."""
+        from aoe_tui.agents.proxy import CredentialProxy
+
+        ctx = self.ctx
+        t = time.monotonic()
+
+        def step(name: str) -> None:
+            nonlocal t
+            now = time.monotonic()
+            self.steps_s[name] = round(now - t, 3)
+            t = now
+
+        self.prompt = self._prompt = Path(ctx.instruction_file).read_text(encoding="utf-8")
+        binary = await asyncio.to_thread(ensure_opencode)
+        rg = _rg_binary()
+        key = None
+        if self.opts.api_key_env:
+            key = self.adapter.credential(self.opts.api_key_env)
+            if not key:
+                raise OpencodeError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
+        self.proxy = CredentialProxy(self.opts.base_url, key)
+        del key
+        await self.proxy.start()
+        step("install")
+        try:
+            self.conn = conn = await self._connect()
+        except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
+            raise OpencodeError(f"cannot reach territory {ctx.territory.id} over SSH: {exc or type(exc).__name__}") from None
+        step("connect")
+        detail: dict[str, Any] = {}
+        self.bin_dir = await self._prepare(conn, binary, rg, detail)
+        self.harness, self.uploaded_bytes = detail["harness"], detail["uploaded_bytes"]
+        step("harness")
+        listener = await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", self.proxy.port)
+        self.guest_port = listener.get_port()
+        step("tunnel")
+        async with conn.start_sftp_client() as sftp:
+            async with sftp.open(f"{self._run_dir}/run.sh", "w") as fh:
+                await fh.write(self._launcher(self.guest_port, self.bin_dir, self.want_warm))
+        await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
+        step("launcher")
+        if self.want_warm:
+            await self._warm(conn)
+            step("warm")
+            with contextlib.suppress(Exception):  # what the waiting harness holds of the seat's memory
+                res = await asyncio.wait_for(conn.run(
+                    "for p in $(pgrep -x opencode); do awk '/^RssAnon:/ {print $2}' /proc/$p/status; done",
+                    check=False), 5)
+                self.rss_mib = sum(int(x) for x in str(res.stdout or "").split() if x.isdigit()) // 1024
+
+    async def close(self) -> None:
+        """Stop a warm opencode that never got its prompt (its scope), the proxy, and close the
+        connection (idempotent, never raises)."""
+        proxy, conn, proc, self.proxy, self.conn, self.proc = self.proxy, self.conn, self.proc, None, None, None
+        if proc is not None and conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.run(f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; true",
+                                                check=False), 10)
+        with contextlib.suppress(Exception):
+            if proxy is not None:
+                await proxy.close()
+        with contextlib.suppress(Exception):
+            if conn is not None:
+                conn.close()
+
+
+class OpencodeRun(_SeatSetup, AgentRun):
     """One opencode agent run (see the module docstring). Created by :meth:`OpencodeAdapter.start`.
 
     Attributes:
@@ -379,6 +756,10 @@ class OpencodeRun(AgentRun):
     _cut_note: str | None = None
     #: watchdog period (s).
     _tick_s: float = 1.0
+    #: the run was started warm (its prompt handed to an opencode staged before the clock)
+    _warm: bool = False
+    #: what staging handed over (:class:`OpencodeStaged`), once the run took it
+    _staged: OpencodeStaged | None = None
 
     def __init__(self, ctx: AgentContext, adapter: OpencodeAdapter) -> None:
         super().__init__(ctx)
@@ -389,9 +770,11 @@ class OpencodeRun(AgentRun):
         self.proxy_stats: Any = None
         self._conn: asyncssh.SSHClientConnection | None = None
         self._proc: asyncssh.SSHClientProcess | None = None
-        self._scope = f"aoe-opencode-{_NAME_RE.sub('-', ctx.agent.id)}"
-        self._run_dir = f"{GUEST_ROOT}/{_NAME_RE.sub('-', ctx.agent.id)}"
         self._prompt = ""
+        #: ``time.time()`` (s) of the match clock's start, when the heat gave it
+        self._clock_unix: float | None = None
+        if ctx.clock_started is not None:
+            self._clock_unix = time.time() - (time.monotonic() - ctx.clock_started)
         self._last_usage: Usage | None = None
         self._task = asyncio.create_task(self._supervise(), name=f"opencode-{ctx.agent.id}")
 
@@ -441,6 +824,20 @@ class OpencodeRun(AgentRun):
             detail["proxy_output_tokens"] = ps.completion_tokens
         return detail
 
+    def start_detail(self) -> dict[str, Any] | None:
+        """``first_model_request_ms`` (the credential proxy's first request) and
+        ``first_tool_call_ms`` (the start of opencode's first tool call), match-clock ms since
+        ``match_started``; only those known."""
+        out: dict[str, Any] = {}
+        ps, t0 = self.proxy_stats, self.ctx.clock_started
+        first = getattr(ps, "first_request_at", None)
+        if isinstance(first, (int, float)) and t0 is not None:
+            out["first_model_request_ms"] = int(round((first - t0) * 1000))
+        tool = self.state.first_tool_epoch_ms
+        if tool is not None and self._clock_unix is not None:
+            out["first_tool_call_ms"] = int(round(tool - self._clock_unix * 1000))
+        return out or None
+
     def _checkpoint(self) -> None:
         u = self.usage()
         if u == self._last_usage:
@@ -489,12 +886,18 @@ class OpencodeRun(AgentRun):
             s.t0_ms = int(ts)
         s.session_id = s.session_id or ev.get("sessionID")
         part = ev.get("part") if isinstance(ev.get("part"), dict) else {}
+        if isinstance(part.get("id"), str):
+            s.seen_parts.add(part["id"])
         if etype == "step_start":
             s.round_start_ms = self._rel(ts)
         elif etype == "tool_use":
             st = part.get("state") if isinstance(part.get("state"), dict) else {}
             tm = st.get("time") if isinstance(st.get("time"), dict) else {}
             start, end = tm.get("start"), tm.get("end")
+            if s.first_tool_epoch_ms is None:
+                first = start if isinstance(start, (int, float)) else ts
+                if isinstance(first, (int, float)):
+                    s.first_tool_epoch_ms = int(first)
             is_error = st.get("status") == "error"
             output = st.get("error") if is_error else st.get("output")
             name = str(part.get("tool") or "tool")
@@ -553,92 +956,6 @@ class OpencodeRun(AgentRun):
 
     # ------------------------------------------------------------------ guest side
 
-    async def _connect(self) -> asyncssh.SSHClientConnection:
-        from aoe_tui.runtime.ssh import connect
-
-        t = self.ctx.territory
-        return await connect(t.host, t.ssh_port, t.password, connect_timeout_s=15.0)
-
-    async def _upload(self, conn: asyncssh.SSHClientConnection, local: Path, remote: str) -> None:
-        size = local.stat().st_size
-        res = await conn.run(f"stat -c %s {shlex.quote(remote)} 2>/dev/null", check=False)
-        if str(res.stdout or "").strip() == str(size):
-            return
-        self.activity.append(f"uploading {local.name} ({size // 1_000_000} MB) to {remote}")
-        tmp = remote + ".part"
-        async with conn.start_sftp_client() as sftp:
-            await sftp.put(str(local), tmp, block_size=65536, max_requests=64)  # sftp-server drops >256 KiB packets
-        await conn.run(f"chmod 0755 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(remote)}", check=True)
-
-    def _config(self, guest_port: int) -> dict[str, Any]:
-        model_id = self.model_id
-        model: dict[str, Any] = {"limit": {"context": self.opts.context_tokens, "output": self.opts.output_tokens}}
-        effort = getattr(self.ctx.agent, "reasoning_effort", None)
-        if effort and effort != "default":
-            model["options"] = {"reasoningEffort": effort}
-        if self.opts.cost_input_per_mtok is not None or self.opts.cost_output_per_mtok is not None:
-            model["cost"] = {"input": self.opts.cost_input_per_mtok or 0, "output": self.opts.cost_output_per_mtok or 0}
-        return {
-            "$schema": "https://opencode.ai/config.json",
-            "provider": {"aoe": {"npm": "@ai-sdk/openai-compatible", "name": "aoe credential proxy",
-                                 "options": {"baseURL": f"http://127.0.0.1:{guest_port}/v1", "apiKey": _PLACEHOLDER_KEY},
-                                 "models": {model_id: model}}},
-            "enabled_providers": ["aoe"],
-            "model": f"aoe/{model_id}",
-            "autoupdate": False,
-            "share": "disabled",
-            "permission": {"external_directory": "allow", "bash": "allow", "edit": "allow", "webfetch": "deny"},
-        }
-
-    @property
-    def model_id(self) -> str:
-        """The model id sent upstream: the manifest model without its provider prefix (``opencode-go/kimi-k3`` → ``kimi-k3``)."""
-        model = self.ctx.agent.model
-        return model.split("/", 1)[1] if "/" in model else model
-
-    def _launcher(self, guest_port: int) -> str:
-        d = self._run_dir
-        h = f"{d}/home"
-        env = {
-            "HOME": h, "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash", "LANG": "C.UTF-8", "TERM": "dumb",
-            "PATH": f"{GUEST_ROOT}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "XDG_CONFIG_HOME": f"{h}/.config", "XDG_DATA_HOME": f"{h}/.local/share", "XDG_CACHE_HOME": f"{h}/.cache",
-            "XDG_STATE_HOME": f"{h}/.local/state",
-            "OPENCODE_CONFIG_CONTENT": json.dumps(self._config(guest_port), separators=(",", ":")),
-            "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
-            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
-        }
-        title = f"aoe {self.ctx.agent.id} on {self.ctx.territory.id}"
-        args = ["opencode", "run", "--format", "json", "--model", f"aoe/{self.model_id}", "--title", title]
-        envs = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
-        return (
-            "#!/bin/sh\n"
-            f"cd /root 2>/dev/null || cd /\n"
-            f"exec env -i {envs} {' '.join(shlex.quote(a) for a in args)} < {shlex.quote(d + '/prompt.md')}\n"
-        )
-
-    async def _prepare(self, conn: asyncssh.SSHClientConnection, binary: Path, rg: Path) -> None:
-        d, h = self._run_dir, f"{self._run_dir}/home"
-        stub = f"{h}/.config/opencode"
-        await conn.run(
-            f"mkdir -p {GUEST_ROOT}/bin && rm -rf {shlex.quote(d)} && "
-            f"mkdir -p {shlex.quote(stub)}/node_modules {shlex.quote(h)}/.local/share {shlex.quote(h)}/.cache/opencode/bin "
-            f"{shlex.quote(h)}/.local/state",
-            check=True,
-        )
-        await asyncio.wait_for(self._upload(conn, binary, f"{GUEST_ROOT}/bin/opencode"), self.opts.upload_timeout_s)
-        await asyncio.wait_for(self._upload(conn, rg, f"{GUEST_ROOT}/bin/rg"), self.opts.upload_timeout_s)
-        files = {
-            f"{stub}/package.json": json.dumps({"dependencies": {"@opencode-ai/plugin": "0"}}),
-            f"{stub}/package-lock.json": json.dumps(
-                {"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "0"}}}}),
-            f"{d}/prompt.md": self._prompt,
-        }
-        async with conn.start_sftp_client() as sftp:
-            for path, text in files.items():
-                async with sftp.open(path, "w") as fh:
-                    await fh.write(text)
-
     async def _kill_scope(self) -> None:
         """Kill every process of this run in the guest (its systemd scope). Best effort, bounded."""
         cmd = (f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; "
@@ -659,46 +976,41 @@ class OpencodeRun(AgentRun):
     # ------------------------------------------------------------------ the run
 
     async def _body(self) -> tuple[AdapterStatus, str]:
-        from aoe_tui.agents.proxy import CredentialProxy
-
         ctx = self.ctx
-        self._prompt = Path(ctx.instruction_file).read_text(encoding="utf-8")
-        binary = await asyncio.to_thread(ensure_opencode)
-        rg = _rg_binary()
-        key = None
-        if self.opts.api_key_env:
-            key = self.adapter.credential(self.opts.api_key_env)
-            if not key:
-                raise OpencodeError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
-        proxy = CredentialProxy(self.opts.base_url, key)
-        del key
-        await proxy.start()
-        self.proxy_stats = proxy.stats
-        try:
-            try:
-                self._conn = conn = await self._connect()
-            except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
-                return AdapterStatus.UNAVAILABLE, f"cannot reach territory {ctx.territory.id} over SSH: {exc or type(exc).__name__}"
+        staged = ctx.staged if isinstance(ctx.staged, OpencodeStaged) else None
+        ctx.staged = None
+        if staged is None:  # not staged before the clock (a direct start): stage now, cold
             self.activity.append("preparing opencode in the territory")
-            await self._prepare(conn, binary, rg)
-            listener = await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", proxy.port)
-            guest_port = listener.get_port()
-            launcher = self._launcher(guest_port)
-            async with conn.start_sftp_client() as sftp:
-                async with sftp.open(f"{self._run_dir}/run.sh", "w") as fh:
-                    await fh.write(launcher)
-            await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
-            self.activity.append(f"opencode run --model aoe/{self.model_id} (proxy via guest port {guest_port})")
-            cmd = (f"systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; "
-                   f"exec systemd-run --scope --quiet --collect --unit={self._scope} {self._run_dir}/run.sh")
+            staged = await self.adapter.stage(ctx, warm=False)
+        self._staged = staged
+        self._prompt = staged.prompt
+        self.proxy_stats = staged.proxy.stats
+        self._conn = conn = staged.conn
+        try:
+            if staged.harness == "uploaded":
+                self.activity.append(f"uploaded opencode and rg ({staged.uploaded_bytes // 1_000_000} MB) before the clock")
+            self.activity.append(f"opencode run --model aoe/{self.model_id} (proxy via guest port {staged.guest_port})")
             self.state.last_event_at = time.monotonic()
-            self._proc = proc = await conn.create_process(cmd, stdin=asyncssh.DEVNULL, encoding=None)
+            if staged.proc is not None:  # warm: hand the prompt over, the run starts now
+                self._warm = True
+                self._proc = proc = staged.proc
+                staged.proc = None
+                self._stderr_tail = staged.stderr_head
+                with contextlib.suppress(OSError):
+                    with open(ctx.stderr_file, "ab") as log:
+                        log.write(staged.stderr_head)
+                with contextlib.suppress(asyncssh.Error, OSError):  # an opencode already gone: _follow says how
+                    proc.stdin.write(self._prompt.encode("utf-8"))
+                    proc.stdin.write_eof()
+            else:
+                self._proc = proc = await conn.create_process(staged.launch_command(), stdin=asyncssh.DEVNULL,
+                                                              encoding=None)
             return await self._follow(conn, proc)
         finally:
             if not self.stopped:
                 with contextlib.suppress(Exception):
                     await self._collect_logs()
-            await proxy.close()
+            await staged.proxy.close()
 
     async def _follow(self, conn: Any, proc: Any) -> tuple[AdapterStatus, str]:
         """Read events until opencode exits or the watchdog ends it; return (status, summary).
@@ -771,6 +1083,8 @@ class OpencodeRun(AgentRun):
             pumps.cancel()
             with contextlib.suppress(BaseException):
                 await pumps
+        if self._warm:
+            await self._recover_parts(conn)
         self._checkpoint()
         rc = proc.exit_status if proc.returncode is not None else None
         signal_ = proc.exit_signal[0] if proc.exit_signal else None
@@ -781,6 +1095,39 @@ class OpencodeRun(AgentRun):
             permission = pending_permission(await self._guest_log_tail())
         return self._classify(cut=cut, rc=rc, signal_=signal_, lost=conn.is_closed() or (rc is None and signal_ is None),
                               permission=permission)
+
+    async def _recover_parts(self, conn: Any) -> None:
+        """Warm start only: ``opencode run --attach`` can exit on the session going idle before
+        it printed the last parts (measured: the final ``text`` and ``step_finish``). Read the
+        session's messages from the warm server (``GET /session/<id>/message`` in the guest) and
+        fold every part not seen as an event, as ``run --format json`` would have printed it;
+        then end the server (its ``serve.pid``). Best effort, bounded (about 15 s); never raises."""
+        sid, d = self.state.session_id, self._run_dir
+        with contextlib.suppress(Exception):
+            if sid and not conn.is_closed():
+                res = await asyncio.wait_for(conn.run(
+                    f"curl -s --max-time 10 \"$(cat {d}/serve.url)/session/{shlex.quote(sid)}/message\"", check=False), 12)
+                out = res.stdout if isinstance(res.stdout, str) else bytes(res.stdout or b"").decode("utf-8", "replace")
+                kinds = {"step-start": "step_start", "tool": "tool_use", "text": "text", "step-finish": "step_finish"}
+                messages = [m for m in json.loads(out or "[]") if isinstance(m, dict)]
+                info = messages[-1].get("info") if messages else None
+                if isinstance(info, dict) and isinstance(info.get("error"), dict) and self.state.error is None:
+                    self.on_event({"type": "error", "timestamp": int(time.time() * 1000), "sessionID": sid,
+                                   "error": info["error"]})  # the error the run ended on
+                for msg in messages:
+                    for part in (msg.get("parts") or []):
+                        kind = kinds.get(part.get("type")) if isinstance(part, dict) else None
+                        if kind is None or part.get("id") in self.state.seen_parts:
+                            continue
+                        if kind == "tool_use" and (part.get("state") or {}).get("status") not in ("completed", "error"):
+                            continue
+                        tm = part.get("time") if isinstance(part.get("time"), dict) else {}
+                        ts = tm.get("end") or tm.get("start") or int(time.time() * 1000)
+                        self.on_event({"type": kind, "timestamp": ts, "sessionID": sid, "part": part})
+                        self.activity.append(f"recovered opencode's unprinted {kind} from its server")
+        with contextlib.suppress(Exception):
+            if not conn.is_closed():
+                await asyncio.wait_for(conn.run(f"kill $(cat {d}/serve.pid) 2>/dev/null; true", check=False), 5)
 
     def last_alive(self) -> float:
         """``time.monotonic()`` (s) of the last sign of life: an opencode JSON event or model traffic
@@ -968,6 +1315,9 @@ class OpencodeRun(AgentRun):
         finally:
             if self._conn is not None:
                 self._conn.close()
+            staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, OpencodeStaged) else None)
+            if staged is not None:
+                await staged.close()
 
     async def wait(self) -> AgentOutcome:
         """Wait for the run to end; returns its outcome (never raises)."""
@@ -1065,8 +1415,38 @@ class OpencodeAdapter(Adapter):
             raise PreflightError(f"model {model_id!r} unknown to {host} ({detail})")
         raise PreflightError(f"model endpoint {host} failed the preflight request ({detail})")
 
+    def harness_shares(self, agent: Any) -> list[Any]:
+        """The harness folder (:func:`harness_dir`: opencode and rg, made once in the user
+        cache) shared read-only at :data:`HARNESS_GUEST`. Blocking the first time (it may
+        install opencode). Raises :class:`OpencodeError` as :func:`harness_dir`."""
+        from aoe_tui.runtime.provider import HarnessShare
+
+        return [HarnessShare(harness_dir(), HARNESS_GUEST)]
+
+    async def stage(self, ctx: AgentContext, *, warm: bool | None = None) -> OpencodeStaged:
+        """Before the clock: the credential proxy, the SSH connection and its reverse tunnel,
+        the harness (shared, or uploaded when the provider could not share it), HOME, the
+        plugin stub, the prompt and ``run.sh`` (:class:`OpencodeStaged`), and with ``warm``
+        (default: the ``warm_start`` option) opencode started and waiting for its prompt. On
+        failure nothing is left open.
+
+        Raises:
+            OpencodeError: opencode missing, the key unset, the territory unreachable.
+            asyncssh.Error, OSError, asyncio.TimeoutError: the preparation over SSH failed.
+        """
+        ctx.agent_dir.mkdir(parents=True, exist_ok=True)
+        staged = OpencodeStaged(ctx, self, warm=warm)
+        try:
+            await staged.prepare()
+        except BaseException:
+            await staged.close()
+            raise
+        return staged
+
     async def start(self, ctx: AgentContext) -> AgentRun:
-        """Start the run in the background (install/upload happen inside it) and return it at once."""
+        """Start the run in the background and return it at once: with ``ctx.staged`` (the
+        heat staged it before the clock) only ``run.sh`` is left to start; without, the run
+        stages first (:meth:`stage`, on the race clock)."""
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)
         return OpencodeRun(ctx, self)
 

@@ -36,7 +36,13 @@ from urllib.parse import urlsplit
 
 from aoe_tui.errors import AoeError
 
-__all__ = ["CredentialProxy", "ProxyError", "ProxyStats"]
+__all__ = ["CredentialProxy", "ProxyError", "ProxyStats", "WARMUP_PREFIX"]
+
+#: Requests under this path (``/aoe-warmup/v1/chat/completions``) are the in-territory harness
+#: warming up before the race clock (:mod:`aoe_tui.agents.opencode`): the proxy answers them
+#: itself with a canned one-word reply (streamed when asked), never forwards them, never
+#: counts them in :class:`ProxyStats` and never uses the key.
+WARMUP_PREFIX = "/aoe-warmup"
 
 _DROP_REQUEST = {
     "authorization", "x-api-key", "api-key", "proxy-authorization", "cookie", "host", "connection", "keep-alive",
@@ -68,6 +74,8 @@ class ProxyStats:
         last_activity: ``time.monotonic()`` (s) of the last model traffic: a request received
             or response bytes relayed back (``None`` before any). The opencode watchdog counts
             it as liveness, so a model streaming a long answer is not taken for a hang.
+        first_request_at: ``time.monotonic()`` (s) when the first request arrived (``None``
+            before any): the agent's first model request, for ``first_model_request_ms``.
     """
 
     requests: int = 0
@@ -81,6 +89,7 @@ class ProxyStats:
     error_statuses: dict[int, int] = field(default_factory=dict)
     last_error: str | None = None
     last_activity: float | None = None
+    first_request_at: float | None = None
 
     def touch(self) -> None:
         """Record model traffic now (see :attr:`last_activity`)."""
@@ -101,6 +110,31 @@ class ProxyStats:
         cost = usage.get("cost")
         if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost > 0:
             self.cost_usd += float(cost)
+
+
+async def _send_warmup(writer: asyncio.StreamWriter, body: bytes) -> None:
+    """The canned answer to a warm-up request (:data:`WARMUP_PREFIX`): ``ready``, finish
+    ``stop``, no usage; an SSE stream when the request asked for one."""
+    try:
+        stream = bool(json.loads(body or b"{}").get("stream"))
+    except (ValueError, AttributeError):
+        stream = False
+    base = {"id": "aoe-warmup", "object": "chat.completion", "created": int(time.time()), "model": "aoe-warmup"}
+    if stream:
+        chunks = [
+            {**base, "object": "chat.completion.chunk",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ready"}, "finish_reason": None}]},
+            {**base, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        ]
+        data = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+        ctype = "text/event-stream"
+    else:
+        data = json.dumps({**base, "choices": [{"index": 0, "message": {"role": "assistant", "content": "ready"},
+                                                "finish_reason": "stop"}]}).encode()
+        ctype = "application/json"
+    writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
+                 "Connection: close\r\n\r\n".encode() + data)
+    await writer.drain()
 
 
 class _UsageSniffer:
@@ -250,6 +284,9 @@ class CredentialProxy:
             if n > _MAX_BODY:
                 raise ValueError("body too large")
             body = await reader.readexactly(n)
+        if target.startswith(WARMUP_PREFIX + "/"):  # the harness warming up before the clock: never upstream
+            await _send_warmup(writer, body)
+            return
         path = target
         if path.startswith(self.guest_prefix + "/") or path == self.guest_prefix:
             path = path[len(self.guest_prefix):]
@@ -261,6 +298,8 @@ class CredentialProxy:
         out += ["Accept-Encoding: identity", "Connection: close", f"Content-Length: {len(body)}", "", ""]
         self.stats.requests += 1
         self.stats.touch()
+        if self.stats.first_request_at is None:
+            self.stats.first_request_at = self.stats.last_activity
         try:
             ctx = ssl.create_default_context() if self._scheme == "https" else None
             up_r, up_w = await asyncio.wait_for(

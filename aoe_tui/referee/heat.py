@@ -147,6 +147,27 @@ def territory_specs(loaded: LoadedManifest, credentials: Mapping[str, Path] | No
     return out
 
 
+async def _with_harness_shares(loaded: LoadedManifest, specs: list[TerritorySpec],
+                               adapters: Mapping[str, Adapter], say: Callable[[str], None]) -> list[TerritorySpec]:
+    """``specs`` with each seat's ``shares``: what its agent's adapter wants shared read-only
+    (:meth:`~aoe_tui.agents.base.Adapter.harness_shares`, asked in a worker thread: it may
+    build its folder once). An adapter that cannot prepare its share gets none (one line via
+    ``say``); its staging then says what is wrong, as that seat's harness failure."""
+    out = []
+    for spec in specs:
+        agent = loaded.manifest.agent_for(spec.id)
+        adapter = adapters.get(agent.id) if agent is not None else None
+        hook = getattr(adapter, "harness_shares", None)  # an adapter without the hook shares nothing
+        shares: list[Any] = []
+        if hook is not None:
+            try:
+                shares = list(await asyncio.to_thread(hook, agent))
+            except Exception as err:  # noqa: BLE001 - staging reports it for the seat
+                say(f"{spec.id}: no harness share: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}")
+        out.append(dataclasses.replace(spec, shares=tuple(shares)) if shares else spec)
+    return out
+
+
 def _source_revision() -> str | None:
     try:
         res = subprocess.run(
@@ -306,7 +327,7 @@ async def run_heat(
     missing = [a.id for a in loaded.manifest.agents if a.id not in adapters_by_agent]
     if missing:
         raise AoeError(f"no adapter for agent {missing[0]!r}")
-    specs = territory_specs(loaded, credentials)
+    specs = await _with_harness_shares(loaded, territory_specs(loaded, credentials), adapters_by_agent, say)
     # Everything downstream (arena.json, agent_started, instructions) sees the seats as run.
     loaded = dataclasses.replace(loaded, manifest=_effective_manifest(loaded, adapters_by_agent))
     _write_headers(loaded, adapters_by_agent, registered, output_dir)
@@ -415,6 +436,12 @@ async def run_heat(
                 on_supervisor(supervisor)
         if weigh is not None:  # the clock starts: this heat's territories outrank booting ones
             await asyncio.to_thread(weigh, RACE_CPU_WEIGHT)
+        from aoe_tui.agents.base import Adapter as _Adapter
+
+        staging = sorted({a.name or type(a).__name__ for a in adapters_by_agent.values()
+                          if getattr(type(a), "stage", _Adapter.stage) is not _Adapter.stage})
+        if staging:  # the clock waits for these seats' harness (supervisor: the staging phase)
+            say(f"staging the seats before the clock ({', '.join(staging)})")
         forward = asyncio.ensure_future(_forward_abort(abort_event, supervisor))
         try:
             world = await supervisor.run()

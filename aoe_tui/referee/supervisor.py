@@ -14,6 +14,14 @@ time and appends the events it returns through
 calling ``on_event``. Process handles (agent runs, verifier processes, tasks) are
 resources, not state.
 
+Staging (before the clock, ours; issue 26): :meth:`HeatSupervisor.run` first writes every
+seat's ``instruction.md`` and stages all seats at once (:meth:`Adapter.stage`: uploads,
+configuration, a harness started warm), each timed in ``timings.staging_s`` (s per agent);
+the clock starts (``match_started``) only when all are done, and each run gets what its seat
+staged through ``AgentContext.staged``. A seat whose staging failed is its harness failure at
+clock 0 (``agent_finished`` "adapter NAME failed to stage: …"); an abort during staging ends
+the heat aborted before any clock, releasing what was staged.
+
 Result ordering: a finished check is handed to the rules stamped with its completion
 ms (:meth:`BuildRaceRules.complete`); the task that ran it sleeps once, to the end of that
 millisecond, and then applies every handed-over result of earlier milliseconds in the
@@ -84,7 +92,7 @@ from aoe_tui.runtime.procs import use_pidfd_child_watcher
 from aoe_tui.runtime.provider import TerritoryRefusedError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aoe_tui.agents.base import Adapter, AgentOutcome, AgentRun
+    from aoe_tui.agents.base import Adapter, AgentContext, AgentOutcome, AgentRun, Staged
     from aoe_tui.domain.arena import AgentDef, LoadedManifest, MilestoneDef
     from aoe_tui.replay.log import EventLogWriter
     from aoe_tui.runtime.provider import Territory, TerritoryProvider
@@ -103,6 +111,8 @@ DISK_RESERVE_BYTES = 1 << 20
 ACTIVITY_FLUSH_S = 0.2
 
 _DEFAULT_DRAIN_S = 30.0
+#: backstop on one seat's staging (s): past it the seat is a harness failure at clock 0
+STAGE_TIMEOUT_S = 900.0
 _STOP_TIMEOUT_S = 15.0
 #: past the end of a millisecond, so the clock read after the sleep is surely in the next one
 _EPSILON_MS = 0.001
@@ -118,6 +128,14 @@ class _Seat:
     agent_dir: Path
     run: AgentRun | None = None
     watcher: asyncio.Task | None = None
+    #: the seat's context, built when it is staged (instruction.md written)
+    ctx: AgentContext | None = None
+    #: what the adapter staged before the clock, until :meth:`Adapter.start` takes it over
+    staged: Staged | None = None
+    #: one line when staging failed (the seat's harness failure at clock 0)
+    stage_error: str | None = None
+    #: what staging reported (:meth:`Staged.detail`), for ``aoe-extra.json``
+    stage_detail: dict[str, Any] = field(default_factory=dict)
     verifier_ms: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -290,6 +308,10 @@ class HeatSupervisor:
         verifier_starter()
         self._open_activity()
         try:
+            await self._stage_seats()
+            if self._abort_evt.is_set():  # stopped (or the disk filled) before the clock started
+                await self._abort()
+                return self.world
             self._emit_all(self.rules.start())
             self._t0 = time.monotonic()
             self.timings["clock_started_unix"] = time.time()
@@ -313,6 +335,7 @@ class HeatSupervisor:
                 if seat.watcher is not None and not seat.watcher.done():
                     seat.watcher.cancel()
             self._check_exhaustion()  # the territories are still up: their last counters
+            await self._release_staged()
             await self._close_activity()
             self._write_activity()
 
@@ -326,28 +349,95 @@ class HeatSupervisor:
             builder = build_instruction
         return builder(self.loaded, territory_id)
 
+    def _context(self, seat: _Seat) -> AgentContext:
+        """Write ``instruction.md`` (deterministic, so before the clock) and build the seat's context."""
+        from aoe_tui.agents.base import AgentContext
+
+        seat.agent_dir.mkdir(parents=True, exist_ok=True)
+        instruction_file = seat.agent_dir / "instruction.md"
+        write_atomic(instruction_file, self._instruction(seat.territory.id), fsync=False)
+        return AgentContext(
+            agent=seat.agent,
+            territory=seat.territory,
+            agent_dir=seat.agent_dir,
+            instruction_file=instruction_file,
+            deadline_s=self.duration_s,
+            arena_dir=self.loaded.arena_dir,
+        )
+
+    async def _stage_seats(self) -> None:
+        """The staging phase, before the clock: every seat's ``instruction.md`` and
+        :meth:`Adapter.stage`, all seats at once. Each seat's seconds go to
+        ``timings.staging_s[agent]``, the whole phase's to ``timings.staging_wall_s``. A seat
+        whose staging fails (an exception, or :data:`STAGE_TIMEOUT_S`) keeps
+        :attr:`_Seat.stage_error`: its harness failure at clock 0 (:meth:`_start_agents`).
+        An abort ends the phase at once (the stagings are cancelled, what they staged is
+        closed by :meth:`run`)."""
+        per_seat: dict[str, float] = {}
+
+        async def stage(seat: _Seat) -> None:
+            t = time.monotonic()
+            try:
+                seat.ctx = self._context(seat)
+                hook = getattr(seat.adapter, "stage", None)  # an adapter without the hook stages nothing
+                if hook is not None:
+                    seat.staged = await asyncio.wait_for(hook(seat.ctx), STAGE_TIMEOUT_S)
+                if seat.staged is not None:
+                    with contextlib.suppress(Exception):
+                        seat.stage_detail = dict(seat.staged.detail())
+            except asyncio.TimeoutError:
+                seat.stage_error = f"staging did not finish within {STAGE_TIMEOUT_S:.0f} s"
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the seat's harness failure, never a crash
+                if is_no_space(err):
+                    self.note_disk_full(getattr(err, "filename", None) or seat.agent_dir)
+                seat.stage_error = _one_line(err)
+            finally:
+                per_seat[seat.agent.id] = round(time.monotonic() - t, 3)
+
+        t0 = time.monotonic()
+        staging = asyncio.gather(*(stage(s) for s in self.seats))
+        aborted = asyncio.ensure_future(self._abort_evt.wait())
+        try:
+            await asyncio.wait({staging, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            aborted.cancel()
+            if not staging.done():
+                staging.cancel()
+                with contextlib.suppress(BaseException):
+                    await staging
+        self.timings["staging_s"] = per_seat
+        self.timings["staging_wall_s"] = round(time.monotonic() - t0, 3)
+
+    async def _release_staged(self) -> None:
+        """Close what was staged for seats that never started (bounded, never raises)."""
+        for seat in self.seats:
+            staged, seat.staged = seat.staged, None
+            if staged is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(staged.close(), _STOP_TIMEOUT_S)
+
     async def _start_agents(self) -> None:
-        from aoe_tui.agents.base import AdapterStatus, AgentContext, AgentOutcome
+        """At the clock: start every staged seat's agent; a seat whose staging or start
+        failed is its harness failure now (clock ~0), the others race."""
+        from aoe_tui.agents.base import AdapterStatus, AgentOutcome
 
         async def start(seat: _Seat) -> None:
-            seat.agent_dir.mkdir(parents=True, exist_ok=True)
-            instruction_file = seat.agent_dir / "instruction.md"
+            name = seat.adapter.name or seat.agent.adapter
+            if seat.stage_error is not None or seat.ctx is None:
+                detail = f"adapter {name} failed to stage: {seat.stage_error or 'not staged'}"
+                self._record_outcome(seat, AgentOutcome(AdapterStatus.HARNESS_ERROR, detail))
+                return
             try:
-                write_atomic(instruction_file, self._instruction(seat.territory.id), fsync=False)
-                ctx = AgentContext(
-                    agent=seat.agent,
-                    territory=seat.territory,
-                    agent_dir=seat.agent_dir,
-                    instruction_file=instruction_file,
-                    deadline_s=self.duration_s,
-                    arena_dir=self.loaded.arena_dir,
-                )
-                seat.run = await seat.adapter.start(ctx)
+                seat.ctx.staged, seat.ctx.clock_started = seat.staged, self._t0
+                seat.run = await seat.adapter.start(seat.ctx)
+                seat.staged = None  # the run owns it now
                 self._listen_activity(seat)
             except Exception as err:  # adapter could not start: a harness failure
                 if is_no_space(err):
                     self.note_disk_full(getattr(err, "filename", None) or seat.agent_dir)
-                detail = f"adapter {seat.adapter.name or seat.agent.adapter} failed to start: {_one_line(err)}"
+                detail = f"adapter {name} failed to start: {_one_line(err)}"
                 self._record_outcome(seat, AgentOutcome(AdapterStatus.HARNESS_ERROR, detail))
                 return
             seat.watcher = asyncio.create_task(self._watch_agent(seat))
@@ -757,6 +847,11 @@ class HeatSupervisor:
         ``agents[id].usage`` (when the run reports one): what §5.5 cannot hold — cache
         tokens, who computed the cost, the proxy's and the events' counts
         (:meth:`aoe_tui.agents.base.AgentRun.usage_detail`; tokens and µUSD).
+        ``agents[id].staging``: the seat's staging before the clock — ``seconds`` (s, also in
+        ``timings.staging_s``), what the adapter reported (:meth:`Staged.detail`) and
+        ``error`` (one line) when it failed. ``agents[id].first_model_request_ms`` /
+        ``first_tool_call_ms`` (match-clock ms) when the run reports them
+        (:meth:`aoe_tui.agents.base.AgentRun.start_detail`).
         (:attr:`exhausted` goes to ``territories[id].exhausted``, written by ``run_heat``.)"""
         agents: dict[str, Any] = {}
         for s in self.seats:
@@ -767,6 +862,13 @@ class HeatSupervisor:
                     detail = s.run.usage_detail()
             if detail:
                 entry["usage"] = dict(detail)
+            if s.agent.id in self.timings.get("staging_s", {}):
+                entry["staging"] = {"seconds": self.timings["staging_s"][s.agent.id], **s.stage_detail}
+                if s.stage_error is not None:
+                    entry["staging"]["error"] = s.stage_error
+            if s.run is not None:
+                with contextlib.suppress(Exception):
+                    entry.update(s.run.start_detail() or {})
             agents[s.agent.id] = entry
         return {
             "timings": dict(self.timings),

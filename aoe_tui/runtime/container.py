@@ -1167,6 +1167,8 @@ class ContainerProvider(TerritoryProvider):
             f"--network-namespace-path=/run/netns/{b.netns}", "--console=read-only",
             "--link-journal=no", "--resolv-conf=off", "--timezone=off",
         ]
+        # harness shares (opencode...): read-only binds, the same at every relaunch (reboots)
+        argv += [f"--bind-ro={share.host}:{share.guest}" for share in b.spec.shares]
         if not b.procs_groups():
             return argv
         # enter the territory's own cgroups and its limit groups, then become nspawn (same pid)

@@ -683,6 +683,13 @@ class QemuProvider(TerritoryProvider):
             identity_dir=identity,
             password_on_cmdline=None if fw_cfg else spec.password,
         )
+        if spec.shares:  # harness shares: cached read-only disks (runtime/sharedisk.py)
+            from aoe_tui.runtime.sharedisk import drive_args
+
+            try:
+                g.cmd += await asyncio.to_thread(drive_args, spec.shares)
+            except ProviderError as exc:  # no share: the harness uploads instead (before the clock)
+                log.warning("qemu: %s: harness share not attached: %s", spec.id, exc)
         cred = write_credential_file(tdir / "credential.env", spec.password, {"AOE_SSH_PORT": str(plan.ssh_port)})
         started = asyncio.get_running_loop().create_future()
         g.task = asyncio.create_task(self._supervise(g, started), name=f"qemu-supervisor-{spec.id}")
@@ -699,6 +706,7 @@ class QemuProvider(TerritoryProvider):
             raise ProvisionError(f"{spec.id}: boot did not finish: {exc}") from None
         if g.grow_fs:
             await self._grow_root(g)
+        await self._mount_shares(spec)
         log.info("qemu: %s ssh-ready after %.1f s (%s)", spec.id, time.monotonic() - t0, self.chosen_accel)
         return Territory(
             id=spec.id,
@@ -912,6 +920,23 @@ class QemuProvider(TerritoryProvider):
             log.info("qemu: %s root SSH back %.1f s after its console showed the boot",
                      territory.id, time.monotonic() - g.boot_seen_at)
         territory.extra["pid"] = g.proc.pid if g.proc else None
+        await self._mount_shares(g.spec)
+
+    async def _mount_shares(self, spec: TerritorySpec) -> None:
+        """Mount the spec's harness share disks read-only in the guest (after its boot or
+        reboot). A mount that fails is logged, not raised: the harness then uploads instead."""
+        if not spec.shares:
+            return
+        from aoe_tui.runtime.sharedisk import mount_command
+        from aoe_tui.runtime.ssh import run
+
+        try:
+            res = await run("127.0.0.1", self._guests[spec.id].ports.ssh_port, spec.password,
+                            mount_command(spec.shares), timeout_s=30, connect_timeout_s=self.connect_timeout_s)
+            if res.exit_status != 0:
+                log.warning("qemu: %s: harness share not mounted: %s", spec.id, (res.stderr or res.stdout).strip()[-200:])
+        except Exception as exc:  # noqa: BLE001 - the adapter falls back to an upload
+            log.warning("qemu: %s: harness share not mounted: %s", spec.id, exc)
 
     async def _watch_refusal(self, g: _Guest, territory: Territory, launches_before: int) -> None:
         """Raise :class:`TerritoryRefusedError` once QEMU was relaunched after
