@@ -114,10 +114,16 @@ class FakeProvider(TerritoryProvider):
     name = "fake"
 
     def __init__(self, state: Path, fail_reboot: set[str] = frozenset(), reboot_s: float = 0.05,
-                 refuse_reboot: set[str] = frozenset(), exhausted: dict[str, list[str]] | None = None) -> None:
+                 refuse_reboot: set[str] = frozenset(), exhausted: dict[str, list[str]] | None = None,
+                 exhausted_before: dict[str, list[str]] | None = None, hang_reboot: set[str] = frozenset()) -> None:
         self.state = state
-        #: territory id → the limits it "ran into" (provider.exhaustion), from the start
+        #: territory id → the limits it "ran into" (provider.exhaustion) once the race is on
+        #: (:attr:`race_on`, set by :func:`supervise` at the first event)
         self.exhausted = dict(exhausted or {})
+        #: ... and those it had run into before the clock (its boot, staging)
+        self.exhausted_before = dict(exhausted_before or {})
+        self.race_on = False
+        self.hang_reboot = set(hang_reboot)
         self.fail_reboot = set(fail_reboot)
         self.refuse_reboot = set(refuse_reboot)
         self.reboot_s = reboot_s
@@ -137,6 +143,8 @@ class FakeProvider(TerritoryProvider):
         await asyncio.sleep(self.reboot_s)
         if territory.id in self.fail_reboot:
             raise RebootError(f"{territory.id}: SSH unavailable after reboot")
+        if territory.id in self.hang_reboot:
+            await asyncio.sleep(3600)
         if territory.id in self.refuse_reboot:
             raise TerritoryRefusedError(f"territory {territory.id} refused the referee after the reboot: "
                                         "the SSH server on port 22 refused the root password login")
@@ -145,7 +153,8 @@ class FakeProvider(TerritoryProvider):
             (self.state / territory.id / "host-reboot").unlink(missing_ok=True)
 
     def exhaustion(self, territory_id: str) -> list[str]:
-        return list(self.exhausted.get(territory_id, []))
+        return [*self.exhausted_before.get(territory_id, []),
+                *(self.exhausted.get(territory_id, []) if self.race_on else [])]
 
     async def teardown(self) -> None:
         pass
@@ -162,6 +171,8 @@ class FakeRun(AgentRun):
         state: Path = self.plan["state"] / self.ctx.territory.id
         if self.plan.get("crash"):
             return AgentOutcome(AdapterStatus.HARNESS_ERROR, "adapter exited with exit status: 1")
+        if self.plan.get("unavailable"):
+            return AgentOutcome(AdapterStatus.UNAVAILABLE, self.plan["unavailable"])
         await asyncio.sleep(self.plan.get("delay", 0))
         if self.plan.get("after") is not None:  # an asyncio.Event: build only once it is set
             after = asyncio.ensure_future(self.plan["after"].wait())
@@ -249,6 +260,7 @@ ALL = [(m, None) for m in MILESTONES]
 
 
 async def supervise(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1.0, abort_after=None, conc=4, duration=None,
+                    sup_kw=None,
                     on_event=None, adapters=None, keep=None):
     """Run one heat of the fake arena; ``plans``: one :class:`FakeRun` plan per seat (keys
     ``steps``, ``delay``, ``after``, ...); ``on_event(record, world)``: also called after
@@ -267,6 +279,7 @@ async def supervise(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1
     seen = []
 
     def note(rec, world):
+        provider.race_on = True  # the clock has started: FakeProvider's ``exhausted`` count from here
         seen.append(rec.sequence)
         if on_event is not None:
             on_event(rec, world)
@@ -283,6 +296,7 @@ async def supervise(tmp_path, plans, *, provider_kw=None, arena_kw=None, drain=1
         duration_s=duration,
         instruction_builder=lambda _l, tid: f"build on {tid}",
         on_event=note,
+        **(sup_kw or {}),
     )
     import os
 
@@ -822,7 +836,7 @@ async def test_run_heat_reports_territory_resources_and_notes(tmp_path, monkeypa
     assert "exhausted" not in extra["territories"]["builder-one"]
     # a territory that ran into one of its limits: named beside its limits
     oom = "out of memory in the territory (768 MiB)"
-    await run_heat(loaded, FakeProvider(state, exhausted={"builder-three": [oom]}), adapters, tmp_path / "m3",
+    await run_heat(loaded, FakeProvider(state, exhausted_before={"builder-three": [oom]}), adapters, tmp_path / "m3",
                    drain_seconds=0.5, write_bundle_file=False)
     extra = json.loads((tmp_path / "m3" / "aoe-extra.json").read_text())
     assert extra["territories"]["builder-three"]["exhausted"] == [oom]
@@ -910,3 +924,41 @@ async def test_no_exhaustion_keeps_harness_failure(tmp_path):
     details = {r.event.agent: r.event.detail for r in kinds(records, "agent_finished")}
     assert "out of" not in details["builder-one-agent"]
     assert details["builder-two-agent"] == "done"  # a completed run keeps its summary beside a hit limit
+
+
+async def test_limits_hit_before_the_clock_are_not_charged(tmp_path):
+    """A limit a territory had already run into when the clock started (its boot, an adapter's
+    staging) is not the player's: a harness crash stays the harness's. After the clock, a
+    model outage (``unavailable``) beside a full disk stays the provider's, while one after
+    running out of memory (its SSH session lost with an OOM-killed sshd) is the player's."""
+    oom = "out of memory in the territory (768 MiB)"
+    world, records, _, _ = await supervise(
+        tmp_path,
+        [{"crash": True}, {"unavailable": "model API answered 503"}, {"unavailable": "lost the SSH session"}],
+        provider_kw={"exhausted_before": {"builder-one": [oom]},
+                     "exhausted": {"builder-two": ["disk full in the territory (2048 MiB)"], "builder-three": [oom]}},
+        duration=1,
+    )
+    details = {r.event.agent: r.event.detail for r in kinds(records, "agent_finished")}
+    sources = {a: v.failure_source for a, v in world.agents.items()}
+    assert sources["builder-one-agent"] == "harness" and "out of" not in details["builder-one-agent"]
+    assert sources["builder-two-agent"] == "provider"
+    assert details["builder-two-agent"] == "disk full in the territory (2048 MiB): model API answered 503"
+    assert sources["builder-three-agent"] == "player"
+    assert details["builder-three-agent"] == f"{oom}: lost the SSH session"
+
+
+async def test_reboot_timeout_of_an_exhausted_territory_is_its_own(tmp_path):
+    """A territory that ran out of tasks and whose reboot then hangs past the referee's
+    timeout fails its own milestone; no infrastructure failure voids the heat."""
+    from aoe_tui.season.attempts import judge_attempt
+
+    world, records, _, _ = await supervise(
+        tmp_path, [{"steps": ALL}, {}, {}],
+        provider_kw={"hang_reboot": {"builder-one"}, "exhausted": {"builder-one": ["out of tasks in the territory (2048)"]}},
+        sup_kw={"reboot_timeout_s": 0.3}, duration=3,
+    )
+    assert not kinds(records, "infrastructure_failure") and not judge_attempt(world, records).spoiled
+    failed = [r.event.detail for r in kinds(records, "milestone_failed")
+              if (r.event.territory, r.event.milestone) == ("builder-one", "host-reboot")]
+    assert failed and failed[0].startswith("out of tasks in the territory (2048): host reboot did not complete within 0 s")

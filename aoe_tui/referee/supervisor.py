@@ -47,11 +47,13 @@ folded into the world (the log stays a whole prefix, no half line, as after a ki
 A territory's own limits (its class's resources, enforced by the provider): a seat that
 runs out of memory, tasks or disk in its territory fails or slows alone. Every tick the
 supervisor asks ``provider.exhaustion`` which limits each territory has hit
-(:attr:`HeatSupervisor.exhausted`); each new one is an activity line of that seat, an agent
-that then ends without success has the limit named first in its result's detail and, where
-its adapter blamed the provider or the harness, is the player's failure (``failed``), and a
-``host_reboot`` such a territory does not come back from fails that seat's milestone (no
-infrastructure failure, the heat is not voided). ``aoe-extra.json`` lists them under
+(:attr:`HeatSupervisor.exhausted`); each new one is an activity line of that seat. Of those
+hit since the clock started (not during the boot or staging): an agent that then ends
+without success has the limit named first in its result's detail and, where its adapter
+blamed the harness (or, after running out of memory or tasks, its lost SSH session), is the
+player's failure (``failed``), and a ``host_reboot`` such a territory does not come back
+from (an error or the reboot timeout) fails that seat's milestone (no infrastructure
+failure, the heat is not voided). ``aoe-extra.json`` lists them under
 ``territories[id].exhausted``. The host's own full disk (below) is another matter.
 
 Activity (ours): each adapter's :attr:`~aoe_tui.agents.base.AgentRun.activity` is listened
@@ -227,6 +229,9 @@ class HeatSupervisor:
         #: (``provider.exhaustion``: ``out of memory in the territory (768 MiB)``); the
         #: player's doing, charged to that seat alone (see :meth:`_check_exhaustion`)
         self.exhausted: dict[str, list[str]] = {}
+        #: territory id → the limits it had already run into when the clock started (during
+        #: its boot or an adapter's staging: not the player's doing, never charged)
+        self._exhausted_before_clock: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ clock + emit
 
@@ -312,6 +317,8 @@ class HeatSupervisor:
             if self._abort_evt.is_set():  # stopped (or the disk filled) before the clock started
                 await self._abort()
                 return self.world
+            self._check_exhaustion()  # what boot and staging used up is not the player's
+            self._exhausted_before_clock = {tid: set(v) for tid, v in self.exhausted.items()}
             self._emit_all(self.rules.start())
             self._t0 = time.monotonic()
             self.timings["clock_started_unix"] = time.time()
@@ -427,7 +434,7 @@ class HeatSupervisor:
             name = seat.adapter.name or seat.agent.adapter
             if seat.stage_error is not None or seat.ctx is None:
                 detail = f"adapter {name} failed to stage: {seat.stage_error or 'not staged'}"
-                self._record_outcome(seat, AgentOutcome(AdapterStatus.HARNESS_ERROR, detail))
+                self._record_outcome(seat, AgentOutcome(AdapterStatus.HARNESS_ERROR, detail), charge_limits=False)
                 return
             try:
                 seat.ctx.staged, seat.ctx.clock_started = seat.staged, self._t0
@@ -456,20 +463,28 @@ class HeatSupervisor:
             outcome = AgentOutcome(AdapterStatus.HARNESS_ERROR, f"adapter error: {_one_line(err)}")
         self._record_outcome(seat, outcome)
 
-    def _record_outcome(self, seat: _Seat, outcome: AgentOutcome) -> None:
-        """Hand an adapter's result to the rules (§5.4) at the clock now."""
+    def _record_outcome(self, seat: _Seat, outcome: AgentOutcome, *, charge_limits: bool = True) -> None:
+        """Hand an adapter's result to the rules (§5.4) at the clock now.
+
+        With ``charge_limits`` (not for a seat whose staging failed: that was before its
+        clock), a run that ended without success in a territory that ran into its own limits
+        since the clock started (:meth:`_charged_limits`) has them named first in its detail;
+        a harness failure there is the player's (``failed``), and so is an ``unavailable``
+        after running out of memory or tasks (a lost SSH session whose sshd was OOM-killed
+        or could not fork), not after a full disk (which leaves a model outage the provider's).
+        """
         from aoe_tui.agents.base import AdapterStatus
 
         status = AdapterStatus(outcome.status)
         detail = outcome.summary
-        self._check_exhaustion()
-        limits = self.exhausted.get(seat.territory.id)
+        limits = self._charged_limits(seat) if charge_limits else []
         if limits and status != AdapterStatus.COMPLETED:
             # the territory ran out of its own resources: that is what ended the run (an agent
             # OOM-killed, a harness that could not fork, a session lost with its sshd), the
             # player's doing, never the infrastructure's (§3.9)
             detail = f"{'; '.join(limits)}: {detail}"
-            if status.failure_source in ("provider", "harness"):
+            starved = any(p.startswith("out of ") for p in limits)
+            if status == AdapterStatus.HARNESS_ERROR or (status == AdapterStatus.UNAVAILABLE and starved):
                 status = AdapterStatus.FAILED
         result = AgentResult(
             agent=seat.agent.id,
@@ -605,18 +620,17 @@ class HeatSupervisor:
                 await self.provider.reboot(seat.territory)
             else:
                 await asyncio.wait_for(self.provider.reboot(seat.territory), self.reboot_timeout_s)
-        except asyncio.TimeoutError:
-            return f"host reboot did not complete within {self.reboot_timeout_s:.0f} s", False
         except asyncio.CancelledError:
             raise
         except TerritoryRefusedError as err:
             return _one_line(err), True
-        except Exception as err:
-            self._check_exhaustion()
-            limits = self.exhausted.get(seat.territory.id)
+        except (asyncio.TimeoutError, Exception) as err:
+            why = (f"host reboot did not complete within {self.reboot_timeout_s:.0f} s"
+                   if isinstance(err, asyncio.TimeoutError) else f"host reboot failed: {_one_line(err)}")
+            limits = self._charged_limits(seat)
             if limits:  # a territory that exhausted its own resources did not come back: its own doing
-                return f"{'; '.join(limits)}: host reboot failed: {_one_line(err)}", True
-            return f"host reboot failed: {_one_line(err)}", False
+                return f"{'; '.join(limits)}: {why}", True
+            return why, False
         return None, False
 
     # ------------------------------------------------------------------ commit (ordering)
@@ -667,13 +681,23 @@ class HeatSupervisor:
             self._checkpoint_usage()
             k = max(k + 1, int(self._now_ms() // tick_ms) + 1)
 
+    def _charged_limits(self, seat: _Seat) -> list[str]:
+        """The limits ``seat``'s territory has run into since the clock started, asked of the
+        provider now (:meth:`_check_exhaustion`); those already hit before the clock (its
+        boot, an adapter's staging) are not the player's and are left out."""
+        self._check_exhaustion()
+        tid = seat.territory.id
+        before = self._exhausted_before_clock.get(tid, set())
+        return [p for p in self.exhausted.get(tid, []) if p not in before]
+
     def _check_exhaustion(self) -> None:
         """Ask the provider which limits each territory has run into
         (:meth:`~aoe_tui.runtime.provider.TerritoryProvider.exhaustion`: cgroup counters and a
         statvfs, no process) and add the new ones to :attr:`exhausted`; each new one is also
         an activity line of that seat (``territory: out of memory in the territory (768
-        MiB)``). Called every tick (the usage loop), when an agent's result comes in, when a
-        reboot fails and once before the territories are torn down. Never raises."""
+        MiB)``). Called just before the clock starts, every tick (the usage loop), when an
+        agent's result comes in, when a reboot fails and once before the territories are torn
+        down. Never raises."""
         for seat in self.seats:
             tid = seat.territory.id
             try:
