@@ -905,6 +905,9 @@ async def test_exhausted_territory_charges_its_own_seat(tmp_path):
               if (r.event.territory, r.event.milestone) == ("builder-two", "host-reboot")]
     assert failed and "disk full in the territory (2048 MiB): host reboot failed" in failed[0].detail
     assert world.winner == "builder-three"  # the third seat raced on untouched
+    ends = {r.event.territory: r.event.reason for r in kinds(records, "competitor_state_changed")
+            if r.event.to in ("incomplete", "unavailable")}
+    assert ends["builder-one"] == f"builder-three reached durable first; {oom}"  # the log says why it stalled
     assert not judge_attempt(world, records).spoiled
     from aoe_tui.replay.activity import read_activity
 

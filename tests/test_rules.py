@@ -376,6 +376,27 @@ def test_drain_after_a_durable_winner():
     h.reduced()
 
 
+def test_limits_a_territory_ran_into_are_named_where_its_seat_ends():
+    """Issue 26: a seat outraced or stopped after its territory ran out of its own resources
+    ends with reasons that name the limits (the log has no event of its own for them), so
+    the log and a replay tell why it stalled; the other seats' reasons are untouched."""
+    h = Heat(drain_ms=1000)
+    h.rules.note_limits(T2, ["out of tasks in the territory (2048)"])
+    h.rules.note_limits(T2, ["out of tasks in the territory (2048)", "disk full in the territory (2048 MiB)"])
+    h.pass_all(T1, "host-reboot", 100)
+    plan = h.rules.start_drain(9_999)
+    h.emit(plan.events)
+    reasons = {e.agent: e.reason for e in h.emit(h.rules.outraced(plan, 9_999))}
+    limits = "out of tasks in the territory (2048); disk full in the territory (2048 MiB)"
+    assert reasons == {agent(T2): f"{T1} reached durable first; build ended at the frozen clock; {limits}",
+                       agent(T3): f"{T1} reached durable first; build ended at the frozen clock"}
+    n = len(h.records)
+    h.emit(h.rules.finish_drain(h.rules.drain_deadline(), 9_999))
+    ends = {r.event.territory: r.event.reason for r in h.records[n:] if r.event.kind == "competitor_state_changed"}
+    assert ends == {T2: f"{T1} reached durable first; {limits}", T3: f"{T1} reached durable first"}
+    h.reduced()
+
+
 def test_drain_deadline_after_the_timer():
     h = Heat()
     h.result(T2, 100, source="provider", success=False, detail="model unavailable")

@@ -211,6 +211,9 @@ class BuildRaceRules:
         self.terminated_count = 0
         self._silenced: set[str] = set()
         self._pending: list[Completion] = []
+        #: territory id → the limits of its own resources it ran into during the race (the
+        #: supervisor's :meth:`note_limits`), named in the reasons its seat ends with
+        self.limits: dict[str, list[str]] = {}
 
     # ------------------------------------------------------------------ clock
 
@@ -389,6 +392,19 @@ class BuildRaceRules:
 
     # ------------------------------------------------------------------ agents + usage
 
+    def note_limits(self, territory: str, limits: Sequence[str]) -> None:
+        """``territory`` has run into ``limits`` of its own resources since the clock started
+        (phrases such as ``out of memory in the territory (768 MiB)``). No event (the log
+        format has none for it): the reasons its seat later ends with name them
+        (:meth:`outraced`, :meth:`terminated`, :meth:`finish_drain`), so the log and a
+        replay tell why a seat stalled."""
+        known = self.limits.setdefault(territory, [])
+        known.extend(x for x in limits if x not in known)
+
+    def _with_limits(self, territory: str | None, reason: str) -> str:
+        limits = self.limits.get(territory or "")
+        return f"{reason}; {'; '.join(limits)}" if limits else reason
+
     def silence(self, agents: Sequence[str]) -> None:
         """The referee is stopping ``agents``: their results then bring only usage, no terminal event."""
         self._silenced.update(agents)
@@ -454,10 +470,13 @@ class BuildRaceRules:
         return DrainPlan(self._out(at, started), outraced, stop_now, [a for a in pending if a not in stop_now])
 
     def outraced(self, plan: DrainPlan, now_ms: int) -> list[Stamped]:
-        """``agent_outraced`` for every agent of ``plan.outraced`` (after ``stop_now`` stopped)."""
+        """``agent_outraced`` for every agent of ``plan.outraced`` (after ``stop_now`` stopped);
+        the reason names the limits its territory ran into (:meth:`note_limits`)."""
         winner = self.durable_winner()
         reason = f"{winner} reached durable first; build ended at the frozen clock"
-        return self._out(self.stamp(now_ms), *(ev.AgentOutraced(agent=a, reason=reason) for a in plan.outraced))
+        territory_of = {a: t for t, a in self.agent_of.items()}
+        return self._out(self.stamp(now_ms), *(ev.AgentOutraced(agent=a, reason=self._with_limits(territory_of.get(a), reason))
+                                               for a in plan.outraced))
 
     def drain_deadline(self) -> list[str]:
         """The drain window is over: the agents still running, to stop (now silenced)."""
@@ -466,9 +485,12 @@ class BuildRaceRules:
         return still
 
     def terminated(self, agents: Sequence[str], reason: str, now_ms: int) -> list[Stamped]:
-        """``agent_terminated`` (``reason``) for those of ``agents`` still running after being stopped."""
+        """``agent_terminated`` (``reason``, then the limits its territory ran into) for those
+        of ``agents`` still running after being stopped."""
         ended = [a for a in agents if self._running(a)]
-        return self._out(self.stamp(now_ms), *(ev.AgentTerminated(agent=a, reason=reason) for a in ended))
+        territory_of = {a: t for t, a in self.agent_of.items()}
+        return self._out(self.stamp(now_ms), *(ev.AgentTerminated(agent=a, reason=self._with_limits(territory_of.get(a), reason))
+                                               for a in ended))
 
     def finish_drain(self, stopped: Sequence[str], now_ms: int) -> list[Stamped]:
         """After the drain deadline's ``stopped`` agents were stopped: their
@@ -491,6 +513,7 @@ class BuildRaceRules:
                 to, reason = CompetitorState.incomplete, f"{winner} reached durable first"
             else:
                 to, reason = CompetitorState.incomplete, "no durable deployment by the end of the match"
+            reason = self._with_limits(tid, reason)
             out.append(Stamped(ev.CompetitorStateChanged(territory=tid, from_=cs, to=to, reason=reason), at))
         out.append(
             Stamped(

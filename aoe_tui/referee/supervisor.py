@@ -709,6 +709,8 @@ class HeatSupervisor:
                 if phrase in known:
                     continue
                 known.append(phrase)
+                if self._t0 is not None and phrase not in self._exhausted_before_clock.get(tid, set()):
+                    self.rules.note_limits(tid, [phrase])  # named in the reason its seat ends with
                 line = f"territory: {phrase}"
                 lines = getattr(seat.run, "activity", None)
                 if lines is not None and getattr(lines, "listen", None) is not None:
