@@ -1100,7 +1100,8 @@ class OpencodeRun(_SeatSetup, AgentRun):
         """Warm start only: ``opencode run --attach`` can exit on the session going idle before
         it printed the last parts (measured: the final ``text`` and ``step_finish``). Read the
         session's messages from the warm server (``GET /session/<id>/message`` in the guest) and
-        fold every part not seen as an event, as ``run --format json`` would have printed it;
+        fold every part of the assistant's messages (``info.role`` ``assistant``; never the user's
+        prompt) not seen as an event, as ``run --format json`` would have printed it;
         then end the server (its ``serve.pid``). Best effort, bounded (about 15 s); never raises."""
         sid, d = self.state.session_id, self._run_dir
         with contextlib.suppress(Exception):
@@ -1109,8 +1110,11 @@ class OpencodeRun(_SeatSetup, AgentRun):
                     f"curl -s --max-time 10 \"$(cat {d}/serve.url)/session/{shlex.quote(sid)}/message\"", check=False), 12)
                 out = res.stdout if isinstance(res.stdout, str) else bytes(res.stdout or b"").decode("utf-8", "replace")
                 kinds = {"step-start": "step_start", "tool": "tool_use", "text": "text", "step-finish": "step_finish"}
-                messages = [m for m in json.loads(out or "[]") if isinstance(m, dict)]
-                info = messages[-1].get("info") if messages else None
+                # only the model's messages: the user's (``info.role`` "user") holds the prompt,
+                # which ``run --format json`` never prints, so it would be folded in as the answer
+                messages = [m for m in json.loads(out or "[]") if isinstance(m, dict)
+                            and isinstance(m.get("info"), dict) and m["info"].get("role") == "assistant"]
+                info = messages[-1]["info"] if messages else None
                 if isinstance(info, dict) and isinstance(info.get("error"), dict) and self.state.error is None:
                     self.on_event({"type": "error", "timestamp": int(time.time() * 1000), "sessionID": sid,
                                    "error": info["error"]})  # the error the run ended on
