@@ -359,3 +359,55 @@ async def test_staging_an_unreachable_territory_fails_and_leaves_nothing_open(tm
     with pytest.raises(OpencodeError, match="cannot reach territory t1 over SSH"):
         await adapter.stage(make_ctx(tmp_path))
     assert len(closed) == 1
+
+
+class _RecordingConn:
+    """An SSH connection that records the commands run; ``closed`` as asked."""
+
+    def __init__(self, closed: bool = False) -> None:
+        self.closed, self.commands = closed, []
+
+    def is_closed(self) -> bool:
+        return self.closed
+
+    async def run(self, cmd: str, check: bool = False):
+        from types import SimpleNamespace
+
+        self.commands.append(cmd)
+        return SimpleNamespace(stdout="", stderr="", exit_status=0)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("conn_open", [True, False])
+async def test_a_completed_warm_run_ends_its_opencode_server(tmp_path, conn_open):
+    """Issue 26 review: a warm run that completes leaves no ``opencode serve`` (about 400 MB of
+    the seat's memory) in the territory while its service is verified — the run's connection
+    open or not — and kills only the ``opencode`` processes of its scope (the player's
+    processes stay, as after a cold run)."""
+    run = OpencodeRun.__new__(OpencodeRun)
+    AgentRun.__init__(run, make_ctx(tmp_path))
+    run.adapter = OpencodeAdapter()
+    run.opts = run.adapter.options
+    run.state, run.proxy_stats, run._last_usage, run._prompt = _State(), None, None, "do it"
+    run.stopped, run._tick_s = False, 0.05
+    run._conn = conn = _RecordingConn(closed=not conn_open)
+    fresh = _RecordingConn()
+
+    async def connect():
+        return fresh
+
+    async def body():
+        run._warm = True
+        return AdapterStatus.COMPLETED, "done"
+
+    run._connect, run._body = connect, body
+    outcome = await run._supervise()
+    assert outcome.status == AdapterStatus.COMPLETED
+    used = conn if conn_open else fresh
+    kills = [c for c in used.commands if "kill -KILL" in c]
+    assert len(kills) == 1, used.commands
+    assert "serve.pid" in kills[0] and "pgrep -x opencode" in kills[0] and f"/{run._scope}.scope" in kills[0]
+    assert not any("systemctl kill" in c for c in conn.commands + fresh.commands)
+    assert fresh.closed if not conn_open else not fresh.commands

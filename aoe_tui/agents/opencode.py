@@ -958,8 +958,24 @@ class OpencodeRun(_SeatSetup, AgentRun):
 
     async def _kill_scope(self) -> None:
         """Kill every process of this run in the guest (its systemd scope). Best effort, bounded."""
-        cmd = (f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; "
-               f"systemctl stop {self._scope}.scope >/dev/null 2>&1; systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; true")
+        await self._guest_cleanup(
+            f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; "
+            f"systemctl stop {self._scope}.scope >/dev/null 2>&1; systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; true")
+
+    async def _end_opencode(self) -> None:
+        """End of a warm run, whatever its status: kill (``KILL``) every ``opencode`` process of
+        this run's scope — the warm ``opencode serve`` (about 400 MB of the seat's memory) and an
+        attached run still there — and nothing else: what the agent's tools started stays, as
+        after a cold run (the player's service may be one). Best effort, bounded (about 15 s);
+        reconnects when the run's connection is closed."""
+        scope = shlex.quote(f"/{self._scope}.scope")
+        await self._guest_cleanup(
+            f"for p in $(cat {self._run_dir}/serve.pid 2>/dev/null) $(pgrep -x opencode); do "
+            f"grep -qF {scope} /proc/$p/cgroup 2>/dev/null && kill -KILL $p 2>/dev/null; done; true")
+
+    async def _guest_cleanup(self, cmd: str) -> None:
+        """Run ``cmd`` in the guest over the run's connection (10 s), or a new one (15 s) when it
+        is closed or failed. Never raises."""
         conn = self._conn
         with contextlib.suppress(Exception):
             if conn is not None and not conn.is_closed():
@@ -1101,8 +1117,8 @@ class OpencodeRun(_SeatSetup, AgentRun):
         it printed the last parts (measured: the final ``text`` and ``step_finish``). Read the
         session's messages from the warm server (``GET /session/<id>/message`` in the guest) and
         fold every part of the assistant's messages (``info.role`` ``assistant``; never the user's
-        prompt) not seen as an event, as ``run --format json`` would have printed it;
-        then end the server (its ``serve.pid``). Best effort, bounded (about 15 s); never raises."""
+        prompt) not seen as an event, as ``run --format json`` would have printed it (the server
+        is ended afterwards, :meth:`_end_opencode`). Best effort, bounded (about 12 s); never raises."""
         sid, d = self.state.session_id, self._run_dir
         with contextlib.suppress(Exception):
             if sid and not conn.is_closed():
@@ -1129,9 +1145,6 @@ class OpencodeRun(_SeatSetup, AgentRun):
                         ts = tm.get("end") or tm.get("start") or int(time.time() * 1000)
                         self.on_event({"type": kind, "timestamp": ts, "sessionID": sid, "part": part})
                         self.activity.append(f"recovered opencode's unprinted {kind} from its server")
-        with contextlib.suppress(Exception):
-            if not conn.is_closed():
-                await asyncio.wait_for(conn.run(f"kill $(cat {d}/serve.pid) 2>/dev/null; true", check=False), 5)
 
     def last_alive(self) -> float:
         """``time.monotonic()`` (s) of the last sign of life: an opencode JSON event or model traffic
@@ -1317,6 +1330,8 @@ class OpencodeRun(_SeatSetup, AgentRun):
                 await self._kill_scope()
             return self._finish(status, summary)
         finally:
+            if self._warm:
+                await self._end_opencode()
             if self._conn is not None:
                 self._conn.close()
             staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, OpencodeStaged) else None)
