@@ -303,12 +303,16 @@ class OpencodeOptions:
             10 by default); past it the run is ended and still counted ``completed``.
         context_tokens, output_tokens: the model's ``limit.context`` / ``limit.output``.
         cost_input_per_mtok, cost_output_per_mtok: USD per 1M tokens (opencode computes cost).
-        upload_timeout_s: timeout of the binary upload (s).
+        upload_timeout_s: timeout of each binary's upload (s; two binaries, ``opencode`` and ``rg``).
         warm_start: start opencode before the race clock (``opencode serve``, warmed by one
             throwaway prompt the credential proxy answers itself), so at the clock only the
             prompt is handed over; ``False``: ``opencode run`` starts cold at the clock (about
             4–6 s to its first model request, measured; docs/opencode.md §8).
         warm_timeout_s: how long the warm start may take before the clock (s).
+        stage_step_timeout_s: how long each other SSH step of staging may take (s): the guest's
+            folders, the small files, the reverse tunnel, the launcher. A territory that stops
+            answering fails its staging (its seat's harness failure at clock 0) in this time
+            instead of holding every seat's clock until the supervisor's backstop.
     """
 
     base_url: str = DEFAULT_BASE_URL
@@ -324,6 +328,7 @@ class OpencodeOptions:
     upload_timeout_s: float = 300.0
     warm_start: bool = True
     warm_timeout_s: float = 180.0
+    stage_step_timeout_s: float = 30.0
 
     @classmethod
     def from_mapping(cls, options: dict[str, Any] | None, *, where: str = "options") -> OpencodeOptions:
@@ -440,6 +445,20 @@ class _SeatSetup:
     @property
     def _run_dir(self) -> str:
         return f"{GUEST_ROOT}/{_NAME_RE.sub('-', self.ctx.agent.id)}"
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self, step: str, limit: float | None = None, option: str = "stage_step_timeout_s"):
+        """Bound one staging step (``limit`` s, default ``stage_step_timeout_s``).
+
+        Raises:
+            OpencodeError: the step took longer (one line naming the territory, the step and the option)."""
+        limit = self.opts.stage_step_timeout_s if limit is None else limit
+        try:
+            async with asyncio.timeout(limit):
+                yield
+        except TimeoutError:
+            raise OpencodeError(f"staging in territory {self.ctx.territory.id}: {step} got no answer within "
+                                f"{limit:g} s ({option})") from None
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         from aoe_tui.runtime.ssh import connect
@@ -558,25 +577,31 @@ class _SeatSetup:
         """The run folder (fresh HOME, plugin stub, prompt) and the harness binaries: the shared
         folder (:data:`HARNESS_GUEST`) when the provider mounted it, else an upload to
         ``GUEST_ROOT/bin`` (skipped when the sizes match). Returns the binaries' guest folder;
-        ``detail`` gets ``harness`` (``shared``/``uploaded``/``present``) and ``uploaded_bytes``."""
+        ``detail`` gets ``harness`` (``shared``/``uploaded``/``present``) and ``uploaded_bytes``.
+        Every step is bounded (``stage_step_timeout_s``; an upload ``upload_timeout_s``).
+
+        Raises:
+            OpencodeError: a step took longer than its bound."""
         d, h = self._run_dir, f"{self._run_dir}/home"
         stub = f"{h}/.config/opencode"
         shared = shlex.quote(f"{HARNESS_GUEST}/opencode")
-        res = await conn.run(
-            f"rm -rf {shlex.quote(d)} && "
-            f"mkdir -p {shlex.quote(stub)}/node_modules {shlex.quote(h)}/.local/share {shlex.quote(h)}/.cache/opencode/bin "
-            f"{shlex.quote(h)}/.local/state && "
-            f"if [ -x {shared} ] && [ \"$(stat -c %s {shared})\" = {binary.stat().st_size} ]; then echo shared; "
-            f"else mkdir -p {GUEST_ROOT}/bin; fi",
-            check=True,
-        )
+        async with self._bounded("preparing the run folder"):
+            res = await conn.run(
+                f"rm -rf {shlex.quote(d)} && "
+                f"mkdir -p {shlex.quote(stub)}/node_modules {shlex.quote(h)}/.local/share {shlex.quote(h)}/.cache/opencode/bin "
+                f"{shlex.quote(h)}/.local/state && "
+                f"if [ -x {shared} ] && [ \"$(stat -c %s {shared})\" = {binary.stat().st_size} ]; then echo shared; "
+                f"else mkdir -p {GUEST_ROOT}/bin; fi",
+                check=True,
+            )
         if str(res.stdout or "").strip() == "shared":
             bin_dir, detail["harness"], detail["uploaded_bytes"] = HARNESS_GUEST, "shared", 0
         else:
             bin_dir = f"{GUEST_ROOT}/bin"
             sent = 0
             for local, name in ((binary, "opencode"), (rg, "rg")):
-                sent += await asyncio.wait_for(self._upload(conn, local, f"{bin_dir}/{name}"), self.opts.upload_timeout_s)
+                async with self._bounded(f"uploading {name}", self.opts.upload_timeout_s, "upload_timeout_s"):
+                    sent += await self._upload(conn, local, f"{bin_dir}/{name}")
             detail["harness"], detail["uploaded_bytes"] = ("uploaded" if sent else "present"), sent
         files = {
             f"{stub}/package.json": json.dumps({"dependencies": {"@opencode-ai/plugin": "0"}}),
@@ -585,7 +610,7 @@ class _SeatSetup:
             f"{d}/prompt.md": self._prompt,
             f"{d}/warmup.md": "Reply with the single word: ready.\n",
         }
-        async with conn.start_sftp_client() as sftp:
+        async with self._bounded("writing the prompt and configuration"), conn.start_sftp_client() as sftp:
             for path, text in files.items():
                 async with sftp.open(path, "w") as fh:
                     await fh.write(text)
@@ -650,7 +675,8 @@ class OpencodeStaged(_SeatSetup, Staged):
 
         Raises:
             OpencodeError: ``run.sh`` ended or did not get warm in time (its stderr's last line)."""
-        self.proc = proc = await conn.create_process(self.launch_command(), stdin=asyncssh.PIPE, encoding=None)
+        async with self._bounded("starting run.sh"):
+            self.proc = proc = await conn.create_process(self.launch_command(), stdin=asyncssh.PIPE, encoding=None)
         buf = b""
 
         async def read_mark() -> bool:
@@ -676,7 +702,8 @@ class OpencodeStaged(_SeatSetup, Staged):
 
     async def prepare(self) -> None:
         """Do the staging (see the class docstring). Raises :class:`OpencodeError` (no binary,
-        no key, unreachable territory) or an SSH/OS error; the caller closes on failure."""
+        no key, unreachable territory, a step past its bound: ``stage_step_timeout_s``,
+        ``upload_timeout_s``, ``warm_timeout_s``) or an SSH/OS error; the caller closes on failure."""
         from aoe_tui.agents.proxy import CredentialProxy
 
         ctx = self.ctx
@@ -709,13 +736,15 @@ class OpencodeStaged(_SeatSetup, Staged):
         self.bin_dir = await self._prepare(conn, binary, rg, detail)
         self.harness, self.uploaded_bytes = detail["harness"], detail["uploaded_bytes"]
         step("harness")
-        listener = await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", self.proxy.port)
+        async with self._bounded("opening the reverse tunnel to the credential proxy"):
+            listener = await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", self.proxy.port)
         self.guest_port = listener.get_port()
         step("tunnel")
-        async with conn.start_sftp_client() as sftp:
-            async with sftp.open(f"{self._run_dir}/run.sh", "w") as fh:
-                await fh.write(self._launcher(self.guest_port, self.bin_dir, self.want_warm))
-        await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
+        async with self._bounded("writing run.sh"):
+            async with conn.start_sftp_client() as sftp:
+                async with sftp.open(f"{self._run_dir}/run.sh", "w") as fh:
+                    await fh.write(self._launcher(self.guest_port, self.bin_dir, self.want_warm))
+            await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
         step("launcher")
         if self.want_warm:
             await self._warm(conn)
@@ -1442,6 +1471,16 @@ class OpencodeAdapter(Adapter):
 
         return [HarnessShare(harness_dir(), HARNESS_GUEST)]
 
+    def stage_timeout_s(self) -> float:
+        """The supervisor's backstop on this adapter's staging (s): the sum of its own bounds
+        (SSH login 15 s, two uploads of ``upload_timeout_s``, the warm start's
+        ``warm_timeout_s``, six other steps of ``stage_step_timeout_s``) plus a 60 s margin,
+        so a step's own timeout, which names the step, always fires first. With the defaults:
+        15 + 600 + 180 + 180 + 60 = 1035 s; a territory that does not answer at all fails in
+        15 s (login) or 30 s (a step)."""
+        o = self.options
+        return 15.0 + 2 * o.upload_timeout_s + o.warm_timeout_s + 6 * o.stage_step_timeout_s + 60.0
+
     async def stage(self, ctx: AgentContext, *, warm: bool | None = None) -> OpencodeStaged:
         """Before the clock: the credential proxy, the SSH connection and its reverse tunnel,
         the harness (shared, or uploaded when the provider could not share it), HOME, the
@@ -1450,8 +1489,9 @@ class OpencodeAdapter(Adapter):
         failure nothing is left open.
 
         Raises:
-            OpencodeError: opencode missing, the key unset, the territory unreachable.
-            asyncssh.Error, OSError, asyncio.TimeoutError: the preparation over SSH failed.
+            OpencodeError: opencode missing, the key unset, the territory unreachable, a step
+                past its bound (one line naming the step and the option; see :meth:`stage_timeout_s`).
+            asyncssh.Error, OSError: the preparation over SSH failed.
         """
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)
         staged = OpencodeStaged(ctx, self, warm=warm)
