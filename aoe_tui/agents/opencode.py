@@ -652,8 +652,9 @@ class OpencodeStaged(_SeatSetup, Staged):
         self.proc: Any = None
         #: True once opencode was started warm before the clock
         self.warm = False
-        #: MiB of anonymous memory (``RssAnon``: what the seat's memory limit counts; the shared
-        #: binary's pages are not in it) of the waiting opencode processes at the end of staging
+        #: MiB of anonymous memory (``RssAnon``) of the waiting opencode processes at the end of
+        #: staging: what the seat's memory limit surely charges for them; the binary's file pages
+        #: are not in it (page cache, charged to whichever cgroup read them first; docs/opencode.md §8)
         self.rss_mib: int | None = None
         #: what ``run.sh`` wrote on stderr before it was warm
         self.stderr_head = b""
