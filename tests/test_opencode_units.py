@@ -205,8 +205,10 @@ def test_opencode_cup_season_validates(tmp_path, monkeypatch):
 
 
 def _session_messages(sid: str, prompt: str) -> list[dict]:
-    """``GET /session/<id>/message`` as opencode 1.18's server answers it (trimmed): the user's
-    message (its ``text`` part is the prompt) and the assistant's, each ``{"info", "parts"}``."""
+    """``GET /session/<id>/message`` as opencode 1.18.33's server answers it (trimmed; the
+    shape captured from a real ``serve`` + ``run --attach``): the user's message (``info`` keys
+    agent, id, model, role, sessionID, summary, time; its one ``text`` part is the prompt) and
+    the assistant's (``info.role`` "assistant"; parts step-start, text, step-finish)."""
     user = {"info": {"id": "msg_u1", "sessionID": sid, "role": "user", "time": {"created": 1_000_000},
                      "agent": "build", "model": {"providerID": "aoe", "modelID": "model-x"}},
             "parts": [{"id": "prt_u1", "sessionID": sid, "messageID": "msg_u1", "type": "text", "text": prompt}]}
