@@ -359,3 +359,90 @@ async def test_staging_an_unreachable_territory_fails_and_leaves_nothing_open(tm
     with pytest.raises(OpencodeError, match="cannot reach territory t1 over SSH"):
         await adapter.stage(make_ctx(tmp_path))
     assert len(closed) == 1
+
+
+class _RecordingConn:
+    """An SSH connection that records the commands run; ``closed`` as asked."""
+
+    def __init__(self, closed: bool = False) -> None:
+        self.closed, self.commands = closed, []
+
+    def is_closed(self) -> bool:
+        return self.closed
+
+    async def run(self, cmd: str, check: bool = False):
+        from types import SimpleNamespace
+
+        self.commands.append(cmd)
+        return SimpleNamespace(stdout="", stderr="", exit_status=0)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("conn_open", [True, False])
+async def test_a_completed_warm_run_ends_its_opencode_server(tmp_path, conn_open):
+    """Issue 26 review: a warm run that completes leaves no ``opencode serve`` (about 400 MB of
+    the seat's memory) in the territory while its service is verified — the run's connection
+    open or not — and kills only the ``opencode`` processes of its scope (the player's
+    processes stay, as after a cold run)."""
+    run = OpencodeRun.__new__(OpencodeRun)
+    AgentRun.__init__(run, make_ctx(tmp_path))
+    run.adapter = OpencodeAdapter()
+    run.opts = run.adapter.options
+    run.state, run.proxy_stats, run._last_usage, run._prompt = _State(), None, None, "do it"
+    run.stopped, run._tick_s = False, 0.05
+    run._conn = conn = _RecordingConn(closed=not conn_open)
+    fresh = _RecordingConn()
+
+    async def connect():
+        return fresh
+
+    async def body():
+        run._warm = True
+        return AdapterStatus.COMPLETED, "done"
+
+    run._connect, run._body = connect, body
+    outcome = await run._supervise()
+    assert outcome.status == AdapterStatus.COMPLETED
+    used = conn if conn_open else fresh
+    kills = [c for c in used.commands if "kill -KILL" in c]
+    assert len(kills) == 1, used.commands
+    assert "serve.pid" in kills[0] and "pgrep -x opencode" in kills[0] and f"/{run._scope}.scope" in kills[0]
+    assert not any("systemctl kill" in c for c in conn.commands + fresh.commands)
+    assert fresh.closed if not conn_open else not fresh.commands
+
+
+async def test_staging_a_territory_that_stops_answering_fails_in_its_step_bound(tmp_path, monkeypatch):
+    """Review of issue 26 item 4: a territory whose SSH logs in but never answers a command
+    fails its staging within ``stage_step_timeout_s``, one line naming the territory and the
+    step, not after the supervisor's backstop; the credential proxy is closed. The adapter's
+    backstop (``stage_timeout_s``) is the sum of its own bounds plus a margin."""
+    import asyncssh
+
+    from aoe_tui.agents import opencode
+    from tests.ssh_support import password_server
+
+    (tmp_path / "opencode").write_bytes(b"x")
+    (tmp_path / "rg").write_bytes(b"y")
+    monkeypatch.setattr(opencode, "ensure_opencode", lambda *a, **k: tmp_path / "opencode")
+    monkeypatch.setattr(opencode, "_rg_binary", lambda: tmp_path / "rg")
+
+    async def wedged(process: asyncssh.SSHServerProcess) -> None:
+        await asyncio.Event().wait()  # the command never answers
+
+    server, port = await password_server(lambda user, password: password == "p", process_factory=wedged)
+    try:
+        ctx = make_ctx(tmp_path)
+        ctx.territory.ssh_port = port
+        adapter = OpencodeAdapter(api_key_env=None, stage_step_timeout_s=0.5)
+        assert adapter.stage_timeout_s() == 15 + 2 * 300 + 180 + 6 * 0.5 + 60
+        assert OpencodeAdapter().stage_timeout_s() == 1035
+        t = time.monotonic()
+        with pytest.raises(OpencodeError) as err:
+            await asyncio.wait_for(adapter.stage(ctx), 30)
+        assert time.monotonic() - t < 10
+        assert str(err.value) == ("staging in territory t1: preparing the run folder got no answer within 0.5 s "
+                                  "(stage_step_timeout_s)")
+    finally:
+        server.close()

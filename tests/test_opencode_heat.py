@@ -77,6 +77,8 @@ class KeyCheckingProvider:
         #: territory → (exit status, output) of writing into the harness share, at teardown
         self.share_write: dict[str, tuple[int | None, str]] = {}
         self.territories = []
+        #: territory → ``pgrep -a opencode`` at teardown (every agent finished)
+        self.opencode_left: dict[str, str] = {}
 
     async def provision(self, specs):
         self.territories = await self.inner.provision(specs)
@@ -98,6 +100,8 @@ class KeyCheckingProvider:
                     res = await conn.run("ls /opt/aoe-harness/opencode && touch /opt/aoe-harness/opencode/opencode "
                                          "/opt/aoe-harness/opencode/new-file 2>&1", check=False)
                     self.share_write[t.id] = (res.exit_status, str(res.stdout) + str(res.stderr))
+                    res = await conn.run("pgrep -ax opencode", check=False)
+                    self.opencode_left[t.id] = str(res.stdout or "").strip()
             except Exception as exc:  # noqa: BLE001 - recorded, asserted by the test
                 self.key_hits[t.id] = f"ERROR {exc}"
         await self.inner.teardown()
@@ -291,11 +295,28 @@ def test_seats_start_equal(durable_heat):
     assert world_rebooted(_world, "builder-one")
     status, output = _provider.share_write["builder-one"]
     assert status not in (0, None) and "opencode" in output and "Read-only file system" in output, (status, output)
-    first = one["first_model_request_ms"]
+    first, tool = one.get("first_model_request_ms"), one.get("first_tool_call_ms")
     print(f"opencode: staging {staging['builder-one-agent']:.2f} s, first model request at {first} ms, "
-          f"first tool call at {one.get('first_tool_call_ms')} ms after match_started")
-    assert 0 <= first <= one["first_tool_call_ms"]
+          f"first tool call at {tool} ms after match_started")
+    assert isinstance(first, int), f"no model request recorded for opencode: {one}"
+    # the scripted model's first answer is a tool call (durable_sqlite_script), so there is one
+    assert isinstance(tool, int), f"opencode made no tool call (first model request at {first} ms): {one}"
+    assert 0 <= first <= tool, (first, tool)
     # The target (within 1000 ms of match_started) is measured by benchmarks/opencode_start.py on a
     # quiet machine (0.3-0.6 s); a test does not time a loaded CI host. What it asserts: the harness was
     # warm before the clock — a cold opencode at the clock takes 6-7 s to its first request here.
-    assert first <= 3000, f"opencode's first model request came {first} ms after match_started: not started warm"
+    assert first <= 3000, (f"opencode's first model request came {first} ms after match_started, over 3000 ms: "
+                           "it was not started warm (a cold start takes 6-7 s here; the 1.0 s target itself "
+                           "is measured by benchmarks/opencode_start.py on a quiet machine)")
+    # the warm run's answer is the model's, not the prompt read back from the server (review item 1)
+    transcript = json.loads((out / "agents/builder-one-agent/transcript.json").read_text())
+    prompt = transcript["messages"][0]["content"]
+    said = [p["text"] for m in transcript["messages"][1:] for p in m["content"] if p.get("type") == "text"]
+    result = json.loads((out / "agents/builder-one-agent/result.json").read_text())
+    print(f"opencode's answer: {transcript['outcome'].get('result')!r}; summary {result['summary'][:120]!r}")
+    assert prompt and prompt not in said and transcript["outcome"].get("result") != prompt, said
+    assert prompt[:60] not in result["summary"], result["summary"]
+    # no opencode process (the warm server) was left in builder-one's territory once its run ended
+    # (a weak check here: the guest rebooted for host-reboot after the run; the unit test
+    # test_a_completed_warm_run_ends_its_opencode_server checks the run's own cleanup)
+    assert _provider.opencode_left.get("builder-one") == "", _provider.opencode_left

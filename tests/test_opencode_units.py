@@ -202,3 +202,63 @@ def test_opencode_cup_season_validates(tmp_path, monkeypatch):
         a = runner._make_adapter(e)
         assert isinstance(a, OpencodeAdapter) and a.options.api_key_env == "OPENCODE_API_KEY"
         assert a.options.base_url.startswith("https://")
+
+
+def _session_messages(sid: str, prompt: str) -> list[dict]:
+    """``GET /session/<id>/message`` as opencode 1.18.33's server answers it (trimmed; the
+    shape captured from a real ``serve`` + ``run --attach``): the user's message (``info`` keys
+    agent, id, model, role, sessionID, summary, time; its one ``text`` part is the prompt) and
+    the assistant's (``info.role`` "assistant"; parts step-start, text, step-finish)."""
+    user = {"info": {"id": "msg_u1", "sessionID": sid, "role": "user", "time": {"created": 1_000_000},
+                     "agent": "build", "model": {"providerID": "aoe", "modelID": "model-x"}},
+            "parts": [{"id": "prt_u1", "sessionID": sid, "messageID": "msg_u1", "type": "text", "text": prompt}]}
+    assistant = {"info": {"id": "msg_a1", "sessionID": sid, "role": "assistant", "parentID": "msg_u1",
+                          "time": {"created": 1_000_010, "completed": 1_000_900}, "modelID": "model-x",
+                          "providerID": "aoe", "mode": "build", "cost": 0,
+                          "tokens": {"input": 10, "output": 3, "reasoning": 0, "cache": {"read": 0, "write": 0}},
+                          "finish": "stop"},
+                 "parts": [{"id": "prt_a1", "sessionID": sid, "messageID": "msg_a1", "type": "step-start"},
+                           {"id": "prt_a2", "sessionID": sid, "messageID": "msg_a1", "type": "text", "text": "All done.",
+                            "time": {"start": 1_000_500, "end": 1_000_800}},
+                           {"id": "prt_a3", "sessionID": sid, "messageID": "msg_a1", "type": "step-finish",
+                            "reason": "stop", "cost": 0, "tokens": {"input": 10, "output": 3, "reasoning": 0,
+                                                                     "cache": {"read": 0, "write": 0}}}]}
+    return [user, assistant]
+
+
+class _FakeConn:
+    """``conn.run`` answers the session's messages for the ``curl``; records every command."""
+
+    def __init__(self, messages: list[dict]) -> None:
+        self.messages, self.commands = messages, []
+
+    def is_closed(self) -> bool:
+        return False
+
+    async def run(self, cmd: str, check: bool = False):
+        self.commands.append(cmd)
+        from types import SimpleNamespace
+
+        return SimpleNamespace(stdout=json.dumps(self.messages) if "curl" in cmd else "", exit_status=0)
+
+
+@pytest.mark.parametrize("printed", [False, True])
+async def test_recover_parts_folds_only_the_assistants_parts(tmp_path, printed):
+    """Warm start: the parts the attached run did not print are read back from the server; the
+    user's message (the prompt, never printed by ``run --format json``) is not one of them."""
+    run = _run_for_events(tmp_path)
+    prompt = "Build the service on port 8080 and make it durable."
+    run._prompt = prompt
+    sid = "ses_abc"
+    t = 1_000_000
+    run.on_event({"type": "step_start", "timestamp": t, "sessionID": sid, "part": {"id": "prt_a1", "type": "step-start"}})
+    if printed:  # the run printed the answer itself: nothing to recover, the answer stays
+        run.on_event({"type": "text", "timestamp": t + 800, "sessionID": sid,
+                      "part": {"id": "prt_a2", "type": "text", "text": "All done."}})
+    conn = _FakeConn(_session_messages(sid, prompt))
+    await run._recover_parts(conn)
+    assert run.state.final_text == "All done."
+    assert run.state.last_reason == "stop"
+    assert not any(prompt[:40] in line for line in run.activity), run.activity
+    assert [p for p in run.state.parts if p.get("type") == "text"] == [{"type": "text", "text": "All done."}]
+    assert "prt_u1" not in run.state.seen_parts

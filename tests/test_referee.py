@@ -248,6 +248,9 @@ class FakeAdapter(Adapter):
         self.staged = FakeStaged((ctx.agent_dir.parent.parent / "events.jsonl").read_text())
         return self.staged
 
+    def stage_timeout_s(self):
+        return self.plan.get("stage_timeout_s")
+
     async def start(self, ctx: AgentContext) -> AgentRun:
         if self.plan.get("start_error"):
             raise RuntimeError("no such binary: fake-agent")
@@ -611,6 +614,24 @@ async def test_seats_are_staged_before_the_clock_and_a_failed_staging_is_that_se
     assert extra["agents"]["builder-one-agent"]["staging"]["harness"] == "fake"
     assert extra["agents"]["builder-two-agent"]["staging"]["error"] == "no harness for this seat"
     assert set(extra["agents"]["builder-three-agent"]["staging"]) == {"seconds"}
+
+
+async def test_a_staging_past_its_adapters_bound_is_that_seats_harness_failure(tmp_path):
+    """Review of issue 26 item 4: the backstop on a seat's staging is its adapter's
+    ``stage_timeout_s()`` (the supervisor's ``STAGE_TIMEOUT_S`` when it gives none); a seat
+    whose staging hangs past it is a harness failure at clock 0 while the others race."""
+    from aoe_tui.referee.supervisor import STAGE_TIMEOUT_S, _stage_limit
+
+    assert _stage_limit(object()) == STAGE_TIMEOUT_S == _stage_limit(FakeAdapter({}))
+    keep: dict = {}
+    world, _records, _, _ = await asyncio.wait_for(supervise(
+        tmp_path, [{"stage": True, "steps": ALL}, {"stage_hang": asyncio.Event(), "stage_timeout_s": 0.5}, {"steps": ALL[:1]}],
+        keep=keep), 60)
+    a2 = world.agents["builder-two-agent"]
+    assert (a2.failure_source, a2.terminal_state) == ("harness", "failed")
+    assert "staging did not finish within 0.5 s" in a2.terminal_detail, a2.terminal_detail
+    assert world.winner == "builder-one"
+    assert keep["supervisor"].timings["staging_s"]["builder-two-agent"] < 30
 
 
 async def test_command_adapter_starts_at_the_clock(tmp_path):

@@ -325,6 +325,13 @@ class Adapter(abc.ABC):
         """
         return None
 
+    def stage_timeout_s(self) -> float | None:
+        """The supervisor's backstop on :meth:`stage` (s), past which the seat is a harness
+        failure at clock 0; ``None`` (the default): the supervisor's ``STAGE_TIMEOUT_S``.
+        An adapter that bounds its own steps returns their sum plus a margin, so its own
+        timeout, which names the step, fires first."""
+        return None
+
     @abc.abstractmethod
     async def start(self, ctx: AgentContext) -> AgentRun:
         """Start the agent in the background and return its :class:`AgentRun` at once.

@@ -303,12 +303,16 @@ class OpencodeOptions:
             10 by default); past it the run is ended and still counted ``completed``.
         context_tokens, output_tokens: the model's ``limit.context`` / ``limit.output``.
         cost_input_per_mtok, cost_output_per_mtok: USD per 1M tokens (opencode computes cost).
-        upload_timeout_s: timeout of the binary upload (s).
+        upload_timeout_s: timeout of each binary's upload (s; two binaries, ``opencode`` and ``rg``).
         warm_start: start opencode before the race clock (``opencode serve``, warmed by one
             throwaway prompt the credential proxy answers itself), so at the clock only the
             prompt is handed over; ``False``: ``opencode run`` starts cold at the clock (about
             4–6 s to its first model request, measured; docs/opencode.md §8).
         warm_timeout_s: how long the warm start may take before the clock (s).
+        stage_step_timeout_s: how long each other SSH step of staging may take (s): the guest's
+            folders, the small files, the reverse tunnel, the launcher. A territory that stops
+            answering fails its staging (its seat's harness failure at clock 0) in this time
+            instead of holding every seat's clock until the supervisor's backstop.
     """
 
     base_url: str = DEFAULT_BASE_URL
@@ -324,6 +328,7 @@ class OpencodeOptions:
     upload_timeout_s: float = 300.0
     warm_start: bool = True
     warm_timeout_s: float = 180.0
+    stage_step_timeout_s: float = 30.0
 
     @classmethod
     def from_mapping(cls, options: dict[str, Any] | None, *, where: str = "options") -> OpencodeOptions:
@@ -440,6 +445,20 @@ class _SeatSetup:
     @property
     def _run_dir(self) -> str:
         return f"{GUEST_ROOT}/{_NAME_RE.sub('-', self.ctx.agent.id)}"
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self, step: str, limit: float | None = None, option: str = "stage_step_timeout_s"):
+        """Bound one staging step (``limit`` s, default ``stage_step_timeout_s``).
+
+        Raises:
+            OpencodeError: the step took longer (one line naming the territory, the step and the option)."""
+        limit = self.opts.stage_step_timeout_s if limit is None else limit
+        try:
+            async with asyncio.timeout(limit):
+                yield
+        except TimeoutError:
+            raise OpencodeError(f"staging in territory {self.ctx.territory.id}: {step} got no answer within "
+                                f"{limit:g} s ({option})") from None
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         from aoe_tui.runtime.ssh import connect
@@ -558,25 +577,31 @@ class _SeatSetup:
         """The run folder (fresh HOME, plugin stub, prompt) and the harness binaries: the shared
         folder (:data:`HARNESS_GUEST`) when the provider mounted it, else an upload to
         ``GUEST_ROOT/bin`` (skipped when the sizes match). Returns the binaries' guest folder;
-        ``detail`` gets ``harness`` (``shared``/``uploaded``/``present``) and ``uploaded_bytes``."""
+        ``detail`` gets ``harness`` (``shared``/``uploaded``/``present``) and ``uploaded_bytes``.
+        Every step is bounded (``stage_step_timeout_s``; an upload ``upload_timeout_s``).
+
+        Raises:
+            OpencodeError: a step took longer than its bound."""
         d, h = self._run_dir, f"{self._run_dir}/home"
         stub = f"{h}/.config/opencode"
         shared = shlex.quote(f"{HARNESS_GUEST}/opencode")
-        res = await conn.run(
-            f"rm -rf {shlex.quote(d)} && "
-            f"mkdir -p {shlex.quote(stub)}/node_modules {shlex.quote(h)}/.local/share {shlex.quote(h)}/.cache/opencode/bin "
-            f"{shlex.quote(h)}/.local/state && "
-            f"if [ -x {shared} ] && [ \"$(stat -c %s {shared})\" = {binary.stat().st_size} ]; then echo shared; "
-            f"else mkdir -p {GUEST_ROOT}/bin; fi",
-            check=True,
-        )
+        async with self._bounded("preparing the run folder"):
+            res = await conn.run(
+                f"rm -rf {shlex.quote(d)} && "
+                f"mkdir -p {shlex.quote(stub)}/node_modules {shlex.quote(h)}/.local/share {shlex.quote(h)}/.cache/opencode/bin "
+                f"{shlex.quote(h)}/.local/state && "
+                f"if [ -x {shared} ] && [ \"$(stat -c %s {shared})\" = {binary.stat().st_size} ]; then echo shared; "
+                f"else mkdir -p {GUEST_ROOT}/bin; fi",
+                check=True,
+            )
         if str(res.stdout or "").strip() == "shared":
             bin_dir, detail["harness"], detail["uploaded_bytes"] = HARNESS_GUEST, "shared", 0
         else:
             bin_dir = f"{GUEST_ROOT}/bin"
             sent = 0
             for local, name in ((binary, "opencode"), (rg, "rg")):
-                sent += await asyncio.wait_for(self._upload(conn, local, f"{bin_dir}/{name}"), self.opts.upload_timeout_s)
+                async with self._bounded(f"uploading {name}", self.opts.upload_timeout_s, "upload_timeout_s"):
+                    sent += await self._upload(conn, local, f"{bin_dir}/{name}")
             detail["harness"], detail["uploaded_bytes"] = ("uploaded" if sent else "present"), sent
         files = {
             f"{stub}/package.json": json.dumps({"dependencies": {"@opencode-ai/plugin": "0"}}),
@@ -585,7 +610,7 @@ class _SeatSetup:
             f"{d}/prompt.md": self._prompt,
             f"{d}/warmup.md": "Reply with the single word: ready.\n",
         }
-        async with conn.start_sftp_client() as sftp:
+        async with self._bounded("writing the prompt and configuration"), conn.start_sftp_client() as sftp:
             for path, text in files.items():
                 async with sftp.open(path, "w") as fh:
                     await fh.write(text)
@@ -627,8 +652,9 @@ class OpencodeStaged(_SeatSetup, Staged):
         self.proc: Any = None
         #: True once opencode was started warm before the clock
         self.warm = False
-        #: MiB of anonymous memory (``RssAnon``: what the seat's memory limit counts; the shared
-        #: binary's pages are not in it) of the waiting opencode processes at the end of staging
+        #: MiB of anonymous memory (``RssAnon``) of the waiting opencode processes at the end of
+        #: staging: what the seat's memory limit surely charges for them; the binary's file pages
+        #: are not in it (page cache, charged to whichever cgroup read them first; docs/opencode.md §8)
         self.rss_mib: int | None = None
         #: what ``run.sh`` wrote on stderr before it was warm
         self.stderr_head = b""
@@ -650,7 +676,8 @@ class OpencodeStaged(_SeatSetup, Staged):
 
         Raises:
             OpencodeError: ``run.sh`` ended or did not get warm in time (its stderr's last line)."""
-        self.proc = proc = await conn.create_process(self.launch_command(), stdin=asyncssh.PIPE, encoding=None)
+        async with self._bounded("starting run.sh"):
+            self.proc = proc = await conn.create_process(self.launch_command(), stdin=asyncssh.PIPE, encoding=None)
         buf = b""
 
         async def read_mark() -> bool:
@@ -676,7 +703,8 @@ class OpencodeStaged(_SeatSetup, Staged):
 
     async def prepare(self) -> None:
         """Do the staging (see the class docstring). Raises :class:`OpencodeError` (no binary,
-        no key, unreachable territory) or an SSH/OS error; the caller closes on failure."""
+        no key, unreachable territory, a step past its bound: ``stage_step_timeout_s``,
+        ``upload_timeout_s``, ``warm_timeout_s``) or an SSH/OS error; the caller closes on failure."""
         from aoe_tui.agents.proxy import CredentialProxy
 
         ctx = self.ctx
@@ -709,13 +737,15 @@ class OpencodeStaged(_SeatSetup, Staged):
         self.bin_dir = await self._prepare(conn, binary, rg, detail)
         self.harness, self.uploaded_bytes = detail["harness"], detail["uploaded_bytes"]
         step("harness")
-        listener = await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", self.proxy.port)
+        async with self._bounded("opening the reverse tunnel to the credential proxy"):
+            listener = await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", self.proxy.port)
         self.guest_port = listener.get_port()
         step("tunnel")
-        async with conn.start_sftp_client() as sftp:
-            async with sftp.open(f"{self._run_dir}/run.sh", "w") as fh:
-                await fh.write(self._launcher(self.guest_port, self.bin_dir, self.want_warm))
-        await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
+        async with self._bounded("writing run.sh"):
+            async with conn.start_sftp_client() as sftp:
+                async with sftp.open(f"{self._run_dir}/run.sh", "w") as fh:
+                    await fh.write(self._launcher(self.guest_port, self.bin_dir, self.want_warm))
+            await conn.run(f"chmod 0700 {self._run_dir}/run.sh", check=True)
         step("launcher")
         if self.want_warm:
             await self._warm(conn)
@@ -958,8 +988,24 @@ class OpencodeRun(_SeatSetup, AgentRun):
 
     async def _kill_scope(self) -> None:
         """Kill every process of this run in the guest (its systemd scope). Best effort, bounded."""
-        cmd = (f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; "
-               f"systemctl stop {self._scope}.scope >/dev/null 2>&1; systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; true")
+        await self._guest_cleanup(
+            f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; "
+            f"systemctl stop {self._scope}.scope >/dev/null 2>&1; systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; true")
+
+    async def _end_opencode(self) -> None:
+        """End of a warm run, whatever its status: kill (``KILL``) every ``opencode`` process of
+        this run's scope — the warm ``opencode serve`` (about 400 MB of the seat's memory) and an
+        attached run still there — and nothing else: what the agent's tools started stays, as
+        after a cold run (the player's service may be one). Best effort, bounded (about 15 s);
+        reconnects when the run's connection is closed."""
+        scope = shlex.quote(f"/{self._scope}.scope")
+        await self._guest_cleanup(
+            f"for p in $(cat {self._run_dir}/serve.pid 2>/dev/null) $(pgrep -x opencode); do "
+            f"grep -qF {scope} /proc/$p/cgroup 2>/dev/null && kill -KILL $p 2>/dev/null; done; true")
+
+    async def _guest_cleanup(self, cmd: str) -> None:
+        """Run ``cmd`` in the guest over the run's connection (10 s), or a new one (15 s) when it
+        is closed or failed. Never raises."""
         conn = self._conn
         with contextlib.suppress(Exception):
             if conn is not None and not conn.is_closed():
@@ -1100,8 +1146,9 @@ class OpencodeRun(_SeatSetup, AgentRun):
         """Warm start only: ``opencode run --attach`` can exit on the session going idle before
         it printed the last parts (measured: the final ``text`` and ``step_finish``). Read the
         session's messages from the warm server (``GET /session/<id>/message`` in the guest) and
-        fold every part not seen as an event, as ``run --format json`` would have printed it;
-        then end the server (its ``serve.pid``). Best effort, bounded (about 15 s); never raises."""
+        fold every part of the assistant's messages (``info.role`` ``assistant``; never the user's
+        prompt) not seen as an event, as ``run --format json`` would have printed it (the server
+        is ended afterwards, :meth:`_end_opencode`). Best effort, bounded (about 12 s); never raises."""
         sid, d = self.state.session_id, self._run_dir
         with contextlib.suppress(Exception):
             if sid and not conn.is_closed():
@@ -1109,8 +1156,11 @@ class OpencodeRun(_SeatSetup, AgentRun):
                     f"curl -s --max-time 10 \"$(cat {d}/serve.url)/session/{shlex.quote(sid)}/message\"", check=False), 12)
                 out = res.stdout if isinstance(res.stdout, str) else bytes(res.stdout or b"").decode("utf-8", "replace")
                 kinds = {"step-start": "step_start", "tool": "tool_use", "text": "text", "step-finish": "step_finish"}
-                messages = [m for m in json.loads(out or "[]") if isinstance(m, dict)]
-                info = messages[-1].get("info") if messages else None
+                # only the model's messages: the user's (``info.role`` "user") holds the prompt,
+                # which ``run --format json`` never prints, so it would be folded in as the answer
+                messages = [m for m in json.loads(out or "[]") if isinstance(m, dict)
+                            and isinstance(m.get("info"), dict) and m["info"].get("role") == "assistant"]
+                info = messages[-1]["info"] if messages else None
                 if isinstance(info, dict) and isinstance(info.get("error"), dict) and self.state.error is None:
                     self.on_event({"type": "error", "timestamp": int(time.time() * 1000), "sessionID": sid,
                                    "error": info["error"]})  # the error the run ended on
@@ -1125,9 +1175,6 @@ class OpencodeRun(_SeatSetup, AgentRun):
                         ts = tm.get("end") or tm.get("start") or int(time.time() * 1000)
                         self.on_event({"type": kind, "timestamp": ts, "sessionID": sid, "part": part})
                         self.activity.append(f"recovered opencode's unprinted {kind} from its server")
-        with contextlib.suppress(Exception):
-            if not conn.is_closed():
-                await asyncio.wait_for(conn.run(f"kill $(cat {d}/serve.pid) 2>/dev/null; true", check=False), 5)
 
     def last_alive(self) -> float:
         """``time.monotonic()`` (s) of the last sign of life: an opencode JSON event or model traffic
@@ -1313,6 +1360,8 @@ class OpencodeRun(_SeatSetup, AgentRun):
                 await self._kill_scope()
             return self._finish(status, summary)
         finally:
+            if self._warm:
+                await self._end_opencode()
             if self._conn is not None:
                 self._conn.close()
             staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, OpencodeStaged) else None)
@@ -1423,6 +1472,16 @@ class OpencodeAdapter(Adapter):
 
         return [HarnessShare(harness_dir(), HARNESS_GUEST)]
 
+    def stage_timeout_s(self) -> float:
+        """The supervisor's backstop on this adapter's staging (s): the sum of its own bounds
+        (SSH login 15 s, two uploads of ``upload_timeout_s``, the warm start's
+        ``warm_timeout_s``, six other steps of ``stage_step_timeout_s``) plus a 60 s margin,
+        so a step's own timeout, which names the step, always fires first. With the defaults:
+        15 + 600 + 180 + 180 + 60 = 1035 s; a territory that does not answer at all fails in
+        15 s (login) or 30 s (a step)."""
+        o = self.options
+        return 15.0 + 2 * o.upload_timeout_s + o.warm_timeout_s + 6 * o.stage_step_timeout_s + 60.0
+
     async def stage(self, ctx: AgentContext, *, warm: bool | None = None) -> OpencodeStaged:
         """Before the clock: the credential proxy, the SSH connection and its reverse tunnel,
         the harness (shared, or uploaded when the provider could not share it), HOME, the
@@ -1431,8 +1490,9 @@ class OpencodeAdapter(Adapter):
         failure nothing is left open.
 
         Raises:
-            OpencodeError: opencode missing, the key unset, the territory unreachable.
-            asyncssh.Error, OSError, asyncio.TimeoutError: the preparation over SSH failed.
+            OpencodeError: opencode missing, the key unset, the territory unreachable, a step
+                past its bound (one line naming the step and the option; see :meth:`stage_timeout_s`).
+            asyncssh.Error, OSError: the preparation over SSH failed.
         """
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)
         staged = OpencodeStaged(ctx, self, warm=warm)

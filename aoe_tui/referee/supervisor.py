@@ -113,7 +113,11 @@ DISK_RESERVE_BYTES = 1 << 20
 ACTIVITY_FLUSH_S = 0.2
 
 _DEFAULT_DRAIN_S = 30.0
-#: backstop on one seat's staging (s): past it the seat is a harness failure at clock 0
+#: backstop on one seat's staging (s) for an adapter that gives none
+#: (:meth:`Adapter.stage_timeout_s`): past it the seat is a harness failure at clock 0. An
+#: adapter's staging holds every seat's clock, so it should bound its own steps (opencode does,
+#: per step, and gives their sum); 900 s (15 min) is for one that does not: a slow upload of a
+#: large harness, not a wedged territory.
 STAGE_TIMEOUT_S = 900.0
 _STOP_TIMEOUT_S = 15.0
 #: past the end of a millisecond, so the clock read after the sleep is surely in the next one
@@ -376,7 +380,8 @@ class HeatSupervisor:
         """The staging phase, before the clock: every seat's ``instruction.md`` and
         :meth:`Adapter.stage`, all seats at once. Each seat's seconds go to
         ``timings.staging_s[agent]``, the whole phase's to ``timings.staging_wall_s``. A seat
-        whose staging fails (an exception, or :data:`STAGE_TIMEOUT_S`) keeps
+        whose staging fails (an exception, or its adapter's ``stage_timeout_s()``, default
+        :data:`STAGE_TIMEOUT_S`) keeps
         :attr:`_Seat.stage_error`: its harness failure at clock 0 (:meth:`_start_agents`).
         An abort ends the phase at once (the stagings are cancelled, what they staged is
         closed by :meth:`run`)."""
@@ -388,12 +393,13 @@ class HeatSupervisor:
                 seat.ctx = self._context(seat)
                 hook = getattr(seat.adapter, "stage", None)  # an adapter without the hook stages nothing
                 if hook is not None:
-                    seat.staged = await asyncio.wait_for(hook(seat.ctx), STAGE_TIMEOUT_S)
+                    limit = _stage_limit(seat.adapter)
+                    seat.staged = await asyncio.wait_for(hook(seat.ctx), limit)
                 if seat.staged is not None:
                     with contextlib.suppress(Exception):
                         seat.stage_detail = dict(seat.staged.detail())
             except asyncio.TimeoutError:
-                seat.stage_error = f"staging did not finish within {STAGE_TIMEOUT_S:.0f} s"
+                seat.stage_error = f"staging did not finish within {_stage_limit(seat.adapter):g} s"
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # noqa: BLE001 - the seat's harness failure, never a crash
@@ -901,6 +907,16 @@ class HeatSupervisor:
             "verifier_durations_ms": {s.territory.id: s.verifier_ms for s in self.seats},
             "agents": agents,
         }
+
+
+def _stage_limit(adapter: object) -> float:
+    """The backstop on ``adapter``'s staging (s): its ``stage_timeout_s()`` when it gives a
+    positive number, else :data:`STAGE_TIMEOUT_S`."""
+    with contextlib.suppress(Exception):
+        limit = adapter.stage_timeout_s()  # type: ignore[attr-defined]
+        if isinstance(limit, (int, float)) and limit > 0:
+            return float(limit)
+    return STAGE_TIMEOUT_S
 
 
 def _one_line(err: BaseException) -> str:
