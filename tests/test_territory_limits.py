@@ -456,3 +456,42 @@ def test_on_a_v2_host_the_territory_runs_in_its_one_unified_group(fake_v2, monke
     assert host.v2_root == fake_v2.v2_root and cgroups.plan(host)["memory"] == "v2"
     tg = cgroups.setup(host, "aoe-eeee", "builder-one", CLASS, 0, lock_file=None)
     assert tg.paths() == [group] and (group / "memory.max").read_text() == str(256 * MIB)
+
+
+# ------------------------------------------------------------------ teardown of a disk record (no root needed)
+
+
+def test_a_disk_record_without_a_mount_never_removes_the_current_folder(tmp_path, monkeypatch):
+    from aoe_tui.runtime.container import destroy_from_state
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "keep.txt").write_text("mine\n")
+    monkeypatch.chdir(cwd)
+    image = tmp_path / "t" / "disk.img"
+    image.parent.mkdir()
+    image.write_bytes(b"")
+    monkeypatch.setattr(territory_disk, "loops_of", lambda image: [])
+    assert destroy_from_state({"disk": {"image": str(image)}}) == []
+    assert (cwd / "keep.txt").read_text() == "mine\n"
+    # remove_disk itself never rmtrees a relative folder either
+    assert territory_disk.remove_disk(image, Path(""), timeout_s=0.1) == []
+    assert (cwd / "keep.txt").is_file() and not image.exists()
+
+
+def test_a_losetup_that_times_out_is_reported_not_raised(tmp_path, monkeypatch):
+    import subprocess as sp
+
+    calls: list[list[str]] = []
+
+    def run(argv, *a, **kw):
+        calls.append(argv)
+        raise sp.TimeoutExpired(argv, kw.get("timeout", 10))
+
+    monkeypatch.setattr(territory_disk, "loops_of", lambda image: ["/dev/loop7"])
+    monkeypatch.setattr(territory_disk.subprocess, "run", run)
+    monkeypatch.setattr(territory_disk, "LOOP_CLEAR_S", 0.0)
+    image = tmp_path / "disk.img"
+    image.write_bytes(b"")
+    left = territory_disk.remove_disk(image, tmp_path / "disk", timeout_s=0.1)
+    assert left == ["loop /dev/loop7"] and ["losetup", "-d", "/dev/loop7"] in calls

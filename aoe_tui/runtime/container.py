@@ -382,7 +382,10 @@ def _cgroup2_mount(mount: bool = True) -> Path | None:
     if not mount:
         return None
     CGROUP2_MOUNT.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run(["mount", "-t", "cgroup2", "none", str(CGROUP2_MOUNT)], capture_output=True)
+    try:
+        res = subprocess.run(["mount", "-t", "cgroup2", "none", str(CGROUP2_MOUNT)], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
     return CGROUP2_MOUNT if res.returncode == 0 else None
 
 
@@ -727,9 +730,11 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
         if _mounts_under(Path(root)):
             leftovers.append(f"mount {root}")
     disk = state.get("disk")
-    if isinstance(disk, dict) and disk.get("image") and not any(x.startswith("mount") for x in leftovers):
-        # its own disk: unmount (the loop device goes with it), free a loop left over, delete the image
-        leftovers.extend(territory_disk.remove_disk(Path(disk["image"]), Path(disk.get("mount") or "")))
+    if (isinstance(disk, dict) and disk.get("image") and disk.get("mount")
+            and not any(x.startswith("mount") for x in leftovers)):
+        # its own disk: unmount (the loop device goes with it), free a loop left over, delete the
+        # image; a record without both paths is skipped (Path("") would be the current folder)
+        leftovers.extend(territory_disk.remove_disk(Path(disk["image"]), Path(disk["mount"])))
     veth = state.get("host_veth")
     if veth and not any(x.startswith("processes") for x in leftovers):
         # nspawn leaves its (empty) mount propagation folder: "Attempted to remove disk file

@@ -136,7 +136,7 @@ def is_mounted(path: Path) -> bool:
 
 def loops_of(image: Path) -> list[str]:
     """Loop devices backed by ``image`` (``losetup -j``); ``[]`` when none or unknown."""
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         res = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True, timeout=10)
         return [ln.split(":", 1)[0] for ln in res.stdout.splitlines() if ln.strip()]
     return []
@@ -144,8 +144,9 @@ def loops_of(image: Path) -> list[str]:
 
 def remove_disk(image: Path, mount: Path, timeout_s: float = 5.0) -> list[str]:
     """Unmount ``mount`` (retried for ``timeout_s`` seconds while busy), free any loop device
-    still backed by ``image``, delete ``image`` and the empty mount folder. Returns what is
-    left (``"mount <path>"``, ``"loop /dev/loopN"``); each step tolerates a gone resource."""
+    still backed by ``image``, delete ``image`` and the mount folder (only an absolute one).
+    Returns what is left (``"mount <path>"``, ``"loop /dev/loopN"``); each step tolerates a
+    gone resource; never raises for a failed or timed-out ``losetup``."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -166,14 +167,15 @@ def remove_disk(image: Path, mount: Path, timeout_s: float = 5.0) -> list[str]:
         waited = time.monotonic() - t_unmounted
         if waited > LOOP_CLEAR_S:
             for dev in still:
-                subprocess.run(["losetup", "-d", dev], capture_output=True, timeout=10)
+                with contextlib.suppress(OSError, subprocess.SubprocessError):  # still listed: reported below
+                    subprocess.run(["losetup", "-d", dev], capture_output=True, timeout=10)
         if waited > LOOP_CLEAR_S + timeout_s:
             left.extend(f"loop {d}" for d in still)
             return left
         time.sleep(0.05)
     image.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
-        if mount.is_dir():
+        if mount.is_absolute() and mount.is_dir():  # never a relative path (Path("") is the current folder)
             shutil.rmtree(mount)
     return left
 
