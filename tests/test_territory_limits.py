@@ -21,7 +21,7 @@ import pytest_asyncio
 
 from aoe_tui.runtime import cgroups, ssh, territory_disk
 from aoe_tui.runtime.container import ContainerProvider
-from aoe_tui.runtime.provider import Territory, TerritoryResources, TerritorySpec
+from aoe_tui.runtime.provider import ProvisionError, Territory, TerritoryResources, TerritorySpec
 
 amod = pytest.mark.asyncio(loop_scope="module")
 CLASS = TerritoryResources(vcpus=1, memory_mib=256, disk_mib=512, tasks=256)
@@ -495,3 +495,73 @@ def test_a_losetup_that_times_out_is_reported_not_raised(tmp_path, monkeypatch):
     image.write_bytes(b"")
     left = territory_disk.remove_disk(image, tmp_path / "disk", timeout_s=0.1)
     assert left == ["loop /dev/loop7"] and ["losetup", "-d", "/dev/loop7"] in calls
+
+
+# ------------------------------------------------------------------ the disk's space is reserved on the host
+
+
+def _need_disk_host() -> None:
+    why = territory_disk.disk_problem()
+    if why is not None:
+        pytest.skip(f"no territory disks here: {why}")
+
+
+def _free_mib(folder: Path) -> float:
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize / MIB
+
+
+def test_a_territory_disk_takes_its_space_on_the_host_while_it_lives(tmp_path):
+    _need_disk_host()
+    image, mount = tmp_path / "disk.img", tmp_path / "disk"
+    before = _free_mib(tmp_path)
+    _took, note = territory_disk.make_disk(image, mount, 512, "builder-one")
+    try:
+        assert note is None
+        taken = before - _free_mib(tmp_path)
+        # about disk_mib (the image is 1.9 % larger); generous: other work shares this disk
+        assert 512 * 0.8 <= taken <= territory_disk.image_mib(512) + 200, taken
+        assert image.stat().st_blocks * 512 >= 512 * MIB
+    finally:
+        assert territory_disk.remove_disk(image, mount) == []
+    assert abs(_free_mib(tmp_path) - before) < 200
+
+
+def test_where_space_cannot_be_reserved_the_disk_is_sparse_and_noted(tmp_path, monkeypatch):
+    import errno
+
+    _need_disk_host()
+
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(territory_disk.os, "posix_fallocate", unsupported)
+    image, mount = tmp_path / "disk.img", tmp_path / "disk"
+    _took, note = territory_disk.make_disk(image, mount, 512, "builder-one")
+    try:
+        assert note is not None and "sparse" in note and "Operation not supported" in note and "\n" not in note
+        assert image.stat().st_blocks * 512 < 64 * MIB
+    finally:
+        assert territory_disk.remove_disk(image, mount) == []
+
+
+@amod
+async def test_a_class_disk_bigger_than_the_host_free_space_fails_in_one_line(guest_image, tmp_path):
+    _need_container_host()
+    _need_disk_host()
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    huge = int(_free_mib(workdir)) + 4096
+    big = TerritoryResources(vcpus=1, memory_mib=256, disk_mib=huge, tasks=256)
+    provider = ContainerProvider(workdir, image=guest_image, heat_id=f"test-bigdisk-{os.getpid()}")
+    try:
+        with pytest.raises(ProvisionError) as info:
+            await provider.provision([TerritorySpec(id="builder-one", password="p-race", resources=big)])
+        msg = str(info.value)
+        assert msg.startswith(f"territory builder-one: its {huge} MiB disk needs "
+                              f"{territory_disk.image_mib(huge)} MiB on the host's file system at ") and "\n" not in msg
+        assert "MiB free" in msg
+    finally:
+        await provider.teardown()
+    assert _disk_leftovers(workdir) == []
+    assert not list(workdir.glob("*/disk.img")) and not list(workdir.glob("*/state.json"))

@@ -7,7 +7,7 @@ Each territory is a booted Debian system (systemd as PID 1, sshd, the dormant
   ``rootfs`` as the read-only lower layer and ``<workdir>/<id>/disk/upper`` as the writable
   layer (if the kernel refuses overlayfs, a full copy ``disk/root`` bind-mounted on ``root``);
 * its own disk: ``<workdir>/<id>/disk`` is an ext4 file system of the class's ``disk_mib``
-  MiB in a sparse file ``<workdir>/<id>/disk.img``, loop-mounted, holding the writable layer,
+  MiB in ``<workdir>/<id>/disk.img`` (its space reserved on the host), loop-mounted, holding the writable layer,
   so everything the guest writes (``/``, ``/var``, ``/tmp``) counts against it, ``df /`` in
   the guest shows about ``disk_mib`` MiB, and a full territory is the player's ``ENOSPC``,
   never the host's (:mod:`aoe_tui.runtime.territory_disk`; where the host has no loop
@@ -863,7 +863,7 @@ class _Box:
     root = SubPath("dir", "root", "The territory's root file system (an overlay mount, or a copy where overlayfs is unusable).")
     disk = SubPath("dir", "disk", "Where the territory's own disk is mounted (its writable layer's file system; a "
                    "plain folder where the disk limit is not enforced).")
-    disk_image = SubPath("dir", "disk.img", "The territory's disk: a sparse ext4 image of disk_mib MiB.")
+    disk_image = SubPath("dir", "disk.img", "The territory's disk: an ext4 image of disk_mib MiB, its space reserved on the host (fallocate).")
     upper = SubPath("dir", "disk/upper", "The overlay's upper (writable) tree, on the territory's disk.")
     work = SubPath("dir", "disk/work", "The overlay's work folder, on the territory's disk.")
     copy = SubPath("dir", "disk/root", "The full-copy root (where overlayfs is unusable), on the territory's "
@@ -1103,8 +1103,12 @@ class ContainerProvider(TerritoryProvider):
         self._save_state(b)
         if disk_why is None:
             try:
-                took = territory_disk.make_disk(b.disk_image, b.disk, res_.disk_mib, b.spec.id)
+                took, disk_note = territory_disk.make_disk(b.disk_image, b.disk, res_.disk_mib, b.spec.id)
                 log.info("territory %s: %d MiB disk made and mounted in %.3f s", b.spec.id, res_.disk_mib, took)
+                if disk_note:
+                    self._note(disk_note)
+            except ProvisionError:
+                raise  # the host has not the space for the class's disk: the heat cannot start
             except ProviderError as exc:
                 disk_why = str(exc)
                 b.own_disk = False
@@ -1687,7 +1691,7 @@ def limit_checks() -> list[DoctorCheck]:
     why = territory_disk.disk_problem()
     out.append(DoctorCheck(
         "container", "disk limit", True,
-        "enforced: the writable layer on its own ext4 of disk_mib MiB (sparse file, loop mount)" if why is None
+        "enforced: the writable layer on its own ext4 of disk_mib MiB (space reserved with fallocate, loop mount)" if why is None
         else f"not enforced ({why}): a territory may fill the host's disk"))
     return out
 
