@@ -16,7 +16,9 @@ of the territory's other groups, see :func:`aoe_tui.runtime.container.territory_
   ``<v2 root>/aoe-territories/<machine>`` with ``cpu.max`` (``vcpus*period period``),
   ``cpu.weight`` 100, ``cpuset.cpus``, ``memory.max``, ``memory.swap.max`` 0 and ``pids.max``;
   ``+cpu +cpuset +memory +pids`` (those the kernel offers) are enabled in
-  ``cgroup.subtree_control`` of the root and of ``aoe-territories``. nspawn started in that
+  ``cgroup.subtree_control`` of the root and of ``aoe-territories``; one that cannot be
+  (``EBUSY`` where the root holds processes: a runner in a container's cgroup namespace) is
+  not enforced, with a note, never a failed provisioning. nspawn started in that
   group (``--keep-unit --register=no``) makes its ``supervisor`` and ``payload`` children
   under it, so the limits cover the whole container.
 
@@ -33,6 +35,7 @@ index (:func:`pick_cpus`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import threading
@@ -168,9 +171,36 @@ def _make_group(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
+def make_group(path: Path, tries: int = 5) -> None:
+    """Create the cgroup ``path`` and its parents (:func:`_make_group`). Another runner's
+    cleanup may remove an empty parent (``aoe-territories``) between the ``mkdir`` of the
+    parent and of the group: the creation is then retried, ``tries`` times in all.
+
+    Raises:
+        OSError: it could not be made.
+    """
+    for i in range(tries):
+        try:
+            _make_group(path)
+            return
+        except FileNotFoundError:
+            if i == tries - 1:
+                raise
+
+
+def _write_file(path: Path, value: str) -> None:
+    """Write ``value`` to the cgroup file ``path`` (every cgroupfs write goes through here; a
+    test's fake cgroupfs replaces it to answer as the kernel would, errors included).
+
+    Raises:
+        OSError: the kernel refused the write (e.g. ``EBUSY``, ``EINVAL``).
+    """
+    path.write_text(value)
+
+
 def _write(path: Path, value: str, territory: str) -> None:
     try:
-        path.write_text(value)
+        _write_file(path, value)
     except OSError as exc:
         raise LimitError(f"territory {territory}: cannot set {path} to {value.strip()!r}: "
                          f"{exc.strerror or exc}") from None
@@ -192,11 +222,14 @@ class TerritoryGroups:
             v2: the same unified group for each).
         versions: controller -> ``"v1"``/``"v2"`` for the limit controllers set.
         cpus: the territory's CPUs (cgroup list, e.g. ``"0"``), ``""`` when no cpuset.
+        why: controller -> why it is not enforced although the host offers it (a v2
+            controller that could not be enabled, see :func:`setup`).
     """
 
     groups: dict[str, str] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     cpus: str = ""
+    why: dict[str, str] = field(default_factory=dict)
 
     def paths(self) -> list[Path]:
         """Every distinct group folder (the wrapper's ``cgroup.procs`` targets)."""
@@ -208,14 +241,16 @@ class TerritoryGroups:
         return [x for x in ("cpu", "memory", "tasks") if x in got]
 
     def to_json(self) -> dict[str, object]:
-        return {"groups": dict(self.groups), "versions": dict(self.versions), "cpus": self.cpus}
+        return {"groups": dict(self.groups), "versions": dict(self.versions), "cpus": self.cpus,
+                "why": dict(self.why)}
 
     @classmethod
     def from_json(cls, data: object) -> TerritoryGroups:
         if not isinstance(data, dict):
             return cls()
         return cls({str(k): str(v) for k, v in (data.get("groups") or {}).items()},
-                   {str(k): str(v) for k, v in (data.get("versions") or {}).items()}, str(data.get("cpus") or ""))
+                   {str(k): str(v) for k, v in (data.get("versions") or {}).items()}, str(data.get("cpus") or ""),
+                   {str(k): str(v) for k, v in (data.get("why") or {}).items()})
 
 
 def _live_cpus(parent: Path, mine: str) -> list[int]:
@@ -244,13 +279,28 @@ def _cpu_pick_lock(lock_file: Path | None):
                 os.close(fd)
 
 
-def _v2_enable(d: Path, wanted: Sequence[str], territory: str) -> None:
-    """Enable the ``wanted`` controllers ``d`` offers in its ``cgroup.subtree_control``."""
+def _v2_enable(d: Path, wanted: Sequence[str]) -> dict[str, str]:
+    """Enable each of the ``wanted`` controllers in ``d``'s ``cgroup.subtree_control`` (one
+    write each). Returns controller -> why it is not enabled there (not offered, or the write
+    failed: ``EBUSY`` when ``d`` holds processes, e.g. the root of a cgroup namespace a
+    runner in a container sees). Never raises."""
     offered = _read(d / "cgroup.controllers").split()
     on = _read(d / "cgroup.subtree_control").split()
-    missing = [c for c in wanted if c in offered and c not in on]
-    if missing:
-        _write(d / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing), territory)
+    failed: dict[str, str] = {}
+    for c in wanted:
+        if c in on:
+            continue
+        if c not in offered:
+            failed[c] = f"cgroup v2 {c} controller not offered in {d}"
+            continue
+        try:
+            _write_file(d / "cgroup.subtree_control", f"+{c}")
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if exc.errno == errno.EBUSY:
+                why += " (that group holds processes: a runner inside a container's cgroup namespace?)"
+            failed[c] = f"cgroup v2 {c} controller cannot be enabled in {d / 'cgroup.subtree_control'}: {why}"
+    return failed
 
 
 def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryResources, index: int,
@@ -263,6 +313,10 @@ def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryRe
     heats see each other's picks; None: this process's lock only); memory ``memory_mib`` MiB with
     no swap; ``tasks`` tasks. Controllers the host lacks are skipped (see :func:`plan`).
     Blocking; returns the groups (to record, and for :func:`exhaustion`).
+
+    On cgroup v2 a controller that cannot be enabled in ``cgroup.subtree_control`` (of the
+    root, or of ``aoe-territories``) is not enforced: it leaves ``versions`` and its reason
+    goes in ``why`` (the provider's note), never an error.
 
     Raises:
         LimitError: a group or a limit file could not be made or written (one line naming
@@ -283,15 +337,10 @@ def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryRe
 
 
 def _mkgroup(path: Path, territory: str) -> None:
-    for attempt in range(5):  # another runner's cleanup may remove an empty parent meanwhile
-        try:
-            _make_group(path)
-            return
-        except FileNotFoundError:
-            if attempt == 4:
-                raise LimitError(f"territory {territory}: cannot make cgroup {path}") from None
-        except OSError as exc:
-            raise LimitError(f"territory {territory}: cannot make cgroup {path}: {exc.strerror or exc}") from None
+    try:
+        make_group(path)
+    except OSError as exc:
+        raise LimitError(f"territory {territory}: cannot make cgroup {path}: {exc.strerror or exc}") from None
 
 
 def _setup(host: CgroupHost, machine: str, territory: str, r: TerritoryResources, index: int,
@@ -301,21 +350,27 @@ def _setup(host: CgroupHost, machine: str, territory: str, r: TerritoryResources
     if "v2" in v.values():
         assert v2_group is not None and host.v2_root is not None
         wanted = [c for c, ver in v.items() if ver == "v2"]
-        _v2_enable(host.v2_root, wanted, territory)  # the root's children, then aoe-territories' children
-        _mkgroup(v2_group.parent, territory)
-        _v2_enable(v2_group.parent, wanted, territory)
+        failed = _v2_enable(host.v2_root, wanted)  # the root's children, then aoe-territories' children
+        # the group first, then its parent's subtree_control: a parent removed by another
+        # runner's cleanup meanwhile cannot come back without it (mkdir -p would make it bare)
         _mkgroup(v2_group, territory)
+        failed.update(_v2_enable(v2_group.parent, [c for c in wanted if c not in failed]))
+        for c, why in failed.items():  # not enforced (a note), never a failed provisioning
+            del v[c]
+            tg.why[c] = why
     # cpuset first: it is the one that needs a lock (and the one a v1 process cannot join empty)
     if "cpuset" in v:
         with _cpu_pick_lock(lock_file):
             if v["cpuset"] == "v1":
                 parent = host.v1_parent("cpuset")
-                _mkgroup(parent, territory)
+                group = parent / machine
+                # the group first: once it exists no other runner's cleanup can remove the
+                # parent, which mkdir -p would otherwise make again with no CPUs
+                _mkgroup(group, territory)
                 for f in ("cpuset.cpus", "cpuset.mems"):  # v1 children start empty
                     if not _read(parent / f).strip():
                         _write(parent / f, _read(parent.parent / f).strip() or "0", territory)
                 available = parse_cpus(_read(parent / "cpuset.cpus"))
-                group = parent / machine
             else:
                 assert v2_group is not None
                 parent, group = v2_group.parent, v2_group
@@ -378,9 +433,22 @@ def _counter(text: str, key: str) -> int:
     return 0
 
 
+def _subtree_counter(group: Path, name: str, key: str) -> int:
+    """The sum of counter ``key`` of file ``name`` over ``group`` and every group below it."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(group):
+        if name in files:
+            total += _counter(_read(Path(dirpath) / name), key)
+    return total
+
+
 def exhaustion(tg: TerritoryGroups) -> set[str]:
     """The cgroup limits the territory has hit (``memory``: the OOM killer killed one of its
-    processes; ``tasks``: a fork failed at ``pids.max``). Reads two files; never raises."""
+    processes; ``tasks``: a fork failed at ``pids.max``). ``memory.events`` (v2) is
+    hierarchical: the group's own file counts its whole subtree (not ``.local``). Before
+    Linux 6.13 ``pids.events`` ``max`` is counted only in the cgroup of the task whose fork
+    failed (on v2 nspawn's ``payload/...`` leaves), so it is summed over the group's subtree.
+    Reads a few files; never raises."""
     hit: set[str] = set()
     mem = tg.groups.get("memory")
     if mem:
@@ -392,7 +460,7 @@ def exhaustion(tg: TerritoryGroups) -> set[str]:
             if _counter(events, "oom_kill") > 0 or _counter(events, "oom") > 0:
                 hit.add("memory")
     pids = tg.groups.get("pids")
-    if pids and _counter(_read(Path(pids) / "pids.events"), "max") > 0:
+    if pids and _subtree_counter(Path(pids), "pids.events", "max") > 0:
         hit.add("tasks")
     return hit
 

@@ -465,18 +465,9 @@ def cpu_group(machine: str, cpu_root: Path = CGROUP_V1_CPU) -> Path:
     return cpu_root / CGROUP_PARENT / machine
 
 
-def make_cpu_group(group: Path, tries: int = 5) -> None:
-    """Create ``group`` and its parent (``aoe-territories``). Another runner's cleanup may
-    remove the parent once it is empty, between our ``mkdir`` of the parent and of the group
-    (:func:`remove_cpu_group`): the creation is then retried. Raises :class:`OSError` when it
-    cannot be made."""
-    for i in range(tries):
-        try:
-            group.mkdir(parents=True, exist_ok=True)
-            return
-        except FileNotFoundError:
-            if i == tries - 1:
-                raise
+#: create a group and its parent ``aoe-territories``, retried while another runner's cleanup
+#: removes the empty parent meanwhile (:func:`remove_cpu_group`); raises :class:`OSError`
+make_cpu_group = limits_cg.make_group
 
 
 def remove_cpu_group(group: Path) -> bool:
@@ -1549,7 +1540,7 @@ class ContainerProvider(TerritoryProvider):
         for c in limits_cg.CONTROLLERS:
             if c in b.limits.versions:
                 continue
-            what, why = limits_cg.LIMIT_OF[c], f"no cgroup {c} controller on this host"
+            what, why = limits_cg.LIMIT_OF[c], b.limits.why.get(c) or f"no cgroup {c} controller on this host"
             out[what] = f"{out[what]}; {why}" if what in out else why
         return out
 
