@@ -28,8 +28,11 @@ injectable (:class:`CgroupHost`) so the v2 path can be tested against a folder t
 
 A territory's CPUs (``vcpus`` of them, what ``nproc`` shows inside: affinity follows the
 cpuset and root in the guest cannot widen it) are the host CPUs least used by the live
-territories' cpusets (every ``aoe-territories/*`` group), ties spread by the territory's
-index (:func:`pick_cpus`).
+territories' cpusets (every ``aoe-territories/*`` group). The seats of one heat are placed
+together, in an order rotated by a number derived from the heat id (:func:`heat_order`,
+:func:`pick_in_heat`), whatever order their threads take the lock in: with three 1-vCPU seats
+on 2 CPUs the seat that gets a CPU alone changes from heat to heat (each seat position 1/3
+of the heats), never by seat index. Where the seats share CPUs, :func:`share_note` says so.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,8 +154,9 @@ def format_cpus(cpus: Iterable[int]) -> str:
 
 def pick_cpus(available: Sequence[int], used: Sequence[int], vcpus: int, index: int) -> list[int]:
     """The ``vcpus`` CPUs of ``available`` least used by live territories (``used``: one
-    entry per territory per CPU of its cpuset), ties spread by territory ``index`` (the CPU
-    ``index mod n`` first, then the next ones): three 1-vCPU seats on 2 CPUs go 2/1. All of
+    entry per territory per CPU of its cpuset), ties spread by ``index`` (the CPU
+    ``index mod n`` first, then the next ones; :func:`pick_in_heat` passes the seat's
+    position in the heat's rotated order): three 1-vCPU seats on 2 CPUs go 2/1. All of
     ``available`` when ``vcpus`` is not smaller."""
     avail = sorted(set(available))
     if vcpus >= len(avail):
@@ -163,6 +168,62 @@ def pick_cpus(available: Sequence[int], used: Sequence[int], vcpus: int, index: 
             load[c] += 1
     order = sorted(range(n), key=lambda i: (load[avail[i]], (i - index) % n))
     return sorted(avail[i] for i in order[:vcpus])
+
+
+def heat_order(heat_id: str, seats: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """``seats`` (machine, vcpus), in seat order, rotated by ``sha1(heat_id) mod len(seats)``:
+    the order in which :func:`pick_in_heat` places a heat's seats (so the seat that gets the
+    least shared CPUs changes from heat to heat, equally often per seat position in
+    expectation)."""
+    if not seats:
+        return []
+    r = int(hashlib.sha1(heat_id.encode()).hexdigest()[:8], 16) % len(seats)
+    return [*seats[r:], *seats[:r]]
+
+
+def pick_in_heat(available: Sequence[int], others: Sequence[int], peers: Sequence[tuple[str, int]],
+                 machine: str) -> list[int]:
+    """The CPUs of ``machine``, one of the heat's ``peers`` (:func:`heat_order`): the peers
+    are placed in that order, each with :func:`pick_cpus` against ``others`` (the CPUs of
+    other heats' live territories) plus the peers placed before it, ties by its position. The
+    answer does not depend on which seat asks first. ``[]`` when ``machine`` is no peer."""
+    used = list(others)
+    for pos, (m, vcpus) in enumerate(peers):
+        got = pick_cpus(available, used, vcpus, pos)
+        if m == machine:
+            return got
+        used += got
+    return []
+
+
+def share_note(seats: Sequence[tuple[str, int, str]]) -> str | None:
+    """One line when a heat's seats (territory id, vcpus, its cpuset e.g. ``"0"``) share host
+    CPUs among themselves, e.g. ``3 seats x 1 vCPU on 2 host CPUs: builder-one and
+    builder-three share CPU 0``; None when none does (or no cpuset). Never raises."""
+    placed = [(t, v, parse_cpus(c)) for t, v, c in seats if parse_cpus(c)]
+    union = sorted({c for _t, _v, cpus in placed for c in cpus})
+    if len(placed) < 2:
+        return None
+    by_cpu: dict[int, list[str]] = {}
+    for t, _v, cpus in placed:
+        for c in cpus:
+            by_cpu.setdefault(c, []).append(t)
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for c, ts in sorted(by_cpu.items()):
+        if len(ts) > 1:
+            groups.setdefault(tuple(ts), []).append(c)
+    if not groups:
+        return None
+    vcpus = {v for _t, v, _c in placed}
+    each = min(vcpus)
+    head = (f"{len(placed)} seats x {each} vCPU{'s' if each > 1 else ''}" if len(vcpus) == 1
+            else f"{len(placed)} seats, {sum(v for _t, v, _c in placed)} vCPUs")
+
+    def names(ts: tuple[str, ...]) -> str:
+        return " and ".join(ts) if len(ts) < 3 else ", ".join(ts[:-1]) + " and " + ts[-1]
+
+    parts = [f"{names(ts)} share CPU{'s' if len(cs) > 1 else ''} {format_cpus(cs)}" for ts, cs in groups.items()]
+    return f"{head} on {len(union)} host CPU{'s' if len(union) > 1 else ''}: " + "; ".join(parts)
 
 
 def _make_group(path: Path) -> None:
@@ -253,12 +314,13 @@ class TerritoryGroups:
                    {str(k): str(v) for k, v in (data.get("why") or {}).items()})
 
 
-def _live_cpus(parent: Path, mine: str) -> list[int]:
-    """The CPUs of every territory group under ``parent`` but ``mine`` (one entry each)."""
+def _live_cpus(parent: Path, exclude: Collection[str]) -> list[int]:
+    """The CPUs of every territory group under ``parent`` but those named in ``exclude`` (one
+    entry each)."""
     used: list[int] = []
     with contextlib.suppress(OSError):
         for g in parent.iterdir():
-            if g.is_dir() and g.name != mine:
+            if g.is_dir() and g.name not in exclude:
                 used.extend(parse_cpus(_read(g / "cpuset.cpus")))
     return used
 
@@ -304,10 +366,12 @@ def _v2_enable(d: Path, wanted: Sequence[str]) -> dict[str, str]:
 
 
 def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryResources, index: int,
-          *, lock_file: Path | None = None) -> TerritoryGroups:
+          *, lock_file: Path | None = None, peers: Sequence[tuple[str, int]] = ()) -> TerritoryGroups:
     """Create territory ``machine``'s limit groups and write ``resources`` into them.
 
-    ``territory``: the territory id (for messages); ``index``: its seat index (CPU ties).
+    ``territory``: the territory id (for messages); ``peers``: the heat's territories
+    (machine, vcpus) in :func:`heat_order`, ``machine`` among them: its CPUs are
+    :func:`pick_in_heat`'s; without them, :func:`pick_cpus` with ties by ``index``.
     CPU: quota of ``vcpus`` CPUs and a cpuset of ``vcpus`` CPUs (:func:`pick_cpus`, under
     the host-wide ``lock_file``, e.g. ``netalloc.runtime_dir() / CPU_PICK_LOCK``, so concurrent
     heats see each other's picks; None: this process's lock only); memory ``memory_mib`` MiB with
@@ -325,7 +389,7 @@ def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryRe
     versions = plan(host)
     tg = TerritoryGroups(versions=versions)
     try:
-        _setup(host, machine, territory, resources, index, tg, lock_file)
+        _setup(host, machine, territory, resources, index, tg, lock_file, peers)
     except LimitError:
         remove(tg)
         raise
@@ -344,7 +408,7 @@ def _mkgroup(path: Path, territory: str) -> None:
 
 
 def _setup(host: CgroupHost, machine: str, territory: str, r: TerritoryResources, index: int,
-           tg: TerritoryGroups, lock_file: Path | None) -> None:
+           tg: TerritoryGroups, lock_file: Path | None, peers: Sequence[tuple[str, int]]) -> None:
     v = tg.versions
     v2_group = host.v2_root / PARENT / machine if host.v2_root is not None else None
     if "v2" in v.values():
@@ -377,7 +441,11 @@ def _setup(host: CgroupHost, machine: str, territory: str, r: TerritoryResources
                 available = parse_cpus(_read(parent / "cpuset.cpus.effective")
                                        or _read(host.v2_root / "cpuset.cpus.effective"))  # type: ignore[operator]
             available = available or sorted(os.sched_getaffinity(0))
-            cpus = pick_cpus(available, _live_cpus(parent, machine), r.vcpus, index)
+            mates = {m for m, _v in peers}
+            if machine in mates:
+                cpus = pick_in_heat(available, _live_cpus(parent, mates), peers, machine)
+            else:
+                cpus = pick_cpus(available, _live_cpus(parent, {machine}), r.vcpus, index)
             _mkgroup(group, territory)
             tg.groups["cpuset"] = str(group)
             if v["cpuset"] == "v1":

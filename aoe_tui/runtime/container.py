@@ -1019,6 +1019,9 @@ class ContainerProvider(TerritoryProvider):
             for b in boxes:  # a cancelled to_thread leaves its thread running: teardown waits for it
                 b.prepared = threading.Event()
             await asyncio.gather(*(asyncio.to_thread(self._prepare, b, image) for b in boxes))
+            shared = limits_cg.share_note([(b.spec.id, b.spec.resources.vcpus, b.limits.cpus) for b in boxes])
+            if shared:
+                self._note(shared)
             for b in boxes:
                 await self._launch(b, nspawn)
                 b.supervisor = asyncio.create_task(self._supervise(b, nspawn), name=f"nspawn-{b.spec.id}")
@@ -1089,8 +1092,10 @@ class ContainerProvider(TerritoryProvider):
         disk_why = territory_disk.disk_problem()
         b.own_disk = disk_why is None
         self._save_state(b)  # before anything is created, so a crash leaves a record
+        seats = sorted(self._boxes.values(), key=lambda x: x.spec.index)
+        peers = limits_cg.heat_order(self.heat_id, [(f"aoe-{x.host_veth[3:]}", x.spec.resources.vcpus) for x in seats])
         b.limits = limits_cg.setup(self._cgroup_host(), machine, b.spec.id, res_, b.spec.index,
-                                   lock_file=netalloc.runtime_dir() / limits_cg.CPU_PICK_LOCK)
+                                   lock_file=netalloc.runtime_dir() / limits_cg.CPU_PICK_LOCK, peers=peers)
         self._save_state(b)
         if disk_why is None:
             try:
