@@ -10,6 +10,7 @@ cgroup-v2 path runs against a fake cgroupfs folder tree (this host is cgroup v1)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -251,17 +252,26 @@ def _group_leftovers(machines: list[str], recorded: list[str]) -> list[str]:
 
 
 @amod
-async def test_teardown_leaves_no_disk_mount_loop_or_group(seats):
-    """Runs last on the shared seats."""
-    provider, territories, workdir, _ = seats
-    machines = [f"aoe-{str(t.extra['host_veth'])[3:]}" for t in territories]
-    recorded = [str(p) for t in territories for p in provider._boxes[t.id].limits.paths()]
-    assert len(recorded) >= 4 * 3 and _disk_leftovers(workdir) and _group_leftovers(machines, recorded)
-    await provider.teardown()
+async def test_teardown_leaves_no_disk_mount_loop_or_group(guest_image, tmp_path):
+    """Its own provider (one territory of CLASS): independent of the shared seats and of the
+    order the tests run in."""
+    _need_container_host()
+    workdir = tmp_path / "w"
+    provider = ContainerProvider(workdir, image=guest_image, heat_id=f"test-teardown-{os.getpid()}")
+    try:
+        (t,) = await provider.provision([TerritorySpec(id=NAMES[0], password="p-race", resources=CLASS)])
+        machines = [f"aoe-{str(t.extra['host_veth'])[3:]}"]
+        recorded = [str(p) for p in provider._boxes[t.id].limits.paths()]
+        assert len(recorded) >= 4 and _disk_leftovers(workdir) and _group_leftovers(machines, recorded)
+        res = await sh(t, "python3 -c \"b = b'x' * (400 << 20)\"; echo rc=$?")
+        assert "rc=137" in res.stdout, (res.stdout, res.stderr)
+        assert provider.exhaustion(t.id) == [PHRASES[NAMES[0]]]
+    finally:
+        await provider.teardown()
     assert _disk_leftovers(workdir) == []
     assert _group_leftovers(machines, recorded) == []
     # the latched exhaustion still answers after the teardown (the heat polls once more)
-    assert provider.exhaustion(NAMES[2]) == [PHRASES[NAMES[2]]]
+    assert provider.exhaustion(NAMES[0]) == [PHRASES[NAMES[0]]]
 
 
 @amod
@@ -275,7 +285,14 @@ async def test_a_later_container_does_not_keep_a_torn_down_territorys_disk(guest
     try:
         (t,) = await provider.provision([TerritorySpec(id="builder-one", password="p-race", resources=CLASS)])
         later = subprocess.Popen(["unshare", "-m", "--propagation", "slave", "sleep", "120"])
-        await asyncio.sleep(0.3)
+        mine = os.readlink("/proc/self/ns/mnt")
+        deadline = time.monotonic() + 10
+        while True:  # until unshare has entered its own mount namespace (else the test proves nothing)
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{later.pid}/ns/mnt") != mine:
+                    break
+            assert time.monotonic() < deadline, "unshare did not enter a new mount namespace"
+            await asyncio.sleep(0.01)
         copies = Path(f"/proc/{later.pid}/mountinfo").read_text()
         assert str(tmp_path / "w" / "builder-one" / "disk") in copies  # it holds a copy of the disk mount
         await provider.teardown()
