@@ -696,7 +696,8 @@ class QemuProvider(TerritoryProvider):
 
             try:
                 g.cmd += await asyncio.to_thread(drive_args, spec.shares)
-            except ProviderError as exc:  # no share: the harness uploads instead (before the clock)
+            except (ProviderError, OSError, subprocess.SubprocessError) as exc:  # no share: the harness uploads
+                # instead (before the clock)
                 log.warning("qemu: %s: harness share not attached: %s", spec.id, exc)
         cred = write_credential_file(tdir / "credential.env", spec.password, {"AOE_SSH_PORT": str(plan.ssh_port)})
         started = asyncio.get_running_loop().create_future()
