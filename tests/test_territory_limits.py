@@ -10,8 +10,11 @@ cgroup-v2 path runs against a fake cgroupfs folder tree (this host is cgroup v1)
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -21,7 +24,7 @@ import pytest_asyncio
 
 from aoe_tui.runtime import cgroups, ssh, territory_disk
 from aoe_tui.runtime.container import ContainerProvider
-from aoe_tui.runtime.provider import Territory, TerritoryResources, TerritorySpec
+from aoe_tui.runtime.provider import ProvisionError, Territory, TerritoryResources, TerritorySpec
 
 amod = pytest.mark.asyncio(loop_scope="module")
 CLASS = TerritoryResources(vcpus=1, memory_mib=256, disk_mib=512, tasks=256)
@@ -103,10 +106,18 @@ async def test_each_seat_sees_its_class(seats):
         assert lim["enforced"] == ["cpu", "memory", "tasks", "disk"] and "not_enforced" not in lim
         cpus.append(lim["cpus"])
         assert provider.exhaustion(t.id) == []
-    assert provider.notes == []
     ncpu = len(os.sched_getaffinity(0))
+    shares = [n for n in provider.notes if " share CPU" in n]
+    assert [n for n in provider.notes if n not in shares] == []
     if not before and ncpu >= 2:  # no other live territory: the three seats spread (2/1 on 2 CPUs)
         assert len(set(cpus)) == min(3, ncpu), cpus
+        if ncpu == 2:  # one note names the two seats that share a CPU
+            lone = next(n for n, c in zip(NAMES, cpus) if cpus.count(c) == 1)
+            pair = [n for n in NAMES if n != lone]
+            assert shares == [f"3 seats x 1 vCPU on 2 host CPUs: {pair[0]} and {pair[1]} share CPU "
+                              f"{cpus[NAMES.index(pair[0])]}"], provider.notes
+        elif ncpu >= 3:
+            assert shares == []
 
 
 @amod
@@ -176,7 +187,9 @@ async def test_filling_the_disk_fills_only_the_territory(seats):
     assert CLASS.disk_mib - 20 <= written <= CLASS.disk_mib, res.stdout
     assert provider.exhaustion(t.id) == [PHRASES[t.id]]
     image = workdir / t.id / "disk.img"
-    assert image.stat().st_blocks * 512 <= territory_disk.image_mib(CLASS.disk_mib) * MIB
+    # the image's space was reserved when it was made: the guest's writes take no more (an
+    # extent block or two of the host's file system aside)
+    assert image.stat().st_blocks * 512 <= (territory_disk.image_mib(CLASS.disk_mib) + 1) * MIB
     assert (await sh(t, "rm /var/tmp/fill && echo freed")).stdout.strip() == "freed"
     assert provider.exhaustion(t.id) == [PHRASES[t.id]]  # latched for the heat
     after = territory_disk.os.statvfs(workdir)
@@ -239,17 +252,26 @@ def _group_leftovers(machines: list[str], recorded: list[str]) -> list[str]:
 
 
 @amod
-async def test_teardown_leaves_no_disk_mount_loop_or_group(seats):
-    """Runs last on the shared seats."""
-    provider, territories, workdir, _ = seats
-    machines = [f"aoe-{str(t.extra['host_veth'])[3:]}" for t in territories]
-    recorded = [str(p) for t in territories for p in provider._boxes[t.id].limits.paths()]
-    assert len(recorded) >= 4 * 3 and _disk_leftovers(workdir) and _group_leftovers(machines, recorded)
-    await provider.teardown()
+async def test_teardown_leaves_no_disk_mount_loop_or_group(guest_image, tmp_path):
+    """Its own provider (one territory of CLASS): independent of the shared seats and of the
+    order the tests run in."""
+    _need_container_host()
+    workdir = tmp_path / "w"
+    provider = ContainerProvider(workdir, image=guest_image, heat_id=f"test-teardown-{os.getpid()}")
+    try:
+        (t,) = await provider.provision([TerritorySpec(id=NAMES[0], password="p-race", resources=CLASS)])
+        machines = [f"aoe-{str(t.extra['host_veth'])[3:]}"]
+        recorded = [str(p) for p in provider._boxes[t.id].limits.paths()]
+        assert len(recorded) >= 4 and _disk_leftovers(workdir) and _group_leftovers(machines, recorded)
+        res = await sh(t, "python3 -c \"b = b'x' * (400 << 20)\"; echo rc=$?")
+        assert "rc=137" in res.stdout, (res.stdout, res.stderr)
+        assert provider.exhaustion(t.id) == [PHRASES[NAMES[0]]]
+    finally:
+        await provider.teardown()
     assert _disk_leftovers(workdir) == []
     assert _group_leftovers(machines, recorded) == []
     # the latched exhaustion still answers after the teardown (the heat polls once more)
-    assert provider.exhaustion(NAMES[2]) == [PHRASES[NAMES[2]]]
+    assert provider.exhaustion(NAMES[0]) == [PHRASES[NAMES[0]]]
 
 
 @amod
@@ -263,7 +285,14 @@ async def test_a_later_container_does_not_keep_a_torn_down_territorys_disk(guest
     try:
         (t,) = await provider.provision([TerritorySpec(id="builder-one", password="p-race", resources=CLASS)])
         later = subprocess.Popen(["unshare", "-m", "--propagation", "slave", "sleep", "120"])
-        await asyncio.sleep(0.3)
+        mine = os.readlink("/proc/self/ns/mnt")
+        deadline = time.monotonic() + 10
+        while True:  # until unshare has entered its own mount namespace (else the test proves nothing)
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{later.pid}/ns/mnt") != mine:
+                    break
+            assert time.monotonic() < deadline, "unshare did not enter a new mount namespace"
+            await asyncio.sleep(0.01)
         copies = Path(f"/proc/{later.pid}/mountinfo").read_text()
         assert str(tmp_path / "w" / "builder-one" / "disk") in copies  # it holds a copy of the disk mount
         await provider.teardown()
@@ -302,44 +331,111 @@ async def test_a_host_without_loop_devices_or_memory_controller_runs_and_says_so
 
 # ------------------------------------------------------------------ cgroup v2 (a fake cgroupfs)
 
-V2_FILES = {"cgroup.procs": "", "cgroup.subtree_control": "", "cpu.max": "max 100000\n", "cpu.weight": "100\n",
-            "cpuset.cpus": "", "cpuset.cpus.effective": "", "memory.max": "max\n", "memory.swap.max": "max\n",
-            "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n", "pids.max": "max\n",
-            "pids.events": "max 0\n", "cpu.stat": "usage_usec 0\n"}
+#: interface files of every v2 group, and those of each controller: a group has a controller's
+#: files only while its parent's ``cgroup.subtree_control`` enables it (as the kernel does)
+V2_CORE = {"cgroup.procs": "", "cgroup.subtree_control": "", "cgroup.events": "populated 0\n",
+           "cpu.stat": "usage_usec 0\n"}
+V2_CONTROLLER_FILES = {
+    "cpu": {"cpu.max": "max 100000\n", "cpu.weight": "100\n"},
+    "cpuset": {"cpuset.cpus": "", "cpuset.cpus.effective": ""},
+    "memory": {"memory.max": "max\n", "memory.swap.max": "max\n",
+               "memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"},
+    "pids": {"pids.max": "max\n", "pids.events": "max 0\n"},
+}
 
 
-@pytest.fixture
-def fake_v2(tmp_path, monkeypatch):
-    """A cgroup-v2 host as a folder tree: the unified root offers cpuset cpu io memory hugetlb
-    pids on 4 CPUs; a new group gets the interface files the kernel would make (its
-    ``cgroup.controllers`` = its parent's ``cgroup.subtree_control``). No v1 hierarchy."""
-    root = tmp_path / "unified"
-    root.mkdir()
-    (root / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids\n")
-    (root / "cgroup.subtree_control").write_text("")
-    (root / "cpuset.cpus.effective").write_text("0-3\n")
+class FakeCgroupfs:
+    """The kernel's side of a cgroupfs folder tree, for :func:`cgroups._make_group` and
+    :func:`cgroups._write_file`: a new group gets the core files and those of the
+    controllers its parent enables (``cgroup.controllers`` = the parent's
+    ``cgroup.subtree_control``), enabling or disabling one in ``cgroup.subtree_control``
+    adds or removes its files in the children; writing a file that does not exist fails
+    (ENOENT: no controller, no file), ``+c`` for a controller the group is not offered fails
+    (ENOENT), and any write to ``cgroup.subtree_control`` of a group holding processes
+    fails with EBUSY ("no internal processes": the root of a cgroup namespace is no
+    exception). v1 cpuset (``v1_cpuset``): a child's ``cpuset.cpus``/``cpuset.mems`` must be
+    within its parent's (EINVAL otherwise)."""
 
-    def make_group(path: Path) -> None:
+    def __init__(self, root: Path, v1_cpuset: bool = False) -> None:
+        self.root = root
+        self.v1_cpuset = v1_cpuset
+        self.writes: list[tuple[Path, str]] = []
+
+    def sync(self, group: Path) -> None:
+        on = (group / "cgroup.subtree_control").read_text().split()
+        for child in (p for p in group.iterdir() if p.is_dir()):
+            (child / "cgroup.controllers").write_text(" ".join(on) + "\n")
+            for c, files in V2_CONTROLLER_FILES.items():
+                for name, text in files.items():
+                    if c in on and not (child / name).exists():
+                        (child / name).write_text(text)
+                    elif c not in on and (child / name).is_file():
+                        (child / name).unlink()
+            self.sync(child)
+
+    def make_group(self, path: Path) -> None:
         if path.is_dir():
             return
         if not path.parent.is_dir():
-            make_group(path.parent)
+            self.make_group(path.parent)
         path.mkdir()
-        for name, text in V2_FILES.items():
+        if self.v1_cpuset:
+            for name in ("cgroup.procs", "cpuset.cpus", "cpuset.mems"):
+                (path / name).write_text("")
+            return
+        for name, text in V2_CORE.items():
             (path / name).write_text(text)
-        (path / "cgroup.controllers").write_text((path.parent / "cgroup.subtree_control").read_text())
+        self.sync(path.parent)
 
-    def write_text(self: Path, text: str, *a, **kw):  # the kernel's "+cpu +memory" semantics
-        if self.name == "cgroup.subtree_control" and str(self).startswith(str(root)):
-            on = set(Path.read_text(self).split()) if self.exists() else set()
-            on |= {w[1:] for w in text.split() if w.startswith("+")}
-            text = " ".join(sorted(on)) + "\n"
-        return real_write(self, text, *a, **kw)
+    def write_file(self, path: Path, value: str) -> None:
+        self.writes.append((path, value))
+        if not path.is_file() and not path.is_dir():
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+        if self.v1_cpuset and path.name in ("cpuset.cpus", "cpuset.mems") and path.parent != self.root:
+            mine = set(cgroups.parse_cpus(value))
+            theirs = set(cgroups.parse_cpus((path.parent.parent / path.name).read_text()))
+            if not mine <= theirs:
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), str(path))
+        if path.name == "cgroup.subtree_control":
+            group = path.parent
+            if (group / "cgroup.procs").read_text().split():
+                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(path))
+            offered = (group / "cgroup.controllers").read_text().split()
+            on = set(path.read_text().split())
+            for w in value.split():
+                if w[1:] not in offered:
+                    raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+                (on.add if w[0] == "+" else on.discard)(w[1:])
+            path.write_text(" ".join(sorted(on)) + "\n")
+            self.sync(group)
+            return
+        if path.name == "cgroup.procs":
+            path.write_text(path.read_text() + value.strip() + "\n")
+            return
+        path.write_text(value)
 
-    real_write = Path.write_text
-    monkeypatch.setattr(cgroups, "_make_group", make_group)
-    monkeypatch.setattr(Path, "write_text", write_text)
-    return cgroups.CgroupHost(v1_root=tmp_path / "no-v1", v2_root=root, self_cgroup=tmp_path / "no-cgroup")
+
+@pytest.fixture
+def fake_fs(tmp_path, monkeypatch):
+    """The unified root of a fake cgroup-v2 host (:class:`FakeCgroupfs`): it offers cpuset
+    cpu io memory hugetlb pids on 4 CPUs, holds no process (the host's real root, exempt from
+    the no-internal-process rule) and enables nothing yet."""
+    root = tmp_path / "unified"
+    root.mkdir()
+    for name, text in V2_CORE.items():
+        (root / name).write_text(text)
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids\n")
+    (root / "cpuset.cpus.effective").write_text("0-3\n")
+    fs = FakeCgroupfs(root)
+    monkeypatch.setattr(cgroups, "_make_group", fs.make_group)
+    monkeypatch.setattr(cgroups, "_write_file", fs.write_file)
+    return fs
+
+
+@pytest.fixture
+def fake_v2(fake_fs, tmp_path):
+    """A cgroup-v2 host (:func:`fake_fs`) as a :class:`cgroups.CgroupHost`; no v1 hierarchy."""
+    return cgroups.CgroupHost(v1_root=tmp_path / "no-v1", v2_root=fake_fs.root, self_cgroup=tmp_path / "no-cgroup")
 
 
 def test_v2_limits_in_one_unified_group(fake_v2):
@@ -360,8 +456,16 @@ def test_v2_limits_in_one_unified_group(fake_v2):
     assert b.cpus == "2-3"  # the CPUs the first territory leaves
     assert a.enforced() == ["cpu", "memory", "tasks"]
     assert cgroups.exhaustion(a) == set()
-    (g / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n")
-    (g / "pids.events").write_text("max 3\n")
+    (g / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n")  # hierarchical
+    assert cgroups.exhaustion(a) == {"memory"}
+    # nspawn's payload leaves: before Linux 6.13 a failed fork counts only in the forking
+    # task's own cgroup, so the group's own pids.events stays 0
+    leaf = g / "payload" / "system.slice" / "ssh.service"
+    cgroups._make_group(leaf)
+    for d in (g, g / "payload", g / "payload" / "system.slice"):
+        cgroups._write_file(d / "cgroup.subtree_control", "+pids")
+    (leaf / "pids.events").write_text("max 3\n")
+    assert (g / "pids.events").read_text() == "max 0\n"
     assert cgroups.exhaustion(a) == {"memory", "tasks"} and cgroups.exhaustion(b) == set()
     (g / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
     assert cgroups.cpu_usage_s(a) == 2.5
@@ -456,3 +560,225 @@ def test_on_a_v2_host_the_territory_runs_in_its_one_unified_group(fake_v2, monke
     assert host.v2_root == fake_v2.v2_root and cgroups.plan(host)["memory"] == "v2"
     tg = cgroups.setup(host, "aoe-eeee", "builder-one", CLASS, 0, lock_file=None)
     assert tg.paths() == [group] and (group / "memory.max").read_text() == str(256 * MIB)
+
+
+# ------------------------------------------------------------------ teardown of a disk record (no root needed)
+
+
+def test_a_disk_record_without_a_mount_never_removes_the_current_folder(tmp_path, monkeypatch):
+    from aoe_tui.runtime.container import destroy_from_state
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "keep.txt").write_text("mine\n")
+    monkeypatch.chdir(cwd)
+    image = tmp_path / "t" / "disk.img"
+    image.parent.mkdir()
+    image.write_bytes(b"")
+    monkeypatch.setattr(territory_disk, "loops_of", lambda image: [])
+    assert destroy_from_state({"disk": {"image": str(image)}}) == []
+    assert (cwd / "keep.txt").read_text() == "mine\n"
+    # remove_disk itself never rmtrees a relative folder either
+    assert territory_disk.remove_disk(image, Path(""), timeout_s=0.1) == []
+    assert (cwd / "keep.txt").is_file() and not image.exists()
+
+
+def test_a_losetup_that_times_out_is_reported_not_raised(tmp_path, monkeypatch):
+    import subprocess as sp
+
+    calls: list[list[str]] = []
+
+    def run(argv, *a, **kw):
+        calls.append(argv)
+        raise sp.TimeoutExpired(argv, kw.get("timeout", 10))
+
+    monkeypatch.setattr(territory_disk, "loops_of", lambda image: ["/dev/loop7"])
+    monkeypatch.setattr(territory_disk.subprocess, "run", run)
+    monkeypatch.setattr(territory_disk, "LOOP_CLEAR_S", 0.0)
+    image = tmp_path / "disk.img"
+    image.write_bytes(b"")
+    left = territory_disk.remove_disk(image, tmp_path / "disk", timeout_s=0.1)
+    assert left == ["loop /dev/loop7"] and ["losetup", "-d", "/dev/loop7"] in calls
+
+
+# ------------------------------------------------------------------ the disk's space is reserved on the host
+
+
+def _need_disk_host() -> None:
+    why = territory_disk.disk_problem()
+    if why is not None:
+        pytest.skip(f"no territory disks here: {why}")
+
+
+def _free_mib(folder: Path) -> float:
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize / MIB
+
+
+def test_a_territory_disk_takes_its_space_on_the_host_while_it_lives(tmp_path):
+    _need_disk_host()
+    image, mount = tmp_path / "disk.img", tmp_path / "disk"
+    before = _free_mib(tmp_path)
+    try:
+        _took, note = territory_disk.make_disk(image, mount, 512, "builder-one")
+        assert note is None
+        taken = before - _free_mib(tmp_path)
+        # about disk_mib (the image is 1.9 % larger); generous: other work shares this disk
+        assert 512 * 0.8 <= taken <= territory_disk.image_mib(512) + 200, taken
+        assert image.stat().st_blocks * 512 >= 512 * MIB
+    finally:
+        left = territory_disk.remove_disk(image, mount)
+    assert left == []
+    assert abs(_free_mib(tmp_path) - before) < 200
+
+
+def test_where_space_cannot_be_reserved_the_disk_is_sparse_and_noted(tmp_path, monkeypatch):
+    import errno
+
+    _need_disk_host()
+
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(territory_disk.os, "posix_fallocate", unsupported)
+    image, mount = tmp_path / "disk.img", tmp_path / "disk"
+    try:
+        _took, note = territory_disk.make_disk(image, mount, 512, "builder-one")
+        assert note is not None and "sparse" in note and "Operation not supported" in note and "\n" not in note
+        assert image.stat().st_blocks * 512 < 64 * MIB
+    finally:
+        left = territory_disk.remove_disk(image, mount)
+    assert left == []
+
+
+@amod
+async def test_a_class_disk_bigger_than_the_host_free_space_fails_in_one_line(guest_image, tmp_path):
+    _need_container_host()
+    _need_disk_host()
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    huge = int(_free_mib(workdir)) + 4096
+    big = TerritoryResources(vcpus=1, memory_mib=256, disk_mib=huge, tasks=256)
+    provider = ContainerProvider(workdir, image=guest_image, heat_id=f"test-bigdisk-{os.getpid()}")
+    try:
+        with pytest.raises(ProvisionError) as info:
+            await provider.provision([TerritorySpec(id="builder-one", password="p-race", resources=big)])
+        msg = str(info.value)
+        assert msg.startswith(f"territory builder-one: its {huge} MiB disk needs "
+                              f"{territory_disk.image_mib(huge)} MiB on the host's file system at ") and "\n" not in msg
+        assert "MiB free" in msg
+    finally:
+        await provider.teardown()
+    assert _disk_leftovers(workdir) == []
+    assert not list(workdir.glob("*/disk.img")) and not list(workdir.glob("*/state.json"))
+
+
+# ------------------------------------------------------------------ cgroup v2 inside a cgroup namespace
+
+
+def test_v2_in_a_cgroup_namespace_limits_are_not_enforced_never_a_failed_heat(fake_fs, fake_v2):
+    """The runner in Docker/Podman/k8s: the root it sees holds its own processes, so enabling
+    a controller there fails with EBUSY; the territory still provisions, the limits say why."""
+    from aoe_tui.runtime.container import ContainerProvider as CP
+
+    (fake_fs.root / "cgroup.procs").write_text("1\n7\n")
+    tg = cgroups.setup(fake_v2, "aoe-ffff", "builder-one", CLASS, 0, lock_file=None)
+    assert tg.versions == {} and tg.enforced() == [] and tg.paths() == []
+    assert set(tg.why) == {"cpu", "cpuset", "memory", "pids"}
+    why = tg.why["memory"]
+    assert why.startswith(f"cgroup v2 memory controller cannot be enabled in {fake_fs.root}/cgroup.subtree_control: "
+                          "Device or resource busy") and "\n" not in why
+
+    class Box:
+        limits = tg
+
+    not_enforced = CP._not_enforced_cgroups(Box())
+    assert not_enforced["memory"] == why and set(not_enforced) == {"cpu", "memory", "tasks"}
+    assert cgroups.exhaustion(tg) == set()
+    again = cgroups.TerritoryGroups.from_json(json.loads(json.dumps(tg.to_json())))
+    assert again == tg
+
+
+def test_v2_controllers_already_enabled_in_a_busy_root_are_kept(fake_fs, fake_v2):
+    """A namespace whose root already enables cpu, memory and pids (delegated) but not
+    cpuset: those three are enforced, the cpuset alone is not."""
+    fake_fs.write_file(fake_fs.root / "cgroup.subtree_control", "+cpu +memory +pids")
+    (fake_fs.root / "cgroup.procs").write_text("1\n")
+    tg = cgroups.setup(fake_v2, "aoe-gggg", "builder-two", CLASS, 1, lock_file=None)
+    assert tg.versions == {"cpu": "v2", "memory": "v2", "pids": "v2"} and set(tg.why) == {"cpuset"}
+    g = fake_fs.root / "aoe-territories" / "aoe-gggg"
+    assert (g / "memory.max").read_text() == str(256 * MIB) and (g / "pids.max").read_text() == "256"
+    assert tg.cpus == "" and not (g / "cpuset.cpus").exists()
+
+
+# ------------------------------------------------------------------ cgroup v1 cpuset: a parent removed meanwhile
+
+
+def test_v1_cpuset_survives_a_parent_removed_by_another_runner_meanwhile(tmp_path, monkeypatch):
+    """Another runner's teardown removes the empty ``aoe-territories`` while this one makes
+    its group: ``mkdir -p`` makes the parent again, with no CPUs; the group still gets its CPU."""
+    v1 = tmp_path / "v1"
+    top = v1 / "cpuset"
+    top.mkdir(parents=True)
+    for name, text in (("cgroup.procs", "1\n"), ("cpuset.cpus", "0-1\n"), ("cpuset.mems", "0\n")):
+        (top / name).write_text(text)
+    fs = FakeCgroupfs(top, v1_cpuset=True)
+    monkeypatch.setattr(cgroups, "_write_file", fs.write_file)
+    host = cgroups.CgroupHost(v1_root=v1, v2_root=None, self_cgroup=tmp_path / "no-cgroup")
+    assert cgroups.plan(host) == {"cpuset": "v1"}
+    parent = top / cgroups.PARENT
+
+    def racing(path: Path) -> None:
+        if path.name == "aoe-hhhh" and not path.exists() and parent.is_dir():  # the other runner's rmdir
+            for f in parent.iterdir():
+                f.unlink()
+            parent.rmdir()
+        fs.make_group(path)
+
+    # the parent exists (set up by an earlier territory, now gone) when this one starts
+    fs.make_group(parent)
+    fs.write_file(parent / "cpuset.cpus", "0-1")
+    fs.write_file(parent / "cpuset.mems", "0")
+    monkeypatch.setattr(cgroups, "_make_group", racing)
+    tg = cgroups.setup(host, "aoe-hhhh", "builder-one", CLASS, 0, lock_file=None)
+    assert tg.cpus in ("0", "1") and (parent / "aoe-hhhh" / "cpuset.cpus").read_text() == tg.cpus
+    assert (parent / "cpuset.cpus").read_text() == "0-1" and (parent / "aoe-hhhh" / "cpuset.mems").read_text() == "0"
+
+
+# ------------------------------------------------------------------ CPU placement: no seat favoured by its index
+
+
+def test_the_lone_cpu_rotates_over_seat_positions_across_heats():
+    """Three 1-vCPU seats on 2 CPUs: which seat gets a CPU alone depends on the heat, not on
+    the seat index; over 300 heats each seat gets it about a third of the time."""
+    seats = [("m0", 1), ("m1", 1), ("m2", 1)]
+    lone = {m: 0 for m, _v in seats}
+    for h in range(300):
+        peers = cgroups.heat_order(f"heat-{h:04d}-{h * 7919:x}", seats)
+        got = {m: cgroups.pick_in_heat([0, 1], [], peers, m)[0] for m, _v in seats}
+        (alone,) = [m for m, c in got.items() if list(got.values()).count(c) == 1]
+        lone[alone] += 1
+    assert all(70 <= n <= 130 for n in lone.values()), lone
+
+
+def test_a_heats_placement_does_not_depend_on_which_seat_asks_first(fake_fs, fake_v2):
+    (fake_fs.root / "cpuset.cpus.effective").write_text("0-1\n")
+    peers = cgroups.heat_order("heat-order", [("aoe-s0", 1), ("aoe-s1", 1), ("aoe-s2", 1)])
+    first = {m: cgroups.setup(fake_v2, m, m, CLASS, int(m[-1]), lock_file=None, peers=peers).cpus
+             for m in ("aoe-s0", "aoe-s1", "aoe-s2")}
+    for m in first:  # (a fake group holds files: rmtree, not rmdir)
+        shutil.rmtree(fake_fs.root / "aoe-territories" / m)
+    second = {m: cgroups.setup(fake_v2, m, m, CLASS, int(m[-1]), lock_file=None, peers=peers).cpus
+              for m in ("aoe-s2", "aoe-s1", "aoe-s0")}
+    assert first == second and sorted(first.values()) in (["0", "0", "1"], ["0", "1", "1"])
+
+
+@pytest.mark.parametrize("seats, want", [
+    ([("builder-one", 1, "0"), ("builder-two", 1, "1"), ("builder-three", 1, "0")],
+     "3 seats x 1 vCPU on 2 host CPUs: builder-one and builder-three share CPU 0"),
+    ([("a", 2, "0-1"), ("b", 2, "0-1"), ("c", 2, "0-1")], "3 seats x 2 vCPUs on 2 host CPUs: a, b and c share CPUs 0-1"),
+    ([("a", 1, "0"), ("b", 1, "1"), ("c", 1, "2")], None),
+    ([("a", 1, ""), ("b", 1, "")], None),  # no cpuset
+])
+def test_share_note(seats, want):
+    assert cgroups.share_note(seats) == want

@@ -16,7 +16,9 @@ of the territory's other groups, see :func:`aoe_tui.runtime.container.territory_
   ``<v2 root>/aoe-territories/<machine>`` with ``cpu.max`` (``vcpus*period period``),
   ``cpu.weight`` 100, ``cpuset.cpus``, ``memory.max``, ``memory.swap.max`` 0 and ``pids.max``;
   ``+cpu +cpuset +memory +pids`` (those the kernel offers) are enabled in
-  ``cgroup.subtree_control`` of the root and of ``aoe-territories``. nspawn started in that
+  ``cgroup.subtree_control`` of the root and of ``aoe-territories``; one that cannot be
+  (``EBUSY`` where the root holds processes: a runner in a container's cgroup namespace) is
+  not enforced, with a note, never a failed provisioning. nspawn started in that
   group (``--keep-unit --register=no``) makes its ``supervisor`` and ``payload`` children
   under it, so the limits cover the whole container.
 
@@ -26,17 +28,22 @@ injectable (:class:`CgroupHost`) so the v2 path can be tested against a folder t
 
 A territory's CPUs (``vcpus`` of them, what ``nproc`` shows inside: affinity follows the
 cpuset and root in the guest cannot widen it) are the host CPUs least used by the live
-territories' cpusets (every ``aoe-territories/*`` group), ties spread by the territory's
-index (:func:`pick_cpus`).
+territories' cpusets (every ``aoe-territories/*`` group). The seats of one heat are placed
+together, in an order rotated by a number derived from the heat id (:func:`heat_order`,
+:func:`pick_in_heat`), whatever order their threads take the lock in: with three 1-vCPU seats
+on 2 CPUs the seat that gets a CPU alone changes from heat to heat (each seat position 1/3
+of the heats), never by seat index. Where the seats share CPUs, :func:`share_note` says so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,8 +154,9 @@ def format_cpus(cpus: Iterable[int]) -> str:
 
 def pick_cpus(available: Sequence[int], used: Sequence[int], vcpus: int, index: int) -> list[int]:
     """The ``vcpus`` CPUs of ``available`` least used by live territories (``used``: one
-    entry per territory per CPU of its cpuset), ties spread by territory ``index`` (the CPU
-    ``index mod n`` first, then the next ones): three 1-vCPU seats on 2 CPUs go 2/1. All of
+    entry per territory per CPU of its cpuset), ties spread by ``index`` (the CPU
+    ``index mod n`` first, then the next ones; :func:`pick_in_heat` passes the seat's
+    position in the heat's rotated order): three 1-vCPU seats on 2 CPUs go 2/1. All of
     ``available`` when ``vcpus`` is not smaller."""
     avail = sorted(set(available))
     if vcpus >= len(avail):
@@ -162,15 +170,98 @@ def pick_cpus(available: Sequence[int], used: Sequence[int], vcpus: int, index: 
     return sorted(avail[i] for i in order[:vcpus])
 
 
+def heat_order(heat_id: str, seats: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """``seats`` (machine, vcpus), in seat order, rotated by ``sha1(heat_id) mod len(seats)``:
+    the order in which :func:`pick_in_heat` places a heat's seats (so the seat that gets the
+    least shared CPUs changes from heat to heat, equally often per seat position in
+    expectation)."""
+    if not seats:
+        return []
+    r = int(hashlib.sha1(heat_id.encode()).hexdigest()[:8], 16) % len(seats)
+    return [*seats[r:], *seats[:r]]
+
+
+def pick_in_heat(available: Sequence[int], others: Sequence[int], peers: Sequence[tuple[str, int]],
+                 machine: str) -> list[int]:
+    """The CPUs of ``machine``, one of the heat's ``peers`` (:func:`heat_order`): the peers
+    are placed in that order, each with :func:`pick_cpus` against ``others`` (the CPUs of
+    other heats' live territories) plus the peers placed before it, ties by its position. The
+    answer does not depend on which seat asks first. ``[]`` when ``machine`` is no peer."""
+    used = list(others)
+    for pos, (m, vcpus) in enumerate(peers):
+        got = pick_cpus(available, used, vcpus, pos)
+        if m == machine:
+            return got
+        used += got
+    return []
+
+
+def share_note(seats: Sequence[tuple[str, int, str]]) -> str | None:
+    """One line when a heat's seats (territory id, vcpus, its cpuset e.g. ``"0"``) share host
+    CPUs among themselves, e.g. ``3 seats x 1 vCPU on 2 host CPUs: builder-one and
+    builder-three share CPU 0``; None when none does (or no cpuset). Never raises."""
+    placed = [(t, v, parse_cpus(c)) for t, v, c in seats if parse_cpus(c)]
+    union = sorted({c for _t, _v, cpus in placed for c in cpus})
+    if len(placed) < 2:
+        return None
+    by_cpu: dict[int, list[str]] = {}
+    for t, _v, cpus in placed:
+        for c in cpus:
+            by_cpu.setdefault(c, []).append(t)
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for c, ts in sorted(by_cpu.items()):
+        if len(ts) > 1:
+            groups.setdefault(tuple(ts), []).append(c)
+    if not groups:
+        return None
+    vcpus = {v for _t, v, _c in placed}
+    each = min(vcpus)
+    head = (f"{len(placed)} seats x {each} vCPU{'s' if each > 1 else ''}" if len(vcpus) == 1
+            else f"{len(placed)} seats, {sum(v for _t, v, _c in placed)} vCPUs")
+
+    def names(ts: tuple[str, ...]) -> str:
+        return " and ".join(ts) if len(ts) < 3 else ", ".join(ts[:-1]) + " and " + ts[-1]
+
+    parts = [f"{names(ts)} share CPU{'s' if len(cs) > 1 else ''} {format_cpus(cs)}" for ts, cs in groups.items()]
+    return f"{head} on {len(union)} host CPU{'s' if len(union) > 1 else ''}: " + "; ".join(parts)
+
+
 def _make_group(path: Path) -> None:
     """``mkdir -p`` of a cgroup (the kernel fills in its files); a test's fake cgroupfs
     replaces this to do the same."""
     path.mkdir(parents=True, exist_ok=True)
 
 
+def make_group(path: Path, tries: int = 5) -> None:
+    """Create the cgroup ``path`` and its parents (:func:`_make_group`). Another runner's
+    cleanup may remove an empty parent (``aoe-territories``) between the ``mkdir`` of the
+    parent and of the group: the creation is then retried, ``tries`` times in all.
+
+    Raises:
+        OSError: it could not be made.
+    """
+    for i in range(tries):
+        try:
+            _make_group(path)
+            return
+        except FileNotFoundError:
+            if i == tries - 1:
+                raise
+
+
+def _write_file(path: Path, value: str) -> None:
+    """Write ``value`` to the cgroup file ``path`` (every cgroupfs write goes through here; a
+    test's fake cgroupfs replaces it to answer as the kernel would, errors included).
+
+    Raises:
+        OSError: the kernel refused the write (e.g. ``EBUSY``, ``EINVAL``).
+    """
+    path.write_text(value)
+
+
 def _write(path: Path, value: str, territory: str) -> None:
     try:
-        path.write_text(value)
+        _write_file(path, value)
     except OSError as exc:
         raise LimitError(f"territory {territory}: cannot set {path} to {value.strip()!r}: "
                          f"{exc.strerror or exc}") from None
@@ -192,11 +283,14 @@ class TerritoryGroups:
             v2: the same unified group for each).
         versions: controller -> ``"v1"``/``"v2"`` for the limit controllers set.
         cpus: the territory's CPUs (cgroup list, e.g. ``"0"``), ``""`` when no cpuset.
+        why: controller -> why it is not enforced although the host offers it (a v2
+            controller that could not be enabled, see :func:`setup`).
     """
 
     groups: dict[str, str] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     cpus: str = ""
+    why: dict[str, str] = field(default_factory=dict)
 
     def paths(self) -> list[Path]:
         """Every distinct group folder (the wrapper's ``cgroup.procs`` targets)."""
@@ -208,22 +302,25 @@ class TerritoryGroups:
         return [x for x in ("cpu", "memory", "tasks") if x in got]
 
     def to_json(self) -> dict[str, object]:
-        return {"groups": dict(self.groups), "versions": dict(self.versions), "cpus": self.cpus}
+        return {"groups": dict(self.groups), "versions": dict(self.versions), "cpus": self.cpus,
+                "why": dict(self.why)}
 
     @classmethod
     def from_json(cls, data: object) -> TerritoryGroups:
         if not isinstance(data, dict):
             return cls()
         return cls({str(k): str(v) for k, v in (data.get("groups") or {}).items()},
-                   {str(k): str(v) for k, v in (data.get("versions") or {}).items()}, str(data.get("cpus") or ""))
+                   {str(k): str(v) for k, v in (data.get("versions") or {}).items()}, str(data.get("cpus") or ""),
+                   {str(k): str(v) for k, v in (data.get("why") or {}).items()})
 
 
-def _live_cpus(parent: Path, mine: str) -> list[int]:
-    """The CPUs of every territory group under ``parent`` but ``mine`` (one entry each)."""
+def _live_cpus(parent: Path, exclude: Collection[str]) -> list[int]:
+    """The CPUs of every territory group under ``parent`` but those named in ``exclude`` (one
+    entry each)."""
     used: list[int] = []
     with contextlib.suppress(OSError):
         for g in parent.iterdir():
-            if g.is_dir() and g.name != mine:
+            if g.is_dir() and g.name not in exclude:
                 used.extend(parse_cpus(_read(g / "cpuset.cpus")))
     return used
 
@@ -244,25 +341,46 @@ def _cpu_pick_lock(lock_file: Path | None):
                 os.close(fd)
 
 
-def _v2_enable(d: Path, wanted: Sequence[str], territory: str) -> None:
-    """Enable the ``wanted`` controllers ``d`` offers in its ``cgroup.subtree_control``."""
+def _v2_enable(d: Path, wanted: Sequence[str]) -> dict[str, str]:
+    """Enable each of the ``wanted`` controllers in ``d``'s ``cgroup.subtree_control`` (one
+    write each). Returns controller -> why it is not enabled there (not offered, or the write
+    failed: ``EBUSY`` when ``d`` holds processes, e.g. the root of a cgroup namespace a
+    runner in a container sees). Never raises."""
     offered = _read(d / "cgroup.controllers").split()
     on = _read(d / "cgroup.subtree_control").split()
-    missing = [c for c in wanted if c in offered and c not in on]
-    if missing:
-        _write(d / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing), territory)
+    failed: dict[str, str] = {}
+    for c in wanted:
+        if c in on:
+            continue
+        if c not in offered:
+            failed[c] = f"cgroup v2 {c} controller not offered in {d}"
+            continue
+        try:
+            _write_file(d / "cgroup.subtree_control", f"+{c}")
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if exc.errno == errno.EBUSY:
+                why += " (that group holds processes: a runner inside a container's cgroup namespace?)"
+            failed[c] = f"cgroup v2 {c} controller cannot be enabled in {d / 'cgroup.subtree_control'}: {why}"
+    return failed
 
 
 def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryResources, index: int,
-          *, lock_file: Path | None = None) -> TerritoryGroups:
+          *, lock_file: Path | None = None, peers: Sequence[tuple[str, int]] = ()) -> TerritoryGroups:
     """Create territory ``machine``'s limit groups and write ``resources`` into them.
 
-    ``territory``: the territory id (for messages); ``index``: its seat index (CPU ties).
+    ``territory``: the territory id (for messages); ``peers``: the heat's territories
+    (machine, vcpus) in :func:`heat_order`, ``machine`` among them: its CPUs are
+    :func:`pick_in_heat`'s; without them, :func:`pick_cpus` with ties by ``index``.
     CPU: quota of ``vcpus`` CPUs and a cpuset of ``vcpus`` CPUs (:func:`pick_cpus`, under
     the host-wide ``lock_file``, e.g. ``netalloc.runtime_dir() / CPU_PICK_LOCK``, so concurrent
     heats see each other's picks; None: this process's lock only); memory ``memory_mib`` MiB with
     no swap; ``tasks`` tasks. Controllers the host lacks are skipped (see :func:`plan`).
     Blocking; returns the groups (to record, and for :func:`exhaustion`).
+
+    On cgroup v2 a controller that cannot be enabled in ``cgroup.subtree_control`` (of the
+    root, or of ``aoe-territories``) is not enforced: it leaves ``versions`` and its reason
+    goes in ``why`` (the provider's note), never an error.
 
     Raises:
         LimitError: a group or a limit file could not be made or written (one line naming
@@ -271,7 +389,7 @@ def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryRe
     versions = plan(host)
     tg = TerritoryGroups(versions=versions)
     try:
-        _setup(host, machine, territory, resources, index, tg, lock_file)
+        _setup(host, machine, territory, resources, index, tg, lock_file, peers)
     except LimitError:
         remove(tg)
         raise
@@ -283,46 +401,51 @@ def setup(host: CgroupHost, machine: str, territory: str, resources: TerritoryRe
 
 
 def _mkgroup(path: Path, territory: str) -> None:
-    for attempt in range(5):  # another runner's cleanup may remove an empty parent meanwhile
-        try:
-            _make_group(path)
-            return
-        except FileNotFoundError:
-            if attempt == 4:
-                raise LimitError(f"territory {territory}: cannot make cgroup {path}") from None
-        except OSError as exc:
-            raise LimitError(f"territory {territory}: cannot make cgroup {path}: {exc.strerror or exc}") from None
+    try:
+        make_group(path)
+    except OSError as exc:
+        raise LimitError(f"territory {territory}: cannot make cgroup {path}: {exc.strerror or exc}") from None
 
 
 def _setup(host: CgroupHost, machine: str, territory: str, r: TerritoryResources, index: int,
-           tg: TerritoryGroups, lock_file: Path | None) -> None:
+           tg: TerritoryGroups, lock_file: Path | None, peers: Sequence[tuple[str, int]]) -> None:
     v = tg.versions
     v2_group = host.v2_root / PARENT / machine if host.v2_root is not None else None
     if "v2" in v.values():
         assert v2_group is not None and host.v2_root is not None
         wanted = [c for c, ver in v.items() if ver == "v2"]
-        _v2_enable(host.v2_root, wanted, territory)  # the root's children, then aoe-territories' children
-        _mkgroup(v2_group.parent, territory)
-        _v2_enable(v2_group.parent, wanted, territory)
+        failed = _v2_enable(host.v2_root, wanted)  # the root's children, then aoe-territories' children
+        # the group first, then its parent's subtree_control: a parent removed by another
+        # runner's cleanup meanwhile cannot come back without it (mkdir -p would make it bare)
         _mkgroup(v2_group, territory)
+        failed.update(_v2_enable(v2_group.parent, [c for c in wanted if c not in failed]))
+        for c, why in failed.items():  # not enforced (a note), never a failed provisioning
+            del v[c]
+            tg.why[c] = why
     # cpuset first: it is the one that needs a lock (and the one a v1 process cannot join empty)
     if "cpuset" in v:
         with _cpu_pick_lock(lock_file):
             if v["cpuset"] == "v1":
                 parent = host.v1_parent("cpuset")
-                _mkgroup(parent, territory)
+                group = parent / machine
+                # the group first: once it exists no other runner's cleanup can remove the
+                # parent, which mkdir -p would otherwise make again with no CPUs
+                _mkgroup(group, territory)
                 for f in ("cpuset.cpus", "cpuset.mems"):  # v1 children start empty
                     if not _read(parent / f).strip():
                         _write(parent / f, _read(parent.parent / f).strip() or "0", territory)
                 available = parse_cpus(_read(parent / "cpuset.cpus"))
-                group = parent / machine
             else:
                 assert v2_group is not None
                 parent, group = v2_group.parent, v2_group
                 available = parse_cpus(_read(parent / "cpuset.cpus.effective")
                                        or _read(host.v2_root / "cpuset.cpus.effective"))  # type: ignore[operator]
             available = available or sorted(os.sched_getaffinity(0))
-            cpus = pick_cpus(available, _live_cpus(parent, machine), r.vcpus, index)
+            mates = {m for m, _v in peers}
+            if machine in mates:
+                cpus = pick_in_heat(available, _live_cpus(parent, mates), peers, machine)
+            else:
+                cpus = pick_cpus(available, _live_cpus(parent, {machine}), r.vcpus, index)
             _mkgroup(group, territory)
             tg.groups["cpuset"] = str(group)
             if v["cpuset"] == "v1":
@@ -378,9 +501,22 @@ def _counter(text: str, key: str) -> int:
     return 0
 
 
+def _subtree_counter(group: Path, name: str, key: str) -> int:
+    """The sum of counter ``key`` of file ``name`` over ``group`` and every group below it."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(group):
+        if name in files:
+            total += _counter(_read(Path(dirpath) / name), key)
+    return total
+
+
 def exhaustion(tg: TerritoryGroups) -> set[str]:
     """The cgroup limits the territory has hit (``memory``: the OOM killer killed one of its
-    processes; ``tasks``: a fork failed at ``pids.max``). Reads two files; never raises."""
+    processes; ``tasks``: a fork failed at ``pids.max``). ``memory.events`` (v2) is
+    hierarchical: the group's own file counts its whole subtree (not ``.local``). Before
+    Linux 6.13 ``pids.events`` ``max`` is counted only in the cgroup of the task whose fork
+    failed (on v2 nspawn's ``payload/...`` leaves), so it is summed over the group's subtree.
+    Reads a few files; never raises."""
     hit: set[str] = set()
     mem = tg.groups.get("memory")
     if mem:
@@ -392,7 +528,7 @@ def exhaustion(tg: TerritoryGroups) -> set[str]:
             if _counter(events, "oom_kill") > 0 or _counter(events, "oom") > 0:
                 hit.add("memory")
     pids = tg.groups.get("pids")
-    if pids and _counter(_read(Path(pids) / "pids.events"), "max") > 0:
+    if pids and _subtree_counter(Path(pids), "pids.events", "max") > 0:
         hit.add("tasks")
     return hit
 

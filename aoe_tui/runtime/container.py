@@ -7,7 +7,7 @@ Each territory is a booted Debian system (systemd as PID 1, sshd, the dormant
   ``rootfs`` as the read-only lower layer and ``<workdir>/<id>/disk/upper`` as the writable
   layer (if the kernel refuses overlayfs, a full copy ``disk/root`` bind-mounted on ``root``);
 * its own disk: ``<workdir>/<id>/disk`` is an ext4 file system of the class's ``disk_mib``
-  MiB in a sparse file ``<workdir>/<id>/disk.img``, loop-mounted, holding the writable layer,
+  MiB in ``<workdir>/<id>/disk.img`` (its space reserved on the host), loop-mounted, holding the writable layer,
   so everything the guest writes (``/``, ``/var``, ``/tmp``) counts against it, ``df /`` in
   the guest shows about ``disk_mib`` MiB, and a full territory is the player's ``ENOSPC``,
   never the host's (:mod:`aoe_tui.runtime.territory_disk`; where the host has no loop
@@ -382,7 +382,10 @@ def _cgroup2_mount(mount: bool = True) -> Path | None:
     if not mount:
         return None
     CGROUP2_MOUNT.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run(["mount", "-t", "cgroup2", "none", str(CGROUP2_MOUNT)], capture_output=True)
+    try:
+        res = subprocess.run(["mount", "-t", "cgroup2", "none", str(CGROUP2_MOUNT)], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
     return CGROUP2_MOUNT if res.returncode == 0 else None
 
 
@@ -462,18 +465,9 @@ def cpu_group(machine: str, cpu_root: Path = CGROUP_V1_CPU) -> Path:
     return cpu_root / CGROUP_PARENT / machine
 
 
-def make_cpu_group(group: Path, tries: int = 5) -> None:
-    """Create ``group`` and its parent (``aoe-territories``). Another runner's cleanup may
-    remove the parent once it is empty, between our ``mkdir`` of the parent and of the group
-    (:func:`remove_cpu_group`): the creation is then retried. Raises :class:`OSError` when it
-    cannot be made."""
-    for i in range(tries):
-        try:
-            group.mkdir(parents=True, exist_ok=True)
-            return
-        except FileNotFoundError:
-            if i == tries - 1:
-                raise
+#: create a group and its parent ``aoe-territories``, retried while another runner's cleanup
+#: removes the empty parent meanwhile (:func:`remove_cpu_group`); raises :class:`OSError`
+make_cpu_group = limits_cg.make_group
 
 
 def remove_cpu_group(group: Path) -> bool:
@@ -727,9 +721,11 @@ def destroy_from_state(state: dict[str, Any], *, graceful_s: float = 2.0) -> lis
         if _mounts_under(Path(root)):
             leftovers.append(f"mount {root}")
     disk = state.get("disk")
-    if isinstance(disk, dict) and disk.get("image") and not any(x.startswith("mount") for x in leftovers):
-        # its own disk: unmount (the loop device goes with it), free a loop left over, delete the image
-        leftovers.extend(territory_disk.remove_disk(Path(disk["image"]), Path(disk.get("mount") or "")))
+    if (isinstance(disk, dict) and disk.get("image") and disk.get("mount")
+            and not any(x.startswith("mount") for x in leftovers)):
+        # its own disk: unmount (the loop device goes with it), free a loop left over, delete the
+        # image; a record without both paths is skipped (Path("") would be the current folder)
+        leftovers.extend(territory_disk.remove_disk(Path(disk["image"]), Path(disk["mount"])))
     veth = state.get("host_veth")
     if veth and not any(x.startswith("processes") for x in leftovers):
         # nspawn leaves its (empty) mount propagation folder: "Attempted to remove disk file
@@ -858,7 +854,7 @@ class _Box:
     root = SubPath("dir", "root", "The territory's root file system (an overlay mount, or a copy where overlayfs is unusable).")
     disk = SubPath("dir", "disk", "Where the territory's own disk is mounted (its writable layer's file system; a "
                    "plain folder where the disk limit is not enforced).")
-    disk_image = SubPath("dir", "disk.img", "The territory's disk: a sparse ext4 image of disk_mib MiB.")
+    disk_image = SubPath("dir", "disk.img", "The territory's disk: an ext4 image of disk_mib MiB, its space reserved on the host (fallocate).")
     upper = SubPath("dir", "disk/upper", "The overlay's upper (writable) tree, on the territory's disk.")
     work = SubPath("dir", "disk/work", "The overlay's work folder, on the territory's disk.")
     copy = SubPath("dir", "disk/root", "The full-copy root (where overlayfs is unusable), on the territory's "
@@ -1023,6 +1019,9 @@ class ContainerProvider(TerritoryProvider):
             for b in boxes:  # a cancelled to_thread leaves its thread running: teardown waits for it
                 b.prepared = threading.Event()
             await asyncio.gather(*(asyncio.to_thread(self._prepare, b, image) for b in boxes))
+            shared = limits_cg.share_note([(b.spec.id, b.spec.resources.vcpus, b.limits.cpus) for b in boxes])
+            if shared:
+                self._note(shared)
             for b in boxes:
                 await self._launch(b, nspawn)
                 b.supervisor = asyncio.create_task(self._supervise(b, nspawn), name=f"nspawn-{b.spec.id}")
@@ -1093,13 +1092,19 @@ class ContainerProvider(TerritoryProvider):
         disk_why = territory_disk.disk_problem()
         b.own_disk = disk_why is None
         self._save_state(b)  # before anything is created, so a crash leaves a record
+        seats = sorted(self._boxes.values(), key=lambda x: x.spec.index)
+        peers = limits_cg.heat_order(self.heat_id, [(f"aoe-{x.host_veth[3:]}", x.spec.resources.vcpus) for x in seats])
         b.limits = limits_cg.setup(self._cgroup_host(), machine, b.spec.id, res_, b.spec.index,
-                                   lock_file=netalloc.runtime_dir() / limits_cg.CPU_PICK_LOCK)
+                                   lock_file=netalloc.runtime_dir() / limits_cg.CPU_PICK_LOCK, peers=peers)
         self._save_state(b)
         if disk_why is None:
             try:
-                took = territory_disk.make_disk(b.disk_image, b.disk, res_.disk_mib, b.spec.id)
+                took, disk_note = territory_disk.make_disk(b.disk_image, b.disk, res_.disk_mib, b.spec.id)
                 log.info("territory %s: %d MiB disk made and mounted in %.3f s", b.spec.id, res_.disk_mib, took)
+                if disk_note:
+                    self._note(disk_note)
+            except ProvisionError:
+                raise  # the host has not the space for the class's disk: the heat cannot start
             except ProviderError as exc:
                 disk_why = str(exc)
                 b.own_disk = False
@@ -1540,7 +1545,7 @@ class ContainerProvider(TerritoryProvider):
         for c in limits_cg.CONTROLLERS:
             if c in b.limits.versions:
                 continue
-            what, why = limits_cg.LIMIT_OF[c], f"no cgroup {c} controller on this host"
+            what, why = limits_cg.LIMIT_OF[c], b.limits.why.get(c) or f"no cgroup {c} controller on this host"
             out[what] = f"{out[what]}; {why}" if what in out else why
         return out
 
@@ -1682,7 +1687,7 @@ def limit_checks() -> list[DoctorCheck]:
     why = territory_disk.disk_problem()
     out.append(DoctorCheck(
         "container", "disk limit", True,
-        "enforced: the writable layer on its own ext4 of disk_mib MiB (sparse file, loop mount)" if why is None
+        "enforced: the writable layer on its own ext4 of disk_mib MiB (space reserved with fallocate, loop mount)" if why is None
         else f"not enforced ({why}): a territory may fill the host's disk"))
     return out
 

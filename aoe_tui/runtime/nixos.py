@@ -40,7 +40,7 @@ from pathlib import Path
 
 from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source
 from aoe_tui.runtime.hostoffer import HostOffer, check_host
-from aoe_tui.runtime.qemu import ConsoleWatch, oom_phrase
+from aoe_tui.runtime.qemu import ConsoleWatch, console_exhaustion
 from aoe_tui.runtime.provider import (
     DoctorCheck,
     ProviderError,
@@ -260,13 +260,7 @@ class NixosProvider(TerritoryProvider):
         """``["out of memory in the territory (<memory_mib> MiB)"]`` once the guest kernel's
         OOM killer line shows in the runner's output (``console.log``; only when it carries
         the serial console), else ``[]``. Reads only the new bytes; never raises."""
-        watch = self._watches.get(territory_id)
-        if watch is None:
-            return []
-        try:
-            return [oom_phrase(watch[1])] if watch[0].seen() else []
-        except Exception:  # noqa: BLE001 - never raises (polled by the supervisor)
-            return []
+        return console_exhaustion(self._watches, territory_id)
 
     def limits(self, territory_id: str) -> dict[str, object]:
         """``{"vcpus", "memory_mib"`` (the class's, passed as ``-smp``/``-m``), ``"disk_mib"``

@@ -334,6 +334,20 @@ def oom_phrase(memory_mib: int) -> str:
     return f"out of memory in the territory ({memory_mib} MiB)"
 
 
+def console_exhaustion(watches: dict[str, tuple[ConsoleWatch, int]], territory_id: str) -> list[str]:
+    """``[oom_phrase(memory_mib)]`` once territory ``territory_id``'s console watch
+    (``watches``: territory -> (:class:`ConsoleWatch`, its memory_mib)) has seen the OOM
+    killer, else ``[]`` (also for an unknown territory). Never raises (polled by the
+    supervisor)."""
+    watch = watches.get(territory_id)
+    if watch is None:
+        return []
+    try:
+        return [oom_phrase(watch[1])] if watch[0].seen() else []
+    except Exception:  # noqa: BLE001 - never raises
+        return []
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -527,13 +541,7 @@ class QemuProvider(TerritoryProvider):
         OOM killer has printed on the serial console (:data:`OOM_SIGN` in ``console.log``),
         else ``[]``. Reads only the console bytes added since the last call; never raises.
         Running out of tasks or disk inside a VM leaves no host-side sign: not reported."""
-        watch = self._watches.get(territory_id)
-        if watch is None:
-            return []
-        try:
-            return [oom_phrase(watch[1])] if watch[0].seen() else []
-        except Exception:  # noqa: BLE001 - never raises (polled by the supervisor)
-            return []
+        return console_exhaustion(self._watches, territory_id)
 
     def limits(self, territory_id: str) -> dict[str, object]:
         """What the VM of ``territory_id`` is held to: ``{"vcpus", "memory_mib", "disk_mib",
@@ -688,7 +696,8 @@ class QemuProvider(TerritoryProvider):
 
             try:
                 g.cmd += await asyncio.to_thread(drive_args, spec.shares)
-            except ProviderError as exc:  # no share: the harness uploads instead (before the clock)
+            except (ProviderError, OSError, subprocess.SubprocessError) as exc:  # no share: the harness uploads
+                # instead (before the clock)
                 log.warning("qemu: %s: harness share not attached: %s", spec.id, exc)
         cred = write_credential_file(tdir / "credential.env", spec.password, {"AOE_SSH_PORT": str(plan.ssh_port)})
         started = asyncio.get_running_loop().create_future()
@@ -1214,6 +1223,7 @@ __all__ = [
     "image_reads_fw_cfg_identity",
     "kvm_status",
     "oom_phrase",
+    "console_exhaustion",
     "overlay_size_mib",
     "port_in_use",
     "port_plan",

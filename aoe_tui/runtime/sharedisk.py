@@ -11,6 +11,7 @@ by its label (:func:`mount_command`) at the end of provisioning and after each r
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shlex
@@ -44,34 +45,53 @@ def share_label(folder: Path) -> str:
 
 def share_disk(folder: Path) -> Path:
     """The read-only disk image of ``folder`` (made once, then reused; blocking, seconds the
-    first time for a folder of a few hundred MB).
+    first time for a folder of a few hundred MB). Made under an ``flock`` per label
+    (``.<label>.lock`` beside the images), so territories and heats that ask at once wait for
+    one ``mkfs.ext4`` instead of each running their own; the temporary ``.part`` file is
+    removed however the making ends.
 
     Raises:
-        ProviderError: ``mkfs.ext4`` is missing or failed (one line).
+        ProviderError: ``mkfs.ext4`` is missing, failed or timed out, or the folder or cache
+            could not be read or written (one line).
     """
     from aoe_tui.runtime.image import cache_root
 
     folder = Path(folder)
-    label = share_label(folder)
-    out_dir = cache_root() / "harness-disks"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    img = out_dir / f"{label}.img"
-    if img.is_file():
+    try:
+        label = share_label(folder)
+        out_dir = cache_root() / "harness-disks"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        img = out_dir / f"{label}.img"
+        if img.is_file():
+            return img
+        with open(out_dir / f".{label}.lock", "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file is closed
+            if img.is_file():  # made by another territory meanwhile
+                return img
+            _make(folder, label, out_dir, img)
         return img
+    except ProviderError:
+        raise
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ProviderError(f"harness share {folder}: cannot make its disk: {exc}") from None
+
+
+def _make(folder: Path, label: str, out_dir: Path, img: Path) -> None:
     mkfs = shutil.which("mkfs.ext4") or ("/usr/sbin/mkfs.ext4" if Path("/usr/sbin/mkfs.ext4").exists() else None)
     if mkfs is None:
         raise ProviderError("mkfs.ext4 is missing (apt-get install e2fsprogs): cannot share a harness into a VM")
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     size_kib = (size + size // 10 + _SLACK_BYTES) // 1024
     tmp = out_dir / f".{label}.{os.getpid()}.{threading.get_ident()}.part"  # concurrent heats: their own
-    tmp.unlink(missing_ok=True)
-    res = subprocess.run([mkfs, "-q", "-F", "-L", label, "-d", str(folder), "-E", "root_owner=0:0", str(tmp),
-                          f"{size_kib}k"], capture_output=True, text=True, timeout=300)
-    if res.returncode != 0:
+    try:
+        res = subprocess.run([mkfs, "-q", "-F", "-L", label, "-d", str(folder), "-E", "root_owner=0:0", str(tmp),
+                              f"{size_kib}k"], capture_output=True, text=True, timeout=300)
+        if res.returncode != 0:
+            raise ProviderError(f"mkfs.ext4 of the harness share {folder} failed: "
+                                f"{' '.join((res.stderr or res.stdout).split())[-300:]}")
+        os.replace(tmp, img)
+    finally:
         tmp.unlink(missing_ok=True)
-        raise ProviderError(f"mkfs.ext4 of the harness share {folder} failed: {(res.stderr or res.stdout).strip()[-300:]}")
-    os.replace(tmp, img)
-    return img
 
 
 def drive_args(shares: Sequence[HarnessShare]) -> list[str]:
