@@ -207,10 +207,13 @@ async def test_cpu_weight_of_a_real_container(guest_image, tmp_path):
         assert await asyncio.to_thread(provider.set_cpu_weight, 10) == 1
         group = cpu / "aoe-territories" / f"aoe-{t.extra['host_veth'][3:]}"
         assert (group / "cpu.shares").read_text().split() == ["102"]
-        procs = set((group / "cgroup.procs").read_text().split())
+        # the territory's processes live in the group's guest child (issue 26: the root of the
+        # guest's cgroup namespace, below the limits), so the shares of the group weigh them all
+        procs = set((group / "guest" / "cgroup.procs").read_text().split())
         assert str(t.extra["leader_pid"]) in procs and str(t.extra["nspawn_pid"]) in procs
+        assert not (group / "cgroup.procs").read_text().split()  # none moved out of the guest child
         leader_cg = Path(f"/proc/{t.extra['leader_pid']}/cgroup").read_text()
-        assert f":cpu:/aoe-territories/{group.name}\n" in leader_cg
+        assert f":cpu:/aoe-territories/{group.name}/guest\n" in leader_cg
         assert await asyncio.to_thread(provider.set_cpu_weight, 1000) == 1
         assert (group / "cpu.shares").read_text().split() == ["10240"]
         # the territory still works from inside its group: a root login and a process it starts
@@ -226,7 +229,7 @@ async def test_cpu_weight_of_a_real_container(guest_image, tmp_path):
         box = provider._boxes[t.id]
         for pid in _cgroup_pids([str(p) for p in box.cgroups]):  # every process of the territory
             try:
-                assert f":cpu:/aoe-territories/{group.name}\n" in Path(f"/proc/{pid}/cgroup").read_text(), pid
+                assert f":cpu:/aoe-territories/{group.name}/guest\n" in Path(f"/proc/{pid}/cgroup").read_text(), pid
             except FileNotFoundError:
                 pass  # exited meanwhile
     finally:
@@ -478,7 +481,7 @@ async def test_cleanup_stale_removes_a_killed_runners_cpu_groups(guest_image, tm
         assert proc.returncode == -9, proc.stderr
         group = cpu / "aoe-territories" / f"aoe-{proc.stdout.split()[0][3:]}"
         assert (group / "cpu.shares").read_text().split() == ["102"]
-        assert (group / "cgroup.procs").read_text().split()  # the orphaned territory still runs in it
+        assert (group / "guest" / "cgroup.procs").read_text().split()  # the orphaned territory still runs in it
     finally:
         cleaned = cleanup_stale(tmp_path)
     assert cleaned == ["builder-one"]

@@ -164,6 +164,30 @@ print(len(pids), err)
 
 
 @amod
+async def test_root_in_the_guest_cannot_raise_its_limits_through_its_own_cgroupfs(seats):
+    """Issue 26, from a new user's trial: root in the guest mounts the cgroup hierarchies itself
+    (its cgroup namespace's root) and writes larger limits there. The limits hold: the group it
+    can reach is a child of the limit group, so the memory and tasks limits still bite, and its
+    cpuset cannot be widened (nproc stays the class's)."""
+    provider, territories, _workdir, _ = seats
+    t = territories[0]  # the memory seat: the hog below is its own limit again
+    res = await sh(t, "set -x; for c in memory pids cpu cpuset; do mkdir -p /mnt/cg-$c; mount -t cgroup -o $c none /mnt/cg-$c; done; "
+                      "echo 4294967296 > /mnt/cg-memory/memory.memsw.limit_in_bytes; "
+                      "echo 4294967296 > /mnt/cg-memory/memory.limit_in_bytes; "
+                      "echo max > /mnt/cg-pids/pids.max; echo -1 > /mnt/cg-cpu/cpu.cfs_quota_us; "
+                      "echo 0-63 > /mnt/cg-cpuset/cpuset.cpus; "
+                      f"cat /proc/self/cgroup; nproc; taskset -p -c 0-63 $$ >/dev/null 2>&1; nproc")
+    assert res.stdout.strip().split("\n")[-2:] == [str(CLASS.vcpus)] * 2, (res.stdout, res.stderr)
+    # what it wrote reached only its own child group: the limit group above still holds the class
+    machine = Path(provider._boxes[t.id].limits.groups["memory"])
+    assert int((machine / "memory.limit_in_bytes").read_text()) == CLASS.memory_mib * MIB
+    assert (Path(provider._boxes[t.id].limits.groups["pids"]) / "pids.max").read_text().strip() == str(CLASS.tasks)
+    hog = await sh(t, f"python3 -c 'b = bytearray({2 * CLASS.memory_mib} << 20); print(len(b))'; echo rc=$?")
+    assert "rc=0" not in hog.stdout, hog.stdout  # killed at the class's memory, not the 4 GiB it wrote
+    await sh(t, "for c in memory pids cpu cpuset; do umount /mnt/cg-$c; done", timeout_s=30)
+
+
+@amod
 async def test_a_fork_loop_stops_at_the_tasks_limit(seats):
     provider, territories, _workdir, _ = seats
     t = territories[1]
@@ -211,8 +235,9 @@ async def test_the_limits_survive_a_reboot(seats):
     out = res.stdout.split("\n")
     assert out[0] == "1" and int(out[1]) == CLASS.memory_mib * MIB and int(out[2]) == CLASS.tasks, res.stdout
     assert abs(int(out[3].split()[1]) - CLASS.disk_mib) <= CLASS.disk_mib // 100 + 2
-    for group in box.limits.paths():  # the relaunched container's init is in every limit group
+    for group in box.limits.entry_paths():  # the relaunched container's init is in every limit group's guest child
         assert str(box.leader_pid) in (group / "cgroup.procs").read_text().split(), group
+        assert group.parent in box.limits.paths() or group in box.limits.paths()
 
 
 @amod

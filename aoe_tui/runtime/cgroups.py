@@ -66,6 +66,21 @@ CPU_PICK_LOCK = "cpu-pick.lock"
 _pick_lock = threading.Lock()
 
 
+#: the child of a territory's v1 limit group its processes live in (the root of its
+#: cgroup namespace: what root in the guest can see and write), see :func:`setup`
+GUEST_CHILD = "guest"
+
+
+#: v1 limit files copied from a limit group into its :data:`GUEST_CHILD`, in order (a cpuset
+#: child starts empty; memsw may not be set below the memory limit)
+_GUEST_COPIES: dict[str, tuple[str, ...]] = {
+    "cpuset": ("cpuset.mems", "cpuset.cpus"),
+    "cpu": ("cpu.cfs_period_us", "cpu.cfs_quota_us"),
+    "memory": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.swappiness"),
+    "pids": ("pids.max",),
+}
+
+
 class LimitError(ProvisionError):
     """A limit file could not be written on a host that offers its controller; the message
     is one line naming the territory, the file and the error."""
@@ -291,10 +306,18 @@ class TerritoryGroups:
     versions: dict[str, str] = field(default_factory=dict)
     cpus: str = ""
     why: dict[str, str] = field(default_factory=dict)
+    #: controller -> the group the territory's processes enter: on v1 the child
+    #: :data:`GUEST_CHILD` of the limit group (see :func:`setup`), absent on v2
+    entries: dict[str, str] = field(default_factory=dict)
 
     def paths(self) -> list[Path]:
-        """Every distinct group folder (the wrapper's ``cgroup.procs`` targets)."""
+        """Every distinct limit group folder (what the teardown removes, with its children)."""
         return [Path(p) for p in dict.fromkeys(self.groups.values())]
+
+    def entry_paths(self) -> list[Path]:
+        """Every distinct group the territory's processes enter (the nspawn wrapper's
+        ``cgroup.procs`` targets): a v1 limit group's :data:`GUEST_CHILD`, a v2 group itself."""
+        return [Path(p) for p in dict.fromkeys(self.entries.get(c, g) for c, g in self.groups.items())]
 
     def enforced(self) -> list[str]:
         """The limits enforced by cgroups (``cpu``, ``memory``, ``tasks``), in that order."""
@@ -303,7 +326,7 @@ class TerritoryGroups:
 
     def to_json(self) -> dict[str, object]:
         return {"groups": dict(self.groups), "versions": dict(self.versions), "cpus": self.cpus,
-                "why": dict(self.why)}
+                "why": dict(self.why), "entries": dict(self.entries)}
 
     @classmethod
     def from_json(cls, data: object) -> TerritoryGroups:
@@ -311,7 +334,8 @@ class TerritoryGroups:
             return cls()
         return cls({str(k): str(v) for k, v in (data.get("groups") or {}).items()},
                    {str(k): str(v) for k, v in (data.get("versions") or {}).items()}, str(data.get("cpus") or ""),
-                   {str(k): str(v) for k, v in (data.get("why") or {}).items()})
+                   {str(k): str(v) for k, v in (data.get("why") or {}).items()},
+                   {str(k): str(v) for k, v in (data.get("entries") or {}).items()})
 
 
 def _live_cpus(parent: Path, exclude: Collection[str]) -> list[int]:
@@ -490,6 +514,21 @@ def _setup(host: CgroupHost, machine: str, territory: str, r: TerritoryResources
             with contextlib.suppress(LimitError):  # accounting only: never fatal
                 _mkgroup(group, territory)
                 tg.groups[c] = str(group)
+    # v1: the processes go one level down, into GUEST_CHILD, the root of the territory's
+    # cgroup namespace. Root in the guest can mount cgroupfs there and write that child's
+    # files, never the limit group's above it (the limits are hierarchical; a child's
+    # cpuset must lie within its parent's). Without it a player raised its own limits.
+    for c, group in list(tg.groups.items()):
+        if v.get(c, "v1") != "v1" and c not in V1_ACCOUNTING:
+            continue
+        child = Path(group) / GUEST_CHILD
+        _mkgroup(child, territory)
+        # the same limits in the child, so the guest reads its class where it looks (a JVM
+        # sizes its heap from memory.limit_in_bytes); raising them there changes nothing
+        for f in _GUEST_COPIES.get(c, ()):
+            if (Path(group) / f).exists():
+                _write(child / f, _read(Path(group) / f).strip(), territory)
+        tg.entries[c] = str(child)
 
 
 def _counter(text: str, key: str) -> int:
@@ -513,7 +552,9 @@ def _subtree_counter(group: Path, name: str, key: str) -> int:
 def exhaustion(tg: TerritoryGroups) -> set[str]:
     """The cgroup limits the territory has hit (``memory``: the OOM killer killed one of its
     processes; ``tasks``: a fork failed at ``pids.max``). ``memory.events`` (v2) is
-    hierarchical: the group's own file counts its whole subtree (not ``.local``). Before
+    hierarchical: the group's own file counts its whole subtree (not ``.local``); v1's
+    ``memory.oom_control`` counts a kill only in the victim's group, so it is summed over the
+    subtree (the processes live in :data:`GUEST_CHILD`). Before
     Linux 6.13 ``pids.events`` ``max`` is counted only in the cgroup of the task whose fork
     failed (on v2 nspawn's ``payload/...`` leaves), so it is summed over the group's subtree.
     Reads a few files; never raises."""
@@ -521,7 +562,8 @@ def exhaustion(tg: TerritoryGroups) -> set[str]:
     mem = tg.groups.get("memory")
     if mem:
         if tg.versions.get("memory") == "v1":
-            if _counter(_read(Path(mem) / "memory.oom_control"), "oom_kill") > 0:
+            # v1 counts an OOM kill in the victim's own group only (its GUEST_CHILD)
+            if _subtree_counter(Path(mem), "memory.oom_control", "oom_kill") > 0:
                 hit.add("memory")
         else:
             events = _read(Path(mem) / "memory.events")

@@ -863,7 +863,7 @@ class _Box:
     def procs_groups(self) -> list[Path]:
         """Every cgroup the territory's nspawn enters at launch: its own groups, then its
         limit groups."""
-        return list(dict.fromkeys([*self.cgroups, *self.limits.paths()]))
+        return list(dict.fromkeys([*self.cgroups, *self.limits.entry_paths()]))
     console = SubPath("dir", "console.log", "The nspawn console log.")
 
     def state(self, owner_pid: int, heat_id: str, owner_start: int | None = None) -> dict[str, Any]:
@@ -1510,13 +1510,14 @@ class ContainerProvider(TerritoryProvider):
             try:
                 make_cpu_group(group)
                 (group / "cpu.shares").write_text(str(max(2, weight * 1024 // 100)))
-                inside = set((group / "cgroup.procs").read_text().split())
+                inside = {str(pid) for pid in _cgroup_pids([str(group)])}  # its guest child included
             except OSError:
                 continue
+            entry = group / limits_cg.GUEST_CHILD if (group / limits_cg.GUEST_CHILD).is_dir() else group
             for pid in _cgroup_pids([str(p) for p in b.cgroups]):
                 if str(pid) not in inside:
                     with contextlib.suppress(OSError):
-                        (group / "cgroup.procs").write_text(str(pid))
+                        (entry / "cgroup.procs").write_text(str(pid))
             done += 1
         return done
 
