@@ -807,3 +807,21 @@ def test_a_heats_placement_does_not_depend_on_which_seat_asks_first(fake_fs, fak
 ])
 def test_share_note(seats, want):
     assert cgroups.share_note(seats) == want
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_class_with_more_vcpus_than_the_host_runs_with_a_note(guest_image, tmp_path):
+    """A class asking more vCPUs than the host has (a new user's trial: vcpus = 4 on 2 CPUs):
+    the seat runs on every CPU there is, and the heat says so in one note."""
+    _need_container_host()
+    ncpu = len(os.sched_getaffinity(0))
+    big = TerritoryResources(vcpus=ncpu + 2, memory_mib=256, disk_mib=512, tasks=256)
+    provider = ContainerProvider(tmp_path / "t", image=guest_image, heat_id=f"test-bigcpu-{os.getpid()}")
+    try:
+        [t] = await provider.provision([TerritorySpec(id="builder-one", password="builder-one-race", resources=big)])
+        res = await sh(t, "nproc")
+        assert res.stdout.strip() == str(ncpu)
+        assert (f"territory builder-one: its class asks {ncpu + 2} vCPUs; this host has {ncpu} for it, "
+                f"so it sees and gets {ncpu} (nproc {ncpu})") in provider.notes, provider.notes
+    finally:
+        await provider.teardown()

@@ -47,7 +47,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aoe_tui.runtime.provider import ProvisionError, TerritoryResources
+from aoe_tui.runtime.provider import DEFAULT_TASKS_MAX, ProvisionError, TerritoryResources
 
 #: the parent group of every territory's group (same name in every hierarchy)
 PARENT = "aoe-territories"
@@ -637,7 +637,7 @@ def describe(host: CgroupHost) -> dict[str, tuple[bool, str]]:
                       "every host CPU")
     out["memory"] = ((True, "enforced: " + how("memory", "memory_mib, no swap beyond it")) if "memory" in v else
                      (False, "not enforced (no cgroup memory controller): a territory may use the host's whole memory"))
-    out["tasks"] = ((True, "enforced: " + how("pids", "pids.max = tasks, default 2048")) if "pids" in v else
+    out["tasks"] = ((True, "enforced: " + how("pids", f"pids.max = {DEFAULT_TASKS_MAX} tasks")) if "pids" in v else
                     (False, "not enforced (no cgroup pids controller): a fork loop in a territory may exhaust "
                      "the host's process table"))
     return out

@@ -1022,6 +1022,11 @@ class ContainerProvider(TerritoryProvider):
             shared = limits_cg.share_note([(b.spec.id, b.spec.resources.vcpus, b.limits.cpus) for b in boxes])
             if shared:
                 self._note(shared)
+            for b in boxes:  # a class larger than this host: the seat sees (and gets) fewer CPUs
+                got = len(limits_cg.parse_cpus(b.limits.cpus))
+                if got and b.spec.resources.vcpus > got:
+                    self._note(f"territory {b.spec.id}: its class asks {b.spec.resources.vcpus} vCPUs; this host "
+                               f"has {got} for it, so it sees and gets {got} (nproc {got})")
             for b in boxes:
                 await self._launch(b, nspawn)
                 b.supervisor = asyncio.create_task(self._supervise(b, nspawn), name=f"nspawn-{b.spec.id}")
