@@ -3,6 +3,7 @@
 # seat for benchmarks/greedy_seat.py: it builds nothing and takes what its territory gives.
 #
 # GREEDY_MODE=cpu  (default) one busy loop per CPU the guest sees (`nproc`), until stopped;
+# GREEDY_MODE=fork a fork bomb, stopped only by the territory's own tasks and memory limits;
 # GREEDY_MODE=calm nothing: the same seat doing no work (the baseline beside the same rivals).
 # Reads AOE_TERRITORY_HOST AOE_SSH_PORT AOE_CREDENTIAL_FILE AOE_RESULT_FILE AOE_AGENT_ID
 # AOE_TERRITORY_ID; the password goes to sshpass through SSHPASS, never argv.
@@ -22,10 +23,15 @@ result() { # status summary
   mv -f "$AOE_RESULT_FILE.partial" "$AOE_RESULT_FILE"
 }
 trap 'result failed "greedy seat (${GREEDY_MODE:-cpu}) stopped"; exit 0' TERM INT
-if [[ "${GREEDY_MODE:-cpu}" == cpu ]]; then
-  # the loops live in their own unit, so the SSH session's end does not stop them
-  n=$(guest 'n=$(nproc); for i in $(seq "$n"); do systemd-run --quiet --unit=greedy-$i sh -c "while :; do :; done"; done; echo $n')
-  echo "greedy-adapter: $n busy loop(s) (nproc = $n)"
-fi
+case "${GREEDY_MODE:-cpu}" in
+  cpu)
+    # the loops live in their own unit, so the SSH session's end does not stop them
+    n=$(guest 'n=$(nproc); for i in $(seq "$n"); do systemd-run --quiet --unit=greedy-$i sh -c "while :; do :; done"; done; echo $n')
+    echo "greedy-adapter: $n busy loop(s) (nproc = $n)" ;;
+  fork)
+    # a fork bomb in its own unit without systemd's per-unit tasks cap: only the territory's limit stops it
+    guest 'systemd-run --quiet --unit=greedy-fork -p TasksMax=infinity bash -c ":(){ :|:& };:"'
+    echo "greedy-adapter: fork bomb" ;;
+esac
 sleep 3600 &
 wait

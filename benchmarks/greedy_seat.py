@@ -7,7 +7,8 @@ Two parts, for each provider asked for (``--provider``, repeatable; default ``co
    arenas/first-build`` with seat 1 played by ``benchmarks/greedy-adapter.sh`` (an upstream
    command adapter, spec §5) and two oracles on the other seats, ``--runs`` times in each
    mode, alternating: ``calm`` (seat 1 does nothing) and ``greedy`` (seat 1 starts one busy
-   loop per CPU its territory shows, ``nproc``, at the clock's start and keeps them running).
+   loop per CPU its territory shows, ``nproc``, at the clock's start and keeps them running;
+   with ``--greed fork`` a fork bomb instead, which only the territory's limits stop).
    Prints the winning oracle's time to durable (match clock, ``durable_at_ms``) per run, the
    medians and the ratio greedy / calm (target: within +10 %), and the referee's tick
    lateness p50/p99 (:func:`aoe_tui.testing.lateness.log_tick_lateness`) in both modes.
@@ -22,7 +23,7 @@ Two parts, for each provider asked for (``--provider``, repeatable; default ``co
 
 Figures are wall-clock on a shared 2-core host: run it on a quiet machine and compare
 within one run (ratios). Usage: ``.venv/bin/python benchmarks/greedy_seat.py [--runs 3]
-[--provider container] [--skip-race] [--skip-take]``. Needs root and the guest image.
+[--provider container] [--greed cpu|fork] [--skip-race] [--skip-take]``. Needs root and the guest image.
 """
 
 from __future__ import annotations
@@ -66,11 +67,12 @@ def race(provider: str, mode: str, out: Path) -> dict:
     return {"winner": winner, "durable_ms": durable, "lateness": log_tick_lateness(out / "events.jsonl")}
 
 
-def part_race(provider: str, runs: int, tmp: Path) -> None:
-    print(f"== {provider}: rivals beside a calm / a greedy seat (first-build, 2 oracles), {runs} run(s) each", flush=True)
+def part_race(provider: str, runs: int, tmp: Path, greed: str = "cpu") -> None:
+    print(f"== {provider}: rivals beside a calm / a greedy seat ({greed}; first-build, 2 oracles), {runs} run(s) each",
+          flush=True)
     rows: dict[str, list[dict]] = {"calm": [], "greedy": []}
     for i in range(runs):
-        for mode, gm in (("calm", "calm"), ("greedy", "cpu")):
+        for mode, gm in (("calm", "calm"), ("greedy", greed)):
             row = race(provider, gm, tmp / f"{provider}-{mode}-{i + 1}")
             rows[mode].append(row)
             d = f"{row['durable_ms'] / 1000:.2f} s" if row["durable_ms"] is not None else "never"
@@ -183,6 +185,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--provider", action="append", default=[], help="container (default), qemu, ...")
     ap.add_argument("--runs", type=int, default=3, help="heats per mode (calm, greedy), alternating")
+    ap.add_argument("--greed", default="cpu", choices=("cpu", "fork"),
+                    help="what the greedy seat does: cpu (a busy loop per CPU it sees) or fork (a fork bomb)")
     ap.add_argument("--skip-race", action="store_true", help="only measure what a greedy seat can take")
     ap.add_argument("--skip-take", action="store_true", help="only race")
     ap.add_argument("--keep", action="store_true", help="keep the match folders")
@@ -191,7 +195,7 @@ def main() -> int:
     try:
         for provider in args.provider or ["container"]:
             if not args.skip_race:
-                part_race(provider, args.runs, tmp)
+                part_race(provider, args.runs, tmp, args.greed)
             if not args.skip_take:
                 asyncio.run(part_take(provider, tmp))
     finally:
