@@ -791,15 +791,22 @@ async def test_run_heat_abort_during_provisioning(tmp_path):
     assert (out / "world.json").read_text() == world_json(reduce_match(records))
 
 
-async def test_run_heat_full_with_fakes_and_refusal(tmp_path, monkeypatch):
-    from aoe_tui.referee.heat import OutputExistsError, bundle_path, run_heat
-
+@pytest.fixture
+def fake_heat(tmp_path, monkeypatch):
+    """``(state folder, loaded fake arena, adapters building every milestone)`` for a run_heat."""
     state = tmp_path / "state"
     state.mkdir()
     monkeypatch.setenv("FAKE_STATE", str(state))
     loaded = load_manifest(write_arena(tmp_path / "arena"))
     adapters = {a.id: FakeAdapter({"state": state, "steps": ALL}) for a in loaded.manifest.agents}
     monkeypatch.setattr("aoe_tui.agents.instruction.build_instruction", lambda _l, tid: f"build on {tid}")
+    return state, loaded, adapters
+
+
+async def test_run_heat_full_with_fakes_and_refusal(tmp_path, fake_heat):
+    from aoe_tui.referee.heat import OutputExistsError, bundle_path, run_heat
+
+    state, loaded, adapters = fake_heat
     provider = FakeProvider(state)
     out = tmp_path / "match"
     seen = []
@@ -824,17 +831,12 @@ class NotingProvider(FakeProvider):
         return {"enforced": [], "offered": {"vcpus": 2, "memory_mib": 4096, "disk_mib": 9000}, "id": territory_id}
 
 
-async def test_run_heat_reports_territory_resources_and_notes(tmp_path, monkeypatch):
+async def test_run_heat_reports_territory_resources_and_notes(tmp_path, fake_heat):
     """aoe-extra.json gains ``territories`` (each seat's class resources and the provider's
     limits) and ``territory_notes`` (printed too), only when there are notes; the existing keys stay."""
     from aoe_tui.referee.heat import run_heat
 
-    state = tmp_path / "state"
-    state.mkdir()
-    monkeypatch.setenv("FAKE_STATE", str(state))
-    loaded = load_manifest(write_arena(tmp_path / "arena"))
-    adapters = {a.id: FakeAdapter({"state": state, "steps": ALL}) for a in loaded.manifest.agents}
-    monkeypatch.setattr("aoe_tui.agents.instruction.build_instruction", lambda _l, tid: f"build on {tid}")
+    state, loaded, adapters = fake_heat
     said: list[str] = []
     await run_heat(loaded, NotingProvider(state), adapters, tmp_path / "m1", drain_seconds=0.5,
                    write_bundle_file=False, on_phase=said.append)
