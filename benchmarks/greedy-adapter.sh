@@ -30,7 +30,8 @@ case "${GREEDY_MODE:-cpu}" in
     echo "greedy-adapter: $n busy loop(s) (nproc = $n)" ;;
   fork)
     # a fork bomb in its own unit without systemd's per-unit tasks cap: only the territory's limit stops it
-    guest 'systemd-run --quiet --unit=greedy-fork -p TasksMax=infinity bash -c ":(){ :|:& };:"'
+    # (the unit's main process stays, or systemd would stop the unit and kill the bomb with it)
+    guest 'systemd-run --quiet --unit=greedy-fork -p TasksMax=infinity bash -c ":(){ :|:& };:; sleep 3600"'
     echo "greedy-adapter: fork bomb" ;;
 esac
 sleep 3600 &

@@ -139,7 +139,7 @@ def test_oracle_heat_outcome(oracle_heat):
     extra = json.loads((out / "aoe-extra.json").read_text())
     assert sorted(extra["territories"]) == ["builder-one", "builder-three", "builder-two"]
     for entry in extra["territories"].values():
-        assert entry["resources"] == {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 2048}
+        assert entry["resources"] == {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 512}
         assert isinstance(entry["limits"], dict)
     assert all(f"note: {n}" in res.stdout for n in extra.get("territory_notes", []))
 

@@ -67,7 +67,7 @@ def test_qemu_heat_oracle_two_seats(tmp_path, guest_image):
     assert "territory_notes" not in extra
     for tid in ("builder-one", "builder-two"):
         assert extra["territories"][tid] == {
-            "resources": {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 2048},
+            "resources": {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 512},
             "limits": {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "enforced": ["cpu", "memory", "disk"],
                        "not_enforced": {"tasks": "the guest kernel's own (no limit set by the provider)"}},
         }

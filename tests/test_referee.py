@@ -847,7 +847,7 @@ async def test_run_heat_reports_territory_resources_and_notes(tmp_path, fake_hea
     assert said.index(f"note: {note}") < said.index("tearing down territories")
     assert sorted(extra["territories"]) == sorted(SEATS)
     assert extra["territories"]["builder-two"] == {
-        "resources": {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 2048},
+        "resources": {"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 512},
         "limits": {"enforced": [], "offered": {"vcpus": 2, "memory_mib": 4096, "disk_mib": 9000}, "id": "builder-two"},
     }
     assert {"schema", "version", "provider", "timings"} <= set(extra) and extra["provider"] == "fake"

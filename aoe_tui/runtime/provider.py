@@ -57,9 +57,13 @@ class TerritoryRefusedError(RebootError):
 
 
 #: default tasks limit of a territory (processes plus threads: cgroup ``pids.max``), ours:
-#: upstream's classes have no such field (§1.7). Enough for ``make -j``, a node or JVM build
-#: and a coding agent's own threads; a fork bomb stops here (or at the memory limit first).
-DEFAULT_TASKS_MAX = 2048
+#: upstream's classes have no such field (§1.7). Enough for a coding agent's harness, ``make``,
+#: a node or JVM build and a few servers on a 1-vCPU, 768 MiB class. Measured
+#: (``benchmarks/greedy_seat.py --greed fork``, docs/territories.md): a fork bomb held at
+#: 2048 tasks slowed its rivals' time to durable by +26 % (tick lateness p99 349 ms), held at
+#: 512 by +2.4 % (p99 6 ms): the kernel's work for thousands of tasks is not all charged to
+#: the seat's own CPU limit.
+DEFAULT_TASKS_MAX = 512
 
 
 @dataclass(frozen=True)
@@ -283,7 +287,7 @@ class TerritoryProvider(abc.ABC):
 
     def limits(self, territory_id: str) -> dict[str, object]:
         """What the provider enforces for ``territory_id`` (for ``aoe-extra.json``):
-        ``{"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 2048, "enforced":
+        ``{"vcpus": 1, "memory_mib": 768, "disk_mib": 2048, "tasks": 512, "enforced":
         ["cpu", "memory", "tasks", "disk"], ...}``; ``{}`` when it enforces nothing. Never raises."""
         return {}
 
