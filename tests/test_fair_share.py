@@ -190,6 +190,19 @@ async def test_run_heat_weighs_its_territories_by_phase(tmp_path, monkeypatch):
 
 
 @pytest.mark.container
+def _escaped_session_sshd(pid: int) -> bool:
+    """An SSH session's own ``sshd`` that sits in the root of every v1 hierarchy while its
+    session opens (seen now and then; the session's shell and everything it starts stay in
+    the territory's groups): docs/territories.md, "container limits"."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return False
+    v1 = [ln for ln in lines if not ln.startswith("0::")]
+    return comm == "sshd" and bool(v1) and all(ln.endswith(":/") for ln in v1)
+
+
 async def test_cpu_weight_of_a_real_container(guest_image, tmp_path):
     """A booted territory's processes (its init included) move into their own ``cpu`` group
     whose shares follow the weight; the group goes with ``None`` after the teardown."""
@@ -229,6 +242,8 @@ async def test_cpu_weight_of_a_real_container(guest_image, tmp_path):
         box = provider._boxes[t.id]
         for pid in _cgroup_pids([str(p) for p in box.cgroups]):  # every process of the territory
             try:
+                if _escaped_session_sshd(pid):
+                    continue  # a known gap (docs/territories.md, "container limits"): not the player's processes
                 assert f":cpu:/aoe-territories/{group.name}/guest\n" in Path(f"/proc/{pid}/cgroup").read_text(), pid
             except FileNotFoundError:
                 pass  # exited meanwhile

@@ -20,6 +20,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -133,9 +134,10 @@ def test_a_full_disk_refuses_an_append_without_leaving_half_a_line(tmp_path):
         assert [r.sequence for r in read_events(p)] == [0, 1]
 
 
-def small_season(folder: Path, entrants: list[tuple[str, str]], *, max_attempts: int = 2) -> Path:
+def small_season(folder: Path, entrants: list[tuple[str, str]], *, max_attempts: int = 2,
+                 arena: Path = FIRST_BUILD) -> Path:
     """A one-heat league on first-build (30 s clock, 3 s drain): ``entrants`` = ``(id, adapter)``."""
-    text = (f'id = "disk"\nlabel = "w1"\narena = "{FIRST_BUILD}"\nseed = 1\nmax_attempts = {max_attempts}\n'
+    text = (f'id = "disk"\nlabel = "w1"\narena = "{arena}"\nseed = 1\nmax_attempts = {max_attempts}\n'
             'drain_seconds = 3\n[provider]\nkind = "container"\nready_timeout_s = 90\n'
             '[arena_overrides]\nduration_seconds = 30\nminimum_territories = 2\n'
             '[format]\nkind = "league"\nheats_per_entrant = 1\n'
@@ -214,10 +216,18 @@ def netns_of(folder: Path) -> list[str]:
 def test_disk_filling_mid_heat_stops_the_season_resumably(tmp_path, guest_image):
     if shutil.which("systemd-nspawn") is None:
         pytest.skip("container territories need systemd-nspawn")
-    f = small_season(tmp_path, [("a", "scripted:slow"), ("b", "scripted:slow")])
+    # each territory's own disk takes its class's disk_mib on the season's file system from the
+    # start (reserved, issue 26): a copy of first-build whose class has a 256 MiB disk, and room
+    # for the two seats' disks beside the 320 MiB this test fills
+    arena = tmp_path / "first-build"
+    shutil.copytree(FIRST_BUILD.parent, arena)
+    toml = arena / "arena.toml"
+    toml.write_text(re.sub(r"(?m)^disk_mib = \d+$", "disk_mib = 256", toml.read_text()))
+    assert "disk_mib = 256" in toml.read_text()
+    f = small_season(tmp_path, [("a", "scripted:slow"), ("b", "scripted:slow")], arena=arena)
     mnt = tmp_path / "mnt"
     proc = None
-    with tmpfs(mnt, "320m"):
+    with tmpfs(mnt, "840m"):
         out = mnt / "season"
         att = out / "round-1" / "heat-1" / "attempt-1"
         try:
