@@ -242,9 +242,11 @@ def test_heat_oracle_hasty_memory(tmp_path: Path) -> None:
     cut = two.milestones["uninterrupted-cutover"]
     assert not cut.passed
     assert "visible outage during the rollout" in cut.failure_detail, cut.failure_detail
-    # The proxy's restart is seen as a connection-level failure; which one is the clock's call:
-    # refused while nothing listens (curl 7), or reset/empty for a request in flight at the kill (56, 52).
-    assert re.search(r"no answer \(curl: \((7|52|56)\) ", cut.failure_detail), cut.failure_detail
+    # The proxy's restart is seen as a connection-level failure or an empty answer; which one is
+    # the clock's call: refused while nothing listens (curl 7), reset/empty for a request in
+    # flight at the kill (56, 52), or an empty body from a process caught mid-restart (seen with
+    # the territories held to one CPU, issue 26).
+    assert re.search(r"no answer \(curl: \((7|52|56)\) |returned '', expected ", cut.failure_detail), cut.failure_detail
     assert "write-new" not in two.milestones or not two.milestones["write-new"].passed
 
     # memory: correct cutover and write, but the record dies with the v2 process
