@@ -589,18 +589,24 @@ def cpu_usage_s(tg: TerritoryGroups) -> float | None:
     return None
 
 
+def remove_tree(path: Path) -> bool:
+    """Remove a cgroup tree bottom-up (``rmdir`` only: cgroup folders hold no files); True
+    when it is gone. A group with a process left in it stays."""
+    if path.is_dir():
+        for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -len(t[0])):
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+    return not path.exists()
+
+
 def remove_groups(paths: Iterable[str | Path]) -> list[str]:
-    """``rmdir`` each group tree (deepest first), then its parent ``aoe-territories`` when
-    empty (race-safe: a parent still holding another territory's group stays, silently).
+    """:func:`remove_tree` of each group, then its parent ``aoe-territories`` when empty
+    (race-safe: a parent still holding another territory's group stays, silently).
     Returns the groups that could not be removed (a process still in them)."""
     left: list[str] = []
     for p in dict.fromkeys(str(x) for x in paths):
         path = Path(p)
-        if path.is_dir():
-            for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -len(t[0])):
-                with contextlib.suppress(OSError):
-                    os.rmdir(dirpath)
-        if path.exists():
+        if not remove_tree(path):
             left.append(p)
             continue
         if path.parent.name == PARENT:

@@ -219,7 +219,7 @@ CGROUP_V1_SYSTEMD = Path("/sys/fs/cgroup/systemd")
 #: where the host's cgroup hierarchies are mounted (v1: one folder per controller; a pure
 #: cgroup-v2 host: the unified hierarchy itself)
 CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
-CGROUP_PARENT = "aoe-territories"
+CGROUP_PARENT = limits_cg.PARENT
 #: cgroup-v1 ``cpu`` hierarchy: where :meth:`ContainerProvider.set_cpu_weight` gives each
 #: territory a weighted group ``aoe-territories/<machine>`` (see :func:`cpu_group`)
 CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
@@ -433,15 +433,8 @@ def _cgroup_pids(paths: list[str]) -> list[int]:
     return sorted(found)
 
 
-def remove_cgroup(path: Path) -> bool:
-    """Remove a territory's cgroup tree bottom-up (``rmdir`` only: cgroup folders hold no
-    files); True when it is gone. A group with a process left in it stays."""
-    if not path.is_dir():
-        return True
-    for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda t: -len(t[0])):
-        with contextlib.suppress(OSError):
-            os.rmdir(dirpath)
-    return not path.exists()
+#: remove a territory's cgroup tree bottom-up; True when it is gone (see :func:`cgroups.remove_tree`)
+remove_cgroup = limits_cg.remove_tree
 
 
 def cpu_weight_problem() -> str | None:
@@ -471,15 +464,10 @@ make_cpu_group = limits_cg.make_group
 
 
 def remove_cpu_group(group: Path) -> bool:
-    """Remove a territory's weighted ``cpu`` group (:func:`remove_cgroup`), then its parent
-    ``aoe-territories`` if that has no other group left; True when ``group`` is gone. The
-    parent's ``rmdir`` is race-safe: while another runner's group is in it (or one is being
-    made: :func:`make_cpu_group` retries) it fails with EBUSY/ENOTEMPTY and stays, silently."""
-    gone = remove_cgroup(group)
-    if gone:
-        with contextlib.suppress(OSError):
-            os.rmdir(group.parent)
-    return gone
+    """Remove a territory's weighted ``cpu`` group, then its parent ``aoe-territories`` if
+    that has no other group left (:func:`cgroups.remove_groups`, race-safe: while another
+    runner's group is in it, or one is being made, it stays); True when ``group`` is gone."""
+    return not limits_cg.remove_groups([group])
 
 
 def _remove_cgroup_soon(path: Path, timeout_s: float = 3.0) -> bool:
