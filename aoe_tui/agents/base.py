@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aoe_tui.domain.agent_usage import Usage
+from aoe_tui.domain.spend import SpendCap, SpendLedger
 from aoe_tui.errors import AoeError
 from aoe_tui.fsio import SubPath
 
@@ -267,6 +268,27 @@ class Adapter(abc.ABC):
     #: (:mod:`aoe_tui.cluster.remote`), where the runner's environment is not there and the
     #: worker's own must not carry the key (its children would inherit it). ``None``: none.
     credentials: dict[str, str] | None = None
+
+    #: Live spend limits of issue 27 (set by the season runner; enforced by adapters that run
+    #: a credential proxy, :mod:`aoe_tui.agents.proxy`): the per-heat token and request limits
+    #: (:class:`~aoe_tui.domain.spend.SpendCap`; its cost limit is the agent's
+    #: ``budget.max_cost_microusd``, see :meth:`heat_cap`), or ``None``.
+    heat_limits: SpendCap | None = None
+
+    #: This entrant's season-wide ledger and cap (the ledger is shared by its heats), or ``None``.
+    season_spend: tuple[SpendLedger, SpendCap] | None = None
+
+    #: Names of environment variables that hold **other** entrants' credentials: a process this
+    #: adapter starts must not inherit them (set by the season runner).
+    foreign_credentials: frozenset[str] = frozenset()
+
+    def heat_cap(self, agent: Any) -> SpendCap | None:
+        """The live per-heat cap for ``agent`` (a manifest agent): its ``budget.max_cost_microusd``
+        (µUSD) plus :attr:`heat_limits`' tokens and requests; ``None`` when nothing is limited."""
+        cost = getattr(getattr(agent, "budget", None), "max_cost_microusd", None)
+        lim = self.heat_limits or SpendCap()
+        cap = SpendCap(cost, lim.max_tokens, lim.max_requests, "heat")
+        return None if cap.is_empty() else cap
 
     def credential(self, name: str | None) -> str | None:
         """The value of credential variable ``name``: :attr:`credentials` first, then this

@@ -35,6 +35,7 @@ __all__ = [
     "CommandRun",
     "adapter_environment",
     "apply_budget",
+    "own_environment",
     "exit_status_text",
     "interpret_exit",
 ]
@@ -101,6 +102,17 @@ def exit_status_text(returncode: int) -> str:
     return f"signal: {signo} ({name})"
 
 
+def own_environment(adapter: Adapter, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment an adapter's process inherits (issue 27): ``base`` (default this
+    process's environment) plus the credentials handed to it explicitly (a cluster worker),
+    **minus** every variable in ``adapter.foreign_credentials`` — other entrants' key
+    variables — so an adapter can read only its own entrant's credentials."""
+    env = {**(os.environ if base is None else base), **(adapter.credentials or {})}
+    for name in adapter.foreign_credentials:
+        env.pop(name, None)
+    return env
+
+
 def apply_budget(outcome: AgentOutcome, budget: Any) -> AgentOutcome:
     """The budget check of spec §5.4, applied after every other interpretation.
 
@@ -108,10 +120,12 @@ def apply_budget(outcome: AgentOutcome, budget: Any) -> AgentOutcome:
     If ``usage.resource_units`` exceeds ``budget.resource_units``, or both
     ``usage.cost_microusd`` and ``max_cost_microusd`` are set and the cost is greater,
     the outcome becomes ``budget_exceeded`` with summary :data:`BUDGET_SUMMARY`
-    (usage and transcript are kept). Otherwise ``outcome`` is returned unchanged.
+    (usage and transcript are kept). Otherwise — or when the outcome is already
+    ``budget_exceeded`` (a live limit, issue 27, whose summary names the limit and the
+    amount spent) — ``outcome`` is returned unchanged.
     """
-    if budget is None:
-        return outcome
+    if budget is None or outcome.status == AdapterStatus.BUDGET_EXCEEDED:
+        return outcome  # a live limit's refusal already says what was spent of which limit
     usage = outcome.usage
     limit_units = getattr(budget, "resource_units", None)
     limit_cost = getattr(budget, "max_cost_microusd", None)
@@ -301,8 +315,7 @@ class CommandAdapter(Adapter):
         with ``harness_error`` naming the path.
         """
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)
-        # credentials handed over explicitly (a cluster worker) join what it inherits
-        env = adapter_environment(ctx, {**os.environ, **self.credentials} if self.credentials else None)
+        env = adapter_environment(ctx, own_environment(self))
         out = open(ctx.stdout_file, "ab")
         err = open(ctx.stderr_file, "ab")
         try:

@@ -724,7 +724,9 @@ class OpencodeStaged(_SeatSetup, Staged):
             key = self.adapter.credential(self.opts.api_key_env)
             if not key:
                 raise OpencodeError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
-        self.proxy = CredentialProxy(self.opts.base_url, key)
+        ad = self.adapter
+        self.proxy = CredentialProxy(self.opts.base_url, key, rates=getattr(ad, "price", None),
+                                     heat_cap=ad.heat_cap(ctx.agent), season=ad.season_spend)
         del key
         await self.proxy.start()
         step("install")
@@ -1099,6 +1101,9 @@ class OpencodeRun(_SeatSetup, AgentRun):
                 self._checkpoint()
                 if s.steps > self.opts.max_steps:
                     return "steps"
+                if self.proxy_stats is not None and self.proxy_stats.refused:
+                    self._cut_note = self.proxy_stats.refused
+                    return "budget"
                 if s.final_seen_at is not None and now - s.final_seen_at > self.opts.exit_grace_s:
                     self._cut_note = _limit_note("exit_grace_s", self.opts.exit_grace_s, now - s.final_seen_at,
                                                  "after the final answer without exiting", now - started)
@@ -1200,7 +1205,8 @@ class OpencodeRun(_SeatSetup, AgentRun):
 
         Rule, first match wins:
 
-        1. our step cap fired → ``budget_exceeded`` (player);
+        1. our step cap fired, or the credential proxy refused a model call past a live spend
+           limit (issue 27; the summary names the limit and the amount spent) → ``budget_exceeded`` (player);
         2. opencode gave a final answer (its last ``step_finish`` is ``stop`` with a text) →
            ``completed`` (player), whatever came before or after it: an ``error`` event that
            opencode recovered from, exit status 1, a session cut while exiting, or our
@@ -1221,6 +1227,9 @@ class OpencodeRun(_SeatSetup, AgentRun):
         tail = f" (stderr: {err_line})" if err_line else ""
         if cut == "steps":
             return AdapterStatus.BUDGET_EXCEEDED, f"opencode exceeded the step cap of {self.opts.max_steps} steps"
+        refused = self.proxy_stats.refused if self.proxy_stats is not None else None
+        if refused:
+            return AdapterStatus.BUDGET_EXCEEDED, f"{refused}; the credential proxy refused the next model call"
         if s.last_reason == "stop" and s.final_text is not None:
             summary = self._summary()
             notes = []

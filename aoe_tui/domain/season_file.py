@@ -42,6 +42,13 @@ Seasons are ours (upstream has no tournaments, spec §10.2). A season file::
     cache_read_per_mtok = 0.15      # input read from the cache (default: the input price)
     cache_write_per_mtok = 0.60     # input written to the cache (default: the input price)
 
+    [budget]                        # optional live limits per entrant, enforced at the credential proxy
+    heat_max_tokens = 2_000_000     # tokens (input + output) per heat
+    heat_max_requests = 400         # model requests per heat
+    season_max_cost_microusd = 20_000_000   # µUSD over the whole season (priced at [prices])
+    season_max_tokens = 50_000_000  # tokens over the whole season
+    season_max_requests = 5_000     # model requests over the whole season
+
     [[entrants]]
     id = "oracle"
     adapter = "oracle"              # oracle | scripted:NAME | command:PATH | registered NAME
@@ -79,6 +86,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aoe_tui.domain.arena import Budget, is_valid_id
 from aoe_tui.domain.prices import ModelPrice
+from aoe_tui.domain.spend import SpendCap
 from aoe_tui.domain.tomlfile import Problem, parse_toml, read_toml_source, schema_problems
 from aoe_tui.domain.tomlpos import TomlPositions
 from aoe_tui.errors import AoeError
@@ -90,6 +98,7 @@ __all__ = [
     "ClusterConfig",
     "Entrant",
     "KnockoutFormat",
+    "SeasonBudget",
     "LeagueFormat",
     "LoadedSeason",
     "SectionConfig",
@@ -128,6 +137,30 @@ class Entrant(_Model):
     reasoning_effort: str = "default"
     budget: Budget = Field(default_factory=lambda: Budget(resource_units=1))
     options: dict[str, Scalar] = Field(default_factory=dict)
+
+
+class SeasonBudget(_Model):
+    """``[budget]``: live spend limits for **each** entrant, enforced by the credential proxy as
+    the agent spends (issue 27; :class:`aoe_tui.domain.spend.SpendCap`). Not upstream's: upstream
+    checks ``[agents.budget]`` only after an agent ends (§1.11, §5.4). A heat's cost limit is
+    the entrant's ``budget.max_cost_microusd`` (µUSD); these add tokens and requests per heat,
+    and cost (µUSD), tokens and requests summed over all of an entrant's heats in the season.
+    Any left out is no limit. Past one, the next model call is refused, the harness is ended
+    and the seat's result is ``budget_exceeded``."""
+
+    heat_max_tokens: PosInt | None = None
+    heat_max_requests: PosInt | None = None
+    season_max_cost_microusd: PosInt | None = None
+    season_max_tokens: PosInt | None = None
+    season_max_requests: PosInt | None = None
+
+    def heat_cap(self, max_cost_microusd: int | None) -> SpendCap:
+        """The per-heat cap with the entrant's cost limit (µUSD)."""
+        return SpendCap(max_cost_microusd, self.heat_max_tokens, self.heat_max_requests, "heat")
+
+    def season_cap(self) -> SpendCap:
+        """The season-wide cap (empty when no season field is set)."""
+        return SpendCap(self.season_max_cost_microusd, self.season_max_tokens, self.season_max_requests, "season")
 
 
 class SectionConfig(_Model):
@@ -259,6 +292,8 @@ class SeasonFile(_Model):
     #: model (as entrants name it) → its prices; a priced entrant's cost is ours, not its
     #: adapter's (see :mod:`aoe_tui.domain.prices`)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    #: live spend limits per entrant, per heat and per season (None: only the budgets' cost)
+    budget: SeasonBudget | None = None
 
 
 def semantic_problems(s: SeasonFile) -> list[tuple[str, str]]:

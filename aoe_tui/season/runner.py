@@ -77,6 +77,7 @@ from aoe_tui.domain import season_events as se
 from aoe_tui.domain.arena import AgentDef, LoadedManifest, load_manifest
 from aoe_tui.domain.display import RepeatedFailures, fmt_clock, summarize_event
 from aoe_tui.domain.season_file import LoadedSeason, load_season
+from aoe_tui.domain.spend import SpendLedger
 from aoe_tui.errors import AoeError
 from aoe_tui.fsio import fmt_bytes, free_bytes, is_no_space, write_atomic
 from aoe_tui.replay.season_log import SeasonLogWriter
@@ -485,6 +486,18 @@ def cleanup_stale_territories(season_dir: Path) -> list[str]:
     return [f"{tdir.parent.relative_to(season_dir)}: {ident}" for tdir, ident in cleanup_under(Path(season_dir))]
 
 
+def _credential_vars(adapter: Any, entrant: Any) -> frozenset[str]:
+    """Names of the environment variables holding ``entrant``'s credentials: its adapter's
+    ``credential_names()`` and its ``options.api_key_env``."""
+    names: set[str] = set()
+    with contextlib.suppress(Exception):
+        names.update(n for n in adapter.credential_names() if isinstance(n, str) and n)
+    opt = (entrant.options or {}).get("api_key_env")
+    if isinstance(opt, str) and opt:
+        names.add(opt)
+    return frozenset(names)
+
+
 class SeasonRunner:
     """Runs (or resumes) one season into ``output_dir``.
 
@@ -550,6 +563,13 @@ class SeasonRunner:
         self.entrants = {e.id: e for e in self.season.entrants}
         #: model → its rates (µUSD per million tokens), from the season's [prices]
         self.rates = {m: p.rates() for m, p in self.season.prices.items()}
+        #: live spend limits (issue 27): each entrant's season ledger, shared by its heats
+        budget = self.season.budget
+        self.spend = {e.id: SpendLedger() for e in self.season.entrants}
+        self.heat_limits = budget.heat_cap(None) if budget is not None else None
+        self.season_cap = budget.season_cap() if budget is not None and not budget.season_cap().is_empty() else None
+        #: entrant → names of the environment variables holding its credentials
+        self.credential_vars: dict[str, frozenset[str]] = {}
         #: heats whose proxy/events token mismatch was already said (once per heat)
         self._mismatch_said: set[tuple[int, int]] = set()
         base = loaded.path.parent
@@ -566,6 +586,7 @@ class SeasonRunner:
             for arena in self.arenas:
                 try:
                     adapter = self._make_adapter(e, arena)
+                    self.credential_vars[e.id] = self.credential_vars.get(e.id, frozenset()) | _credential_vars(adapter, e)
                     preflight = getattr(adapter, "preflight", None)
                     if preflight is not None:
                         preflight()
@@ -625,6 +646,13 @@ class SeasonRunner:
         if rates is not None:
             with contextlib.suppress(AttributeError, TypeError):
                 adapter.price = rates
+        own = self.credential_vars.get(entrant.id, frozenset())
+        foreign = frozenset().union(*(v for k, v in self.credential_vars.items() if k != entrant.id)) - own
+        with contextlib.suppress(AttributeError, TypeError):
+            adapter.heat_limits = self.heat_limits
+            if self.season_cap is not None:
+                adapter.season_spend = (self.spend[entrant.id], self.season_cap)
+            adapter.foreign_credentials = foreign
         return adapter
 
     def arena_of_round(self, rnd: int) -> LoadedManifest:

@@ -51,13 +51,15 @@ LIVE_CLOCK_CAP_MS = 15 * 60 * 1000
 
 @dataclass(frozen=True)
 class AgentMeta:
-    """Manifest facts about one agent (§1.11): ids, adapter, model, reasoning effort."""
+    """Manifest facts about one agent (§1.11): ids, adapter, model, reasoning effort, and its
+    ``budget.max_cost_microusd`` (µUSD; the live cost limit of issue 27, ``None``: no limit)."""
 
     id: str
     territory: str | None = None
     adapter: str | None = None
     model: str | None = None
     reasoning_effort: str | None = None
+    max_cost_microusd: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,11 @@ class ArenaView:
         agents = {}
         for a in arena.get("agents") or []:
             if isinstance(a, Mapping) and isinstance(a.get("id"), str):
+                budget = a.get("budget") if isinstance(a.get("budget"), Mapping) else {}
+                limit = budget.get("max_cost_microusd")
                 agents[a["id"]] = AgentMeta(
-                    a["id"], a.get("territory"), a.get("adapter"), a.get("model"), a.get("reasoning_effort")
+                    a["id"], a.get("territory"), a.get("adapter"), a.get("model"), a.get("reasoning_effort"),
+                    limit if isinstance(limit, int) and not isinstance(limit, bool) else None,
                 )
         terrs = tuple(
             t["id"] for t in arena.get("territories") or [] if isinstance(t, Mapping) and isinstance(t.get("id"), str)
@@ -381,6 +386,8 @@ class PanelView:
     has_activity_source: bool
     health: str | None = None
     resources: int | None = None
+    #: the seat's cost limit (µUSD, its manifest ``budget.max_cost_microusd``), shown as "spent / limit"
+    cost_limit_microusd: int | None = None
 
 
 _MARKERS = {
@@ -478,6 +485,7 @@ def panel_view(model: HeatModel, tid: str, activity_lines: int = 6, clock_ms: in
         has_activity_source=model.activity is not None or model.timed_activity,
         health=health,
         resources=terr.resources if conquest and terr else None,
+        cost_limit_microusd=meta.max_cost_microusd if meta else None,
     )
 
 

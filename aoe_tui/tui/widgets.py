@@ -113,6 +113,8 @@ def render_panel(pv: PanelView, width: int = 40) -> Text:
         t.append(f"{fmt_tokens(pv.tokens_in)} in / {fmt_tokens(pv.tokens_out)} out")
     t.append("  cost ", style="dim")
     t.append(fmt_cost(pv.cost_microusd))
+    if pv.cost_limit_microusd is not None:  # a live limit (issue 27): spend against it
+        t.append(f" / {fmt_cost(pv.cost_limit_microusd)}", style="dim")
     t.append("\nagent ", style="dim")
     t.append(pv.agent_state, style="green" if pv.agent_state in ("running", "completed") else "")
     t.append("\n── activity", style="dim")
@@ -544,7 +546,8 @@ def render_scoreboard(views: list[PanelView]) -> Text:
         t.append(f" {v.points:>3} pts ", style="bold")
         t.append(f"{state:<10}", style=style)
         tok = "n/a" if v.tokens_in is None else f"{fmt_tokens(v.tokens_in)}/{fmt_tokens(v.tokens_out)}"
-        t.append(f" {fmt_cost(v.cost_microusd)} tok {tok}", style="dim")  # cost first: tokens may be cut
+        limit = f"/{fmt_cost(v.cost_limit_microusd)}" if v.cost_limit_microusd is not None else ""
+        t.append(f" {fmt_cost(v.cost_microusd)}{limit} tok {tok}", style="dim")  # cost first: tokens may be cut
     return t
 
 

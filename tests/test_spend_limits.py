@@ -1,0 +1,99 @@
+"""Issue 27: live spend limits (shapes, the season file's ``[budget]``, the runner's wiring) and
+``command:`` adapters that see only their own entrant's credentials."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aoe_tui.agents.base import AdapterStatus, AgentOutcome
+from aoe_tui.agents.command import BUDGET_SUMMARY, CommandAdapter, apply_budget
+from aoe_tui.domain.agent_usage import Usage
+from aoe_tui.domain.arena import Budget
+from aoe_tui.domain.season_file import SeasonFileError, load_season, parse_season_text
+from aoe_tui.domain.spend import SpendCap, SpendLedger
+from tests.test_adapters import WRITE_RESULT, make_ctx, script
+from tests.test_season_results import _season_text
+
+
+def test_caps_say_the_limit_and_the_amount_spent():
+    cap = SpendCap(max_cost_microusd=2_000)
+    assert cap.crossed(SpendLedger(cost_microusd=2_000)) is None  # "greater than" (§5.4)
+    assert cap.crossed(SpendLedger(cost_microusd=2_150)) == "budget exceeded: spent 2150 µUSD of 2000 µUSD"
+    season = SpendCap(max_tokens=100, max_requests=3, scope="season")
+    assert season.crossed(SpendLedger(tokens=101)) == "season budget exceeded: used 101 tokens of 100 tokens"
+    assert season.crossed(SpendLedger(requests=2)) is None
+    assert season.crossed(SpendLedger(requests=3)) == "season budget exceeded: made 3 model requests of 3"
+    assert SpendCap().is_empty() and not cap.is_empty()
+    led = SpendLedger()
+    led.add(cost_microusd=5, tokens=-3, requests=1)
+    assert (led.cost_microusd, led.tokens, led.requests) == (5, 0, 1)
+
+
+def test_a_live_refusal_keeps_its_summary_through_the_after_the_fact_check():
+    usage = Usage(resource_units=1, cost_microusd=2_400)
+    live = AgentOutcome(AdapterStatus.BUDGET_EXCEEDED, "budget exceeded: spent 2400 µUSD of 2000 µUSD", usage)
+    budget = Budget(resource_units=1, max_cost_microusd=2_000)
+    assert apply_budget(live, budget) is live
+    after = apply_budget(AgentOutcome(AdapterStatus.COMPLETED, "done", usage), budget)
+    assert (after.status, after.summary) == (AdapterStatus.BUDGET_EXCEEDED, BUDGET_SUMMARY)
+
+
+def test_season_budget_table_is_optional_checked_and_one_line_on_error():
+    base = _season_text()
+    assert parse_season_text(base, "s.toml").budget is None
+    b = parse_season_text(base + "[budget]\nheat_max_requests = 40\nseason_max_cost_microusd = 9000\n", "s.toml").budget
+    assert b is not None
+    assert b.heat_cap(2_000) == SpendCap(2_000, None, 40, "heat")
+    assert b.season_cap() == SpendCap(9_000, None, None, "season")
+    with pytest.raises(SeasonFileError) as err:
+        parse_season_text(base + "[budget]\nseason_max_tokens = 0\nmax_dollars = 3\n", "s.toml")
+    text = str(err.value)
+    assert "budget.season_max_tokens" in text and "budget.max_dollars" in text and "Traceback" not in text
+
+
+def test_the_runner_gives_each_entrant_its_limits_and_hides_the_others_keys(tmp_path, monkeypatch):
+    from aoe_tui.season.runner import SeasonRunner
+
+    monkeypatch.setenv("KEY_A", "sk-a-0123456789abcdef")
+    monkeypatch.setenv("KEY_B", "sk-b-0123456789abcdef")
+    text = _season_text(
+        "[budget]\nheat_max_tokens = 500000\nseason_max_requests = 10\n"
+        + "".join(f'[[entrants]]\nid = "oc{x}"\nadapter = "opencode"\nmodel = "m-{x}"\n'
+                  f'[entrants.options]\nbase_url = "http://127.0.0.1:9/v1"\napi_key_env = "KEY_{x.upper()}"\n'
+                  for x in ("a", "b")))
+    f = tmp_path / "s.toml"
+    f.write_text(text)
+    runner = SeasonRunner(load_season(f), tmp_path / "out", provider_factory=lambda workdir, heat_id: None)
+    a, b, oracle = (runner._make_adapter(runner.entrants[e]) for e in ("oca", "ocb", "e0"))
+    assert a.foreign_credentials == {"KEY_B"} and b.foreign_credentials == {"KEY_A"}
+    assert oracle.foreign_credentials == {"KEY_A", "KEY_B"}
+    assert a.heat_limits == SpendCap(None, 500_000, None, "heat")
+    ledger, cap = a.season_spend
+    assert cap == SpendCap(None, None, 10, "season") and ledger is runner.spend["oca"]
+    again = runner._make_adapter(runner.entrants["oca"])
+    assert again.season_spend[0] is ledger  # the same ledger in every heat of the entrant
+    assert b.season_spend[0] is not ledger
+    agent = type("A", (), {"budget": Budget(resource_units=1, max_cost_microusd=2_000)})()
+    assert a.heat_cap(agent) == SpendCap(2_000, 500_000, None, "heat")
+
+
+async def test_command_adapter_inherits_only_its_own_credentials(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_KEY", "sk-mine-0123456789")
+    monkeypatch.setenv("THEIR_KEY", "sk-theirs-0123456789")
+    ctx = make_ctx(tmp_path)
+    body = ('env | cut -d= -f1 | sort > "$(dirname "$AOE_RESULT_FILE")/names.txt"\n'
+            "write_result completed ok '{\"resource_units\":1}'\n")
+    adapter = CommandAdapter("tiny", script(tmp_path, WRITE_RESULT + body))
+    adapter.foreign_credentials = frozenset({"THEIR_KEY"})
+    run = await adapter.start(ctx)
+    outcome = await run.wait()
+    assert outcome.status == AdapterStatus.COMPLETED, outcome
+    names = (ctx.agent_dir / "names.txt").read_text().split()
+    assert "MY_KEY" in names and "THEIR_KEY" not in names and "AOE_AGENT_ID" in names
+    # nor can it read the other entrant's key from anything it wrote
+    for p in ctx.agent_dir.rglob("*"):
+        if p.is_file():
+            assert b"sk-theirs" not in p.read_bytes(), p
+    assert json.loads(ctx.result_file.read_text())["status"] == "completed"
