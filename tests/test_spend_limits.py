@@ -97,3 +97,25 @@ async def test_command_adapter_inherits_only_its_own_credentials(tmp_path, monke
         if p.is_file():
             assert b"sk-theirs" not in p.read_bytes(), p
     assert json.loads(ctx.result_file.read_text())["status"] == "completed"
+
+
+def test_panels_show_spend_against_the_limit():
+    """A seat with ``budget.max_cost_microusd`` shows "cost $X / $LIMIT" (panel and scoreboard)."""
+    import copy
+
+    from aoe_tui.replay.matchdir import load_match
+    from aoe_tui.tui.viewmodel import ArenaView, HeatModel, panel_view
+    from aoe_tui.tui.widgets import render_panel, render_scoreboard
+    from tests.test_tui_replay import SEED
+
+    seed = load_match(SEED)
+    arena = copy.deepcopy(seed.arena)
+    for a in arena["agents"]:
+        if a["territory"] == "builder-two":
+            a.setdefault("budget", {})["max_cost_microusd"] = 2_000_000
+    model = HeatModel(ArenaView.from_arena(arena))
+    model.extend(seed.records)
+    two, one = panel_view(model, "builder-two"), panel_view(model, "builder-one")
+    assert two.cost_limit_microusd == 2_000_000 and one.cost_limit_microusd is None
+    assert " / $2.0000" in render_panel(two).plain and " / $" not in render_panel(one).plain
+    assert "/$2.0000 tok" in render_scoreboard([one, two]).plain
