@@ -119,3 +119,37 @@ def test_panels_show_spend_against_the_limit():
     assert two.cost_limit_microusd == 2_000_000 and one.cost_limit_microusd is None
     assert " / $2.0000" in render_panel(two).plain and " / $" not in render_panel(one).plain
     assert "/$2.0000 tok" in render_scoreboard([one, two]).plain
+
+
+def test_a_resumed_season_ledger_starts_at_what_was_spent(tmp_path):
+    """On a resume the runner seeds each entrant's season ledger from the recorded attempts
+    (spoiled ones too), so a season cap holds across a restart of the runner."""
+    from aoe_tui.domain import season_events as se
+    from aoe_tui.replay.season_reducer import reduce_season
+    from aoe_tui.season.runner import SeasonRunner
+    from tests.test_season_results import _rec
+
+    f = tmp_path / "s.toml"
+    f.write_text(_season_text("[budget]\nseason_max_cost_microusd = 5000\n"))
+    runner = SeasonRunner(load_season(f), tmp_path / "out", provider_factory=lambda workdir, heat_id: None)
+
+    def stats(cost: int) -> dict:
+        return {e: se.EntrantHeatStats(territory="t", rank=1, input_tokens=100, output_tokens=10, cost_microusd=cost)
+                for e in ("e0", "e1")}
+
+    evs = [
+        se.SeasonStarted(season="s", label="w", arena_id="a", format={"kind": "league"}, entrants=["e0", "e1"],
+                         seed=0, heat_size=2, min_heat_size=2, max_attempts=2, season_sha256="0"),
+        se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=["e0", "e1"])]),
+        se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"),
+        se.AttemptFinished(round=1, heat=1, attempt=1, outcome="retry", failure_source="provider", stats=stats(700)),
+        se.AttemptStarted(round=1, heat=1, attempt=2, folder="round-1/heat-1/attempt-2"),
+        se.AttemptFinished(round=1, heat=1, attempt=2, outcome="counted", ranks={"e0": 1, "e1": 2}, winner="e0",
+                           stats=stats(1_300)),
+    ]
+    runner.state = reduce_season([_rec(i, e) for i, e in enumerate(evs)])
+    runner._seed_spend()
+    assert (runner.spend["e0"].cost_microusd, runner.spend["e0"].tokens) == (2_000, 220)
+    assert runner.season_cap.crossed(runner.spend["e1"]) is None
+    runner.spend["e1"].add(cost_microusd=3_001)
+    assert runner.season_cap.crossed(runner.spend["e1"]) == "season budget exceeded: spent 5001 µUSD of 5000 µUSD"

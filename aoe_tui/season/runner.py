@@ -634,6 +634,17 @@ class SeasonRunner:
         #: repeated milestone failures, per attempt tag (printed again only when the detail changes)
         self._failures = RepeatedFailures()
 
+    def _seed_spend(self) -> None:
+        """On a resume: each entrant's season ledger (:attr:`spend`) starts at what its recorded
+        attempts spent — cost (µUSD) and tokens from every finished attempt's stats, spoiled ones
+        included (they were paid for). Requests are not recorded, so they count from the resume."""
+        for heat in self.state.heats():
+            for att in heat.attempts:
+                stats = att.finished.stats if att.finished is not None else {}
+                for e, st in (stats or {}).items():
+                    if e in self.spend and st is not None:
+                        self.spend[e].add(cost_microusd=st.cost_microusd, tokens=st.input_tokens + st.output_tokens)
+
     def _make_adapter(self, entrant: Any, arena: LoadedManifest | None = None) -> Any:
         """A fresh adapter for ``entrant`` in a heat of ``arena`` (default: the first arena);
         its ``[[entrants]].options`` and the arena package go to the default factory."""
@@ -1174,6 +1185,7 @@ class SeasonRunner:
             # so the TUI and the stop signals stay live meanwhile
             swept = await asyncio.to_thread(self.cluster.sweep_nodes) if self.cluster is not None else []
             self._recover(swept)
+            self._seed_spend()
         else:
             self.say(f"season {self.season.id} · {self.season.label}: {len(self.entrants)} entrants, "
                      f"{self.format.kind}, heats of {self.min_heat}-{self.heat_size}, output {self.dir}")
