@@ -249,7 +249,9 @@ class RemoteHeat:
     ``arena_tar``/``arena_sha256``: the arena package (:func:`pack_folder`) and its hash;
     ``manifest_rel``: the manifest's path inside it; ``manifest``/``raw``: the heat's
     manifest (seats applied) and the manifest file bytes; ``agents``: agent id → ``{"spec",
-    "options", "price", "credentials": [env names]}``; ``adapter_files``: adapter spec or
+    "options", "price", "credentials": [env names], "heat_limits", "season_spend"}`` (the
+    last two: the live spend limits of :class:`aoe_tui.agents.base.Adapter`, the season ledger
+    a copy — the runner adds the heat's spend to its own after the attempt); ``adapter_files``: adapter spec or
     registered name → ``(file name, bytes)`` for adapters that are files on the runner;
     ``registered``: registered name → file name; ``provider``: the ``[provider]`` model;
     ``headers``: ``arena.json`` and ``match.json`` bytes the runner wrote; ``tag``:
@@ -453,6 +455,10 @@ class HeatActor:
             if a.get("price") is not None:
                 with contextlib.suppress(AttributeError, TypeError):
                     adapter.price = a["price"]
+            for attr in ("heat_limits", "season_spend"):  # live spend limits (issue 27)
+                if a.get(attr) is not None:
+                    with contextlib.suppress(AttributeError, TypeError):
+                        setattr(adapter, attr, a[attr])
             mine = {n: creds[n] for n in a.get("credentials", []) if n in creds}
             if mine:
                 adapter.credentials = mine

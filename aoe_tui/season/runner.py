@@ -67,6 +67,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import os
 import re
 from collections.abc import Callable
@@ -1003,7 +1004,11 @@ class SeasonRunner:
                 if value:
                     credentials[n] = value
             agents[e] = {"spec": ent.adapter, "options": dict(ent.options or {}), "price": self.rates.get(ent.model),
-                         "credentials": names}
+                         "credentials": names, "heat_limits": self.heat_limits,
+                         # the worker's proxy checks a copy of the season ledger; the runner adds
+                         # the heat's spend to the real one when the attempt ends
+                         "season_spend": (dataclasses.replace(self.spend[e]), self.season_cap)
+                         if self.season_cap is not None else None}
             spec = ent.adapter.strip()
             if spec in self.registered:
                 files[spec] = (self.registered[spec].name, self.registered[spec].read_bytes())
@@ -1021,13 +1026,19 @@ class SeasonRunner:
             self.say(f"{tag}: on node {node}")
 
         try:
-            return await self.cluster.run_heat(
+            world = await self.cluster.run_heat(
                 remote, folder, credentials, on_placed=placed,
                 on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
                 on_activity=lambda records, r=rel: self._observe("heat_activity", r, records),
                 on_event=lambda rec, w, t=tag, h=heat, r=rel: self._on_event(t, h, rec, r))
         finally:
             credentials.clear()
+        for e in heat.entrants:  # what the worker's proxies spent joins the season ledgers
+            av = getattr(world, "agents", {}).get(e)
+            if av is not None and e in self.spend:
+                self.spend[e].add(cost_microusd=av.cost_microusd or 0,
+                                  tokens=(av.input_tokens or 0) + (av.output_tokens or 0))
+        return world
 
     @staticmethod
     def _usage_extra(folder: Path) -> dict[str, Any]:
