@@ -206,7 +206,7 @@ async def test_season_ledger_carries_across_heats():
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 @pytest.mark.parametrize("api", ["chat", "responses", "messages"])
 async def test_a_hostile_upstream_cannot_leak_the_key(api, stream):
-    with ScriptedModelServer(STEPS, expect_key=KEY, plant_key=KEY) as srv:
+    with ScriptedModelServer(STEPS, expect_key=KEY, plant_key=KEY, served={"m"}) as srv:
         async with CredentialProxy(srv.base_url, KEY, scrub=[OTHER_KEY]) as proxy:
             status, head, body = await _raw(proxy.port, "POST", PATHS[api], _body(api, 0, stream))
             assert status == 200 and b"X-Debug-Upstream-Key: ****" in head
@@ -215,8 +215,8 @@ async def test_a_hostile_upstream_cannot_leak_the_key(api, stream):
                 assert _events(api, body)
             else:
                 assert json.loads(body)["debug"].startswith("served with key ***")
-            # an error body from upstream (unknown path)
-            status, head, body = await _raw(proxy.port, "POST", "/v1/nowhere", {"model": "m"})
+            # an error body from upstream (a model it does not serve)
+            status, head, body = await _raw(proxy.port, "POST", PATHS[api], {**_body(api, 0, stream), "model": "x"})
             assert status == 404 and b"upstream key ***" in body
             _no_key_piece(head + body)
             # a redirect's Location
@@ -291,3 +291,21 @@ def test_scrubbing_any_split_of_a_stream_equals_scrubbing_it_whole(prefix, suffi
 def test_short_or_absent_secrets_change_nothing():
     assert Scrubber([None, "", "x"]).scrub(b"x marks the spot") == b"x marks the spot"
     assert not Scrubber(["short"]).active
+
+
+@pytest.mark.parametrize("method, path", [
+    ("POST", "/v1/organizations/api_keys"), ("GET", "/v1/dashboard/billing"), ("POST", "/v1/nowhere"),
+    ("POST", "/v1/../v1/organizations/api_keys/chat/completions"), ("POST", "/v1/x%2f..%2fadmin/messages"),
+    ("GET", "/v1/chat/completions"),
+])
+async def test_only_model_calls_are_forwarded(method, path):
+    """An admin or billing API could mint a new key with the injected one: the proxy answers
+    anything but the model calls itself (403), without reaching the provider or counting it."""
+    with ScriptedModelServer(STEPS, expect_key=KEY) as srv:
+        async with CredentialProxy(srv.base_url, KEY) as proxy:
+            status, _, body = await _raw(proxy.port, method, path, {"model": "m"})
+            assert status == 403 and b"forwards only model calls" in body
+            status, _, _ = await _raw(proxy.port, "POST", "/v1/messages/count_tokens", {"model": "m"})
+            assert status == 404  # forwarded: the scripted server has no such endpoint
+        assert [r["path"] for r in srv.requests] == ["/v1/messages/count_tokens"]
+        assert proxy.stats.requests == 1

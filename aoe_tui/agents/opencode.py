@@ -726,7 +726,8 @@ class OpencodeStaged(_SeatSetup, Staged):
                 raise OpencodeError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
         ad = self.adapter
         self.proxy = CredentialProxy(self.opts.base_url, key, rates=getattr(ad, "price", None),
-                                     heat_cap=ad.heat_cap(ctx.agent), season=ad.season_spend)
+                                     heat_cap=ad.heat_cap(ctx.agent), season=ad.season_spend,
+                                     scrub=[ad.credential(n) for n in sorted(ad.foreign_credentials)])
         del key
         await self.proxy.start()
         step("install")

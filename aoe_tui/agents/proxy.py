@@ -12,7 +12,9 @@ which
    else ``2023-06-01``) for Anthropic Messages (``…/messages``). The key is read from the
    runner's environment by the caller and held only in memory — never logged, never
    written, never sent to the guest;
-3. refuses the call when the entrant is past a spend limit (:class:`~aoe_tui.domain.spend.SpendCap`,
+3. forwards only model calls (:func:`allowed`: the three APIs' endpoints and the model list);
+   anything else — an admin API that could mint a key with the injected one — is answered 403;
+   refuses the call when the entrant is past a spend limit (:class:`~aoe_tui.domain.spend.SpendCap`,
    per heat and per season): HTTP 402 with an error body in the API's own shape (OpenAI
    ``{"error": {"message", "type": "insufficient_quota", "code": "budget_exceeded"}}``,
    Anthropic ``{"type": "error", "error": {"type": "billing_error", "message"}}``) — 402
@@ -60,7 +62,7 @@ from aoe_tui.errors import AoeError
 
 __all__ = [
     "API_CHAT", "API_MESSAGES", "API_RESPONSES", "CredentialProxy", "ProxyError", "ProxyStats", "SCRUB_MIN",
-    "Scrubber", "TokenCount", "WARMUP_PREFIX", "api_of", "error_body",
+    "Scrubber", "TokenCount", "WARMUP_PREFIX", "allowed", "api_of", "error_body",
 ]
 
 #: Requests under this path (``/aoe-warmup/v1/chat/completions``, ``…/v1/responses``,
@@ -102,6 +104,26 @@ def api_of(path: str) -> str:
     if p.endswith("/responses") or "/responses/" in p:
         return API_RESPONSES
     return API_CHAT
+
+
+#: What the proxy forwards (method, path suffix after the base path): the model calls of the three
+#: APIs and the model list, nothing else. Anything else — a provider's admin or billing API, which
+#: could mint a new key with the injected one — is answered 403 without reaching the provider.
+_ALLOWED = re.compile(
+    r"^(?:POST (?:/[^?]*)?/(?:chat/completions|completions|embeddings|responses(?:/[^?/]+)*|messages(?:/count_tokens)?)"
+    r"|GET (?:/[^?]*)?/(?:models(?:/[^?]*)?|responses/[^?]+)"
+    r"|DELETE (?:/[^?]*)?/responses/[^?]+)/?(?:\?.*)?$")
+
+
+def allowed(method: str, path: str) -> bool:
+    """True when the proxy forwards ``method path`` (see :data:`_ALLOWED`): ``POST`` to
+    ``…/chat/completions``, ``…/completions``, ``…/embeddings``, ``…/responses[/…]``,
+    ``…/messages[/count_tokens]``; ``GET`` of ``…/models[/…]`` and ``…/responses/<id>``;
+    ``DELETE`` of ``…/responses/<id>``."""
+    where = path.split("?", 1)[0]
+    if "/.." in where or "%2" in where.lower() or "\\" in where:  # no way out of the endpoint's path
+        return False
+    return bool(_ALLOWED.match(f"{method.upper()} {path}"))
 
 
 def error_body(api: str, message: str, *, kind: str = "aoe_proxy_error", code: str | None = None) -> bytes:
@@ -556,6 +578,11 @@ class CredentialProxy:
                 stream = False
             data, ctype = _warmup_reply(api, stream)
             await _send(writer, 200, "OK", data, ctype)
+            return
+        if not allowed(method, target):
+            await _send(writer, 403, "Forbidden", error_body(
+                api, f"the credential proxy forwards only model calls, not {method} {target.split('?', 1)[0]}",
+                kind="permission_error" if api == API_MESSAGES else "aoe_proxy_error"))
             return
         self.stats.touch()
         if (why := self.limit_crossed()) is not None:
