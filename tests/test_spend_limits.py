@@ -153,3 +153,33 @@ def test_a_resumed_season_ledger_starts_at_what_was_spent(tmp_path):
     assert runner.season_cap.crossed(runner.spend["e1"]) is None
     runner.spend["e1"].add(cost_microusd=3_001)
     assert runner.season_cap.crossed(runner.spend["e1"]) == "season budget exceeded: spent 5001 µUSD of 5000 µUSD"
+
+
+def test_season_standings_show_spend_against_the_season_limit():
+    from aoe_tui.domain import season_events as se
+    from aoe_tui.replay.season_reducer import reduce_season
+    from aoe_tui.season.season_standings import season_standings
+    from aoe_tui.tui.seasonmodel import STANDINGS_COLUMNS, standings_cells
+    from tests.test_season_results import _rec
+
+    def state(limit):
+        stats = {e: se.EntrantHeatStats(territory="t", rank=1, input_tokens=100, output_tokens=10, cost_microusd=1_300,
+                                        usage_recorded=True) for e in ("e0", "e1")}
+        evs = [
+            se.SeasonStarted(season="s", label="w", arena_id="a", format={"kind": "league"}, entrants=["e0", "e1"],
+                             seed=0, heat_size=2, min_heat_size=2, max_attempts=1, season_sha256="0",
+                             cost_limit_microusd=limit),
+            se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=["e0", "e1"])]),
+            se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"),
+            se.AttemptFinished(round=1, heat=1, attempt=1, outcome="counted", ranks={"e0": 1, "e1": 2}, winner="e0",
+                               stats=stats),
+            se.HeatFinished(round=1, heat=1, attempt=1, ranks={"e0": 1, "e1": 2}, winner="e0"),
+        ]
+        return reduce_season([_rec(i, e) for i, e in enumerate(evs)])
+
+    cost = STANDINGS_COLUMNS.index("Cost")
+    limited = season_standings(state(5_000))
+    assert [standings_cells(r)[cost] for r in limited] == ["$0.0013 / $0.0050"] * 2
+    assert limited[0].to_dict()["cost_limit_microusd"] == 5_000
+    plain = season_standings(state(None))
+    assert standings_cells(plain[0])[cost] == "$0.0013" and "cost_limit_microusd" not in plain[0].to_dict()

@@ -105,6 +105,9 @@ class SeasonStarted(_Ev):
     milestones: list[str] = Field(default_factory=list)
     models: dict[str, str] = Field(default_factory=dict)
     arenas: list[SeasonArena] = Field(default_factory=list)
+    #: each entrant's cost limit over the season (µUSD; the season file's
+    #: ``[budget] season_max_cost_microusd``), shown in the standings as spend / limit; None: none
+    cost_limit_microusd: int | None = None
 
 
 class SeasonResumed(_Ev):

@@ -732,6 +732,7 @@ class SeasonRunner:
                 milestones=list(arenas[0].milestones),
                 models={e.id: e.model for e in self.season.entrants},
                 arenas=arenas,
+                cost_limit_microusd=self.season.budget.season_max_cost_microusd if self.season.budget else None,
             ))
         return resuming
 

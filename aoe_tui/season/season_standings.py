@@ -134,10 +134,15 @@ class SeasonStanding:
     cache_write_tokens: int | None = None
     cost_source: str | None = None
     infra_failures: int = 0
+    #: the entrant's cost limit over the season (µUSD, ``[budget] season_max_cost_microusd``), or None
+    cost_limit_microusd: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``arenas`` as nested dicts)."""
-        return asdict(self)
+        """JSON-ready dict (``arenas`` as nested dicts; ``cost_limit_microusd`` only when set)."""
+        d = asdict(self)
+        if d["cost_limit_microusd"] is None:
+            del d["cost_limit_microusd"]
+        return d
 
 
 @dataclass
@@ -284,6 +289,7 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
             milestone_ms={} if state.multi_arena else t.milestone_medians(),
             arenas={a: tally.breakdown(a) for a, tally in by_arena[e].items()},
             infra_failures=spoiled[e],
+            cost_limit_microusd=info.cost_limit_microusd,
             **t.figures(),
         ))
     def key(r: SeasonStanding) -> tuple:

@@ -383,14 +383,17 @@ def sort_standings(rows: list[SeasonStanding], key: str, reverse: bool = False) 
 
 def standings_cells(r: SeasonStanding) -> tuple[str, ...]:
     """Display cells of one standings row, in :data:`STANDINGS_COLUMNS` order (n/a = unknown):
-    tokens in/out and cache read/write (tokens), cost (from µUSD), who computed it
+    tokens in/out and cache read/write (tokens), cost (from µUSD; "spent / limit" when the season
+    has a cost limit per entrant), who computed it
     (:data:`COST_BY`), heats and infrastructure-spoiled attempts."""
     tokens = "n/a" if r.input_tokens is None else f"{fmt_tokens(r.input_tokens)}/{fmt_tokens(r.output_tokens)}"
     cache = ("n/a" if r.cache_read_tokens is None or r.cache_write_tokens is None
              else f"{fmt_tokens(r.cache_read_tokens)}/{fmt_tokens(r.cache_write_tokens)}")
     return (str(r.rank), r.entrant + (" ★" if r.champion else ""), str(r.points), str(r.wins), str(r.durable),
             f"{r.mu:.1f}±{r.sigma:.1f}", fmt_clock(r.median_durable_ms) if r.median_durable_ms is not None else "—",
-            tokens, cache, fmt_cost(r.cost_microusd), COST_BY.get(r.cost_source, str(r.cost_source)), str(r.heats),
+            tokens, cache,
+            fmt_cost(r.cost_microusd) + (f" / {fmt_cost(r.cost_limit_microusd)}" if r.cost_limit_microusd else ""),
+            COST_BY.get(r.cost_source, str(r.cost_source)), str(r.heats),
             str(r.infra_failures), str(r.byes))
 
 
