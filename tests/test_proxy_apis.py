@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -267,15 +268,25 @@ async def test_encoded_bodies_are_decoded_and_scrubbed_or_refused(encoding):
         httpd.server_close()
 
 
-@settings(max_examples=200, deadline=None)
+def _escaped(text: str, how: list[int]) -> bytes:
+    """``text`` with some characters written as JSON escapes: ``how[i]`` 0 = as is,
+    1 = ``\\uXXXX``, 2 = ``\\\\uXXXX`` (an escape inside an escaped string)."""
+    out = b""
+    for c, h in zip(text, how + [0] * len(text)):
+        out += c.encode() if h == 0 else b"\\" * (2 * h - 1) + f"u{ord(c):04x}".encode()
+    return out
+
+
+@settings(max_examples=300, deadline=None)
 @given(prefix=st.binary(max_size=40), suffix=st.binary(max_size=40), cut_a=st.integers(0, len(KEY)),
-       cut_b=st.integers(0, len(KEY)), splits=st.lists(st.integers(0, 200), max_size=8))
-def test_scrubbing_any_split_of_a_stream_equals_scrubbing_it_whole(prefix, suffix, cut_a, cut_b, splits):
+       cut_b=st.integers(0, len(KEY)), how=st.lists(st.integers(0, 2), max_size=len(KEY)),
+       splits=st.lists(st.integers(0, 400), max_size=10))
+def test_scrubbing_any_split_of_a_stream_equals_scrubbing_it_whole(prefix, suffix, cut_a, cut_b, how, splits):
     """Whatever the chunking, the scrubbed stream equals the whole data scrubbed at once, keeps
-    its length, and holds no piece of ≥ SCRUB_MIN characters of the key."""
+    its length, and holds no piece of ≥ SCRUB_MIN characters of the key — written plainly or
+    with any of its characters as JSON escapes (one or two levels deep)."""
     lo, hi = sorted((cut_a, cut_b))
-    piece = KEY.encode()[lo:hi]
-    data = prefix + piece + b"|" + KEY.encode() + suffix
+    data = prefix + KEY.encode()[lo:hi] + b"|" + KEY.encode() + b"|" + _escaped(KEY, how) + suffix
     whole = Scrubber([KEY]).scrub(data)
     s = Scrubber([KEY])
     out, last = b"", 0
@@ -284,8 +295,21 @@ def test_scrubbing_any_split_of_a_stream_equals_scrubbing_it_whole(prefix, suffi
         last = cut
     out += s.feed(data[last:]) + s.finish()
     assert out == whole and len(out) == len(data)
+    decoded = out.replace(b"\\\\", b"\\")
+    for _ in range(2):
+        decoded = re.sub(rb"\\u00([2-7][0-9a-f])", lambda m: bytes([int(m.group(1), 16)]), decoded)
     k = KEY.encode()
-    assert not any(k[i:i + SCRUB_MIN] in out for i in range(len(k) - SCRUB_MIN + 1))
+    assert not any(k[i:i + SCRUB_MIN] in decoded for i in range(len(k) - SCRUB_MIN + 1))
+
+
+def test_a_stream_is_held_back_only_where_a_key_piece_could_begin():
+    """An SSE event is passed on whole at once (no latency); only a tail that could start a
+    piece of the key, or an escape cut in two, waits for the next chunk."""
+    s = Scrubber([KEY])
+    assert s.feed(b'data: {"type":"message_stop"}\n\n') == b'data: {"type":"message_stop"}\n\n'
+    assert s.feed(b"text sk-li") == b"text " and s.feed(b"ve-7Qm2 more!") == b"*" * 12 + b" more!"
+    assert s.feed(b"a \\u00") == b"a " and s.feed(b"41 b") == b"\\u0041 b"
+    assert s.finish() == b""
 
 
 def test_short_or_absent_secrets_change_nothing():

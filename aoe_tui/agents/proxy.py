@@ -26,9 +26,10 @@ which
 5. **scrubs the response** of the key (:class:`Scrubber`): every byte of the status line,
    headers (``Location`` of a redirect included) and body (streamed or not, gzip/deflate
    decoded first) that lies in a run of ≥ :data:`SCRUB_MIN` characters equal to a piece of
-   the key is replaced by ``*`` — on a rolling window, so a key split across chunks is
-   caught. Bodies in another content encoding are refused (502). Replacement keeps lengths,
-   so JSON stays JSON;
+   the key — written plainly or with JSON escapes (``\\u0073``) — is replaced by ``*``, on
+   a rolling window, so a key split across chunks is caught (only a tail that could begin a
+   piece waits for the next chunk). Bodies in another content encoding are refused (502).
+   Replacement keeps lengths, so JSON stays JSON;
 6. counts tokens from the responses (:class:`TokenCount`) — chat: the last ``usage``
    object (final SSE chunk or JSON body); Responses: ``response.completed``'s
    ``response.usage`` (or a JSON body's ``usage``); Anthropic: ``message_start.message.usage``
@@ -256,14 +257,25 @@ class ProxyStats:
 # ---------------------------------------------------------------------------- scrubbing
 
 
+#: A JSON escape that stands for one printable ASCII character (``\\u0073``, ``\\/``), behind up to 8
+#: backslashes (an escape inside a JSON string inside a JSON string, as in a tool call's arguments).
+_ESC = re.compile(rb"\\{1,8}(?:u(00[2-7][0-9a-fA-F])|(/))")
+#: The start of such an escape cut off at the end of a chunk.
+_ESC_TAIL = re.compile(rb"\\{1,8}(?:u[0-9a-fA-F]{0,3})?\Z")
+
+
 class Scrubber:
     """Masks every piece (≥ :data:`SCRUB_MIN` characters) of some secrets in a byte stream.
 
     Each byte lying inside an occurrence of any :data:`SCRUB_MIN`-byte run of a secret (or
     of its JSON-escaped form) is replaced by ``*``; longer pieces are covered by their runs.
-    :meth:`feed` returns what is safe to pass on and holds back the last ``SCRUB_MIN - 1``
-    bytes (they might begin a piece that the next chunk completes); :meth:`finish` returns
-    the rest. The output has exactly the input's length, whatever the split. Secrets shorter
+    Runs are also looked for in the text with its JSON escapes of printable ASCII characters
+    decoded (``\\u0073k-…``, ``\\/``, at any nesting depth up to 8 backslashes): the escapes
+    that spell a piece are masked whole. :meth:`feed` returns what is safe to pass on and
+    holds back only a tail that could begin a piece the next chunk completes (the longest
+    tail, at most ``SCRUB_MIN - 1`` characters once decoded, that is the start of a piece,
+    plus an escape cut in two); :meth:`finish` returns the rest. The output has exactly the
+    input's length, whatever the split, and equals :meth:`scrub` of the whole. Secrets shorter
     than :data:`SCRUB_MIN` are not scrubbed (no real key is that short; masking ``x`` would
     wreck every answer).
     """
@@ -275,6 +287,7 @@ class Scrubber:
                 b = form.encode()
                 grams.update(b[i:i + SCRUB_MIN] for i in range(len(b) - SCRUB_MIN + 1))
         self._re = re.compile(b"(?=(" + b"|".join(re.escape(g) for g in sorted(grams)) + b"))") if grams else None
+        self._prefixes = {g[:k] for g in grams for k in range(1, SCRUB_MIN)}
         self._held = b""
         self._held_mask: list[bool] = []
         self.masked = 0
@@ -288,13 +301,48 @@ class Scrubber:
         """Mask a whole piece of data at once (a header block, a complete body)."""
         if self._re is None:
             return data
-        return self._masked(data, self._mark(data, [False] * len(data)))
+        mask = [False] * len(data)
+        self._mark(data, mask, final=True)
+        return self._masked(data, mask)
 
-    def _mark(self, data: bytes, mask: list[bool]) -> list[bool]:
+    @staticmethod
+    def _view(data: bytes) -> tuple[bytes, list[int] | None]:
+        """``data`` with its escapes decoded, and the offset in ``data`` of each view byte (plus
+        the end); ``None`` when nothing was decoded (the view is ``data``)."""
+        parts: list[bytes] = []
+        offs: list[int] = []
+        last = 0
+        for m in _ESC.finditer(data):
+            parts.append(data[last:m.start()])
+            offs.extend(range(last, m.start()))
+            parts.append(bytes([int(m.group(1), 16)]) if m.group(1) else b"/")
+            offs.append(m.start())
+            last = m.end()
+        if not parts:
+            return data, None
+        parts.append(data[last:])
+        offs.extend(range(last, len(data) + 1))
+        return b"".join(parts), offs
+
+    def _mark(self, buf: bytes, mask: list[bool], *, final: bool) -> int:
+        """Mark the bytes of ``buf`` to mask; returns where the tail to hold back starts."""
         assert self._re is not None
-        for m in self._re.finditer(data):
+        for m in self._re.finditer(buf):
             mask[m.start():m.start() + SCRUB_MIN] = [True] * SCRUB_MIN
-        return mask
+        tail = len(buf)
+        if not final and (cut := _ESC_TAIL.search(buf)) is not None:
+            tail = cut.start()
+        view, offs = self._view(buf[:tail])
+        if offs is not None:
+            for m in self._re.finditer(view):
+                start, end = offs[m.start()], offs[m.start() + SCRUB_MIN]
+                mask[start:end] = [True] * (end - start)
+        if final:
+            return len(buf)
+        k = next((k for k in range(min(SCRUB_MIN - 1, len(view)), 0, -1) if view[-k:] in self._prefixes), 0)
+        if not k:
+            return tail
+        return len(view) - k if offs is None else offs[len(view) - k]
 
     def _masked(self, data: bytes, mask: list[bool]) -> bytes:
         n = sum(mask)
@@ -308,8 +356,8 @@ class Scrubber:
         if self._re is None:
             return data
         buf = self._held + data
-        mask = self._mark(buf, self._held_mask + [False] * len(data))
-        cut = len(buf) - min(len(buf), SCRUB_MIN - 1)
+        mask = self._held_mask + [False] * len(data)
+        cut = self._mark(buf, mask, final=False)
         self._held, self._held_mask = buf[cut:], mask[cut:]
         return self._masked(buf[:cut], mask[:cut])
 
@@ -317,6 +365,8 @@ class Scrubber:
         """The held-back bytes (masked) at the end of the stream."""
         rest, mask = self._held, self._held_mask
         self._held, self._held_mask = b"", []
+        if rest and self._re is not None:
+            self._mark(rest, mask, final=True)
         return self._masked(rest, mask)
 
 
