@@ -240,3 +240,15 @@ def test_cli(tmp_path):
     blocker.write_text("a file where the output folder should be")
     res = run_aoe("trajectory", str(OURS), "-o", str(blocker), cwd=tmp_path)
     assert res.returncode == 1 and "Traceback" not in res.stderr and res.stderr.startswith("aoe: error: ")
+
+
+def test_agent_id_that_is_a_path_is_refused(tmp_path):
+    match = tmp_path / "m"
+    shutil.copytree(OURS, match)
+    arena = json.loads((match / "arena.json").read_text())
+    arena["agents"][0]["id"] = "../../escape"
+    (match / "arena.json").write_text(json.dumps(arena))
+    report = export_trajectories(match, tmp_path / "out")
+    assert any("agent id '../../escape' cannot name a file" in line for line in report.errors)
+    assert not (tmp_path / "escape.json").exists()
+    assert [p.name for p in report.written] == ["builder-one-agent.json"]  # from the event log's agents

@@ -26,7 +26,8 @@ before it is written.
 document without steps is not valid ATIF): an agent with no transcript (an oracle, a
 scripted builder) or whose ``tool_trace`` is empty. A transcript that exists but is not a
 usable transcript (torn JSON, not an object) is an **error**: the agent is skipped and the
-export reports it (``aoe trajectory`` exits 1 after writing the others).
+export reports it (``aoe trajectory`` exits 1 after writing the others); so is an agent id
+that cannot name a file (a separator or a leading dot: ids are never used as paths).
 
 **Document** (§9.3, field for field): ``schema_version`` ``"ATIF-v1.7"``; ``session_id``
 ``"<match>/<agent>"``; ``agent`` ``{name: adapter, version: its sha256 from match.json,
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +78,9 @@ DEFAULT_OUTPUT = "trajectories"
 #: the fixed root ``notes`` (§9.3: private reasoning is excluded)
 NOTES = ("Exported from an agents-of-empires match transcript. Private reasoning and message text other than the "
          "first user message and the final outcome are excluded; one agent step per tool call.")
+
+#: agent ids that may name ``<agent>.json`` and ``agents/<agent>/`` (no separator, no leading dot)
+_SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,127}")
 
 _PRODUCER = "agents-of-empires"
 _SUITE = "agents-of-empires-match"
@@ -508,6 +513,9 @@ def export_trajectories(path: Path | str, out_dir: Path | str,
             report.errors.append(str(err))
             continue
         for agent in _agents(facts):
+            if not _SAFE_ID.fullmatch(agent):  # it names files: never a path out of the folders
+                report.errors.append(f"{name}: agent id {agent!r} cannot name a file; not exported")
+                continue
             try:
                 found = read_transcript(facts.transcript_paths(agent))
             except TranscriptError as err:
