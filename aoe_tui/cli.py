@@ -26,6 +26,7 @@ from aoe_tui.errors import AoeError
 COMMAND_MODULES: tuple[str, ...] = (
     "aoe_tui.commands.arena",
     "aoe_tui.commands.inspect",
+    "aoe_tui.commands.trajectory",
     "aoe_tui.commands.image",
     "aoe_tui.commands.doctor",
     "aoe_tui.commands.cleanup",

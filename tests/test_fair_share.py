@@ -591,3 +591,43 @@ async def test_a_season_on_a_cgroup_v2_host_says_once_that_the_weights_do_nothin
         f"warning: AOE_CPU_WEIGHTS=1 has no effect: this host is not on cgroup v1 (no {tmp_path}/cgroup/systemd); "
         "the weights need the v1 cpu hierarchy, cgroup v2 is not supported"], said
     assert notes[0] < started[0]
+
+
+@pytest.mark.parametrize("heats,cpus,said_note", [(4, 2, True), (4, 12, False), (1, 2, False)])
+async def test_a_season_whose_heats_outnumber_the_host_cpus_says_so_once(tmp_path, monkeypatch, heats, cpus, said_note):
+    """``concurrent_heats`` heats of three 1-vCPU seats on a host with fewer CPUs than their
+    vCPUs: one line before the first heat, naming the figures; nothing when they fit or heats
+    run one at a time."""
+    from aoe_tui.season import runner as runner_mod
+    from aoe_tui.testing.heats import write_timed_out_heat
+
+    monkeypatch.setattr(runner_mod.os, "sched_getaffinity", lambda _pid: set(range(cpus)))
+    f = tmp_path / "s.toml"
+    f.write_text(LEAGUE_OF_ONE_AT_A_TIME.replace("concurrent_heats = 1", f"concurrent_heats = {heats}")
+                 + "".join(f'[[entrants]]\nid = "x{i}"\nadapter = "oracle"\nmodel = "m"\n' for i in range(3)))
+
+    async def stand_in_run_heat(loaded, provider, adapters, folder, **_kw):
+        return write_timed_out_heat(folder)
+
+    said: list[str] = []
+    runner = SeasonRunner(load_season(f), tmp_path / "out", run_heat=stand_in_run_heat, say=said.append,
+                          provider_factory=lambda workdir, heat_id: None)
+    await runner.run()
+    notes = [i for i, line in enumerate(said) if "host CPUs" in line]
+    started = [i for i, line in enumerate(said) if ": started: " in line]
+    if not said_note:
+        assert notes == [], said
+        return
+    assert [said[i] for i in notes] == [
+        f"note: concurrent_heats 4 x 3 vCPUs a heat = 12 vCPUs of territories on {cpus} host CPUs: when more seats "
+        "are busy than there are CPUs each gets less than its class, and a seat that keeps its vCPUs busy yields "
+        "to the others (docs/territories.md, \"Fair shares between heats\")"], said
+    assert notes[0] < started[0]
+
+
+def test_heat_vcpus_sums_the_seats_classes():
+    from aoe_tui.domain.arena import load_manifest
+    from aoe_tui.season.runner import heat_vcpus
+
+    arena = load_manifest(Path(__file__).resolve().parent.parent / "arenas" / "first-build" / "arena.toml")
+    assert heat_vcpus(arena) == 3

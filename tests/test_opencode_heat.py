@@ -320,3 +320,20 @@ def test_seats_start_equal(durable_heat):
     # (a weak check here: the guest rebooted for host-reboot after the run; the unit test
     # test_a_completed_warm_run_ends_its_opencode_server checks the run's own cleanup)
     assert _provider.opencode_left.get("builder-one") == "", _provider.opencode_left
+
+
+def test_opencode_atif_trajectory(durable_heat, tmp_path):
+    """``aoe trajectory`` of the heat (§9.3): opencode's transcript gives a valid ATIF document
+    whose totals are usage.json's; the scripted seats have no transcript and are skipped."""
+    from aoe_tui.domain.atif import validate_trajectory
+    from aoe_tui.export.trajectory import export_trajectories
+
+    _world, out, _provider, _requests, _script, _key = durable_heat
+    report = export_trajectories(out, tmp_path)
+    assert report.errors == [] and len(report.written) == 1 and len(report.skipped) == 2
+    doc = validate_trajectory(report.written[0].read_bytes())
+    usage = json.loads((out / "agents/builder-one-agent/usage.json").read_text())["usage"]
+    assert doc.agent.name == "opencode" and doc.final_metrics is not None
+    assert doc.final_metrics.total_prompt_tokens == usage["input_tokens"]
+    assert doc.final_metrics.total_completion_tokens == usage["output_tokens"]
+    assert len(doc.steps) == 5 + 2

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aoe_tui.runtime import cgroups, ssh, territory_disk
 from aoe_tui.runtime.container import ContainerProvider
@@ -256,6 +258,44 @@ async def test_a_busy_seat_uses_at_most_its_vcpus(seats):
     assert share <= CLASS.vcpus * 1.15, f"{share:.2f} CPUs used"
     assert share > 0.05  # it did run
     await _others_unharmed(provider, territories, 0, PHRASES)
+
+
+async def _poll(what, want, timeout_s: float) -> list:
+    """Read ``what()`` every 0.2 s until it equals ``want`` or ``timeout_s`` passes; the values seen."""
+    seen = [what()]
+    deadline = time.monotonic() + timeout_s
+    while seen[-1] != want and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        seen.append(what())
+    return seen
+
+
+@amod
+async def test_a_seat_busy_on_all_its_vcpus_yields_the_cpu_and_comes_back(seats):
+    provider, territories, _workdir, _ = seats
+    t = territories[1]
+
+    def shares(i: int) -> int:
+        return int(Path(provider._boxes[territories[i].id].limits.groups["cpu"], "cpu.shares").read_text())
+
+    # an earlier test's busy seat is back to an equal weight within the window
+    settled = await _poll(lambda: [shares(i) for i in range(3)], [1024] * 3, cgroups.YIELD_WINDOW_S + 3)
+    assert settled[-1] == [1024] * 3, settled
+    calm_before = [provider.limits(territories[i].id)["cpu_yielded_s"] for i in (0, 2)]
+    busy_before = provider.limits(t.id)["cpu_yielded_s"]
+    # busy on every CPU it sees for 8 s, in the background: after the yield window its weight is divided
+    res = await sh(t, "for i in $(seq $(nproc)); do setsid timeout 8 sh -c 'while :; do :; done' >/dev/null 2>&1 & done; echo go")
+    assert res.stdout.strip() == "go"
+    low = (100 // cgroups.YIELD_FACTOR) * 1024 // 100  # cpu.shares of weight 12 (of 100)
+    seen = await _poll(lambda: shares(1), low, cgroups.YIELD_WINDOW_S + 4)
+    assert seen[-1] == low, seen
+    assert shares(0) == shares(2) == 1024  # the calm seats keep their weight
+    # once the loops end it comes back to an equal weight within the window
+    back = await _poll(lambda: shares(1), 1024, 8 + cgroups.YIELD_WINDOW_S + 3)
+    assert back[-1] == 1024, back
+    assert provider.limits(t.id)["cpu_yielded_s"] - busy_before > 2
+    assert [provider.limits(territories[i].id)["cpu_yielded_s"] for i in (0, 2)] == calm_before
+    await _others_unharmed(provider, territories, 1, PHRASES)
 
 
 def _disk_leftovers(workdir: Path) -> list[str]:
@@ -825,3 +865,80 @@ async def test_a_class_with_more_vcpus_than_the_host_runs_with_a_note(guest_imag
                 f"so it sees and gets {ncpu} (nproc {ncpu})") in provider.notes, provider.notes
     finally:
         await provider.teardown()
+
+
+def _feed(y: cgroups.CpuYield, shares: list[float], dt: float = cgroups.YIELD_SAMPLE_S,
+          t0: float = 100.0, used0: float = 0.0) -> list[bool]:
+    """Feed ``y`` samples ``dt`` apart using ``shares[i]`` of its vcpus in each step; its state after each."""
+    t, used, out = t0, used0, []
+    y.sample(t, used)
+    for sh_ in shares:
+        t += dt
+        used += sh_ * y.vcpus * dt
+        y.sample(t, used)
+        out.append(y.yielding)
+    return out
+
+
+def test_cpu_yield_after_a_busy_window_and_back_after_a_calm_one():
+    y = cgroups.CpuYield(vcpus=2)
+    n = round(cgroups.YIELD_WINDOW_S / cgroups.YIELD_SAMPLE_S)
+    states = _feed(y, [1.0] * (2 * n))
+    assert not any(states[: n - 2]) and states[-1]  # not before the window is seen, then yields
+    assert y.weight(100) == 100 // cgroups.YIELD_FACTOR and y.weight(10) == 1
+    t_busy_end = 100.0 + 2 * n * cgroups.YIELD_SAMPLE_S
+    calm = cgroups.CpuYield(vcpus=2, yielding=y.yielding, yielded_s=y.yielded_s, since_s=y.since_s, samples=y.samples)
+    after = _feed(calm, [0.0] * (2 * n), t0=t_busy_end, used0=y.samples[-1][1])
+    assert after[-1] is False and calm.weight(100) == 100
+    spell = calm.yielded_s
+    assert 0 < spell <= 2 * n * cgroups.YIELD_SAMPLE_S
+    assert calm.yielded_total(10_000.0) == spell  # no spell open: the total does not grow
+
+
+def test_cpu_yield_with_no_accounting_never_decides():
+    y = cgroups.CpuYield(vcpus=1)
+    assert all(y.sample(float(t), None) is None for t in range(20)) and not y.yielding
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.floats(0.05, 1.5), st.floats(0.0, cgroups.YIELD_BUSY * 0.99)), min_size=1, max_size=60),
+       st.integers(1, 8))
+def test_cpu_yield_a_seat_that_never_keeps_its_vcpus_busy_never_yields(steps, vcpus):
+    y = cgroups.CpuYield(vcpus=vcpus)
+    t, used = 0.0, 0.0
+    y.sample(t, used)
+    for dt, share in steps:
+        t += dt
+        used += share * vcpus * dt
+        y.sample(t, used)
+        assert not y.yielding
+    assert y.yielded_total(t) == 0
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.floats(0.05, 1.5), st.floats(0.0, 1.0)), min_size=1, max_size=60))
+def test_cpu_yield_total_grows_with_time_and_never_exceeds_it(steps):
+    y = cgroups.CpuYield(vcpus=1)
+    t, used, last = 0.0, 0.0, 0.0
+    y.sample(t, used)
+    for dt, share in steps:
+        t += dt
+        used += share * dt
+        y.sample(t, used)
+        total = y.yielded_total(t)
+        assert last - 1e-9 <= total <= t + 1e-9
+        last = total
+    y.end(t + 1)
+    assert not y.yielding and y.yielded_total(t + 100) == pytest.approx(y.yielded_s)
+
+
+@pytest.mark.parametrize("version,name,weight,want", [
+    ("v1", "cpu.shares", 100, "1024"), ("v1", "cpu.shares", 12, "122"), ("v1", "cpu.shares", 0, "2"),
+    ("v2", "cpu.weight", 100, "100"), ("v2", "cpu.weight", 12, "12"), ("v2", "cpu.weight", 0, "1"),
+])
+def test_write_cpu_weight(tmp_path, version, name, weight, want):
+    tg = cgroups.TerritoryGroups(versions={"cpu": version}, groups={"cpu": str(tmp_path)})
+    assert cgroups.write_cpu_weight(tg, weight)
+    assert (tmp_path / name).read_text() == want
+    assert not cgroups.write_cpu_weight(cgroups.TerritoryGroups(versions={"cpu": version}, groups={"cpu": str(tmp_path / "gone")}), 100)
+    assert not cgroups.write_cpu_weight(cgroups.TerritoryGroups(), 100)

@@ -892,7 +892,10 @@ class OpencodeRun(_SeatSetup, AgentRun):
             "schema_version": 2,
             "model": self.ctx.agent.model,
             "outcome": outcome,
-            "usage": {"input_tokens": s.input_tokens, "output_tokens": s.output_tokens + s.reasoning,
+            # input_tokens counts the cached tokens too, as claux's transcripts do (§2.7) and ATIF's
+            # prompt_tokens (``aoe trajectory``), the same total as usage.json
+            "usage": {"input_tokens": s.input_tokens + s.cache_read + s.cache_write,
+                      "output_tokens": s.output_tokens + s.reasoning,
                       "cache_read_tokens": s.cache_read, "cache_creation_tokens": s.cache_write, "cost_usd": s.cost_usd},
             "messages": [{"role": "user", "content": self._prompt}] + ([{"role": "assistant", "content": s.parts}] if s.parts else []),
             "tool_trace": s.trace,
@@ -975,7 +978,8 @@ class OpencodeRun(_SeatSetup, AgentRun):
             s.rounds.append({
                 "index": len(s.rounds), "started_after_ms": start, "duration_ms": max(0, self._rel(ts) - start),
                 "status": str(part.get("reason") or "unknown"),
-                "usage": {"input_tokens": _num(tok.get("input")), "output_tokens": _num(tok.get("output")) + _num(tok.get("reasoning")),
+                "usage": {"input_tokens": _num(tok.get("input")) + _num(cache.get("read")) + _num(cache.get("write")),
+                          "output_tokens": _num(tok.get("output")) + _num(tok.get("reasoning")),
                           "cache_read_tokens": _num(cache.get("read")), "cache_creation_tokens": _num(cache.get("write"))},
             })
             s.final_seen_at = time.monotonic() if s.last_reason == "stop" else None

@@ -43,6 +43,7 @@ import fcntl
 import hashlib
 import os
 import threading
+from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -587,6 +588,141 @@ def cpu_usage_s(tg: TerritoryGroups) -> float | None:
         usec = _counter(_read(Path(cpu) / "cpu.stat"), "usage_usec")
         return usec / 1e6
     return None
+
+
+#: CPU yield (issue 26, "a fair share under load"): a territory that wanted at least
+#: :data:`YIELD_BUSY` of its ``vcpus`` over the last :data:`YIELD_WINDOW_S` seconds (CPU time
+#: used plus time its tasks waited to run: :class:`CpuDemand`) yields, its CPU weight divided
+#: by :data:`YIELD_FACTOR`, until its demand falls under :data:`YIELD_CALM`
+YIELD_WINDOW_S = 3.0
+YIELD_BUSY = 0.9
+YIELD_CALM = 0.6
+YIELD_FACTOR = 8
+#: seconds between two samples of the territories' CPU demand (the container provider's pacer)
+YIELD_SAMPLE_S = 0.5
+
+
+class CpuDemand:
+    """A territory's CPU demand so far, in seconds: the CPU time it used (:func:`cpu_usage_s`)
+    plus the time its tasks waited in a run queue (``/proc/<tid>/schedstat`` field 2,
+    ``run_delay``, summed over the threads listed in its groups' ``tasks``/``cgroup.threads``;
+    a thread counts from its second sample, so a thread that lives less than one sample
+    interval adds only its CPU time). Waiting includes being held back by the CFS quota: four
+    busy loops on a 1-vCPU class demand 4 CPUs. Never raises; :meth:`read` is None where the
+    CPU time is not accounted.
+
+    A greedy seat on a CPU it shares demands all of its vCPUs even when it gets half of one:
+    demand, not use, tells it from a rival."""
+
+    def __init__(self) -> None:
+        self.waits: dict[str, int] = {}
+        self.waited_ns = 0
+
+    def read(self, tg: TerritoryGroups) -> float | None:
+        used = cpu_usage_s(tg)
+        if used is None:
+            return None
+        group = tg.groups.get("cpu") or tg.groups.get("cpuacct")
+        now: dict[str, int] = {}
+        if group:
+            for dirpath, _dirs, files in os.walk(group):
+                for name in ("tasks", "cgroup.threads"):
+                    if name in files:
+                        for tid in _read(Path(dirpath) / name).split():
+                            fields = _read(Path("/proc") / tid / "schedstat").split()
+                            if len(fields) >= 2 and fields[1].isdigit():
+                                now[tid] = int(fields[1])
+        self.waited_ns += sum(max(0, w - self.waits[t]) for t, w in now.items() if t in self.waits)
+        self.waits = now
+        return used + self.waited_ns / 1e9
+
+
+@dataclass
+class CpuYield:
+    """Whether one territory yields the CPU to the others, from samples of its CPU demand
+    (:class:`CpuDemand`). Pure: no file, no clock of its own.
+
+    A weight matters only where territories compete for a host CPU (several heats at once,
+    or three seats on two CPUs): a territory that has wanted all of its ``vcpus`` for
+    :data:`YIELD_WINDOW_S` (a build, a busy loop, a fork bomb, a boot) then gets
+    1/:data:`YIELD_FACTOR` of the share of one that has not, so a rival waking up to answer
+    the referee or to run its next command is not held behind it. It still gets every CPU
+    cycle nobody else wants, up to its class (the CFS quota): when the host has room it
+    loses nothing.
+
+    Attributes:
+        vcpus: the territory's class (CPUs its quota allows).
+        yielding: whether it yields now.
+        yielded_s: seconds it yielded before the current spell (see :meth:`yielded_total`).
+    """
+
+    vcpus: int
+    yielding: bool = False
+    yielded_s: float = 0.0
+    since_s: float | None = None
+    samples: deque[tuple[float, float]] = field(default_factory=deque)
+
+    def sample(self, now_s: float, demand_s: float | None) -> bool | None:
+        """Add a sample (``now_s``: monotonic seconds; ``demand_s``: the CPU demand so far,
+        :meth:`CpuDemand.read`, None when not accounted) and return the new :attr:`yielding`
+        when it changed, else None. Needs samples spanning 90 % of :data:`YIELD_WINDOW_S`
+        before it first decides."""
+        if demand_s is None:
+            return None
+        used_s = demand_s
+        s = self.samples
+        s.append((now_s, used_s))
+        while len(s) > 2 and now_s - s[1][0] >= YIELD_WINDOW_S:
+            s.popleft()
+        t0, u0 = s[0]
+        span = now_s - t0
+        if span < 0.9 * YIELD_WINDOW_S or self.vcpus <= 0:
+            return None
+        share = (used_s - u0) / (span * self.vcpus)
+        now_yielding = share >= YIELD_CALM if self.yielding else share >= YIELD_BUSY
+        if now_yielding == self.yielding:
+            return None
+        if now_yielding:
+            self.since_s = now_s
+        else:
+            self.yielded_s += now_s - (self.since_s if self.since_s is not None else now_s)
+            self.since_s = None
+        self.yielding = now_yielding
+        return now_yielding
+
+    def end(self, now_s: float) -> None:
+        """The territory is gone (teardown): close the current spell at ``now_s``."""
+        if self.yielding and self.since_s is not None:
+            self.yielded_s += now_s - self.since_s
+        self.yielding, self.since_s = False, None
+
+    def yielded_total(self, now_s: float) -> float:
+        """Seconds yielded so far, the current spell up to ``now_s`` included."""
+        return self.yielded_s + (now_s - self.since_s if self.yielding and self.since_s is not None else 0.0)
+
+    def weight(self, base: int) -> int:
+        """The CPU weight to write (``CPUWeight=`` scale, 100 = a normal process) for a
+        territory whose weight by phase is ``base``."""
+        return max(1, base // YIELD_FACTOR) if self.yielding else base
+
+
+def write_cpu_weight(tg: TerritoryGroups, weight: int) -> bool:
+    """Write ``weight`` (``CPUWeight=`` scale: 1..10000, 100 = :data:`CPU_SHARES`) into the
+    territory's ``cpu`` limit group: v1 ``cpu.shares`` = ``weight * 1024 / 100`` (at least 2),
+    v2 ``cpu.weight``. False when it has no ``cpu`` group or the write failed (a group gone
+    with its territory); never raises."""
+    group = tg.groups.get("cpu")
+    if not group:
+        return False
+    if tg.versions.get("cpu") == "v2":
+        name, value = "cpu.weight", str(min(10000, max(1, weight)))
+    else:
+        name, value = "cpu.shares", str(max(2, weight * CPU_SHARES // 100))
+    try:
+        _write_file(Path(group) / name, value)
+    except OSError:
+        return False
+    return True
 
 
 def remove_tree(path: Path) -> bool:

@@ -838,6 +838,13 @@ class _Box:
     exhausted: list[str] = field(default_factory=list)
     #: why the territory has no disk of its own (empty when it has one)
     disk_why: str = ""
+    #: its CPU weight by phase (``CPUWeight=`` scale; :meth:`ContainerProvider.set_cpu_weight`)
+    cpu_weight: int = 100
+    #: whether it yields the CPU now (:class:`cgroups.CpuYield`; None: no ``cpu`` group or
+    #: no CPU accounting, so no yield)
+    cpu_yield: limits_cg.CpuYield | None = None
+    #: its CPU demand so far (what :attr:`cpu_yield` is fed)
+    cpu_demand: limits_cg.CpuDemand = field(default_factory=limits_cg.CpuDemand)
 
     root = SubPath("dir", "root", "The territory's root file system (an overlay mount, or a copy where overlayfs is unusable).")
     disk = SubPath("dir", "disk", "Where the territory's own disk is mounted (its writable layer's file system; a "
@@ -937,6 +944,7 @@ class ContainerProvider(TerritoryProvider):
         self._boxes: dict[str, _Box] = {}
         self._closing = False
         self._teardown_task: asyncio.Task[None] | None = None
+        self._pacer: asyncio.Task[None] | None = None
         self._alloc = netalloc.NetAllocator()
         self.subnet: str | None = None
         self._state_lock = threading.Lock()
@@ -1018,6 +1026,8 @@ class ContainerProvider(TerritoryProvider):
             for b in boxes:
                 await self._launch(b, nspawn)
                 b.supervisor = asyncio.create_task(self._supervise(b, nspawn), name=f"nspawn-{b.spec.id}")
+            if self._pacer is None and any(b.cpu_yield is not None for b in boxes):
+                self._pacer = asyncio.create_task(self._pace(), name=f"cpu-yield-{self.heat_id}")
             await asyncio.gather(*(self._wait_boot(b) for b in boxes))
         except BaseException as exc:
             cause = exc if isinstance(exc, ProviderError) else None
@@ -1089,6 +1099,8 @@ class ContainerProvider(TerritoryProvider):
         peers = limits_cg.heat_order(self.heat_id, [(f"aoe-{x.host_veth[3:]}", x.spec.resources.vcpus) for x in seats])
         b.limits = limits_cg.setup(self._cgroup_host(), machine, b.spec.id, res_, b.spec.index,
                                    lock_file=netalloc.runtime_dir() / limits_cg.CPU_PICK_LOCK, peers=peers)
+        if "cpu" in b.limits.groups and limits_cg.cpu_usage_s(b.limits) is not None:
+            b.cpu_yield = limits_cg.CpuYield(res_.vcpus)
         self._save_state(b)
         if disk_why is None:
             try:
@@ -1495,14 +1507,18 @@ class ContainerProvider(TerritoryProvider):
             if not b.cgroups:
                 continue
             group = cpu_group(f"aoe-{b.host_veth[3:]}", cpu_root)
-            if b.limits.versions.get("cpu") == "v1" and cpu_root == CGROUP_V1_CPU:
+            limit_group = b.limits.versions.get("cpu") == "v1" and cpu_root == CGROUP_V1_CPU
+            if limit_group:
                 group = Path(b.limits.groups["cpu"])  # the limit group (cpu.shares 1024 = weight 100)
             if weight is None:
                 done += remove_cpu_group(group)
                 continue
             try:
                 make_cpu_group(group)
-                (group / "cpu.shares").write_text(str(max(2, weight * 1024 // 100)))
+                if limit_group:
+                    b.cpu_weight = weight  # divided while the territory yields (_pace)
+                now = b.cpu_yield.weight(weight) if limit_group and b.cpu_yield is not None else weight
+                (group / "cpu.shares").write_text(str(max(2, now * 1024 // 100)))
                 inside = {str(pid) for pid in _cgroup_pids([str(group)])}  # its guest child included
             except OSError:
                 continue
@@ -1574,7 +1590,9 @@ class ContainerProvider(TerritoryProvider):
         """What is enforced for ``territory_id`` (for ``aoe-extra.json``): ``{"vcpus",
         "memory_mib", "disk_mib", "tasks", "enforced": [...] of "cpu", "memory", "tasks",
         "disk", "cpus": "0" (its cpuset), "cgroup": {"cpu": "v1", ...}, "not_enforced":
-        {"disk": "why", ...}}``; ``{}`` for an unknown territory. Never raises."""
+        {"disk": "why", ...}, "cpu_yielded_s": 12.5}`` (``cpu_yielded_s``: seconds it yielded
+        the CPU, :class:`cgroups.CpuYield`, where its CPU time is accounted); ``{}`` for an
+        unknown territory. Never raises."""
         b = self._boxes.get(territory_id)
         if b is None:
             return {}
@@ -1586,6 +1604,8 @@ class ContainerProvider(TerritoryProvider):
         out: dict[str, object] = {"vcpus": r.vcpus, "memory_mib": r.memory_mib, "disk_mib": r.disk_mib,
                                   "tasks": r.tasks, "enforced": enforced, "cpus": b.limits.cpus,
                                   "cgroup": dict(b.limits.versions)}
+        if b.cpu_yield is not None:  # seconds it yielded the CPU (busy on all its vCPUs)
+            out["cpu_yielded_s"] = round(b.cpu_yield.yielded_total(time.monotonic()), 1)
         if not_enforced:
             out["not_enforced"] = not_enforced
         return out
@@ -1618,7 +1638,38 @@ class ContainerProvider(TerritoryProvider):
             raise asyncio.CancelledError()
         self._teardown_task.result()
 
+    async def _pace(self) -> None:
+        """Every :data:`cgroups.YIELD_SAMPLE_S` seconds, from the boot to the teardown: sample
+        each territory's CPU demand (:class:`cgroups.CpuDemand`, in a thread: one small read
+        per thread of the territory) and, where :class:`cgroups.CpuYield` changes its mind,
+        write its new weight (its weight by phase, divided while it yields). Never raises (a
+        poll must never break the heat)."""
+        while not self._closing:
+            try:
+                await asyncio.to_thread(self._pace_once, time.monotonic())
+            except Exception:  # noqa: BLE001
+                log.debug("CPU yield sample failed", exc_info=True)
+            await asyncio.sleep(limits_cg.YIELD_SAMPLE_S)
+
+    def _pace_once(self, now: float) -> None:
+        for b in list(self._boxes.values()):
+            y = b.cpu_yield
+            if y is None or self._closing:
+                continue
+            changed = y.sample(now, b.cpu_demand.read(b.limits))
+            if changed is not None:
+                limits_cg.write_cpu_weight(b.limits, y.weight(b.cpu_weight))
+                log.info("territory %s: %s the CPU", b.spec.id, "yields" if changed else "no longer yields")
+
     async def _teardown(self) -> None:
+        if self._pacer is not None:
+            self._pacer.cancel()
+            with contextlib.suppress(BaseException):
+                await self._pacer
+        for b in self._boxes.values():
+            if b.cpu_yield is not None:
+                b.cpu_yield.end(time.monotonic())
+
         async def one(b: _Box) -> list[str]:
             if b.prepared is not None and not b.prepared.is_set():  # provisioning cancelled mid-way
                 await asyncio.to_thread(b.prepared.wait, 60)

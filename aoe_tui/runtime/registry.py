@@ -107,6 +107,7 @@ class ProviderEntry:
     seasons: bool = True
     help: str = ""
     cpu_weights: Lazy = None
+    host_cpus: bool = False
 
     def make(self, ctx: ProviderContext) -> TerritoryProvider:
         """Build the provider for one heat (the factory's errors pass through)."""
@@ -146,6 +147,7 @@ def register_provider(
     seasons: bool = True,
     help: str = "",
     cpu_weights: Lazy = None,
+    host_cpus: bool = False,
 ) -> ProviderEntry:
     """Register a territory provider under ``name`` (listed after those registered before).
 
@@ -166,6 +168,8 @@ def register_provider(
         cpu_weights: ``() -> str | None`` (or ``"module:function"``): why ``AOE_CPU_WEIGHTS``
             cannot take effect with this provider on this host (a few words), None when it
             can; None = trusted (weighed where the provider has ``set_cpu_weight``).
+        host_cpus: whether its territories run on this host's CPUs (so concurrent heats
+            share them: ``aoe run`` says when their vCPUs outnumber the host's CPUs).
 
     Registering the same entry again is a no-op. Raises ValueError: a bad name, or the name
     taken by another entry.
@@ -174,7 +178,8 @@ def register_provider(
         raise ValueError(f"provider name {name!r}: use only a-z, 0-9 and '-'")
     if image not in IMAGE_FLAVOURS:
         raise ValueError(f"provider {name!r}: image must be one of {IMAGE_FLAVOURS}, got {image!r}")
-    entry = ProviderEntry(name, factory, config or ProviderOptions, doctor, cleanup, image, seasons, help, cpu_weights)
+    entry = ProviderEntry(name, factory, config or ProviderOptions, doctor, cleanup, image, seasons, help, cpu_weights,
+                          host_cpus)
     old = _PROVIDERS.get(name)
     if old is not None and old != entry:
         raise ValueError(f"provider {name!r} is already registered")
@@ -331,11 +336,11 @@ def _qemu_cpu_weights() -> str:
 
 register_provider("container", _container, config=ProviderOptions, image="rootfs",
                   doctor="aoe_tui.runtime.container:doctor_checks", cleanup="aoe_tui.runtime.container:cleanup_stale",
-                  cpu_weights="aoe_tui.runtime.container:cpu_weight_problem",
+                  cpu_weights="aoe_tui.runtime.container:cpu_weight_problem", host_cpus=True,
                   help="systemd-nspawn containers on this host")
 register_provider("qemu", _qemu, config=QemuOptions, image="qcow2",
                   doctor="aoe_tui.runtime.qemu:doctor_checks", cleanup="aoe_tui.runtime.qemu:cleanup_unless_live",
-                  cpu_weights=_qemu_cpu_weights, help="QEMU virtual machines")
+                  cpu_weights=_qemu_cpu_weights, host_cpus=True, help="QEMU virtual machines")
 register_provider("ssh", _ssh, config=SshOptions, seasons=False, doctor="aoe_tui.runtime.sshhosts:doctor_checks",
                   help="hosts you already run (--inventory FILE)")
 register_provider("nixos", _nixos, config=SectionConfig, seasons=False, doctor="aoe_tui.runtime.nixos:doctor_checks",

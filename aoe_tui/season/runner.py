@@ -210,6 +210,26 @@ def cpu_weights_note(concurrent_heats: int, provider_kind: str, cluster: bool = 
     return f"warning: {CPU_WEIGHTS_ENV}={os.environ.get(CPU_WEIGHTS_ENV, '').strip()} has no effect: {why}"
 
 
+def heat_vcpus(arena: LoadedManifest) -> int:
+    """The vCPUs of one heat of ``arena``: its territories' classes' ``vcpus`` (§1.7), summed."""
+    classes = {c.id: c.resources.vcpus for c in arena.manifest.classes}
+    return sum(classes.get(t.class_, 1) for t in arena.manifest.territories)
+
+
+def oversubscription_note(concurrent_heats: int, heat_vcpus: int, host_cpus: int) -> str | None:
+    """The one line ``aoe run`` says when ``concurrent_heats`` heats of ``heat_vcpus`` vCPUs
+    each (the seats' classes, §1.7) outnumber this host's ``host_cpus`` CPUs, e.g. ``note:
+    concurrent_heats 4 x 3 vCPUs a heat = 12 vCPUs on 2 host CPUs: ...``; None when they fit
+    or heats run one at a time (a heat's own seats sharing CPUs is the provider's note)."""
+    total = concurrent_heats * heat_vcpus
+    if concurrent_heats <= 1 or host_cpus <= 0 or total <= host_cpus:
+        return None
+    return (f"note: concurrent_heats {concurrent_heats} x {heat_vcpus} vCPUs a heat = {total} vCPUs of territories "
+            f"on {host_cpus} host CPUs: when more seats are busy than there are CPUs each gets less than its class, "
+            f"and a seat that keeps its vCPUs busy yields to the others (docs/territories.md, "
+            f"\"Fair shares between heats\")")
+
+
 def check_heat_env() -> None:
     """Check the environment settings of heats on this machine (``AOE_BOOT_SLOTS``,
     ``AOE_CPU_WEIGHTS``, ``AOE_MIN_FREE_MIB``) whatever the season's ``concurrent_heats``, so
@@ -1212,6 +1232,13 @@ class SeasonRunner:
         note = cpu_weights_note(self.season.concurrent_heats, self.season.provider.kind, self.cluster is not None)
         if note is not None:  # once per run, not per heat
             self.say(note)
+        from aoe_tui.runtime.registry import get_provider
+
+        if self.cluster is None and get_provider(self.season.provider.kind).host_cpus:
+            note = oversubscription_note(self.season.concurrent_heats, max(map(heat_vcpus, self.arenas)),
+                                         len(os.sched_getaffinity(0)))
+            if note is not None:
+                self.say(note)
         if self.retry_void:
             self._reopen_void()
         while self.state.finished is None:
