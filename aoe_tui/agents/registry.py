@@ -33,7 +33,7 @@ from pathlib import Path
 from aoe_tui.agents.base import Adapter
 from aoe_tui.errors import AoeError, UsageError
 
-__all__ = ["BUILTIN_SPECS", "HARNESSES", "UnknownAdapterError", "package_builders", "parse_adapter_registration", "resolve_adapter"]
+__all__ = ["BUILTIN_SPECS", "HARNESSES", "harness_adapters", "UnknownAdapterError", "package_builders", "parse_adapter_registration", "resolve_adapter"]
 
 #: Built-in specs, in the order they are listed to the user.
 BUILTIN_SPECS = ("oracle", "scripted:memory", "scripted:volatile", "scripted:slow", "opencode", "claude-code", "codex")
@@ -45,6 +45,17 @@ HARNESSES = {
     "claude-code": "aoe_tui.agents.claude_code:ClaudeCodeAdapter",
     "codex": "aoe_tui.agents.codex:CodexAdapter",
 }
+
+
+def harness_adapters() -> list[type]:
+    """The :class:`~aoe_tui.agents.harness.HarnessAdapter` classes of :data:`HARNESSES`, in order."""
+    import importlib
+
+    out = []
+    for target in HARNESSES.values():
+        module, cls = target.split(":")
+        out.append(getattr(importlib.import_module(module), cls))
+    return out
 
 
 class UnknownAdapterError(AoeError):
