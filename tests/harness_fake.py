@@ -2,7 +2,7 @@
 
 It speaks just enough Anthropic Messages (``POST /v1/messages``, SSE with ``event:`` lines)
 and OpenAI Responses (``POST /v1/responses``, SSE ``data:`` lines) to drive one tool call and a
-final answer, as ``../shared/notes/harnesses.md`` measured:
+final answer, as ``docs/harnesses.md`` describes:
 
 - the last input turn holds a tool result → the final text :data:`FINAL`;
 - tools are offered → one shell call running :data:`PROBE_CMD`;

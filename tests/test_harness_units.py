@@ -333,3 +333,19 @@ def test_recording_matches_a_fresh_run(tmp_path, name):
               "final_text"):
         assert getattr(fresh, f) == getattr(recorded, f), f
     assert (tmp_path / "cwd" / "probe.txt").read_text() == "hello\n"
+
+
+def test_shipped_harnesses_season_needs_no_key():
+    """``seasons/harnesses.toml``: opencode, Claude Code and Codex against the same scripted
+    model on 127.0.0.1, no key variable, priced from ``[prices]``."""
+    from aoe_tui.agents.registry import resolve_adapter
+    from aoe_tui.season.runner import load_season_file
+
+    season = load_season_file(Path(__file__).resolve().parent.parent / "seasons" / "harnesses.toml").season
+    assert [e.adapter for e in season.entrants] == ["opencode", "claude-code", "codex"]
+    assert len({e.model for e in season.entrants}) == 1
+    for e in season.entrants:
+        adapter = resolve_adapter(e.adapter, options=e.options)
+        assert adapter.credential_names() == [] and adapter.options.base_url.startswith("http://127.0.0.1:")
+        adapter.preflight()  # no key needed
+    assert season.entrants[0].model in season.prices

@@ -1,7 +1,7 @@
 """Built-in ``claude-code`` adapter: Claude Code running inside its territory (issue 27).
 
 What is Claude Code's own (the rest is the runner, :mod:`aoe_tui.agents.harness`; measured
-facts: ``../shared/notes/harnesses.md``, Claude Code 2.1.332):
+facts: ``docs/harnesses.md``, Claude Code 2.1.332):
 
 - **Binary**: npm ``@anthropic-ai/claude-code`` pinned to :data:`VERSION`; the native file is
   ``@anthropic-ai/claude-code-linux-x64/claude`` (a Bun executable, glibc ≥ 2.26, no node).

@@ -1,7 +1,7 @@
 """Built-in ``codex`` adapter: Codex CLI running inside its territory (issue 27).
 
 What is Codex's own (the rest is the runner, :mod:`aoe_tui.agents.harness`; measured facts:
-``../shared/notes/harnesses.md``, Codex CLI 0.171.0):
+``docs/harnesses.md``, Codex CLI 0.171.0):
 
 - **Binary**: npm ``@openai/codex`` pinned to :data:`VERSION`; the native file is
   ``@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex`` (static musl, no

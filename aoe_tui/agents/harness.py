@@ -9,7 +9,7 @@ is a :class:`Harness` subclass — its npm package, environment, command line an
 event-stream parser — plus a :class:`HarnessAdapter` subclass naming it, and one registry
 entry (:data:`aoe_tui.agents.registry.HARNESSES`).
 
-What the runner does (facts per CLI: ``../shared/notes/harnesses.md``):
+What the runner does (measured facts per CLI: ``docs/harnesses.md``):
 
 1. **Install** (:func:`ensure_npm_binary`): the CLI's npm package pinned to
    :attr:`Harness.version`, installed once into ``<user cache>/aoe-tui/<name>/<version>``
