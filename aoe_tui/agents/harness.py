@@ -85,7 +85,8 @@ from aoe_tui.fsio import write_atomic, write_json_atomic
 __all__ = [
     "ANSI_RE", "PLACEHOLDER_KEY", "Harness", "HarnessAdapter", "HarnessError", "HarnessOptions", "HarnessRun",
     "HarnessStaged", "HarnessState", "ensure_npm_binary", "fold_stream", "harness_folder", "limit_note",
-    "npm_binary", "num", "provider_status", "relevant_line",
+    "bounded", "guest_command", "npm_binary", "num", "provider_status", "pump_stderr", "pump_stdout", "relevant_line",
+    "upload_if_changed", "write_artifacts",
 ]
 
 #: The key the harness in the guest is given: a placeholder (the proxy strips it and adds the real one).
@@ -228,6 +229,93 @@ def harness_folder(folder: Path, files: dict[str, Path]) -> Path:
         tmp.chmod(0o755)
         os.replace(tmp, dest)
     return folder
+
+
+async def upload_if_changed(conn: asyncssh.SSHClientConnection, local: Path, remote: str) -> int:
+    """Upload ``local`` to the guest's ``remote`` (mode 0755, through ``remote.part``) unless a
+    file of its size is there; returns the bytes sent (0: skipped)."""
+    size = local.stat().st_size
+    res = await conn.run(f"stat -c %s {shlex.quote(remote)} 2>/dev/null", check=False)
+    if str(res.stdout or "").strip() == str(size):
+        return 0
+    tmp = remote + ".part"
+    async with conn.start_sftp_client() as sftp:
+        await sftp.put(str(local), tmp, block_size=65536, max_requests=64)  # sftp-server drops >256 KiB packets
+    await conn.run(f"chmod 0755 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(remote)}", check=True)
+    return size
+
+
+@contextlib.asynccontextmanager
+async def bounded(limit_s: float, what: str, error: type[AoeError] = HarnessError):
+    """Bound one step to ``limit_s`` seconds. Raises ``error(what)`` (one line) past it."""
+    try:
+        async with asyncio.timeout(limit_s):
+            yield
+    except TimeoutError:
+        raise error(what) from None
+
+
+async def guest_command(connect: Any, conn: Any, cmd: str) -> None:
+    """Run ``cmd`` in the guest over ``conn`` (10 s), or over a new connection from
+    ``await connect()`` (15 s) when ``conn`` is missing, closed or failed. Never raises."""
+    with contextlib.suppress(Exception):
+        if conn is not None and not conn.is_closed():
+            await asyncio.wait_for(conn.run(cmd, check=False), 10)
+            return
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(15):
+            c = await connect()
+            try:
+                await c.run(cmd, check=False)
+            finally:
+                c.close()
+
+
+async def pump_stdout(proc: Any, log_path: Path, on_line: Any) -> None:
+    """Copy ``proc``'s stdout lines to ``log_path`` (appended, flushed per line) and hand each to ``on_line``."""
+    with open(log_path, "ab") as log:
+        while True:
+            line = await proc.stdout.readline()
+            if not line:
+                return
+            log.write(line)
+            log.flush()
+            on_line(line)
+
+
+async def pump_stderr(proc: Any, log_path: Path, on_data: Any) -> None:
+    """Copy ``proc``'s stderr to ``log_path`` (appended) and hand each chunk to ``on_data``."""
+    with open(log_path, "ab") as log:
+        while True:
+            data = await proc.stderr.read(65536)
+            if not data:
+                return
+            log.write(data)
+            log.flush()
+            on_data(bytes(data))
+
+
+def write_artifacts(ctx: AgentContext, status: AdapterStatus, summary: str, usage: Usage,
+                    transcript: dict[str, Any], activity: Any) -> AgentOutcome:
+    """The end of a run: ``usage.json`` (§5.5), ``transcript.json`` (§2.7), ``analysis.json``
+    (§9.2; a note in ``activity`` when the transcript is unusable), ``result.json`` (§5.3), then
+    the manifest budget (§5.4). File errors are swallowed (the outcome still stands)."""
+    transcript_path = ctx.agent_dir / "transcript.json"
+    with contextlib.suppress(OSError):
+        write_usage_file(ctx.usage_file, agent=ctx.agent.id, territory=ctx.territory.id, usage=usage)
+        write_json_atomic(transcript_path, transcript)
+    with contextlib.suppress(Exception):
+        from aoe_tui.agents.analysis import write_analysis
+
+        made = write_analysis(transcript_path, ctx.agent_dir / "analysis.json", agent=ctx.agent.id,
+                              territory=ctx.territory.id, model=ctx.agent.model, outcome=str(status))
+        if isinstance(made, dict) and made.get("unavailable"):
+            activity.append(str(made["unavailable"]))
+    path = str(transcript_path) if transcript_path.exists() else None
+    with contextlib.suppress(OSError):
+        write_result_file(ctx.result_file, agent=ctx.agent.id, territory=ctx.territory.id, status=status,
+                          summary=summary, usage=usage, transcript=path)
+    return apply_budget(AgentOutcome(status, summary, usage, path), getattr(ctx.agent, "budget", None))
 
 
 # ----------------------------------------------------------------------------- options
@@ -480,18 +568,8 @@ class _Seat:
         return await connect(t.host, t.ssh_port, t.password, connect_timeout_s=15.0)
 
     async def guest_run(self, cmd: str, conn: asyncssh.SSHClientConnection | None = None) -> None:
-        """Run ``cmd`` in the guest over ``conn`` (10 s) or a new connection (15 s). Never raises."""
-        with contextlib.suppress(Exception):
-            if conn is not None and not conn.is_closed():
-                await asyncio.wait_for(conn.run(cmd, check=False), 10)
-                return
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(15):
-                c = await self.connect()
-                try:
-                    await c.run(cmd, check=False)
-                finally:
-                    c.close()
+        """Run ``cmd`` in the guest (:func:`guest_command`). Never raises."""
+        await guest_command(self.connect, conn, cmd)
 
     def kill_command(self) -> str:
         return f"systemctl kill -s KILL {self.scope}.scope >/dev/null 2>&1; true"
@@ -529,16 +607,11 @@ class HarnessStaged(_Seat, Staged):
         return (f"systemctl reset-failed {self.scope}.scope >/dev/null 2>&1; "
                 f"exec systemd-run --scope --quiet --collect --unit={self.scope} {self.run_dir}/run.sh")
 
-    @contextlib.asynccontextmanager
-    async def bounded(self, step: str, limit: float | None = None, option: str = "stage_step_timeout_s"):
-        """Bound one staging step. Raises :class:`HarnessError` naming the step and the option."""
+    def bounded(self, step: str, limit: float | None = None, option: str = "stage_step_timeout_s"):
+        """Bound one staging step (:func:`bounded`). Raises :class:`HarnessError` naming the step and the option."""
         limit = self.opts.stage_step_timeout_s if limit is None else limit
-        try:
-            async with asyncio.timeout(limit):
-                yield
-        except TimeoutError:
-            raise HarnessError(f"staging {self.harness.name} in territory {self.ctx.territory.id}: {step} got no "
-                               f"answer within {limit:g} s ({option})") from None
+        return bounded(limit, f"staging {self.harness.name} in territory {self.ctx.territory.id}: {step} got no "
+                              f"answer within {limit:g} s ({option})")
 
     def launcher(self) -> str:
         """``run.sh``: the CLI with a clean environment, cwd ``/root``, the prompt on stdin."""
@@ -556,18 +629,6 @@ class HarnessStaged(_Seat, Staged):
         return ("#!/bin/sh\n"
                 "cd /root 2>/dev/null || cd /\n"
                 f"exec env -i {envs} {run} < {shlex.quote(d + '/prompt.md')}\n")
-
-    async def _upload(self, conn: asyncssh.SSHClientConnection, local: Path, remote: str) -> int:
-        """Upload ``local`` to ``remote`` (0755) unless a file of its size is there; returns bytes sent."""
-        size = local.stat().st_size
-        res = await conn.run(f"stat -c %s {shlex.quote(remote)} 2>/dev/null", check=False)
-        if str(res.stdout or "").strip() == str(size):
-            return 0
-        tmp = remote + ".part"
-        async with conn.start_sftp_client() as sftp:
-            await sftp.put(str(local), tmp, block_size=65536, max_requests=64)
-        await conn.run(f"chmod 0755 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(remote)}", check=True)
-        return size
 
     async def prepare(self) -> None:
         """Do the staging (see the class docstring); the caller closes on failure.
@@ -615,7 +676,7 @@ class HarnessStaged(_Seat, Staged):
         else:
             self.bin_dir = f"{h.guest_root()}/bin"
             async with self.bounded(f"uploading {h.binary_name}", self.opts.upload_timeout_s, "upload_timeout_s"):
-                self.uploaded_bytes = await self._upload(conn, binary, f"{self.bin_dir}/{h.binary_name}")
+                self.uploaded_bytes = await upload_if_changed(conn, binary, f"{self.bin_dir}/{h.binary_name}")
             self.harness_mode = "uploaded" if self.uploaded_bytes else "present"
         step("harness")
         async with self.bounded("opening the reverse tunnel to the credential proxy"):
@@ -808,25 +869,8 @@ class HarnessRun(_Seat, AgentRun):
         ctx = self.ctx
         started = time.monotonic()
 
-        async def pump_out() -> None:
-            with open(ctx.stdout_file, "ab") as log:
-                while True:
-                    line = await proc.stdout.readline()
-                    if not line:
-                        return
-                    log.write(line)
-                    log.flush()
-                    self.on_line(line)
-
-        async def pump_err() -> None:
-            with open(ctx.stderr_file, "ab") as log:
-                while True:
-                    data = await proc.stderr.read(65536)
-                    if not data:
-                        return
-                    log.write(data)
-                    log.flush()
-                    self._stderr_tail = (self._stderr_tail + bytes(data))[-STDERR_TAIL:]
+        def on_err(data: bytes) -> None:
+            self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL:]
 
         async def watchdog() -> str:
             while True:
@@ -846,7 +890,7 @@ class HarnessRun(_Seat, AgentRun):
                     return "idle"
 
         cut: str | None = None
-        pumps = asyncio.gather(pump_out(), pump_err())
+        pumps = asyncio.gather(pump_stdout(proc, ctx.stdout_file, self.on_line), pump_stderr(proc, ctx.stderr_file, on_err))
         dog = asyncio.create_task(watchdog())
         exit_task = asyncio.ensure_future(proc.wait_closed())
         try:
@@ -907,24 +951,7 @@ class HarnessRun(_Seat, AgentRun):
         return AdapterStatus.HARNESS_ERROR, f"{label} crashed ({how}) after {s.rounds} turns without a result{tail}"
 
     def _finish(self, status: AdapterStatus, summary: str) -> AgentOutcome:
-        ctx = self.ctx
-        usage = self.usage()
-        transcript_path = ctx.agent_dir / "transcript.json"
-        with contextlib.suppress(OSError):
-            write_usage_file(ctx.usage_file, agent=ctx.agent.id, territory=ctx.territory.id, usage=usage)
-            write_json_atomic(transcript_path, self.transcript(str(status)))
-        with contextlib.suppress(Exception):
-            from aoe_tui.agents.analysis import write_analysis
-
-            made = write_analysis(transcript_path, ctx.agent_dir / "analysis.json", agent=ctx.agent.id,
-                                  territory=ctx.territory.id, model=ctx.agent.model, outcome=str(status))
-            if isinstance(made, dict) and made.get("unavailable"):
-                self.activity.append(str(made["unavailable"]))
-        transcript = str(transcript_path) if transcript_path.exists() else None
-        with contextlib.suppress(OSError):
-            write_result_file(ctx.result_file, agent=ctx.agent.id, territory=ctx.territory.id, status=status,
-                              summary=summary, usage=usage, transcript=transcript)
-        return apply_budget(AgentOutcome(status, summary, usage, transcript), getattr(ctx.agent, "budget", None))
+        return write_artifacts(self.ctx, status, summary, self.usage(), self.transcript(str(status)), self.activity)
 
     async def _supervise(self) -> AgentOutcome:
         limit = self.opts.wall_clock_s if self.opts.wall_clock_s is not None else self.ctx.deadline_s

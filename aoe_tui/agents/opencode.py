@@ -85,8 +85,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,12 +94,15 @@ from urllib.parse import urlsplit
 import asyncssh
 
 from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
+from aoe_tui.agents.command import DEADLINE_SUMMARY, REBOOT_SUMMARY, STOPPED_SUMMARY
+from aoe_tui.agents.harness import (
+    ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, HarnessError, bounded, ensure_npm_binary, guest_command, harness_folder,
+    limit_note, npm_binary, num, pump_stderr, pump_stdout, relevant_line, upload_if_changed, write_artifacts,
+)
 from aoe_tui.agents.proxy import WARMUP_PREFIX
+from aoe_tui.domain.adapter_io import write_usage_file
 from aoe_tui.domain.agent_usage import Usage
-from aoe_tui.agents.command import DEADLINE_SUMMARY, REBOOT_SUMMARY, STOPPED_SUMMARY, apply_budget
-from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
 from aoe_tui.fsio import write_atomic, write_json_atomic
-from aoe_tui.errors import AoeError
 
 __all__ = [
     "DEFAULT_API_KEY_ENV",
@@ -131,7 +132,6 @@ ENV_BASE_URL = "AOE_OPENCODE_BASE_URL"
 ENV_KEY_ENV = "AOE_OPENCODE_API_KEY_ENV"
 ENV_BINARY = "AOE_OPENCODE_BINARY"
 
-_PLACEHOLDER_KEY = "aoe-credential-proxy"
 #: opencode's provider for the warm-up prompt (its base URL is the proxy's :data:`WARMUP_PREFIX`)
 WARMUP_PROVIDER = "aoe-warmup"
 #: the line ``run.sh`` writes on stderr once opencode is warm and waits for the prompt on stdin
@@ -139,76 +139,40 @@ STAGED_MARK = "aoe-staged"
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-class OpencodeError(AoeError):
+class OpencodeError(HarnessError):
     """opencode could not be installed or found, or an adapter option is invalid (one line)."""
 
 
 # ----------------------------------------------------------------------------- install
 
 
-def _cache_dir(version: str) -> Path:
-    from aoe_tui.runtime.image import cache_root
-
-    return cache_root() / "opencode" / version
+#: where ``opencode-ai``'s native binary may be inside ``node_modules`` (first that exists)
+_BINARY_PATHS = ("opencode-ai/bin/opencode.exe", "opencode-linux-x64/bin/opencode",
+                 "opencode-linux-x64-baseline/bin/opencode")
 
 
 def opencode_binary(version: str = OPENCODE_VERSION) -> Path | None:
-    """The installed opencode binary for ``version`` (or ``$AOE_OPENCODE_BINARY``), or ``None``."""
-    env = os.environ.get(ENV_BINARY)
-    if env:
-        return Path(env) if Path(env).is_file() else None
-    base = _cache_dir(version) / "node_modules"
-    for cand in (base / "opencode-ai" / "bin" / "opencode.exe", base / "opencode-linux-x64" / "bin" / "opencode",
-                 base / "opencode-linux-x64-baseline" / "bin" / "opencode"):
-        if cand.is_file() and os.access(cand, os.X_OK):
-            return cand
-    return None
+    """The installed opencode binary for ``version`` (or ``$AOE_OPENCODE_BINARY``), or ``None``
+    (:func:`~aoe_tui.agents.harness.npm_binary`)."""
+    return npm_binary("opencode", version, _BINARY_PATHS, ENV_BINARY)
 
 
 def ensure_opencode(version: str = OPENCODE_VERSION, *, timeout_s: float = 600.0) -> Path:
-    """Return the opencode binary, installing ``opencode-ai@version`` from npm on first use.
-
-    Installs with ``npm install --prefix <user cache>/aoe-tui/opencode/<version>`` (about
-    350 MB; the npm registry must be reachable once) under a file lock, then checks
-    ``opencode --version``. Blocking; call it from a thread in async code.
+    """Return the opencode binary, installing ``opencode-ai@version`` from npm on first use
+    (:func:`~aoe_tui.agents.harness.ensure_npm_binary`: ``npm install --prefix <user
+    cache>/aoe-tui/opencode/<version>``, about 350 MB, under a file lock; then ``opencode
+    --version``). Blocking; call it from a thread in async code.
 
     Raises:
         OpencodeError: npm missing, install failed, or the binary does not report ``version``.
     """
-    found = opencode_binary(version)
-    if found is not None:
-        return found
-    if os.environ.get(ENV_BINARY):
-        raise OpencodeError(f"{ENV_BINARY}={os.environ[ENV_BINARY]} is not a file")
-    npm = shutil.which("npm")
-    if npm is None:
-        raise OpencodeError("opencode is not installed and npm is missing (apt-get install npm, or run ./setup.sh)")
-    import fcntl
-
-    target = _cache_dir(version)
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".install-{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        found = opencode_binary(version)
-        if found is not None:
-            return found
-        try:
-            res = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", "--prefix", str(target), f"opencode-ai@{version}"],
-                capture_output=True, text=True, timeout=timeout_s,
-            )
-        except subprocess.TimeoutExpired:
-            raise OpencodeError(f"npm install opencode-ai@{version} did not finish within {timeout_s:.0f} s") from None
-        if res.returncode != 0:
-            tail = " ".join((res.stderr or res.stdout).split())[-300:]
-            raise OpencodeError(f"npm install opencode-ai@{version} failed: {tail}")
-    found = opencode_binary(version)
-    if found is None:
-        raise OpencodeError(f"npm installed opencode-ai@{version} but no opencode binary was found under {target}")
-    out = subprocess.run([str(found), "--version"], capture_output=True, text=True, timeout=60)
-    if out.stdout.strip() != version:
-        raise OpencodeError(f"{found} reports version {out.stdout.strip()!r}, expected {version}")
-    return found
+    try:
+        return ensure_npm_binary("opencode", "opencode-ai", version, _BINARY_PATHS, env_var=ENV_BINARY,
+                                 timeout_s=timeout_s)
+    except OpencodeError:
+        raise
+    except HarnessError as exc:
+        raise OpencodeError(str(exc)) from None
 
 
 def _rg_binary() -> Path:
@@ -227,23 +191,10 @@ def harness_dir(version: str = OPENCODE_VERSION) -> Path:
     Raises:
         OpencodeError: opencode cannot be installed, or ripgrep is missing.
     """
-    folder = _cache_dir(version) / "harness"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, src in (("opencode", ensure_opencode(version)), ("rg", _rg_binary())):
-        src = src.resolve()
-        dest = folder / name
-        with contextlib.suppress(OSError):
-            if dest.stat().st_size == src.stat().st_size:
-                continue
-        tmp = folder / f".{name}.{os.getpid()}.{threading.get_ident()}.part"
-        tmp.unlink(missing_ok=True)
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copy2(src, tmp)
-        tmp.chmod(0o755)
-        os.replace(tmp, dest)
-    return folder
+    from aoe_tui.runtime.image import cache_root
+
+    return harness_folder(cache_root() / "opencode" / version / "harness",
+                          {"opencode": ensure_opencode(version), "rg": _rg_binary()})
 
 
 async def _post_json(port: int, path: str, body: dict[str, Any]) -> tuple[int, str]:
@@ -393,13 +344,7 @@ class _State:
     seen_parts: set[str] = field(default_factory=set)
 
 
-def _num(v: Any) -> int:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
-
-
 _READ_ONLY = {"read", "glob", "grep", "list", "ls", "webfetch", "todoread"}
-_STDERR_TAIL = 8192
-_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: Provider/opencode wording for a model id nobody serves.
 _UNKNOWN_MODEL_RE = re.compile(
     r"model[^\n]{0,80}?(not found|does not exist|unknown|not supported|invalid)|unknown model|ProviderModelNotFound"
@@ -416,11 +361,6 @@ def pending_permission(log_text: str) -> str | None:
     for m in _PERMISSION_RE.finditer(log_text or ""):
         found = f"{m.group(1)} {m.group(2)}"[:200]
     return found
-
-
-def _limit_note(name: str, value_s: float, elapsed_s: float, what: str, run_s: float) -> str:
-    """One line naming the limit that fired, its configured value and the elapsed times (s)."""
-    return f"{name} limit of {value_s:g} s fired after {elapsed_s:.1f} s {what} (run time {run_s:.1f} s)"
 
 
 def _error_text(err: dict[str, Any], *, name: bool = True) -> str:
@@ -446,38 +386,20 @@ class _SeatSetup:
     def _run_dir(self) -> str:
         return f"{GUEST_ROOT}/{_NAME_RE.sub('-', self.ctx.agent.id)}"
 
-    @contextlib.asynccontextmanager
-    async def _bounded(self, step: str, limit: float | None = None, option: str = "stage_step_timeout_s"):
+    def _bounded(self, step: str, limit: float | None = None, option: str = "stage_step_timeout_s"):
         """Bound one staging step (``limit`` s, default ``stage_step_timeout_s``).
 
         Raises:
             OpencodeError: the step took longer (one line naming the territory, the step and the option)."""
         limit = self.opts.stage_step_timeout_s if limit is None else limit
-        try:
-            async with asyncio.timeout(limit):
-                yield
-        except TimeoutError:
-            raise OpencodeError(f"staging in territory {self.ctx.territory.id}: {step} got no answer within "
-                                f"{limit:g} s ({option})") from None
+        return bounded(limit, f"staging in territory {self.ctx.territory.id}: {step} got no answer within "
+                              f"{limit:g} s ({option})", OpencodeError)
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         from aoe_tui.runtime.ssh import connect
 
         t = self.ctx.territory
         return await connect(t.host, t.ssh_port, t.password, connect_timeout_s=15.0)
-
-    async def _upload(self, conn: asyncssh.SSHClientConnection, local: Path, remote: str) -> int:
-        """Upload ``local`` to ``remote`` (mode 0755) unless a file of its size is there; returns
-        the bytes sent (0: skipped)."""
-        size = local.stat().st_size
-        res = await conn.run(f"stat -c %s {shlex.quote(remote)} 2>/dev/null", check=False)
-        if str(res.stdout or "").strip() == str(size):
-            return 0
-        tmp = remote + ".part"
-        async with conn.start_sftp_client() as sftp:
-            await sftp.put(str(local), tmp, block_size=65536, max_requests=64)  # sftp-server drops >256 KiB packets
-        await conn.run(f"chmod 0755 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(remote)}", check=True)
-        return size
 
     def _config(self, guest_port: int) -> dict[str, Any]:
         model_id = self.model_id
@@ -490,11 +412,11 @@ class _SeatSetup:
         return {
             "$schema": "https://opencode.ai/config.json",
             "provider": {"aoe": {"npm": "@ai-sdk/openai-compatible", "name": "aoe credential proxy",
-                                 "options": {"baseURL": f"http://127.0.0.1:{guest_port}/v1", "apiKey": _PLACEHOLDER_KEY},
+                                 "options": {"baseURL": f"http://127.0.0.1:{guest_port}/v1", "apiKey": PLACEHOLDER_KEY},
                                  "models": {model_id: model}},
                          WARMUP_PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "aoe warm-up (answered by the proxy)",
                                            "options": {"baseURL": f"http://127.0.0.1:{guest_port}{WARMUP_PREFIX}/v1",
-                                                       "apiKey": _PLACEHOLDER_KEY},
+                                                       "apiKey": PLACEHOLDER_KEY},
                                            "models": {"warmup": {"limit": {"context": 8000, "output": 16}}}}},
             "enabled_providers": ["aoe", WARMUP_PROVIDER],
             "model": f"aoe/{model_id}",
@@ -601,7 +523,7 @@ class _SeatSetup:
             sent = 0
             for local, name in ((binary, "opencode"), (rg, "rg")):
                 async with self._bounded(f"uploading {name}", self.opts.upload_timeout_s, "upload_timeout_s"):
-                    sent += await self._upload(conn, local, f"{bin_dir}/{name}")
+                    sent += await upload_if_changed(conn, local, f"{bin_dir}/{name}")
             detail["harness"], detail["uploaded_bytes"] = ("uploaded" if sent else "present"), sent
         files = {
             f"{stub}/package.json": json.dumps({"dependencies": {"@opencode-ai/plugin": "0"}}),
@@ -694,9 +616,9 @@ class OpencodeStaged(_SeatSetup, Staged):
             ready = await asyncio.wait_for(read_mark(), self.opts.warm_timeout_s)
         except asyncio.TimeoutError:
             ready = False
-        self.stderr_head = buf[-_STDERR_TAIL:]
+        self.stderr_head = buf[-STDERR_TAIL:]
         if not ready:
-            last = [x for x in _ANSI_RE.sub("", buf.decode("utf-8", "replace")).splitlines() if x.strip()]
+            last = [x for x in ANSI_RE.sub("", buf.decode("utf-8", "replace")).splitlines() if x.strip()]
             raise OpencodeError(f"opencode did not get ready in the territory before the clock"
                                 f"{': ' + last[-1].strip()[:300] if last else ''}")
         self.warm = True
@@ -782,7 +704,7 @@ class OpencodeRun(_SeatSetup, AgentRun):
 
     #: opencode's last stderr bytes (≤ 8 kB), for the relevant line in summaries.
     _stderr_tail: bytes = b""
-    #: the limit line of the watchdog cut, if one fired (:func:`_limit_note`).
+    #: the limit line of the watchdog cut, if one fired (:func:`limit_note`).
     _cut_note: str | None = None
     #: watchdog period (s).
     _tick_s: float = 1.0
@@ -959,11 +881,11 @@ class OpencodeRun(_SeatSetup, AgentRun):
             tok = part.get("tokens") if isinstance(part.get("tokens"), dict) else {}
             cache = tok.get("cache") if isinstance(tok.get("cache"), dict) else {}
             s.steps += 1
-            s.input_tokens += _num(tok.get("input"))
-            s.output_tokens += _num(tok.get("output"))
-            s.reasoning += _num(tok.get("reasoning"))
-            s.cache_read += _num(cache.get("read"))
-            s.cache_write += _num(cache.get("write"))
+            s.input_tokens += num(tok.get("input"))
+            s.output_tokens += num(tok.get("output"))
+            s.reasoning += num(tok.get("reasoning"))
+            s.cache_read += num(cache.get("read"))
+            s.cache_write += num(cache.get("write"))
             cost = part.get("cost")
             if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost > 0:
                 s.cost_usd += float(cost)
@@ -972,8 +894,8 @@ class OpencodeRun(_SeatSetup, AgentRun):
             s.rounds.append({
                 "index": len(s.rounds), "started_after_ms": start, "duration_ms": max(0, self._rel(ts) - start),
                 "status": str(part.get("reason") or "unknown"),
-                "usage": {"input_tokens": _num(tok.get("input")), "output_tokens": _num(tok.get("output")) + _num(tok.get("reasoning")),
-                          "cache_read_tokens": _num(cache.get("read")), "cache_creation_tokens": _num(cache.get("write"))},
+                "usage": {"input_tokens": num(tok.get("input")), "output_tokens": num(tok.get("output")) + num(tok.get("reasoning")),
+                          "cache_read_tokens": num(cache.get("read")), "cache_creation_tokens": num(cache.get("write"))},
             })
             s.final_seen_at = time.monotonic() if s.last_reason == "stop" else None
             self._checkpoint()
@@ -1004,20 +926,9 @@ class OpencodeRun(_SeatSetup, AgentRun):
             f"grep -qF {scope} /proc/$p/cgroup 2>/dev/null && kill -KILL $p 2>/dev/null; done; true")
 
     async def _guest_cleanup(self, cmd: str) -> None:
-        """Run ``cmd`` in the guest over the run's connection (10 s), or a new one (15 s) when it
-        is closed or failed. Never raises."""
-        conn = self._conn
-        with contextlib.suppress(Exception):
-            if conn is not None and not conn.is_closed():
-                await asyncio.wait_for(conn.run(cmd, check=False), 10)
-                return
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(15):
-                c = await self._connect()
-                try:
-                    await c.run(cmd, check=False)
-                finally:
-                    c.close()
+        """Run ``cmd`` in the guest over the run's connection, or a new one
+        (:func:`~aoe_tui.agents.harness.guest_command`). Never raises."""
+        await guest_command(self._connect, self._conn, cmd)
 
     # ------------------------------------------------------------------ the run
 
@@ -1069,28 +980,14 @@ class OpencodeRun(_SeatSetup, AgentRun):
         cut: str | None = None
         started = time.monotonic()
 
-        async def pump_out() -> None:
-            with open(ctx.stdout_file, "ab") as log:
-                while True:
-                    line = await proc.stdout.readline()
-                    if not line:
-                        return
-                    log.write(line)
-                    log.flush()
-                    with contextlib.suppress(ValueError):
-                        ev = json.loads(line)
-                        if isinstance(ev, dict):
-                            self.on_event(ev)
+        def on_line(line: bytes) -> None:
+            with contextlib.suppress(ValueError):
+                ev = json.loads(line)
+                if isinstance(ev, dict):
+                    self.on_event(ev)
 
-        async def pump_err() -> None:
-            with open(ctx.stderr_file, "ab") as log:
-                while True:
-                    data = await proc.stderr.read(65536)
-                    if not data:
-                        return
-                    log.write(data)
-                    log.flush()
-                    self._stderr_tail = (self._stderr_tail + bytes(data))[-_STDERR_TAIL:]
+        def on_err(data: bytes) -> None:
+            self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL:]
 
         async def watchdog() -> str:
             while True:
@@ -1100,16 +997,16 @@ class OpencodeRun(_SeatSetup, AgentRun):
                 if s.steps > self.opts.max_steps:
                     return "steps"
                 if s.final_seen_at is not None and now - s.final_seen_at > self.opts.exit_grace_s:
-                    self._cut_note = _limit_note("exit_grace_s", self.opts.exit_grace_s, now - s.final_seen_at,
+                    self._cut_note = limit_note("exit_grace_s", self.opts.exit_grace_s, now - s.final_seen_at,
                                                  "after the final answer without exiting", now - started)
                     return "no-exit"
                 quiet = now - self.last_alive()
                 if quiet > self.opts.idle_timeout_s:
-                    self._cut_note = _limit_note("idle_timeout_s", self.opts.idle_timeout_s, quiet,
+                    self._cut_note = limit_note("idle_timeout_s", self.opts.idle_timeout_s, quiet,
                                                  "without an opencode event or model traffic", now - started)
                     return "idle"
 
-        pumps = asyncio.gather(pump_out(), pump_err())
+        pumps = asyncio.gather(pump_stdout(proc, ctx.stdout_file, on_line), pump_stderr(proc, ctx.stderr_file, on_err))
         dog = asyncio.create_task(watchdog())
         exit_task = asyncio.ensure_future(proc.wait_closed())
         try:
@@ -1185,14 +1082,9 @@ class OpencodeRun(_SeatSetup, AgentRun):
         return max(alive, last) if isinstance(last, (int, float)) else alive
 
     def stderr_line(self) -> str | None:
-        """The most relevant line of opencode's stderr (one line, ANSI colours removed, ≤ 300
-        chars): the last line naming an error, else the last non-empty line; ``None`` if empty."""
-        text = _ANSI_RE.sub("", self._stderr_tail.decode("utf-8", "replace"))
-        lines = [" ".join(x.split()) for x in text.splitlines() if x.strip()]
-        if not lines:
-            return None
-        errs = [x for x in lines if re.search(r"error|not found|unknown|invalid|denied|fail", x, re.I)]
-        return (errs or lines)[-1][:300]
+        """The most relevant line of opencode's stderr (:func:`~aoe_tui.agents.harness.relevant_line`):
+        the last line naming an error, else the last non-empty line; ``None`` if empty."""
+        return relevant_line(self._stderr_tail)
 
     def _classify(self, *, cut: str | None, rc: int | None, signal_: str | None, lost: bool,
                   permission: str | None = None) -> tuple[AdapterStatus, str]:
@@ -1302,24 +1194,8 @@ class OpencodeRun(_SeatSetup, AgentRun):
             write_atomic(self.ctx.agent_dir / "opencode.log", text, fsync=False)
 
     def _finish(self, status: AdapterStatus, summary: str) -> AgentOutcome:
-        ctx = self.ctx
-        usage = self.usage()
-        transcript_path = ctx.agent_dir / "transcript.json"
-        with contextlib.suppress(OSError):
-            write_usage_file(ctx.usage_file, agent=ctx.agent.id, territory=ctx.territory.id, usage=usage)
-            write_json_atomic(transcript_path, self.transcript(str(status) if status != AdapterStatus.COMPLETED else "completed"))
-        with contextlib.suppress(Exception):
-            from aoe_tui.agents.analysis import write_analysis
-
-            made = write_analysis(transcript_path, ctx.agent_dir / "analysis.json", agent=ctx.agent.id,
-                                  territory=ctx.territory.id, model=ctx.agent.model, outcome=str(status))
-            if isinstance(made, dict) and made.get("unavailable"):
-                self.activity.append(str(made["unavailable"]))
-        transcript = str(transcript_path) if transcript_path.exists() else None
-        with contextlib.suppress(OSError):
-            write_result_file(ctx.result_file, agent=ctx.agent.id, territory=ctx.territory.id, status=status,
-                              summary=summary, usage=usage, transcript=transcript)
-        return apply_budget(AgentOutcome(status, summary, usage, transcript), getattr(ctx.agent, "budget", None))
+        status_text = str(status) if status != AdapterStatus.COMPLETED else "completed"
+        return write_artifacts(self.ctx, status, summary, self.usage(), self.transcript(status_text), self.activity)
 
     async def _supervise(self) -> AgentOutcome:
         limit = self.opts.wall_clock_s if self.opts.wall_clock_s is not None else self.ctx.deadline_s
@@ -1328,7 +1204,7 @@ class OpencodeRun(_SeatSetup, AgentRun):
             try:
                 status, summary = await asyncio.wait_for(self._body(), timeout=max(0.0, float(limit)))
             except asyncio.TimeoutError:
-                note = _limit_note("wall_clock_s", float(limit), time.monotonic() - started, "since the run started",
+                note = limit_note("wall_clock_s", float(limit), time.monotonic() - started, "since the run started",
                                    time.monotonic() - started)
                 self.activity.append(f"watchdog: {note}; killing opencode")
                 permission = pending_permission(await self._guest_log_tail())
