@@ -84,9 +84,9 @@ from aoe_tui.fsio import write_atomic, write_json_atomic
 
 __all__ = [
     "ANSI_RE", "PLACEHOLDER_KEY", "Harness", "HarnessAdapter", "HarnessError", "HarnessOptions", "HarnessRun",
-    "HarnessStaged", "HarnessState", "ensure_npm_binary", "fold_stream", "harness_folder", "limit_note",
-    "bounded", "guest_command", "npm_binary", "num", "provider_status", "pump_stderr", "pump_stdout", "relevant_line",
-    "upload_if_changed", "write_artifacts",
+    "HarnessStaged", "HarnessState", "SupervisedRun", "ensure_npm_binary", "fold_stream", "harness_folder", "limit_note",
+    "bounded", "guest_command", "idle_or_grace_cut", "npm_binary", "num", "provider_status", "pump_stderr", "pump_stdout", "relevant_line",
+    "upload_if_changed", "watch_process", "write_artifacts",
 ]
 
 #: The key the harness in the guest is given: a placeholder (the proxy strips it and adds the real one).
@@ -293,6 +293,63 @@ async def pump_stderr(proc: Any, log_path: Path, on_data: Any) -> None:
             log.write(data)
             log.flush()
             on_data(bytes(data))
+
+
+def idle_or_grace_cut(*, started: float, final_seen_at: float | None, exit_grace_s: float, last_alive: float,
+                      idle_timeout_s: float, what: str) -> tuple[str, str] | None:
+    """The watchdog's two time limits (monotonic seconds): ``("no-exit", note)`` when the final
+    answer came more than ``exit_grace_s`` ago, ``("idle", note)`` when nothing happened for
+    more than ``idle_timeout_s`` (``what``: "without a <CLI> event or model traffic"); else ``None``."""
+    now = time.monotonic()
+    if final_seen_at is not None and now - final_seen_at > exit_grace_s:
+        return "no-exit", limit_note("exit_grace_s", exit_grace_s, now - final_seen_at,
+                                     "after the final answer without exiting", now - started)
+    if now - last_alive > idle_timeout_s:
+        return "idle", limit_note("idle_timeout_s", idle_timeout_s, now - last_alive, what, now - started)
+    return None
+
+
+async def watch_process(proc: Any, ctx: AgentContext, *, on_line: Any, on_err: Any, tick_s: float, check: Any,
+                        kill: Any, activity: Any, label: str) -> tuple[str, str | None] | None:
+    """Follow a CLI in the guest until it exits or a limit ends it.
+
+    ``proc``'s stdout lines go to ``ctx.stdout_file`` and ``on_line``, its stderr to
+    ``ctx.stderr_file`` and ``on_err`` (:func:`pump_stdout`, :func:`pump_stderr`). Every
+    ``tick_s`` seconds ``check()`` may return ``(cut, note)``: then ``activity`` gets
+    "watchdog: <note>; killing <label>", ``await kill()`` ends the process (its exit is awaited
+    up to 10 s) and ``(cut, note)`` is returned; ``None`` when the process exited by itself.
+    The pumps are drained (10 s at most); SSH/OS errors while waiting end the wait quietly.
+    """
+    cut: tuple[str, str | None] | None = None
+
+    async def watchdog() -> tuple[str, str | None]:
+        while True:
+            await asyncio.sleep(tick_s)
+            found = check()
+            if found:
+                return found
+
+    pumps = asyncio.gather(pump_stdout(proc, ctx.stdout_file, on_line), pump_stderr(proc, ctx.stderr_file, on_err))
+    dog = asyncio.create_task(watchdog())
+    exit_task = asyncio.ensure_future(proc.wait_closed())
+    try:
+        await asyncio.wait({exit_task, dog}, return_when=asyncio.FIRST_COMPLETED)
+        if dog.done() and not exit_task.done():
+            cut = dog.result()
+            activity.append(f"watchdog: {cut[1] or cut[0]}; killing {label}")
+            await kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(exit_task), 10)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(pumps, 10)
+    except (asyncssh.Error, OSError):
+        pass
+    finally:
+        dog.cancel()
+        pumps.cancel()
+        with contextlib.suppress(BaseException):
+            await pumps
+    return cut
 
 
 def write_artifacts(ctx: AgentContext, status: AdapterStatus, summary: str, usage: Usage,
@@ -708,7 +765,114 @@ class HarnessStaged(_Seat, Staged):
 # ----------------------------------------------------------------------------- the run
 
 
-class HarnessRun(_Seat, AgentRun):
+class SupervisedRun(AgentRun):
+    """What every run of a CLI inside a territory shares (:class:`HarnessRun`, and opencode's
+    own run): the limits ladder around the run's body (:meth:`_supervise`), cumulative usage
+    checkpoints (:meth:`checkpoint`), :meth:`wait` and :meth:`stop`.
+
+    A subclass sets :attr:`label` (shown in lines) and :attr:`adapter_name`, and implements
+    :meth:`usage`, :meth:`kill` (end the CLI and what it started), :meth:`_body` (start, follow,
+    classify: ``(status, summary)``) and :meth:`_finish` (artifacts → outcome); it may override
+    :meth:`wall_clock_outcome` and :meth:`cleanup`. ``opts.wall_clock_s`` (s, ``None``: the
+    heat deadline) bounds the body.
+    """
+
+    label: str = ""
+    adapter_name: str = ""
+    stopped: bool = False
+    _last_usage: Usage | None = None
+    _task: asyncio.Task[AgentOutcome]
+    opts: Any
+
+    def usage(self) -> Usage:
+        raise NotImplementedError
+
+    async def kill(self) -> None:
+        """End the CLI and everything it started in the guest (best effort, never raises)."""
+        raise NotImplementedError
+
+    async def _body(self) -> tuple[AdapterStatus, str]:
+        raise NotImplementedError
+
+    def _finish(self, status: AdapterStatus, summary: str) -> AgentOutcome:
+        raise NotImplementedError
+
+    async def wall_clock_outcome(self, note: str) -> tuple[AdapterStatus, str] | None:
+        """Called when ``wall_clock_s`` fired, before the kill: another reading than ``timed_out``, or ``None``."""
+        return None
+
+    async def cleanup(self) -> None:
+        """Release what the run holds once it ended (connections, staging). Never raises."""
+
+    def checkpoint(self) -> None:
+        """Write ``usage.json`` (§5.5) when :meth:`usage` changed."""
+        u = self.usage()
+        if u == self._last_usage:
+            return
+        self._last_usage = u
+        with contextlib.suppress(OSError):
+            write_usage_file(self.ctx.usage_file, agent=self.ctx.agent.id, territory=self.ctx.territory.id, usage=u)
+
+    async def _supervise(self) -> AgentOutcome:
+        """The body under the wall-clock limit; every way it can end becomes an outcome:
+        the limit → ``timed_out`` (or :meth:`wall_clock_outcome`); :meth:`stop` →
+        ``interrupted``; a :class:`HarnessError` → ``harness_error``; SSH/OS errors →
+        ``interrupted`` when the referee rebooted the guest, else ``unavailable``; any other
+        exception (a bug) → ``harness_error`` naming it, never a traceback."""
+        limit = self.opts.wall_clock_s if self.opts.wall_clock_s is not None else self.ctx.deadline_s
+        started = time.monotonic()
+        try:
+            try:
+                status, summary = await asyncio.wait_for(self._body(), timeout=max(0.0, float(limit)))
+            except asyncio.TimeoutError:
+                run_s = time.monotonic() - started
+                note = limit_note("wall_clock_s", float(limit), run_s, "since the run started", run_s)
+                self.activity.append(f"watchdog: {note}; killing {self.label}")
+                other = await self.wall_clock_outcome(note)
+                await self.kill()
+                if other is not None:
+                    return self._finish(*other)
+                return self._finish(AdapterStatus.TIMED_OUT, f"{DEADLINE_SUMMARY} ({note})")
+            except asyncio.CancelledError:
+                if self.stopped:
+                    await self.kill()
+                    return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY)
+                raise
+            except HarnessError as exc:
+                self.activity.append(str(exc))
+                return self._finish(AdapterStatus.HARNESS_ERROR, str(exc))
+            except (asyncssh.Error, OSError) as exc:
+                if self.ctx.reboot_marker.exists():
+                    return self._finish(AdapterStatus.INTERRUPTED, REBOOT_SUMMARY)
+                summary = f"SSH to territory {self.ctx.territory.id} failed: {exc or type(exc).__name__}"
+                return self._finish(AdapterStatus.UNAVAILABLE, " ".join(summary.split())[:300])
+            except Exception as exc:  # a bug: never a traceback to the referee
+                summary = f"{self.adapter_name} adapter failed: {type(exc).__name__}: {exc}"
+                return self._finish(AdapterStatus.HARNESS_ERROR, " ".join(summary.split())[:300])
+            if self.stopped:
+                return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY)
+            if status != AdapterStatus.COMPLETED:
+                await self.kill()
+            return self._finish(status, summary)
+        finally:
+            await self.cleanup()
+
+    async def wait(self) -> AgentOutcome:
+        """Wait for the run to end; returns its outcome (never raises)."""
+        return await asyncio.shield(self._task)
+
+    async def stop(self) -> None:
+        """Kill the CLI and everything it started in the guest, then finish ``interrupted``. Idempotent."""
+        if self._task.done():
+            return
+        self.stopped = True
+        await self.kill()
+        self._task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(self._task)
+
+
+class HarnessRun(_Seat, SupervisedRun):
     """One harness run (see the module docstring). Created by :meth:`HarnessAdapter.start`.
 
     Attributes:
@@ -728,6 +892,7 @@ class HarnessRun(_Seat, AgentRun):
         tests drive :meth:`follow` on a run made with ``HarnessRun.__new__`` + :meth:`setup`)."""
         AgentRun.__init__(self, ctx)
         self.adapter, self.harness, self.opts = adapter, adapter.harness, adapter.options
+        self.label, self.adapter_name = self.harness.label, self.harness.name
         self.state = HarnessState()
         self.stopped = False
         self.proxy_stats: Any = None
@@ -779,15 +944,6 @@ class HarnessRun(_Seat, AgentRun):
         if self.state.first_tool_at is not None and t0 is not None:
             out["first_tool_call_ms"] = int(round((self.state.first_tool_at - t0) * 1000))
         return out or None
-
-    def checkpoint(self) -> None:
-        """Write ``usage.json`` (§5.5) when usage changed."""
-        u = self.usage()
-        if u == self._last_usage:
-            return
-        self._last_usage = u
-        with contextlib.suppress(OSError):
-            write_usage_file(self.ctx.usage_file, agent=self.ctx.agent.id, territory=self.ctx.territory.id, usage=u)
 
     def transcript(self, status: str) -> dict[str, Any]:
         """The transcript (claux-like, §2.7): model, harness, outcome, usage, messages, tool_trace, timing."""
@@ -866,50 +1022,25 @@ class HarnessRun(_Seat, AgentRun):
         ``conn`` needs ``is_closed()``; ``proc`` is asyncssh-like (``stdout.readline``,
         ``stderr.read``, ``wait_closed``, ``returncode``, ``exit_status``, ``exit_signal``).
         """
-        ctx = self.ctx
         started = time.monotonic()
 
         def on_err(data: bytes) -> None:
             self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL:]
 
-        async def watchdog() -> str:
-            while True:
-                await asyncio.sleep(self.tick_s)
-                s, now = self.state, time.monotonic()
-                self.checkpoint()
-                if s.rounds > self.opts.max_turns:
-                    return "turns"
-                if s.final_seen_at is not None and now - s.final_seen_at > self.opts.exit_grace_s:
-                    self._cut_note = limit_note("exit_grace_s", self.opts.exit_grace_s, now - s.final_seen_at,
-                                                "after the final answer without exiting", now - started)
-                    return "no-exit"
-                quiet = now - self.last_alive()
-                if quiet > self.opts.idle_timeout_s:
-                    self._cut_note = limit_note("idle_timeout_s", self.opts.idle_timeout_s, quiet,
-                                                f"without a {self.harness.label} event or model traffic", now - started)
-                    return "idle"
+        def check() -> tuple[str, str | None] | None:
+            self.checkpoint()
+            if self.state.rounds > self.opts.max_turns:
+                return "turns", None
+            return idle_or_grace_cut(started=started, final_seen_at=self.state.final_seen_at,
+                                     exit_grace_s=self.opts.exit_grace_s, last_alive=self.last_alive(),
+                                     idle_timeout_s=self.opts.idle_timeout_s,
+                                     what=f"without a {self.harness.label} event or model traffic")
 
-        cut: str | None = None
-        pumps = asyncio.gather(pump_stdout(proc, ctx.stdout_file, self.on_line), pump_stderr(proc, ctx.stderr_file, on_err))
-        dog = asyncio.create_task(watchdog())
-        exit_task = asyncio.ensure_future(proc.wait_closed())
-        try:
-            await asyncio.wait({exit_task, dog}, return_when=asyncio.FIRST_COMPLETED)
-            if dog.done() and not exit_task.done():
-                cut = dog.result()
-                self.activity.append(f"watchdog: {self._cut_note or cut}; killing {self.harness.label}")
-                await self.guest_run(self.kill_command(), conn)
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(exit_task), 10)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(pumps, 10)
-        except (asyncssh.Error, OSError):
-            pass
-        finally:
-            dog.cancel()
-            pumps.cancel()
-            with contextlib.suppress(BaseException):
-                await pumps
+        found = await watch_process(proc, self.ctx, on_line=self.on_line, on_err=on_err, tick_s=self.tick_s,
+                                    check=check, kill=lambda: self.guest_run(self.kill_command(), conn),
+                                    activity=self.activity, label=self.harness.label)
+        cut = found[0] if found else None
+        self._cut_note = found[1] if found else None
         self.checkpoint()
         rc = proc.exit_status if proc.returncode is not None else None
         signal_ = proc.exit_signal[0] if proc.exit_signal else None
@@ -953,47 +1084,19 @@ class HarnessRun(_Seat, AgentRun):
     def _finish(self, status: AdapterStatus, summary: str) -> AgentOutcome:
         return write_artifacts(self.ctx, status, summary, self.usage(), self.transcript(str(status)), self.activity)
 
-    async def _supervise(self) -> AgentOutcome:
-        limit = self.opts.wall_clock_s if self.opts.wall_clock_s is not None else self.ctx.deadline_s
-        started = time.monotonic()
-        try:
-            try:
-                status, summary = await asyncio.wait_for(self._body(), timeout=max(0.0, float(limit)))
-            except asyncio.TimeoutError:
-                run_s = time.monotonic() - started
-                note = limit_note("wall_clock_s", float(limit), run_s, "since the run started", run_s)
-                self.activity.append(f"watchdog: {note}; killing {self.harness.label}")
-                await self.guest_run(self.kill_command(), self._conn)
-                return self._finish(AdapterStatus.TIMED_OUT, f"{DEADLINE_SUMMARY} ({note})")
-            except asyncio.CancelledError:
-                if self.stopped:
-                    await self.guest_run(self.kill_command(), self._conn)
-                    return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY)
-                raise
-            except HarnessError as exc:
-                self.activity.append(str(exc))
-                return self._finish(AdapterStatus.HARNESS_ERROR, str(exc))
-            except (asyncssh.Error, OSError) as exc:
-                if self.ctx.reboot_marker.exists():
-                    return self._finish(AdapterStatus.INTERRUPTED, REBOOT_SUMMARY)
-                summary = f"SSH to territory {self.ctx.territory.id} failed: {exc or type(exc).__name__}"
-                return self._finish(AdapterStatus.UNAVAILABLE, " ".join(summary.split())[:300])
-            except Exception as exc:  # a bug: never a traceback to the referee
-                summary = f"{self.harness.name} adapter failed: {type(exc).__name__}: {exc}"
-                return self._finish(AdapterStatus.HARNESS_ERROR, " ".join(summary.split())[:300])
-            if self.stopped:
-                return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY)
-            if status != AdapterStatus.COMPLETED:
-                await self.guest_run(self.kill_command(), self._conn)
-            return self._finish(status, summary)
-        finally:
-            with contextlib.suppress(Exception):
-                await self._collect_home()
-            if self._conn is not None:
-                self._conn.close()
-            staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, HarnessStaged) else None)
-            if staged is not None:
-                await staged.close()
+    async def kill(self) -> None:
+        """Kill the run's systemd scope in the guest (the CLI and its tools). Never raises."""
+        await self.guest_run(self.kill_command(), self._conn)
+
+    async def cleanup(self) -> None:
+        """List HOME's files, close the connection and the staging (proxy). Never raises."""
+        with contextlib.suppress(Exception):
+            await self._collect_home()
+        if self._conn is not None:
+            self._conn.close()
+        staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, HarnessStaged) else None)
+        if staged is not None:
+            await staged.close()
 
     async def _collect_home(self) -> None:
         """List the run's HOME in the guest into ``agents/<id>/<name>-home.txt`` (file names
@@ -1006,20 +1109,6 @@ class HarnessRun(_Seat, AgentRun):
         text = res.stdout if isinstance(res.stdout, str) else bytes(res.stdout or b"").decode("utf-8", "replace")
         if text:
             write_atomic(self.ctx.agent_dir / f"{self.harness.name}-home.txt", text, fsync=False)
-
-    async def wait(self) -> AgentOutcome:
-        """Wait for the run to end; returns its outcome (never raises)."""
-        return await asyncio.shield(self._task)
-
-    async def stop(self) -> None:
-        """Kill the CLI and everything it started in the guest (its scope), then finish ``interrupted``. Idempotent."""
-        if self._task.done():
-            return
-        self.stopped = True
-        await self.guest_run(self.kill_command(), self._conn)
-        self._task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(self._task)
 
 
 # ----------------------------------------------------------------------------- the adapter

@@ -94,13 +94,13 @@ from urllib.parse import urlsplit
 import asyncssh
 
 from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
-from aoe_tui.agents.command import DEADLINE_SUMMARY, REBOOT_SUMMARY, STOPPED_SUMMARY
+from aoe_tui.agents.command import REBOOT_SUMMARY
 from aoe_tui.agents.harness import (
     ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, HarnessError, bounded, ensure_npm_binary, guest_command, harness_folder,
-    limit_note, npm_binary, num, pump_stderr, pump_stdout, relevant_line, upload_if_changed, write_artifacts,
+    SupervisedRun, idle_or_grace_cut, npm_binary, num, relevant_line, upload_if_changed, watch_process,
+    write_artifacts,
 )
 from aoe_tui.agents.proxy import WARMUP_PREFIX
-from aoe_tui.domain.adapter_io import write_usage_file
 from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.fsio import write_atomic, write_json_atomic
 
@@ -694,7 +694,7 @@ class OpencodeStaged(_SeatSetup, Staged):
                 conn.close()
 
 
-class OpencodeRun(_SeatSetup, AgentRun):
+class OpencodeRun(_SeatSetup, SupervisedRun):
     """One opencode agent run (see the module docstring). Created by :meth:`OpencodeAdapter.start`.
 
     Attributes:
@@ -702,9 +702,11 @@ class OpencodeRun(_SeatSetup, AgentRun):
         proxy_stats: the credential proxy's :class:`~aoe_tui.agents.proxy.ProxyStats` (after start).
     """
 
+    label = "opencode"
+    adapter_name = "opencode"
     #: opencode's last stderr bytes (≤ 8 kB), for the relevant line in summaries.
     _stderr_tail: bytes = b""
-    #: the limit line of the watchdog cut, if one fired (:func:`limit_note`).
+    #: the limit line of the watchdog cut, if one fired (:func:`~aoe_tui.agents.harness.limit_note`).
     _cut_note: str | None = None
     #: watchdog period (s).
     _tick_s: float = 1.0
@@ -789,14 +791,6 @@ class OpencodeRun(_SeatSetup, AgentRun):
         if tool is not None and self._clock_unix is not None:
             out["first_tool_call_ms"] = int(round(tool - self._clock_unix * 1000))
         return out or None
-
-    def _checkpoint(self) -> None:
-        u = self.usage()
-        if u == self._last_usage:
-            return
-        self._last_usage = u
-        with contextlib.suppress(OSError):
-            write_usage_file(self.ctx.usage_file, agent=self.ctx.agent.id, territory=self.ctx.territory.id, usage=u)
 
     def transcript(self, status: str) -> dict[str, Any]:
         """The transcript object (claux-like, spec §2.7): model, outcome, usage, messages, tool_trace, timing."""
@@ -898,7 +892,7 @@ class OpencodeRun(_SeatSetup, AgentRun):
                           "cache_read_tokens": num(cache.get("read")), "cache_creation_tokens": num(cache.get("write"))},
             })
             s.final_seen_at = time.monotonic() if s.last_reason == "stop" else None
-            self._checkpoint()
+            self.checkpoint()
             self._write_live()
         elif etype == "error":
             err = ev.get("error") if isinstance(ev.get("error"), dict) else {}
@@ -976,8 +970,6 @@ class OpencodeRun(_SeatSetup, AgentRun):
         ``stderr.read``, ``wait_closed``, ``returncode``, ``exit_status``, ``exit_signal``) —
         tests drive it with a local opencode stub.
         """
-        ctx = self.ctx
-        cut: str | None = None
         started = time.monotonic()
 
         def on_line(line: bytes) -> None:
@@ -989,46 +981,23 @@ class OpencodeRun(_SeatSetup, AgentRun):
         def on_err(data: bytes) -> None:
             self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL:]
 
-        async def watchdog() -> str:
-            while True:
-                await asyncio.sleep(self._tick_s)
-                s, now = self.state, time.monotonic()
-                self._checkpoint()
-                if s.steps > self.opts.max_steps:
-                    return "steps"
-                if s.final_seen_at is not None and now - s.final_seen_at > self.opts.exit_grace_s:
-                    self._cut_note = limit_note("exit_grace_s", self.opts.exit_grace_s, now - s.final_seen_at,
-                                                 "after the final answer without exiting", now - started)
-                    return "no-exit"
-                quiet = now - self.last_alive()
-                if quiet > self.opts.idle_timeout_s:
-                    self._cut_note = limit_note("idle_timeout_s", self.opts.idle_timeout_s, quiet,
-                                                 "without an opencode event or model traffic", now - started)
-                    return "idle"
+        def check() -> tuple[str, str | None] | None:
+            self.checkpoint()
+            if self.state.steps > self.opts.max_steps:
+                return "steps", None
+            return idle_or_grace_cut(started=started, final_seen_at=self.state.final_seen_at,
+                                     exit_grace_s=self.opts.exit_grace_s, last_alive=self.last_alive(),
+                                     idle_timeout_s=self.opts.idle_timeout_s,
+                                     what="without an opencode event or model traffic")
 
-        pumps = asyncio.gather(pump_stdout(proc, ctx.stdout_file, on_line), pump_stderr(proc, ctx.stderr_file, on_err))
-        dog = asyncio.create_task(watchdog())
-        exit_task = asyncio.ensure_future(proc.wait_closed())
-        try:
-            await asyncio.wait({exit_task, dog}, return_when=asyncio.FIRST_COMPLETED)
-            if dog.done() and not exit_task.done():
-                cut = dog.result()
-                self.activity.append(f"watchdog: {self._cut_note or cut}; killing opencode")
-                await self._kill_scope()
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(exit_task), 10)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(pumps, 10)
-        except (asyncssh.Error, OSError):
-            pass
-        finally:
-            dog.cancel()
-            pumps.cancel()
-            with contextlib.suppress(BaseException):
-                await pumps
+        found = await watch_process(proc, self.ctx, on_line=on_line, on_err=on_err, tick_s=self._tick_s, check=check,
+                                    kill=self._kill_scope, activity=self.activity, label="opencode")
+        cut = found[0] if found else None
+        if found and found[1]:
+            self._cut_note = found[1]
         if self._warm:
             await self._recover_parts(conn)
-        self._checkpoint()
+        self.checkpoint()
         rc = proc.exit_status if proc.returncode is not None else None
         signal_ = proc.exit_signal[0] if proc.exit_signal else None
         self.activity.append(f"opencode ended: rc={rc} signal={signal_} steps={self.state.steps}")
@@ -1197,66 +1166,28 @@ class OpencodeRun(_SeatSetup, AgentRun):
         status_text = str(status) if status != AdapterStatus.COMPLETED else "completed"
         return write_artifacts(self.ctx, status, summary, self.usage(), self.transcript(status_text), self.activity)
 
-    async def _supervise(self) -> AgentOutcome:
-        limit = self.opts.wall_clock_s if self.opts.wall_clock_s is not None else self.ctx.deadline_s
-        started = time.monotonic()
-        try:
-            try:
-                status, summary = await asyncio.wait_for(self._body(), timeout=max(0.0, float(limit)))
-            except asyncio.TimeoutError:
-                note = limit_note("wall_clock_s", float(limit), time.monotonic() - started, "since the run started",
-                                   time.monotonic() - started)
-                self.activity.append(f"watchdog: {note}; killing opencode")
-                permission = pending_permission(await self._guest_log_tail())
-                await self._kill_scope()
-                if permission:
-                    return self._finish(AdapterStatus.HARNESS_ERROR,
-                                        f"opencode stalled on a permission prompt ({permission}) that a non-interactive "
-                                        f"run cannot answer: {note}; killed")
-                return self._finish(AdapterStatus.TIMED_OUT, f"{DEADLINE_SUMMARY} ({note})")
-            except asyncio.CancelledError:
-                if self.stopped:
-                    await self._kill_scope()
-                    return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY)
-                raise
-            except OpencodeError as exc:
-                self.activity.append(str(exc))
-                return self._finish(AdapterStatus.HARNESS_ERROR, str(exc))
-            except (asyncssh.Error, OSError) as exc:
-                if self.ctx.reboot_marker.exists():
-                    return self._finish(AdapterStatus.INTERRUPTED, REBOOT_SUMMARY)
-                summary = f"SSH to territory {self.ctx.territory.id} failed: {exc or type(exc).__name__}"
-                return self._finish(AdapterStatus.UNAVAILABLE, " ".join(summary.split())[:300])
-            except Exception as exc:  # a bug: never a traceback to the referee
-                summary = f"opencode adapter failed: {type(exc).__name__}: {exc}"
-                return self._finish(AdapterStatus.HARNESS_ERROR, " ".join(summary.split())[:300])
-            if self.stopped:
-                return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY)
-            if status != AdapterStatus.COMPLETED:
-                await self._kill_scope()
-            return self._finish(status, summary)
-        finally:
-            if self._warm:
-                await self._end_opencode()
-            if self._conn is not None:
-                self._conn.close()
-            staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, OpencodeStaged) else None)
-            if staged is not None:
-                await staged.close()
-
-    async def wait(self) -> AgentOutcome:
-        """Wait for the run to end; returns its outcome (never raises)."""
-        return await asyncio.shield(self._task)
-
-    async def stop(self) -> None:
-        """Kill opencode and everything it started in the guest (its scope), then finish ``interrupted``. Idempotent."""
-        if self._task.done():
-            return
-        self.stopped = True
+    async def kill(self) -> None:
+        """Kill opencode's scope in the guest (:meth:`_kill_scope`). Never raises."""
         await self._kill_scope()
-        self._task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(self._task)
+
+    async def wall_clock_outcome(self, note: str) -> tuple[AdapterStatus, str] | None:
+        """``wall_clock_s`` fired: a permission prompt opencode's log shows it waiting on is the
+        harness's stall (``harness_error``), not the player's time running out."""
+        permission = pending_permission(await self._guest_log_tail())
+        if permission:
+            return (AdapterStatus.HARNESS_ERROR, f"opencode stalled on a permission prompt ({permission}) that a "
+                                                 f"non-interactive run cannot answer: {note}; killed")
+        return None
+
+    async def cleanup(self) -> None:
+        """End a warm run's opencode, close the connection and the staging. Never raises."""
+        if self._warm:
+            await self._end_opencode()
+        if self._conn is not None:
+            self._conn.close()
+        staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, OpencodeStaged) else None)
+        if staged is not None:
+            await staged.close()
 
 
 class OpencodeAdapter(Adapter):
