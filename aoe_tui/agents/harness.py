@@ -84,9 +84,9 @@ from aoe_tui.fsio import write_atomic, write_json_atomic
 
 __all__ = [
     "ANSI_RE", "PLACEHOLDER_KEY", "Harness", "HarnessAdapter", "HarnessError", "HarnessOptions", "HarnessRun",
-    "HarnessStaged", "HarnessState", "SupervisedRun", "ensure_npm_binary", "fold_stream", "harness_folder", "limit_note",
-    "bounded", "guest_command", "idle_or_grace_cut", "npm_binary", "num", "provider_status", "pump_stderr", "pump_stdout", "relevant_line",
-    "upload_if_changed", "watch_process", "write_artifacts",
+    "HarnessStaged", "HarnessState", "KeyedAdapter", "SupervisedRun", "ensure_npm_binary", "fold_stream", "harness_folder", "limit_note",
+    "bounded", "connect_territory", "guest_command", "idle_or_grace_cut", "npm_binary", "num", "provider_status", "pump_stderr", "pump_stdout", "relevant_line",
+    "start_proxy", "upload_if_changed", "watch_process", "write_artifacts",
 ]
 
 #: The key the harness in the guest is given: a placeholder (the proxy strips it and adds the real one).
@@ -293,6 +293,32 @@ async def pump_stderr(proc: Any, log_path: Path, on_data: Any) -> None:
             log.write(data)
             log.flush()
             on_data(bytes(data))
+
+
+async def start_proxy(adapter: Adapter, base_url: str, api_key_env: str | None,
+                      error: type[AoeError] = HarnessError) -> Any:
+    """Start a :class:`~aoe_tui.agents.proxy.CredentialProxy` to ``base_url`` holding the key
+    read from the runner variable ``api_key_env`` (:meth:`Adapter.credential`; ``None``: no
+    key). The key lives only in the proxy. Raises ``error`` when the variable is unset."""
+    from aoe_tui.agents.proxy import CredentialProxy
+
+    key = None
+    if api_key_env:
+        key = adapter.credential(api_key_env)
+        if not key:
+            raise error(f"environment variable {api_key_env} (the model API key) is not set on the runner")
+    proxy = CredentialProxy(base_url, key)
+    del key
+    await proxy.start()
+    return proxy
+
+
+async def connect_territory(connect: Any, territory_id: str, error: type[AoeError] = HarnessError) -> Any:
+    """``await connect()`` (an SSH login to the territory); raises ``error`` naming the territory when it fails."""
+    try:
+        return await connect()
+    except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
+        raise error(f"cannot reach territory {territory_id} over SSH: {exc or type(exc).__name__}") from None
 
 
 def idle_or_grace_cut(*, started: float, final_seen_at: float | None, exit_grace_s: float, last_alive: float,
@@ -694,8 +720,6 @@ class HarnessStaged(_Seat, Staged):
             HarnessError: no binary, no key, unreachable territory, a step past its bound.
             asyncssh.Error, OSError: an SSH step failed.
         """
-        from aoe_tui.agents.proxy import CredentialProxy
-
         ctx, h = self.ctx, self.harness
         t = time.monotonic()
 
@@ -707,19 +731,9 @@ class HarnessStaged(_Seat, Staged):
 
         self.prompt = Path(ctx.instruction_file).read_text(encoding="utf-8")
         binary = await asyncio.to_thread(h.ensure)
-        key = None
-        if self.opts.api_key_env:
-            key = self.adapter.credential(self.opts.api_key_env)
-            if not key:
-                raise HarnessError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
-        self.proxy = CredentialProxy(self.opts.base_url, key)
-        del key
-        await self.proxy.start()
+        self.proxy = await start_proxy(self.adapter, self.opts.base_url, self.opts.api_key_env)
         step("install")
-        try:
-            self.conn = conn = await self.connect()
-        except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
-            raise HarnessError(f"cannot reach territory {ctx.territory.id} over SSH: {exc or type(exc).__name__}") from None
+        self.conn = conn = await connect_territory(self.connect, ctx.territory.id)
         step("connect")
         d, shared = self.run_dir, shlex.quote(f"{h.share_guest()}/{h.binary_name}")
         async with self.bounded("preparing the run folder"):
@@ -780,6 +794,9 @@ class SupervisedRun(AgentRun):
     label: str = ""
     adapter_name: str = ""
     stopped: bool = False
+    state: Any
+    proxy_stats: Any = None
+    _stderr_tail: bytes = b""
     _last_usage: Usage | None = None
     _task: asyncio.Task[AgentOutcome]
     opts: Any
@@ -803,6 +820,36 @@ class SupervisedRun(AgentRun):
 
     async def cleanup(self) -> None:
         """Release what the run holds once it ended (connections, staging). Never raises."""
+
+    def last_alive(self) -> float:
+        """``time.monotonic()`` (s) of the last sign of life: a JSON event of the CLI
+        (``state.last_event_at``) or model traffic through the credential proxy
+        (``proxy_stats.last_activity``), whichever is later."""
+        alive = self.state.last_event_at
+        last = getattr(self.proxy_stats, "last_activity", None)
+        return max(alive, last) if isinstance(last, (int, float)) else alive
+
+    def keep_stderr(self, data: bytes) -> None:
+        """Keep the CLI's last :data:`STDERR_TAIL` bytes of stderr (for :meth:`stderr_line`)."""
+        self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL:]
+
+    def stderr_line(self) -> str | None:
+        """The most relevant line of the CLI's stderr (:func:`relevant_line`): the last line
+        naming an error, else the last non-empty line; ``None`` if empty."""
+        return relevant_line(self._stderr_tail)
+
+    def limit_check(self, started: float, cap: str | None) -> tuple[str, str | None] | None:
+        """One watchdog tick: a usage checkpoint, then ``(cap, None)`` when the run's own cap
+        fired (``cap`` given), else :func:`idle_or_grace_cut` on ``opts`` (``exit_grace_s``,
+        ``idle_timeout_s``) since ``started`` (monotonic s)."""
+        self.checkpoint()
+        if cap:
+            return cap, None
+        return idle_or_grace_cut(started=started, final_seen_at=self.state.final_seen_at,
+                                 exit_grace_s=self.opts.exit_grace_s, last_alive=self.last_alive(),
+                                 idle_timeout_s=self.opts.idle_timeout_s,
+                                 what=f"without {'an' if self.label[:1].lower() in 'aeiou' else 'a'} {self.label} event "
+                                      "or model traffic")
 
     def checkpoint(self) -> None:
         """Write ``usage.json`` (§5.5) when :meth:`usage` changed."""
@@ -899,7 +946,6 @@ class HarnessRun(_Seat, SupervisedRun):
         self.prompt = ""
         self._conn: asyncssh.SSHClientConnection | None = None
         self._staged: HarnessStaged | None = None
-        self._stderr_tail = b""
         self._cut_note: str | None = None
         self._last_usage: Usage | None = None
 
@@ -982,15 +1028,6 @@ class HarnessRun(_Seat, SupervisedRun):
                         write_json_atomic(self.ctx.agent_dir / "transcript.live.json", self.transcript("running"),
                                           fsync=False)
 
-    def last_alive(self) -> float:
-        """``time.monotonic()`` (s) of the last JSON event or model traffic through the proxy."""
-        last = getattr(self.proxy_stats, "last_activity", None)
-        return max(self.state.last_event_at, last) if isinstance(last, (int, float)) else self.state.last_event_at
-
-    def stderr_line(self) -> str | None:
-        """The most relevant stderr line (:func:`relevant_line`)."""
-        return relevant_line(self._stderr_tail)
-
     # ------------------------------------------------------------------ the run
 
     async def _body(self) -> tuple[AdapterStatus, str]:
@@ -1023,21 +1060,9 @@ class HarnessRun(_Seat, SupervisedRun):
         ``stderr.read``, ``wait_closed``, ``returncode``, ``exit_status``, ``exit_signal``).
         """
         started = time.monotonic()
-
-        def on_err(data: bytes) -> None:
-            self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL:]
-
-        def check() -> tuple[str, str | None] | None:
-            self.checkpoint()
-            if self.state.rounds > self.opts.max_turns:
-                return "turns", None
-            return idle_or_grace_cut(started=started, final_seen_at=self.state.final_seen_at,
-                                     exit_grace_s=self.opts.exit_grace_s, last_alive=self.last_alive(),
-                                     idle_timeout_s=self.opts.idle_timeout_s,
-                                     what=f"without a {self.harness.label} event or model traffic")
-
-        found = await watch_process(proc, self.ctx, on_line=self.on_line, on_err=on_err, tick_s=self.tick_s,
-                                    check=check, kill=lambda: self.guest_run(self.kill_command(), conn),
+        found = await watch_process(
+            proc, self.ctx, on_line=self.on_line, on_err=self.keep_stderr, tick_s=self.tick_s,
+            check=lambda: self.limit_check(started, "turns" if self.state.rounds > self.opts.max_turns else None), kill=lambda: self.guest_run(self.kill_command(), conn),
                                     activity=self.activity, label=self.harness.label)
         cut = found[0] if found else None
         self._cut_note = found[1] if found else None
@@ -1114,7 +1139,38 @@ class HarnessRun(_Seat, SupervisedRun):
 # ----------------------------------------------------------------------------- the adapter
 
 
-class HarnessAdapter(Adapter):
+class KeyedAdapter(Adapter):
+    """An adapter whose model key is the runner variable named by ``options.api_key_env``
+    (opencode's and the harness runner's): the options with keyword overrides, the
+    credential's name, and the preflight that refuses a missing key. Subclasses set
+    :attr:`error` (the one-line error class)."""
+
+    options: Any
+    error: ClassVar[type[AoeError]] = HarnessError
+
+    def _set_options(self, options: Any, overrides: dict[str, Any]) -> None:
+        """Keep ``options`` with ``overrides`` applied. Raises :attr:`error` for an unknown name."""
+        for k, v in overrides.items():
+            if k not in type(options).__dataclass_fields__:
+                raise self.error(f"unknown {self.name} option {k!r}")
+            setattr(options, k, v)
+        self.options = options
+
+    def credential_names(self) -> list[str]:
+        """``[api_key_env]`` (``[]`` without a key)."""
+        return [self.options.api_key_env] if self.options.api_key_env else []
+
+    def preflight(self) -> None:
+        """Refuse to start a heat whose model key is missing on the runner (before provisioning).
+
+        Raises:
+            HarnessError: (:attr:`error`) the variable named by ``api_key_env`` is unset or empty.
+        """
+        if self.options.api_key_env and not self.credential(self.options.api_key_env):
+            raise self.error(f"environment variable {self.options.api_key_env} (the model API key) is not set on the runner")
+
+
+class HarnessAdapter(KeyedAdapter):
     """An adapter running :attr:`harness` in the territory (a subclass per CLI sets it).
 
     Args:
@@ -1131,24 +1187,7 @@ class HarnessAdapter(Adapter):
         self.name = self.harness.name
         if not isinstance(options, HarnessOptions):
             options = HarnessOptions.from_mapping(dict(options or {}), self.harness)
-        for k, v in overrides.items():
-            if k not in HarnessOptions.__dataclass_fields__:
-                raise HarnessError(f"unknown {self.harness.name} option {k!r}")
-            setattr(options, k, v)
-        self.options = options
-
-    def credential_names(self) -> list[str]:
-        """``[api_key_env]`` (``[]`` without a key)."""
-        return [self.options.api_key_env] if self.options.api_key_env else []
-
-    def preflight(self) -> None:
-        """Refuse to start when the model key is missing on the runner.
-
-        Raises:
-            HarnessError: the variable named by ``api_key_env`` is unset or empty.
-        """
-        if self.options.api_key_env and not self.credential(self.options.api_key_env):
-            raise HarnessError(f"environment variable {self.options.api_key_env} (the model API key) is not set on the runner")
+        self._set_options(options, overrides)
 
     def harness_shares(self, agent: Any) -> list[Any]:
         """The harness folder (the native binary, made once in the user cache) shared read-only

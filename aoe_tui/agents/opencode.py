@@ -93,11 +93,11 @@ from urllib.parse import urlsplit
 
 import asyncssh
 
-from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
+from aoe_tui.agents.base import AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
 from aoe_tui.agents.command import REBOOT_SUMMARY
 from aoe_tui.agents.harness import (
-    ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, HarnessError, bounded, ensure_npm_binary, guest_command, harness_folder,
-    SupervisedRun, idle_or_grace_cut, npm_binary, num, relevant_line, upload_if_changed, watch_process,
+    ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, HarnessError, KeyedAdapter, SupervisedRun, bounded, connect_territory,
+    ensure_npm_binary, guest_command, harness_folder, npm_binary, num, start_proxy, upload_if_changed, watch_process,
     write_artifacts,
 )
 from aoe_tui.agents.proxy import WARMUP_PREFIX
@@ -627,8 +627,6 @@ class OpencodeStaged(_SeatSetup, Staged):
         """Do the staging (see the class docstring). Raises :class:`OpencodeError` (no binary,
         no key, unreachable territory, a step past its bound: ``stage_step_timeout_s``,
         ``upload_timeout_s``, ``warm_timeout_s``) or an SSH/OS error; the caller closes on failure."""
-        from aoe_tui.agents.proxy import CredentialProxy
-
         ctx = self.ctx
         t = time.monotonic()
 
@@ -641,19 +639,9 @@ class OpencodeStaged(_SeatSetup, Staged):
         self.prompt = self._prompt = Path(ctx.instruction_file).read_text(encoding="utf-8")
         binary = await asyncio.to_thread(ensure_opencode)
         rg = _rg_binary()
-        key = None
-        if self.opts.api_key_env:
-            key = self.adapter.credential(self.opts.api_key_env)
-            if not key:
-                raise OpencodeError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
-        self.proxy = CredentialProxy(self.opts.base_url, key)
-        del key
-        await self.proxy.start()
+        self.proxy = await start_proxy(self.adapter, self.opts.base_url, self.opts.api_key_env, OpencodeError)
         step("install")
-        try:
-            self.conn = conn = await self._connect()
-        except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
-            raise OpencodeError(f"cannot reach territory {ctx.territory.id} over SSH: {exc or type(exc).__name__}") from None
+        self.conn = conn = await connect_territory(self._connect, ctx.territory.id, OpencodeError)
         step("connect")
         detail: dict[str, Any] = {}
         self.bin_dir = await self._prepare(conn, binary, rg, detail)
@@ -704,8 +692,6 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
 
     label = "opencode"
     adapter_name = "opencode"
-    #: opencode's last stderr bytes (≤ 8 kB), for the relevant line in summaries.
-    _stderr_tail: bytes = b""
     #: the limit line of the watchdog cut, if one fired (:func:`~aoe_tui.agents.harness.limit_note`).
     _cut_note: str | None = None
     #: watchdog period (s).
@@ -978,20 +964,10 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
                 if isinstance(ev, dict):
                     self.on_event(ev)
 
-        def on_err(data: bytes) -> None:
-            self._stderr_tail = (self._stderr_tail + data)[-STDERR_TAIL:]
-
-        def check() -> tuple[str, str | None] | None:
-            self.checkpoint()
-            if self.state.steps > self.opts.max_steps:
-                return "steps", None
-            return idle_or_grace_cut(started=started, final_seen_at=self.state.final_seen_at,
-                                     exit_grace_s=self.opts.exit_grace_s, last_alive=self.last_alive(),
-                                     idle_timeout_s=self.opts.idle_timeout_s,
-                                     what="without an opencode event or model traffic")
-
-        found = await watch_process(proc, self.ctx, on_line=on_line, on_err=on_err, tick_s=self._tick_s, check=check,
-                                    kill=self._kill_scope, activity=self.activity, label="opencode")
+        found = await watch_process(
+            proc, self.ctx, on_line=on_line, on_err=self.keep_stderr, tick_s=self._tick_s,
+            check=lambda: self.limit_check(started, "steps" if self.state.steps > self.opts.max_steps else None),
+            kill=self._kill_scope, activity=self.activity, label="opencode")
         cut = found[0] if found else None
         if found and found[1]:
             self._cut_note = found[1]
@@ -1041,19 +1017,6 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
                         ts = tm.get("end") or tm.get("start") or int(time.time() * 1000)
                         self.on_event({"type": kind, "timestamp": ts, "sessionID": sid, "part": part})
                         self.activity.append(f"recovered opencode's unprinted {kind} from its server")
-
-    def last_alive(self) -> float:
-        """``time.monotonic()`` (s) of the last sign of life: an opencode JSON event or model traffic
-        through the credential proxy (:attr:`ProxyStats.last_activity`), whichever is later."""
-        alive = self.state.last_event_at
-        ps = self.proxy_stats
-        last = getattr(ps, "last_activity", None)
-        return max(alive, last) if isinstance(last, (int, float)) else alive
-
-    def stderr_line(self) -> str | None:
-        """The most relevant line of opencode's stderr (:func:`~aoe_tui.agents.harness.relevant_line`):
-        the last line naming an error, else the last non-empty line; ``None`` if empty."""
-        return relevant_line(self._stderr_tail)
 
     def _classify(self, *, cut: str | None, rc: int | None, signal_: str | None, lost: bool,
                   permission: str | None = None) -> tuple[AdapterStatus, str]:
@@ -1190,7 +1153,7 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
             await staged.close()
 
 
-class OpencodeAdapter(Adapter):
+class OpencodeAdapter(KeyedAdapter):
     """Built-in ``opencode`` adapter (see the module docstring).
 
     Args:
@@ -1203,30 +1166,12 @@ class OpencodeAdapter(Adapter):
     """
 
     name = "opencode"
+    error = OpencodeError
 
     def __init__(self, options: OpencodeOptions | dict[str, Any] | None = None, **overrides: Any) -> None:
         if not isinstance(options, OpencodeOptions):
             options = OpencodeOptions.from_mapping(dict(options or {}))
-        for k, v in overrides.items():
-            if k not in OpencodeOptions.__dataclass_fields__:
-                raise OpencodeError(f"unknown opencode option {k!r}")
-            setattr(options, k, v)
-        self.options = options
-
-    def credential_names(self) -> list[str]:
-        """``[api_key_env]`` (``[]`` without a key)."""
-        return [self.options.api_key_env] if self.options.api_key_env else []
-
-    def preflight(self) -> None:
-        """Refuse to start a heat whose model key is missing on the runner (before provisioning).
-
-        Raises:
-            OpencodeError: the environment variable named by ``api_key_env`` is unset or empty.
-        """
-        if self.options.api_key_env and not self.credential(self.options.api_key_env):
-            raise OpencodeError(
-                f"environment variable {self.options.api_key_env} (the model API key) is not set on the runner"
-            )
+        self._set_options(options, overrides)
 
     async def preflight_model(self, model: str, *, timeout_s: float = 30.0) -> None:
         """One tiny chat request (``max_tokens`` 1, no tools) for ``model`` through a
