@@ -84,7 +84,7 @@ from aoe_tui.fsio import write_atomic, write_json_atomic
 
 __all__ = [
     "ANSI_RE", "PLACEHOLDER_KEY", "Harness", "HarnessAdapter", "HarnessError", "HarnessOptions", "HarnessRun",
-    "HarnessStaged", "HarnessState", "KeyedAdapter", "SupervisedRun", "ensure_npm_binary", "fold_stream", "harness_folder", "limit_note",
+    "HarnessStaged", "HarnessState", "KeyedAdapter", "Seat", "SupervisedRun", "ensure_npm_binary", "fold_stream", "harness_folder", "limit_note",
     "bounded", "connect_territory", "guest_command", "idle_or_grace_cut", "npm_binary", "num", "provider_status", "pump_stderr", "pump_stdout", "relevant_line",
     "start_proxy", "upload_if_changed", "watch_process", "write_artifacts",
 ]
@@ -623,20 +623,33 @@ class Harness:
 # ----------------------------------------------------------------------------- staging
 
 
-class _Seat:
-    """Names and guest paths of one seat (needs ``ctx``, ``harness``, ``opts``)."""
+class Seat:
+    """Names and guest paths of one seat of an in-territory CLI (needs ``ctx``; the harness
+    runner's and opencode's staging and runs): the transient systemd scope
+    ``aoe-<seat_name>-<agent>``, the run folder ``/var/tmp/aoe-<seat_name>/<agent>``, the model
+    id, the SSH login, guest commands and the launch command."""
 
     ctx: AgentContext
     harness: Harness
-    opts: HarnessOptions
+    opts: Any
+
+    @property
+    def seat_name(self) -> str:
+        """The CLI's name in guest paths and units (the harness's name)."""
+        return self.harness.name
 
     @property
     def scope(self) -> str:
-        return f"aoe-{self.harness.name}-{_NAME_RE.sub('-', self.ctx.agent.id)}"
+        return f"aoe-{self.seat_name}-{_NAME_RE.sub('-', self.ctx.agent.id)}"
 
     @property
     def run_dir(self) -> str:
-        return f"{self.harness.guest_root()}/{_NAME_RE.sub('-', self.ctx.agent.id)}"
+        return f"/var/tmp/aoe-{self.seat_name}/{_NAME_RE.sub('-', self.ctx.agent.id)}"
+
+    def launch_command(self) -> str:
+        """The guest command that starts ``run.sh`` in the run's transient systemd scope."""
+        return (f"systemctl reset-failed {self.scope}.scope >/dev/null 2>&1; "
+                f"exec systemd-run --scope --quiet --collect --unit={self.scope} {self.run_dir}/run.sh")
 
     @property
     def model_id(self) -> str:
@@ -658,7 +671,7 @@ class _Seat:
         return f"systemctl kill -s KILL {self.scope}.scope >/dev/null 2>&1; true"
 
 
-class HarnessStaged(_Seat, Staged):
+class HarnessStaged(Seat, Staged):
     """One seat's harness staged before the clock (:meth:`HarnessAdapter.stage`): the proxy
     listening, an SSH connection with the reverse tunnel, the binary in place, the run folder
     and ``run.sh`` written.
@@ -684,11 +697,6 @@ class HarnessStaged(_Seat, Staged):
     def detail(self) -> dict[str, Any]:
         """``harness`` (shared/uploaded/present), ``uploaded_bytes`` and ``steps_s`` (s) for ``aoe-extra.json``."""
         return {"harness": self.harness_mode, "uploaded_bytes": self.uploaded_bytes, "steps_s": dict(self.steps_s)}
-
-    def launch_command(self) -> str:
-        """The guest command that starts ``run.sh`` in the run's transient systemd scope."""
-        return (f"systemctl reset-failed {self.scope}.scope >/dev/null 2>&1; "
-                f"exec systemd-run --scope --quiet --collect --unit={self.scope} {self.run_dir}/run.sh")
 
     def bounded(self, step: str, limit: float | None = None, option: str = "stage_step_timeout_s"):
         """Bound one staging step (:func:`bounded`). Raises :class:`HarnessError` naming the step and the option."""
@@ -919,7 +927,7 @@ class SupervisedRun(AgentRun):
             await asyncio.shield(self._task)
 
 
-class HarnessRun(_Seat, SupervisedRun):
+class HarnessRun(Seat, SupervisedRun):
     """One harness run (see the module docstring). Created by :meth:`HarnessAdapter.start`.
 
     Attributes:

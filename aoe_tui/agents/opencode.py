@@ -96,7 +96,7 @@ import asyncssh
 from aoe_tui.agents.base import AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
 from aoe_tui.agents.command import REBOOT_SUMMARY
 from aoe_tui.agents.harness import (
-    ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, HarnessError, KeyedAdapter, SupervisedRun, bounded, connect_territory,
+    ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, HarnessError, KeyedAdapter, Seat, SupervisedRun, bounded, connect_territory,
     ensure_npm_binary, guest_command, harness_folder, npm_binary, num, start_proxy, upload_if_changed, watch_process,
     write_artifacts,
 )
@@ -136,7 +136,6 @@ ENV_BINARY = "AOE_OPENCODE_BINARY"
 WARMUP_PROVIDER = "aoe-warmup"
 #: the line ``run.sh`` writes on stderr once opencode is warm and waits for the prompt on stdin
 STAGED_MARK = "aoe-staged"
-_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 class OpencodeError(HarnessError):
@@ -370,7 +369,7 @@ def _error_text(err: dict[str, Any], *, name: bool = True) -> str:
     return f"{err.get('name')}: {message}" if name and err.get("name") and err.get("name") != message else message
 
 
-class _SeatSetup:
+class _SeatSetup(Seat):
     """What the run and its staging share: the seat's names, opencode's config and launcher,
     and the guest-side preparation (needs ``ctx``, ``opts``, ``_prompt``)."""
 
@@ -378,13 +377,9 @@ class _SeatSetup:
     opts: OpencodeOptions
     _prompt: str = ""
 
-    @property
-    def _scope(self) -> str:
-        return f"aoe-opencode-{_NAME_RE.sub('-', self.ctx.agent.id)}"
-
-    @property
-    def _run_dir(self) -> str:
-        return f"{GUEST_ROOT}/{_NAME_RE.sub('-', self.ctx.agent.id)}"
+    seat_name = "opencode"
+    _scope = Seat.scope
+    _run_dir = Seat.run_dir
 
     def _bounded(self, step: str, limit: float | None = None, option: str = "stage_step_timeout_s"):
         """Bound one staging step (``limit`` s, default ``stage_step_timeout_s``).
@@ -396,10 +391,7 @@ class _SeatSetup:
                               f"{limit:g} s ({option})", OpencodeError)
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
-        from aoe_tui.runtime.ssh import connect
-
-        t = self.ctx.territory
-        return await connect(t.host, t.ssh_port, t.password, connect_timeout_s=15.0)
+        return await self.connect()
 
     def _config(self, guest_port: int) -> dict[str, Any]:
         model_id = self.model_id
@@ -424,12 +416,6 @@ class _SeatSetup:
             "share": "disabled",
             "permission": {"external_directory": "allow", "bash": "allow", "edit": "allow", "webfetch": "deny"},
         }
-
-    @property
-    def model_id(self) -> str:
-        """The model id sent upstream: the manifest model without its provider prefix (``opencode-go/kimi-k3`` → ``kimi-k3``)."""
-        model = self.ctx.agent.model
-        return model.split("/", 1)[1] if "/" in model else model
 
     def _launcher(self, guest_port: int, bin_dir: str = f"{GUEST_ROOT}/bin", warm: bool | None = None) -> str:
         """The guest's ``run.sh``: ``opencode run`` with a clean environment, the binaries of
@@ -586,11 +572,6 @@ class OpencodeStaged(_SeatSetup, Staged):
         warm, ``rss_mib`` (MiB of anonymous memory of the waiting opencode processes) for ``aoe-extra.json``."""
         return {"harness": self.harness, "uploaded_bytes": self.uploaded_bytes, "warm_start": self.warm,
                 "steps_s": dict(self.steps_s), **({"rss_mib": self.rss_mib} if self.rss_mib is not None else {})}
-
-    def launch_command(self) -> str:
-        """The guest command that starts ``run.sh`` in the run's transient systemd scope."""
-        return (f"systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; "
-                f"exec systemd-run --scope --quiet --collect --unit={self._scope} {self._run_dir}/run.sh")
 
     async def _warm(self, conn: asyncssh.SSHClientConnection) -> None:
         """Start ``run.sh`` and wait (``warm_timeout_s``) for its :data:`STAGED_MARK` line: opencode's
