@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from test_opencode_heat import need_host  # root, systemd-nspawn, ripgrep (opencode's)
+
 pytestmark = [pytest.mark.container]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,15 +88,6 @@ def apis_missing() -> str | None:
             return (f"the proxy and scripted model server do not speak {label} yet (issue 27 items 2-3: "
                     f"POST {path} through the proxy answered {status}, usage counted {counted})")
     return None
-
-
-def need_host() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("container heats need root")
-    if shutil.which("systemd-nspawn") is None:
-        pytest.skip("systemd-nspawn not installed (apt-get install systemd-container)")
-    if shutil.which("rg") is None:
-        pytest.skip("ripgrep missing on the runner (apt-get install ripgrep)")
 
 
 @pytest.fixture(scope="module")

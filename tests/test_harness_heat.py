@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from harness_fake import FakeServer
+from test_opencode_heat import KeyCheckingProvider
 
 pytestmark = [pytest.mark.container]
 
@@ -51,21 +52,14 @@ def need_harnesses() -> None:
             pytest.skip(f"{cls.harness.name} {cls.harness.version} is not installed (./setup.sh installs it from npm)")
 
 
-class CheckingProvider:
-    """Wraps the container provider: before teardown, per harness seat, runs the staged binary's
-    ``--version`` in the guest, reads the probe file, lists uploads, and greps the disk for the key."""
+class CheckingProvider(KeyCheckingProvider):
+    """The opencode heat's pass-through provider; before teardown, per harness seat, runs the
+    staged binary's ``--version`` in the guest, reads the probe file, lists uploads, and greps
+    the disk for the key."""
 
     def __init__(self, inner, key: str) -> None:
-        self.inner, self.key, self.name = inner, key, inner.name
-        self.territories = []
+        super().__init__(inner, key)
         self.checks: dict[str, dict[str, str]] = {}
-
-    async def provision(self, specs):
-        self.territories = await self.inner.provision(specs)
-        return self.territories
-
-    async def reboot(self, territory):
-        return await self.inner.reboot(territory)
 
     async def teardown(self):
         from aoe_tui.agents.registry import harness_adapters
@@ -92,8 +86,6 @@ class CheckingProvider:
             self.checks[t.id] = got
         await self.inner.teardown()
 
-    def ssh(self, territory, **kw):
-        return self.inner.ssh(territory, **kw)
 
 
 def make_arena(dest: Path, *, duration: int) -> Path:

@@ -21,6 +21,9 @@ What is Codex's own (the rest is the runner, :mod:`aoe_tui.agents.harness`; meas
   ``reasoning``, ``file_change``, ``error`` = a non-fatal warning), ``error`` lines (one per
   retry), and ``turn.completed`` with ``usage`` — the only place usage appears, summed over the
   turn — or ``turn.failed``.
+- **Rounds**: the stream does not mark model responses; a round is counted per command
+  started and per answer, so parallel calls in one response count as several rounds (an
+  approximation; the token counts are exact).
 - **Usage**: ``input_tokens`` as sent (OpenAI convention: cached included),
   ``cached_input_tokens`` → cache reads, ``cache_write_input_tokens`` → cache writes,
   ``output_tokens`` as sent (reasoning included). Codex reports no cost.
