@@ -85,8 +85,8 @@ from aoe_tui.fsio import write_atomic, write_json_atomic
 __all__ = [
     "ANSI_RE", "PLACEHOLDER_KEY", "Harness", "HarnessAdapter", "HarnessError", "HarnessOptions", "HarnessRun",
     "HarnessStaged", "HarnessState", "KeyedAdapter", "Seat", "SupervisedRun", "ensure_npm_binary", "fold_stream", "harness_folder", "limit_note",
-    "bounded", "connect_territory", "guest_command", "idle_or_grace_cut", "npm_binary", "num", "provider_status", "pump_stderr", "pump_stdout", "relevant_line",
-    "start_proxy", "upload_if_changed", "watch_process", "write_artifacts",
+    "bounded", "close_seat", "connect_territory", "guest_command", "idle_or_grace_cut", "npm_binary", "num", "prepared", "provider_status", "pump_stderr", "pump_stdout", "relevant_line",
+    "start_proxy", "transcript_doc", "upload_if_changed", "watch_process", "write_artifacts",
 ]
 
 #: The key the harness in the guest is given: a placeholder (the proxy strips it and adds the real one).
@@ -376,6 +376,47 @@ async def watch_process(proc: Any, ctx: AgentContext, *, on_line: Any, on_err: A
         with contextlib.suppress(BaseException):
             await pumps
     return cut
+
+
+async def close_seat(proxy: Any, conn: Any) -> None:
+    """Close a seat's credential proxy and SSH connection (either may be ``None``). Never raises."""
+    with contextlib.suppress(Exception):
+        if proxy is not None:
+            await proxy.close()
+    with contextlib.suppress(Exception):
+        if conn is not None:
+            conn.close()
+
+
+async def prepared(staged: Any) -> Any:
+    """``await staged.prepare()`` and return ``staged``; on any failure (cancellation too)
+    ``await staged.close()`` first, so nothing is left open, then re-raise."""
+    try:
+        await staged.prepare()
+    except BaseException:
+        await staged.close()
+        raise
+    return staged
+
+
+def transcript_doc(*, model: str, status: str, final_text: str | None, usage: dict[str, Any], prompt: str,
+                   parts: list[dict[str, Any]], trace: list[dict[str, Any]], model_rounds: list[dict[str, Any]],
+                   **extra: Any) -> dict[str, Any]:
+    """The transcript document (claux-like, §2.7; ``docs/formats.md``): ``schema_version`` 2,
+    ``model``, ``extra`` keys (e.g. ``harness``), ``outcome`` (``status``, and ``result`` =
+    ``final_text`` when completed), ``usage`` (tokens; ``cost_usd``), ``messages`` (the prompt,
+    then the assistant's ``parts``), ``tool_trace`` and ``timing`` (``total_duration_ms``: the
+    end of the last model round, ms)."""
+    outcome: dict[str, Any] = {"status": status}
+    if final_text is not None and status == "completed":
+        outcome["result"] = final_text
+    total = max((r["started_after_ms"] + r["duration_ms"] for r in model_rounds), default=0)
+    return {
+        "schema_version": 2, "model": model, **extra, "outcome": outcome, "usage": usage,
+        "messages": [{"role": "user", "content": prompt}] + ([{"role": "assistant", "content": parts}] if parts else []),
+        "tool_trace": trace,
+        "timing": {"total_duration_ms": total, "model_rounds": model_rounds},
+    }
 
 
 def write_artifacts(ctx: AgentContext, status: AdapterStatus, summary: str, usage: Usage,
@@ -776,12 +817,7 @@ class HarnessStaged(Seat, Staged):
     async def close(self) -> None:
         """Close the proxy and the connection (idempotent, never raises)."""
         proxy, conn, self.proxy, self.conn = self.proxy, self.conn, None, None
-        with contextlib.suppress(Exception):
-            if proxy is not None:
-                await proxy.close()
-        with contextlib.suppress(Exception):
-            if conn is not None:
-                conn.close()
+        await close_seat(proxy, conn)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -1000,25 +1036,15 @@ class HarnessRun(Seat, SupervisedRun):
         return out or None
 
     def transcript(self, status: str) -> dict[str, Any]:
-        """The transcript (claux-like, §2.7): model, harness, outcome, usage, messages, tool_trace, timing."""
+        """The transcript (:func:`transcript_doc`, §2.7) with ``harness: {name, version}``;
+        ``usage.input_tokens`` is the uncached input (tokens), ``cost_usd`` ours from ``[prices]``."""
         s = self.state
-        outcome: dict[str, Any] = {"status": status}
-        if s.final_text is not None and status == "completed":
-            outcome["result"] = s.final_text
-        total = max((r["started_after_ms"] + r["duration_ms"] for r in s.model_rounds), default=0)
-        return {
-            "schema_version": 2,
-            "model": self.ctx.agent.model,
-            "harness": {"name": self.harness.name, "version": self.harness.version},
-            "outcome": outcome,
-            "usage": {"input_tokens": max(0, s.input_tokens - s.cache_read - s.cache_write),
-                      "output_tokens": s.output_tokens, "cache_read_tokens": s.cache_read,
-                      "cache_creation_tokens": s.cache_write, "cost_usd": (self.usage().cost_microusd or 0) / 1e6},
-            "messages": [{"role": "user", "content": self.prompt}] + (
-                [{"role": "assistant", "content": s.parts}] if s.parts else []),
-            "tool_trace": s.trace,
-            "timing": {"total_duration_ms": total, "model_rounds": s.model_rounds},
-        }
+        usage = {"input_tokens": max(0, s.input_tokens - s.cache_read - s.cache_write), "output_tokens": s.output_tokens,
+                 "cache_read_tokens": s.cache_read, "cache_creation_tokens": s.cache_write,
+                 "cost_usd": (self.usage().cost_microusd or 0) / 1e6}
+        return transcript_doc(model=self.ctx.agent.model, status=status, final_text=s.final_text, usage=usage,
+                              prompt=self.prompt, parts=s.parts, trace=s.trace, model_rounds=s.model_rounds,
+                              harness={"name": self.harness.name, "version": self.harness.version})
 
     def on_line(self, line: bytes) -> None:
         """One stdout line: folded when it is a JSON object; usage checkpoint and live transcript."""
@@ -1218,13 +1244,7 @@ class HarnessAdapter(KeyedAdapter):
             asyncssh.Error, OSError: an SSH step failed.
         """
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)
-        staged = HarnessStaged(ctx, self)
-        try:
-            await staged.prepare()
-        except BaseException:
-            await staged.close()
-            raise
-        return staged
+        return await prepared(HarnessStaged(ctx, self))
 
     async def start(self, ctx: AgentContext) -> AgentRun:
         """Start the run in the background (stages first, on the clock, without ``ctx.staged``)."""

@@ -96,9 +96,9 @@ import asyncssh
 from aoe_tui.agents.base import AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
 from aoe_tui.agents.command import REBOOT_SUMMARY
 from aoe_tui.agents.harness import (
-    ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, HarnessError, KeyedAdapter, Seat, SupervisedRun, bounded, connect_territory,
-    ensure_npm_binary, guest_command, harness_folder, npm_binary, num, start_proxy, upload_if_changed, watch_process,
-    write_artifacts,
+    ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, HarnessError, KeyedAdapter, Seat, SupervisedRun, bounded, close_seat,
+    connect_territory, ensure_npm_binary, guest_command, harness_folder, npm_binary, num, prepared, start_proxy,
+    transcript_doc, upload_if_changed, watch_process, write_artifacts,
 )
 from aoe_tui.agents.proxy import WARMUP_PREFIX
 from aoe_tui.domain.agent_usage import Usage
@@ -655,12 +655,7 @@ class OpencodeStaged(_SeatSetup, Staged):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.run(f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; true",
                                                 check=False), 10)
-        with contextlib.suppress(Exception):
-            if proxy is not None:
-                await proxy.close()
-        with contextlib.suppress(Exception):
-            if conn is not None:
-                conn.close()
+        await close_seat(proxy, conn)
 
 
 class OpencodeRun(_SeatSetup, SupervisedRun):
@@ -760,24 +755,13 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
         return out or None
 
     def transcript(self, status: str) -> dict[str, Any]:
-        """The transcript object (claux-like, spec §2.7): model, outcome, usage, messages, tool_trace, timing."""
+        """The transcript object (:func:`~aoe_tui.agents.harness.transcript_doc`, claux-like, spec §2.7):
+        model, outcome, usage (opencode's counts and cost), messages, tool_trace, timing."""
         s = self.state
-        outcome: dict[str, Any] = {"status": status}
-        if s.final_text is not None and status == "completed":
-            outcome["result"] = s.final_text
-        total = 0
-        if s.t0_ms is not None and s.rounds:
-            total = max(r["started_after_ms"] + r["duration_ms"] for r in s.rounds)
-        return {
-            "schema_version": 2,
-            "model": self.ctx.agent.model,
-            "outcome": outcome,
-            "usage": {"input_tokens": s.input_tokens, "output_tokens": s.output_tokens + s.reasoning,
-                      "cache_read_tokens": s.cache_read, "cache_creation_tokens": s.cache_write, "cost_usd": s.cost_usd},
-            "messages": [{"role": "user", "content": self._prompt}] + ([{"role": "assistant", "content": s.parts}] if s.parts else []),
-            "tool_trace": s.trace,
-            "timing": {"total_duration_ms": total, "model_rounds": s.rounds},
-        }
+        usage = {"input_tokens": s.input_tokens, "output_tokens": s.output_tokens + s.reasoning,
+                 "cache_read_tokens": s.cache_read, "cache_creation_tokens": s.cache_write, "cost_usd": s.cost_usd}
+        return transcript_doc(model=self.ctx.agent.model, status=status, final_text=s.final_text, usage=usage,
+                              prompt=self._prompt, parts=s.parts, trace=s.trace, model_rounds=s.rounds)
 
     def _write_live(self) -> None:
         with contextlib.suppress(OSError):
@@ -1228,13 +1212,7 @@ class OpencodeAdapter(KeyedAdapter):
             asyncssh.Error, OSError: the preparation over SSH failed.
         """
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)
-        staged = OpencodeStaged(ctx, self, warm=warm)
-        try:
-            await staged.prepare()
-        except BaseException:
-            await staged.close()
-            raise
-        return staged
+        return await prepared(OpencodeStaged(ctx, self, warm=warm))
 
     async def start(self, ctx: AgentContext) -> AgentRun:
         """Start the run in the background and return it at once: with ``ctx.staged`` (the
