@@ -349,3 +349,55 @@ def test_shipped_harnesses_season_needs_no_key():
         assert adapter.credential_names() == [] and adapter.options.base_url.startswith("http://127.0.0.1:")
         adapter.preflight()  # no key needed
     assert season.entrants[0].model in season.prices
+
+
+def test_preflight_names_the_missing_key_variable(monkeypatch):
+    monkeypatch.delenv("AOE_TEST_NO_SUCH_KEY", raising=False)
+    adapter = ClaudeCodeAdapter({"api_key_env": "AOE_TEST_NO_SUCH_KEY"})
+    with pytest.raises(HarnessError, match="environment variable AOE_TEST_NO_SUCH_KEY .* not set on the runner"):
+        adapter.preflight()
+    adapter.credentials = {"AOE_TEST_NO_SUCH_KEY": "sk-secret-value"}
+    adapter.preflight()
+    assert adapter.credential_names() == ["AOE_TEST_NO_SUCH_KEY"]
+    assert "sk-secret-value" not in repr(adapter.options)
+
+
+def test_wall_clock_limit_is_timed_out_and_kills_the_scope(tmp_path):
+    """``wall_clock_s`` bounds the whole run (staging at the clock included): ``timed_out``, the
+    scope killed, every artifact written."""
+    run = _run(tmp_path, _adapter("codex"), wall_clock_s=0.2)
+    killed = []
+
+    async def body():
+        await asyncio.sleep(30)
+
+    async def kill():
+        killed.append(True)
+
+    run._body, run.kill = body, kill
+
+    async def go():
+        run._task = asyncio.ensure_future(run._supervise())
+        return await run.wait()
+
+    out = asyncio.run(go())
+    assert out.status == AdapterStatus.TIMED_OUT and "wall_clock_s limit of 0.2 s fired" in out.summary
+    assert killed and json.loads((tmp_path / "result.json").read_text())["status"] == "timed_out"
+    assert (tmp_path / "usage.json").exists() and (tmp_path / "transcript.json").exists()
+
+
+def test_a_staging_error_is_the_harness(tmp_path):
+    run = _run(tmp_path, _adapter("claude-code"))
+
+    async def body():
+        raise HarnessError("cannot reach territory t1 over SSH: refused")
+
+    run._body = body
+
+    async def go():
+        run._task = asyncio.ensure_future(run._supervise())
+        return await run.wait()
+
+    out = asyncio.run(go())
+    assert out.status == AdapterStatus.HARNESS_ERROR and out.status.failure_source == "harness"
+    assert "cannot reach territory t1" in out.summary

@@ -80,7 +80,7 @@ from aoe_tui.agents.command import DEADLINE_SUMMARY, REBOOT_SUMMARY, STOPPED_SUM
 from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
 from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.errors import AoeError
-from aoe_tui.fsio import write_atomic, write_json_atomic
+from aoe_tui.fsio import write_json_atomic
 
 __all__ = [
     "ANSI_RE", "PLACEHOLDER_KEY", "Harness", "HarnessAdapter", "HarnessError", "HarnessOptions", "HarnessRun",
@@ -1148,26 +1148,12 @@ class HarnessRun(Seat, SupervisedRun):
         await self.guest_run(self.kill_command(), self._conn)
 
     async def cleanup(self) -> None:
-        """List HOME's files, close the connection and the staging (proxy). Never raises."""
-        with contextlib.suppress(Exception):
-            await self._collect_home()
+        """Close the connection and the staging (proxy). Never raises."""
         if self._conn is not None:
             self._conn.close()
         staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, HarnessStaged) else None)
         if staged is not None:
             await staged.close()
-
-    async def _collect_home(self) -> None:
-        """List the run's HOME in the guest into ``agents/<id>/<name>-home.txt`` (file names
-        only, never contents, which may hold a CLI's session data). Best effort, 5 s."""
-        conn = self._conn
-        if conn is None or conn.is_closed():
-            return
-        res = await asyncio.wait_for(conn.run(f"cd {shlex.quote(self.run_dir)}/home 2>/dev/null && find . -maxdepth 4 "
-                                              "| head -n 500", check=False), 5)
-        text = res.stdout if isinstance(res.stdout, str) else bytes(res.stdout or b"").decode("utf-8", "replace")
-        if text:
-            write_atomic(self.ctx.agent_dir / f"{self.harness.name}-home.txt", text, fsync=False)
 
 
 # ----------------------------------------------------------------------------- the adapter
