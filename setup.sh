@@ -24,7 +24,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# node/npm: only to install the opencode CLI (npm package opencode-ai) for the opencode adapter
+# node/npm: only to install the harness CLIs from npm (opencode-ai, @anthropic-ai/claude-code, @openai/codex)
 if ! command -v npm >/dev/null 2>&1; then
   SUDO=""
   if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -48,5 +48,13 @@ fi
 # the opencode CLI (pinned; cached in ~/.cache/aoe-tui/opencode/, ~350 MB); skip with AOE_SKIP_OPENCODE=1
 if [ "${AOE_SKIP_OPENCODE:-0}" != 1 ]; then
   .venv/bin/python -c "from aoe_tui.agents.opencode import ensure_opencode; print('setup: opencode at', ensure_opencode())"
+fi
+# Claude Code and Codex CLI (pinned; cached in ~/.cache/aoe-tui/{claude-code,codex}/, ~800 MB);
+# only their native binaries are used, in the territory. Skip with AOE_SKIP_HARNESSES=1
+if [ "${AOE_SKIP_HARNESSES:-0}" != 1 ]; then
+  .venv/bin/python -c "
+from aoe_tui.agents.registry import harness_adapters
+for cls in harness_adapters():
+    print('setup:', cls.harness.name, 'at', cls.harness.ensure())"
 fi
 echo "setup: ready (.venv/bin/aoe)"

@@ -108,7 +108,7 @@ async def test_season_boots_one_heat_at_a_time_while_all_heats_run(tmp_path, mon
     from aoe_tui.testing.heats import write_timed_out_heat
 
     monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
-    monkeypatch.setenv("AOE_CPU_WEIGHTS", "1")  # off by default; the heats are given the switch
+    monkeypatch.setenv("AOE_CPU_WEIGHTS", "1")  # on by default too; the heats are given the switch
     f = tmp_path / "s.toml"
     f.write_text('id = "fair"\nlabel = "k4"\n' f'arena = "{REPO}/arenas/first-build"\nconcurrent_heats = 4\n'
                  '[format]\nkind = "league"\nheats_per_entrant = 1\n'
@@ -304,8 +304,8 @@ LEAGUE_OF_ONE_AT_A_TIME = ('id = "fair"\nlabel = "one"\n' f'arena = "{REPO}/aren
 
 
 @pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("YES", True), (" On ", True), ("True", True),
-                                       ("0", False), ("false", False), ("No", False), ("OFF", False), ("", False),
-                                       (None, False)])
+                                       ("0", False), ("false", False), ("No", False), ("OFF", False), ("", True),
+                                       (None, True)])
 def test_cpu_weights_switch_values(monkeypatch, value, on):
     from aoe_tui.season.runner import cpu_weights_on
 
@@ -389,7 +389,7 @@ def test_run_help_names_the_settings_of_heats_at_once(capsys):
     assert f"concurrent_heats in the season file (default {default_heats})" in text
     assert re.search(rf"AOE_BOOT_SLOTS=N .*\(default {BOOT_SLOTS}, 0 = no limit; a heat of more than N boots alone\)",
                      text)
-    assert "AOE_CPU_WEIGHTS=1 (or true/yes/on; off by default)" in text
+    assert "on by default, AOE_CPU_WEIGHTS=0 or false/no/off turns it off" in text
     assert 'docs/territories.md, "Fair shares between heats"' in text
     assert "**Fair shares between heats" in (REPO / "docs" / "territories.md").read_text()
 

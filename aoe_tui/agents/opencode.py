@@ -85,8 +85,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,13 +93,16 @@ from urllib.parse import urlsplit
 
 import asyncssh
 
-from aoe_tui.agents.base import Adapter, AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
+from aoe_tui.agents.base import AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
+from aoe_tui.agents.command import REBOOT_SUMMARY
+from aoe_tui.agents.harness import (
+    ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, HarnessError, KeyedAdapter, Seat, SupervisedRun, bounded, close_seat,
+    connect_territory, ensure_npm_binary, guest_command, harness_folder, npm_binary, num, prepared, start_proxy,
+    transcript_doc, upload_if_changed, watch_process, write_artifacts,
+)
 from aoe_tui.agents.proxy import WARMUP_PREFIX
 from aoe_tui.domain.agent_usage import Usage
-from aoe_tui.agents.command import DEADLINE_SUMMARY, REBOOT_SUMMARY, STOPPED_SUMMARY, apply_budget
-from aoe_tui.domain.adapter_io import write_result_file, write_usage_file
 from aoe_tui.fsio import write_atomic, write_json_atomic
-from aoe_tui.errors import AoeError
 
 __all__ = [
     "DEFAULT_API_KEY_ENV",
@@ -131,84 +132,46 @@ ENV_BASE_URL = "AOE_OPENCODE_BASE_URL"
 ENV_KEY_ENV = "AOE_OPENCODE_API_KEY_ENV"
 ENV_BINARY = "AOE_OPENCODE_BINARY"
 
-_PLACEHOLDER_KEY = "aoe-credential-proxy"
 #: opencode's provider for the warm-up prompt (its base URL is the proxy's :data:`WARMUP_PREFIX`)
 WARMUP_PROVIDER = "aoe-warmup"
 #: the line ``run.sh`` writes on stderr once opencode is warm and waits for the prompt on stdin
 STAGED_MARK = "aoe-staged"
-_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-class OpencodeError(AoeError):
+class OpencodeError(HarnessError):
     """opencode could not be installed or found, or an adapter option is invalid (one line)."""
 
 
 # ----------------------------------------------------------------------------- install
 
 
-def _cache_dir(version: str) -> Path:
-    from aoe_tui.runtime.image import cache_root
-
-    return cache_root() / "opencode" / version
+#: where ``opencode-ai``'s native binary may be inside ``node_modules`` (first that exists)
+_BINARY_PATHS = ("opencode-ai/bin/opencode.exe", "opencode-linux-x64/bin/opencode",
+                 "opencode-linux-x64-baseline/bin/opencode")
 
 
 def opencode_binary(version: str = OPENCODE_VERSION) -> Path | None:
-    """The installed opencode binary for ``version`` (or ``$AOE_OPENCODE_BINARY``), or ``None``."""
-    env = os.environ.get(ENV_BINARY)
-    if env:
-        return Path(env) if Path(env).is_file() else None
-    base = _cache_dir(version) / "node_modules"
-    for cand in (base / "opencode-ai" / "bin" / "opencode.exe", base / "opencode-linux-x64" / "bin" / "opencode",
-                 base / "opencode-linux-x64-baseline" / "bin" / "opencode"):
-        if cand.is_file() and os.access(cand, os.X_OK):
-            return cand
-    return None
+    """The installed opencode binary for ``version`` (or ``$AOE_OPENCODE_BINARY``), or ``None``
+    (:func:`~aoe_tui.agents.harness.npm_binary`)."""
+    return npm_binary("opencode", version, _BINARY_PATHS, ENV_BINARY)
 
 
 def ensure_opencode(version: str = OPENCODE_VERSION, *, timeout_s: float = 600.0) -> Path:
-    """Return the opencode binary, installing ``opencode-ai@version`` from npm on first use.
-
-    Installs with ``npm install --prefix <user cache>/aoe-tui/opencode/<version>`` (about
-    350 MB; the npm registry must be reachable once) under a file lock, then checks
-    ``opencode --version``. Blocking; call it from a thread in async code.
+    """Return the opencode binary, installing ``opencode-ai@version`` from npm on first use
+    (:func:`~aoe_tui.agents.harness.ensure_npm_binary`: ``npm install --prefix <user
+    cache>/aoe-tui/opencode/<version>``, about 350 MB, under a file lock; then ``opencode
+    --version``). Blocking; call it from a thread in async code.
 
     Raises:
         OpencodeError: npm missing, install failed, or the binary does not report ``version``.
     """
-    found = opencode_binary(version)
-    if found is not None:
-        return found
-    if os.environ.get(ENV_BINARY):
-        raise OpencodeError(f"{ENV_BINARY}={os.environ[ENV_BINARY]} is not a file")
-    npm = shutil.which("npm")
-    if npm is None:
-        raise OpencodeError("opencode is not installed and npm is missing (apt-get install npm, or run ./setup.sh)")
-    import fcntl
-
-    target = _cache_dir(version)
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".install-{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        found = opencode_binary(version)
-        if found is not None:
-            return found
-        try:
-            res = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", "--prefix", str(target), f"opencode-ai@{version}"],
-                capture_output=True, text=True, timeout=timeout_s,
-            )
-        except subprocess.TimeoutExpired:
-            raise OpencodeError(f"npm install opencode-ai@{version} did not finish within {timeout_s:.0f} s") from None
-        if res.returncode != 0:
-            tail = " ".join((res.stderr or res.stdout).split())[-300:]
-            raise OpencodeError(f"npm install opencode-ai@{version} failed: {tail}")
-    found = opencode_binary(version)
-    if found is None:
-        raise OpencodeError(f"npm installed opencode-ai@{version} but no opencode binary was found under {target}")
-    out = subprocess.run([str(found), "--version"], capture_output=True, text=True, timeout=60)
-    if out.stdout.strip() != version:
-        raise OpencodeError(f"{found} reports version {out.stdout.strip()!r}, expected {version}")
-    return found
+    try:
+        return ensure_npm_binary("opencode", "opencode-ai", version, _BINARY_PATHS, env_var=ENV_BINARY,
+                                 timeout_s=timeout_s)
+    except OpencodeError:
+        raise
+    except HarnessError as exc:
+        raise OpencodeError(str(exc)) from None
 
 
 def _rg_binary() -> Path:
@@ -227,23 +190,10 @@ def harness_dir(version: str = OPENCODE_VERSION) -> Path:
     Raises:
         OpencodeError: opencode cannot be installed, or ripgrep is missing.
     """
-    folder = _cache_dir(version) / "harness"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, src in (("opencode", ensure_opencode(version)), ("rg", _rg_binary())):
-        src = src.resolve()
-        dest = folder / name
-        with contextlib.suppress(OSError):
-            if dest.stat().st_size == src.stat().st_size:
-                continue
-        tmp = folder / f".{name}.{os.getpid()}.{threading.get_ident()}.part"
-        tmp.unlink(missing_ok=True)
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copy2(src, tmp)
-        tmp.chmod(0o755)
-        os.replace(tmp, dest)
-    return folder
+    from aoe_tui.runtime.image import cache_root
+
+    return harness_folder(cache_root() / "opencode" / version / "harness",
+                          {"opencode": ensure_opencode(version), "rg": _rg_binary()})
 
 
 async def _post_json(port: int, path: str, body: dict[str, Any]) -> tuple[int, str]:
@@ -393,13 +343,7 @@ class _State:
     seen_parts: set[str] = field(default_factory=set)
 
 
-def _num(v: Any) -> int:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
-
-
 _READ_ONLY = {"read", "glob", "grep", "list", "ls", "webfetch", "todoread"}
-_STDERR_TAIL = 8192
-_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: Provider/opencode wording for a model id nobody serves.
 _UNKNOWN_MODEL_RE = re.compile(
     r"model[^\n]{0,80}?(not found|does not exist|unknown|not supported|invalid)|unknown model|ProviderModelNotFound"
@@ -418,11 +362,6 @@ def pending_permission(log_text: str) -> str | None:
     return found
 
 
-def _limit_note(name: str, value_s: float, elapsed_s: float, what: str, run_s: float) -> str:
-    """One line naming the limit that fired, its configured value and the elapsed times (s)."""
-    return f"{name} limit of {value_s:g} s fired after {elapsed_s:.1f} s {what} (run time {run_s:.1f} s)"
-
-
 def _error_text(err: dict[str, Any], *, name: bool = True) -> str:
     """One line (≤ 300 chars) for an opencode ``error`` event: ``[name: ]message``."""
     data = err.get("data") if isinstance(err.get("data"), dict) else {}
@@ -430,7 +369,7 @@ def _error_text(err: dict[str, Any], *, name: bool = True) -> str:
     return f"{err.get('name')}: {message}" if name and err.get("name") and err.get("name") != message else message
 
 
-class _SeatSetup:
+class _SeatSetup(Seat):
     """What the run and its staging share: the seat's names, opencode's config and launcher,
     and the guest-side preparation (needs ``ctx``, ``opts``, ``_prompt``)."""
 
@@ -438,46 +377,21 @@ class _SeatSetup:
     opts: OpencodeOptions
     _prompt: str = ""
 
-    @property
-    def _scope(self) -> str:
-        return f"aoe-opencode-{_NAME_RE.sub('-', self.ctx.agent.id)}"
+    seat_name = "opencode"
+    _scope = Seat.scope
+    _run_dir = Seat.run_dir
 
-    @property
-    def _run_dir(self) -> str:
-        return f"{GUEST_ROOT}/{_NAME_RE.sub('-', self.ctx.agent.id)}"
-
-    @contextlib.asynccontextmanager
-    async def _bounded(self, step: str, limit: float | None = None, option: str = "stage_step_timeout_s"):
+    def _bounded(self, step: str, limit: float | None = None, option: str = "stage_step_timeout_s"):
         """Bound one staging step (``limit`` s, default ``stage_step_timeout_s``).
 
         Raises:
             OpencodeError: the step took longer (one line naming the territory, the step and the option)."""
         limit = self.opts.stage_step_timeout_s if limit is None else limit
-        try:
-            async with asyncio.timeout(limit):
-                yield
-        except TimeoutError:
-            raise OpencodeError(f"staging in territory {self.ctx.territory.id}: {step} got no answer within "
-                                f"{limit:g} s ({option})") from None
+        return bounded(limit, f"staging in territory {self.ctx.territory.id}: {step} got no answer within "
+                              f"{limit:g} s ({option})", OpencodeError)
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
-        from aoe_tui.runtime.ssh import connect
-
-        t = self.ctx.territory
-        return await connect(t.host, t.ssh_port, t.password, connect_timeout_s=15.0)
-
-    async def _upload(self, conn: asyncssh.SSHClientConnection, local: Path, remote: str) -> int:
-        """Upload ``local`` to ``remote`` (mode 0755) unless a file of its size is there; returns
-        the bytes sent (0: skipped)."""
-        size = local.stat().st_size
-        res = await conn.run(f"stat -c %s {shlex.quote(remote)} 2>/dev/null", check=False)
-        if str(res.stdout or "").strip() == str(size):
-            return 0
-        tmp = remote + ".part"
-        async with conn.start_sftp_client() as sftp:
-            await sftp.put(str(local), tmp, block_size=65536, max_requests=64)  # sftp-server drops >256 KiB packets
-        await conn.run(f"chmod 0755 {shlex.quote(tmp)} && mv -f {shlex.quote(tmp)} {shlex.quote(remote)}", check=True)
-        return size
+        return await self.connect()
 
     def _config(self, guest_port: int) -> dict[str, Any]:
         model_id = self.model_id
@@ -490,11 +404,11 @@ class _SeatSetup:
         return {
             "$schema": "https://opencode.ai/config.json",
             "provider": {"aoe": {"npm": "@ai-sdk/openai-compatible", "name": "aoe credential proxy",
-                                 "options": {"baseURL": f"http://127.0.0.1:{guest_port}/v1", "apiKey": _PLACEHOLDER_KEY},
+                                 "options": {"baseURL": f"http://127.0.0.1:{guest_port}/v1", "apiKey": PLACEHOLDER_KEY},
                                  "models": {model_id: model}},
                          WARMUP_PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "aoe warm-up (answered by the proxy)",
                                            "options": {"baseURL": f"http://127.0.0.1:{guest_port}{WARMUP_PREFIX}/v1",
-                                                       "apiKey": _PLACEHOLDER_KEY},
+                                                       "apiKey": PLACEHOLDER_KEY},
                                            "models": {"warmup": {"limit": {"context": 8000, "output": 16}}}}},
             "enabled_providers": ["aoe", WARMUP_PROVIDER],
             "model": f"aoe/{model_id}",
@@ -502,12 +416,6 @@ class _SeatSetup:
             "share": "disabled",
             "permission": {"external_directory": "allow", "bash": "allow", "edit": "allow", "webfetch": "deny"},
         }
-
-    @property
-    def model_id(self) -> str:
-        """The model id sent upstream: the manifest model without its provider prefix (``opencode-go/kimi-k3`` → ``kimi-k3``)."""
-        model = self.ctx.agent.model
-        return model.split("/", 1)[1] if "/" in model else model
 
     def _launcher(self, guest_port: int, bin_dir: str = f"{GUEST_ROOT}/bin", warm: bool | None = None) -> str:
         """The guest's ``run.sh``: ``opencode run`` with a clean environment, the binaries of
@@ -601,7 +509,7 @@ class _SeatSetup:
             sent = 0
             for local, name in ((binary, "opencode"), (rg, "rg")):
                 async with self._bounded(f"uploading {name}", self.opts.upload_timeout_s, "upload_timeout_s"):
-                    sent += await self._upload(conn, local, f"{bin_dir}/{name}")
+                    sent += await upload_if_changed(conn, local, f"{bin_dir}/{name}")
             detail["harness"], detail["uploaded_bytes"] = ("uploaded" if sent else "present"), sent
         files = {
             f"{stub}/package.json": json.dumps({"dependencies": {"@opencode-ai/plugin": "0"}}),
@@ -665,11 +573,6 @@ class OpencodeStaged(_SeatSetup, Staged):
         return {"harness": self.harness, "uploaded_bytes": self.uploaded_bytes, "warm_start": self.warm,
                 "steps_s": dict(self.steps_s), **({"rss_mib": self.rss_mib} if self.rss_mib is not None else {})}
 
-    def launch_command(self) -> str:
-        """The guest command that starts ``run.sh`` in the run's transient systemd scope."""
-        return (f"systemctl reset-failed {self._scope}.scope >/dev/null 2>&1; "
-                f"exec systemd-run --scope --quiet --collect --unit={self._scope} {self._run_dir}/run.sh")
-
     async def _warm(self, conn: asyncssh.SSHClientConnection) -> None:
         """Start ``run.sh`` and wait (``warm_timeout_s``) for its :data:`STAGED_MARK` line: opencode's
         server is up and warm and the attached run waits for its prompt on stdin.
@@ -694,9 +597,9 @@ class OpencodeStaged(_SeatSetup, Staged):
             ready = await asyncio.wait_for(read_mark(), self.opts.warm_timeout_s)
         except asyncio.TimeoutError:
             ready = False
-        self.stderr_head = buf[-_STDERR_TAIL:]
+        self.stderr_head = buf[-STDERR_TAIL:]
         if not ready:
-            last = [x for x in _ANSI_RE.sub("", buf.decode("utf-8", "replace")).splitlines() if x.strip()]
+            last = [x for x in ANSI_RE.sub("", buf.decode("utf-8", "replace")).splitlines() if x.strip()]
             raise OpencodeError(f"opencode did not get ready in the territory before the clock"
                                 f"{': ' + last[-1].strip()[:300] if last else ''}")
         self.warm = True
@@ -705,8 +608,6 @@ class OpencodeStaged(_SeatSetup, Staged):
         """Do the staging (see the class docstring). Raises :class:`OpencodeError` (no binary,
         no key, unreachable territory, a step past its bound: ``stage_step_timeout_s``,
         ``upload_timeout_s``, ``warm_timeout_s``) or an SSH/OS error; the caller closes on failure."""
-        from aoe_tui.agents.proxy import CredentialProxy
-
         ctx = self.ctx
         t = time.monotonic()
 
@@ -719,22 +620,10 @@ class OpencodeStaged(_SeatSetup, Staged):
         self.prompt = self._prompt = Path(ctx.instruction_file).read_text(encoding="utf-8")
         binary = await asyncio.to_thread(ensure_opencode)
         rg = _rg_binary()
-        key = None
-        if self.opts.api_key_env:
-            key = self.adapter.credential(self.opts.api_key_env)
-            if not key:
-                raise OpencodeError(f"environment variable {self.opts.api_key_env} (the model API key) is not set on the runner")
-        ad = self.adapter
-        self.proxy = CredentialProxy(self.opts.base_url, key, rates=getattr(ad, "price", None),
-                                     heat_cap=ad.heat_cap(ctx.agent), season=ad.season_spend,
-                                     scrub=[ad.credential(n) for n in sorted(ad.foreign_credentials)])
-        del key
-        await self.proxy.start()
+        self.proxy = await start_proxy(self.adapter, self.opts.base_url, self.opts.api_key_env, ctx.agent,
+                                       OpencodeError)
         step("install")
-        try:
-            self.conn = conn = await self._connect()
-        except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
-            raise OpencodeError(f"cannot reach territory {ctx.territory.id} over SSH: {exc or type(exc).__name__}") from None
+        self.conn = conn = await connect_territory(self._connect, ctx.territory.id, OpencodeError)
         step("connect")
         detail: dict[str, Any] = {}
         self.bin_dir = await self._prepare(conn, binary, rg, detail)
@@ -767,15 +656,10 @@ class OpencodeStaged(_SeatSetup, Staged):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.run(f"systemctl kill -s KILL {self._scope}.scope >/dev/null 2>&1; true",
                                                 check=False), 10)
-        with contextlib.suppress(Exception):
-            if proxy is not None:
-                await proxy.close()
-        with contextlib.suppress(Exception):
-            if conn is not None:
-                conn.close()
+        await close_seat(proxy, conn)
 
 
-class OpencodeRun(_SeatSetup, AgentRun):
+class OpencodeRun(_SeatSetup, SupervisedRun):
     """One opencode agent run (see the module docstring). Created by :meth:`OpencodeAdapter.start`.
 
     Attributes:
@@ -783,9 +667,9 @@ class OpencodeRun(_SeatSetup, AgentRun):
         proxy_stats: the credential proxy's :class:`~aoe_tui.agents.proxy.ProxyStats` (after start).
     """
 
-    #: opencode's last stderr bytes (≤ 8 kB), for the relevant line in summaries.
-    _stderr_tail: bytes = b""
-    #: the limit line of the watchdog cut, if one fired (:func:`_limit_note`).
+    label = "opencode"
+    adapter_name = "opencode"
+    #: the limit line of the watchdog cut, if one fired (:func:`~aoe_tui.agents.harness.limit_note`).
     _cut_note: str | None = None
     #: watchdog period (s).
     _tick_s: float = 1.0
@@ -871,36 +755,16 @@ class OpencodeRun(_SeatSetup, AgentRun):
             out["first_tool_call_ms"] = int(round(tool - self._clock_unix * 1000))
         return out or None
 
-    def _checkpoint(self) -> None:
-        u = self.usage()
-        if u == self._last_usage:
-            return
-        self._last_usage = u
-        with contextlib.suppress(OSError):
-            write_usage_file(self.ctx.usage_file, agent=self.ctx.agent.id, territory=self.ctx.territory.id, usage=u)
-
     def transcript(self, status: str) -> dict[str, Any]:
-        """The transcript object (claux-like, spec §2.7): model, outcome, usage, messages, tool_trace, timing."""
+        """The transcript object (:func:`~aoe_tui.agents.harness.transcript_doc`, claux-like, spec §2.7):
+        model, outcome, usage (opencode's counts and cost), messages, tool_trace, timing."""
         s = self.state
-        outcome: dict[str, Any] = {"status": status}
-        if s.final_text is not None and status == "completed":
-            outcome["result"] = s.final_text
-        total = 0
-        if s.t0_ms is not None and s.rounds:
-            total = max(r["started_after_ms"] + r["duration_ms"] for r in s.rounds)
-        return {
-            "schema_version": 2,
-            "model": self.ctx.agent.model,
-            "outcome": outcome,
-            # input_tokens counts the cached tokens too, as claux's transcripts do (§2.7) and ATIF's
-            # prompt_tokens (``aoe trajectory``), the same total as usage.json
-            "usage": {"input_tokens": s.input_tokens + s.cache_read + s.cache_write,
-                      "output_tokens": s.output_tokens + s.reasoning,
-                      "cache_read_tokens": s.cache_read, "cache_creation_tokens": s.cache_write, "cost_usd": s.cost_usd},
-            "messages": [{"role": "user", "content": self._prompt}] + ([{"role": "assistant", "content": s.parts}] if s.parts else []),
-            "tool_trace": s.trace,
-            "timing": {"total_duration_ms": total, "model_rounds": s.rounds},
-        }
+        # input_tokens counts the cached tokens too, as claux's transcripts do (§2.7) and ATIF's
+        # prompt_tokens (``aoe trajectory``), the same total as usage.json
+        usage = {"input_tokens": s.input_tokens + s.cache_read + s.cache_write, "output_tokens": s.output_tokens + s.reasoning,
+                 "cache_read_tokens": s.cache_read, "cache_creation_tokens": s.cache_write, "cost_usd": s.cost_usd}
+        return transcript_doc(model=self.ctx.agent.model, status=status, final_text=s.final_text, usage=usage,
+                              prompt=self._prompt, parts=s.parts, trace=s.trace, model_rounds=s.rounds)
 
     def _write_live(self) -> None:
         with contextlib.suppress(OSError):
@@ -965,11 +829,11 @@ class OpencodeRun(_SeatSetup, AgentRun):
             tok = part.get("tokens") if isinstance(part.get("tokens"), dict) else {}
             cache = tok.get("cache") if isinstance(tok.get("cache"), dict) else {}
             s.steps += 1
-            s.input_tokens += _num(tok.get("input"))
-            s.output_tokens += _num(tok.get("output"))
-            s.reasoning += _num(tok.get("reasoning"))
-            s.cache_read += _num(cache.get("read"))
-            s.cache_write += _num(cache.get("write"))
+            s.input_tokens += num(tok.get("input"))
+            s.output_tokens += num(tok.get("output"))
+            s.reasoning += num(tok.get("reasoning"))
+            s.cache_read += num(cache.get("read"))
+            s.cache_write += num(cache.get("write"))
             cost = part.get("cost")
             if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost > 0:
                 s.cost_usd += float(cost)
@@ -978,12 +842,12 @@ class OpencodeRun(_SeatSetup, AgentRun):
             s.rounds.append({
                 "index": len(s.rounds), "started_after_ms": start, "duration_ms": max(0, self._rel(ts) - start),
                 "status": str(part.get("reason") or "unknown"),
-                "usage": {"input_tokens": _num(tok.get("input")) + _num(cache.get("read")) + _num(cache.get("write")),
-                          "output_tokens": _num(tok.get("output")) + _num(tok.get("reasoning")),
-                          "cache_read_tokens": _num(cache.get("read")), "cache_creation_tokens": _num(cache.get("write"))},
+                "usage": {"input_tokens": num(tok.get("input")) + num(cache.get("read")) + num(cache.get("write")),
+                          "output_tokens": num(tok.get("output")) + num(tok.get("reasoning")),
+                          "cache_read_tokens": num(cache.get("read")), "cache_creation_tokens": num(cache.get("write"))},
             })
             s.final_seen_at = time.monotonic() if s.last_reason == "stop" else None
-            self._checkpoint()
+            self.checkpoint()
             self._write_live()
         elif etype == "error":
             err = ev.get("error") if isinstance(ev.get("error"), dict) else {}
@@ -1011,20 +875,9 @@ class OpencodeRun(_SeatSetup, AgentRun):
             f"grep -qF {scope} /proc/$p/cgroup 2>/dev/null && kill -KILL $p 2>/dev/null; done; true")
 
     async def _guest_cleanup(self, cmd: str) -> None:
-        """Run ``cmd`` in the guest over the run's connection (10 s), or a new one (15 s) when it
-        is closed or failed. Never raises."""
-        conn = self._conn
-        with contextlib.suppress(Exception):
-            if conn is not None and not conn.is_closed():
-                await asyncio.wait_for(conn.run(cmd, check=False), 10)
-                return
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(15):
-                c = await self._connect()
-                try:
-                    await c.run(cmd, check=False)
-                finally:
-                    c.close()
+        """Run ``cmd`` in the guest over the run's connection, or a new one
+        (:func:`~aoe_tui.agents.harness.guest_command`). Never raises."""
+        await guest_command(self._connect, self._conn, cmd)
 
     # ------------------------------------------------------------------ the run
 
@@ -1072,76 +925,24 @@ class OpencodeRun(_SeatSetup, AgentRun):
         ``stderr.read``, ``wait_closed``, ``returncode``, ``exit_status``, ``exit_signal``) —
         tests drive it with a local opencode stub.
         """
-        ctx = self.ctx
-        cut: str | None = None
         started = time.monotonic()
 
-        async def pump_out() -> None:
-            with open(ctx.stdout_file, "ab") as log:
-                while True:
-                    line = await proc.stdout.readline()
-                    if not line:
-                        return
-                    log.write(line)
-                    log.flush()
-                    with contextlib.suppress(ValueError):
-                        ev = json.loads(line)
-                        if isinstance(ev, dict):
-                            self.on_event(ev)
+        def on_line(line: bytes) -> None:
+            with contextlib.suppress(ValueError):
+                ev = json.loads(line)
+                if isinstance(ev, dict):
+                    self.on_event(ev)
 
-        async def pump_err() -> None:
-            with open(ctx.stderr_file, "ab") as log:
-                while True:
-                    data = await proc.stderr.read(65536)
-                    if not data:
-                        return
-                    log.write(data)
-                    log.flush()
-                    self._stderr_tail = (self._stderr_tail + bytes(data))[-_STDERR_TAIL:]
-
-        async def watchdog() -> str:
-            while True:
-                await asyncio.sleep(self._tick_s)
-                s, now = self.state, time.monotonic()
-                self._checkpoint()
-                if s.steps > self.opts.max_steps:
-                    return "steps"
-                if self.proxy_stats is not None and self.proxy_stats.refused:
-                    self._cut_note = self.proxy_stats.refused
-                    return "budget"
-                if s.final_seen_at is not None and now - s.final_seen_at > self.opts.exit_grace_s:
-                    self._cut_note = _limit_note("exit_grace_s", self.opts.exit_grace_s, now - s.final_seen_at,
-                                                 "after the final answer without exiting", now - started)
-                    return "no-exit"
-                quiet = now - self.last_alive()
-                if quiet > self.opts.idle_timeout_s:
-                    self._cut_note = _limit_note("idle_timeout_s", self.opts.idle_timeout_s, quiet,
-                                                 "without an opencode event or model traffic", now - started)
-                    return "idle"
-
-        pumps = asyncio.gather(pump_out(), pump_err())
-        dog = asyncio.create_task(watchdog())
-        exit_task = asyncio.ensure_future(proc.wait_closed())
-        try:
-            await asyncio.wait({exit_task, dog}, return_when=asyncio.FIRST_COMPLETED)
-            if dog.done() and not exit_task.done():
-                cut = dog.result()
-                self.activity.append(f"watchdog: {self._cut_note or cut}; killing opencode")
-                await self._kill_scope()
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(exit_task), 10)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(pumps, 10)
-        except (asyncssh.Error, OSError):
-            pass
-        finally:
-            dog.cancel()
-            pumps.cancel()
-            with contextlib.suppress(BaseException):
-                await pumps
+        found = await watch_process(
+            proc, self.ctx, on_line=on_line, on_err=self.keep_stderr, tick_s=self._tick_s,
+            check=lambda: self.limit_check(started, "steps" if self.state.steps > self.opts.max_steps else None),
+            kill=self._kill_scope, activity=self.activity, label="opencode")
+        cut = found[0] if found else None
+        if found and found[1]:
+            self._cut_note = found[1]
         if self._warm:
             await self._recover_parts(conn)
-        self._checkpoint()
+        self.checkpoint()
         rc = proc.exit_status if proc.returncode is not None else None
         signal_ = proc.exit_signal[0] if proc.exit_signal else None
         self.activity.append(f"opencode ended: rc={rc} signal={signal_} steps={self.state.steps}")
@@ -1185,24 +986,6 @@ class OpencodeRun(_SeatSetup, AgentRun):
                         ts = tm.get("end") or tm.get("start") or int(time.time() * 1000)
                         self.on_event({"type": kind, "timestamp": ts, "sessionID": sid, "part": part})
                         self.activity.append(f"recovered opencode's unprinted {kind} from its server")
-
-    def last_alive(self) -> float:
-        """``time.monotonic()`` (s) of the last sign of life: an opencode JSON event or model traffic
-        through the credential proxy (:attr:`ProxyStats.last_activity`), whichever is later."""
-        alive = self.state.last_event_at
-        ps = self.proxy_stats
-        last = getattr(ps, "last_activity", None)
-        return max(alive, last) if isinstance(last, (int, float)) else alive
-
-    def stderr_line(self) -> str | None:
-        """The most relevant line of opencode's stderr (one line, ANSI colours removed, ≤ 300
-        chars): the last line naming an error, else the last non-empty line; ``None`` if empty."""
-        text = _ANSI_RE.sub("", self._stderr_tail.decode("utf-8", "replace"))
-        lines = [" ".join(x.split()) for x in text.splitlines() if x.strip()]
-        if not lines:
-            return None
-        errs = [x for x in lines if re.search(r"error|not found|unknown|invalid|denied|fail", x, re.I)]
-        return (errs or lines)[-1][:300]
 
     def _classify(self, *, cut: str | None, rc: int | None, signal_: str | None, lost: bool,
                   permission: str | None = None) -> tuple[AdapterStatus, str]:
@@ -1316,88 +1099,34 @@ class OpencodeRun(_SeatSetup, AgentRun):
             write_atomic(self.ctx.agent_dir / "opencode.log", text, fsync=False)
 
     def _finish(self, status: AdapterStatus, summary: str) -> AgentOutcome:
-        ctx = self.ctx
-        usage = self.usage()
-        transcript_path = ctx.agent_dir / "transcript.json"
-        with contextlib.suppress(OSError):
-            write_usage_file(ctx.usage_file, agent=ctx.agent.id, territory=ctx.territory.id, usage=usage)
-            write_json_atomic(transcript_path, self.transcript(str(status) if status != AdapterStatus.COMPLETED else "completed"))
-        with contextlib.suppress(Exception):
-            from aoe_tui.agents.analysis import write_analysis
+        status_text = str(status) if status != AdapterStatus.COMPLETED else "completed"
+        return write_artifacts(self.ctx, status, summary, self.usage(), self.transcript(status_text), self.activity)
 
-            made = write_analysis(transcript_path, ctx.agent_dir / "analysis.json", agent=ctx.agent.id,
-                                  territory=ctx.territory.id, model=ctx.agent.model, outcome=str(status))
-            if isinstance(made, dict) and made.get("unavailable"):
-                self.activity.append(str(made["unavailable"]))
-        transcript = str(transcript_path) if transcript_path.exists() else None
-        with contextlib.suppress(OSError):
-            write_result_file(ctx.result_file, agent=ctx.agent.id, territory=ctx.territory.id, status=status,
-                              summary=summary, usage=usage, transcript=transcript)
-        return apply_budget(AgentOutcome(status, summary, usage, transcript), getattr(ctx.agent, "budget", None))
-
-    async def _supervise(self) -> AgentOutcome:
-        limit = self.opts.wall_clock_s if self.opts.wall_clock_s is not None else self.ctx.deadline_s
-        started = time.monotonic()
-        try:
-            try:
-                status, summary = await asyncio.wait_for(self._body(), timeout=max(0.0, float(limit)))
-            except asyncio.TimeoutError:
-                note = _limit_note("wall_clock_s", float(limit), time.monotonic() - started, "since the run started",
-                                   time.monotonic() - started)
-                self.activity.append(f"watchdog: {note}; killing opencode")
-                permission = pending_permission(await self._guest_log_tail())
-                await self._kill_scope()
-                if permission:
-                    return self._finish(AdapterStatus.HARNESS_ERROR,
-                                        f"opencode stalled on a permission prompt ({permission}) that a non-interactive "
-                                        f"run cannot answer: {note}; killed")
-                return self._finish(AdapterStatus.TIMED_OUT, f"{DEADLINE_SUMMARY} ({note})")
-            except asyncio.CancelledError:
-                if self.stopped:
-                    await self._kill_scope()
-                    return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY)
-                raise
-            except OpencodeError as exc:
-                self.activity.append(str(exc))
-                return self._finish(AdapterStatus.HARNESS_ERROR, str(exc))
-            except (asyncssh.Error, OSError) as exc:
-                if self.ctx.reboot_marker.exists():
-                    return self._finish(AdapterStatus.INTERRUPTED, REBOOT_SUMMARY)
-                summary = f"SSH to territory {self.ctx.territory.id} failed: {exc or type(exc).__name__}"
-                return self._finish(AdapterStatus.UNAVAILABLE, " ".join(summary.split())[:300])
-            except Exception as exc:  # a bug: never a traceback to the referee
-                summary = f"opencode adapter failed: {type(exc).__name__}: {exc}"
-                return self._finish(AdapterStatus.HARNESS_ERROR, " ".join(summary.split())[:300])
-            if self.stopped:
-                return self._finish(AdapterStatus.INTERRUPTED, STOPPED_SUMMARY)
-            if status != AdapterStatus.COMPLETED:
-                await self._kill_scope()
-            return self._finish(status, summary)
-        finally:
-            if self._warm:
-                await self._end_opencode()
-            if self._conn is not None:
-                self._conn.close()
-            staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, OpencodeStaged) else None)
-            if staged is not None:
-                await staged.close()
-
-    async def wait(self) -> AgentOutcome:
-        """Wait for the run to end; returns its outcome (never raises)."""
-        return await asyncio.shield(self._task)
-
-    async def stop(self) -> None:
-        """Kill opencode and everything it started in the guest (its scope), then finish ``interrupted``. Idempotent."""
-        if self._task.done():
-            return
-        self.stopped = True
+    async def kill(self) -> None:
+        """Kill opencode's scope in the guest (:meth:`_kill_scope`). Never raises."""
         await self._kill_scope()
-        self._task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(self._task)
+
+    async def wall_clock_outcome(self, note: str) -> tuple[AdapterStatus, str] | None:
+        """``wall_clock_s`` fired: a permission prompt opencode's log shows it waiting on is the
+        harness's stall (``harness_error``), not the player's time running out."""
+        permission = pending_permission(await self._guest_log_tail())
+        if permission:
+            return (AdapterStatus.HARNESS_ERROR, f"opencode stalled on a permission prompt ({permission}) that a "
+                                                 f"non-interactive run cannot answer: {note}; killed")
+        return None
+
+    async def cleanup(self) -> None:
+        """End a warm run's opencode, close the connection and the staging. Never raises."""
+        if self._warm:
+            await self._end_opencode()
+        if self._conn is not None:
+            self._conn.close()
+        staged = self._staged or (self.ctx.staged if isinstance(self.ctx.staged, OpencodeStaged) else None)
+        if staged is not None:
+            await staged.close()
 
 
-class OpencodeAdapter(Adapter):
+class OpencodeAdapter(KeyedAdapter):
     """Built-in ``opencode`` adapter (see the module docstring).
 
     Args:
@@ -1410,30 +1139,12 @@ class OpencodeAdapter(Adapter):
     """
 
     name = "opencode"
+    error = OpencodeError
 
     def __init__(self, options: OpencodeOptions | dict[str, Any] | None = None, **overrides: Any) -> None:
         if not isinstance(options, OpencodeOptions):
             options = OpencodeOptions.from_mapping(dict(options or {}))
-        for k, v in overrides.items():
-            if k not in OpencodeOptions.__dataclass_fields__:
-                raise OpencodeError(f"unknown opencode option {k!r}")
-            setattr(options, k, v)
-        self.options = options
-
-    def credential_names(self) -> list[str]:
-        """``[api_key_env]`` (``[]`` without a key)."""
-        return [self.options.api_key_env] if self.options.api_key_env else []
-
-    def preflight(self) -> None:
-        """Refuse to start a heat whose model key is missing on the runner (before provisioning).
-
-        Raises:
-            OpencodeError: the environment variable named by ``api_key_env`` is unset or empty.
-        """
-        if self.options.api_key_env and not self.credential(self.options.api_key_env):
-            raise OpencodeError(
-                f"environment variable {self.options.api_key_env} (the model API key) is not set on the runner"
-            )
+        self._set_options(options, overrides)
 
     async def preflight_model(self, model: str, *, timeout_s: float = 30.0) -> None:
         """One tiny chat request (``max_tokens`` 1, no tools) for ``model`` through a
@@ -1509,13 +1220,7 @@ class OpencodeAdapter(Adapter):
             asyncssh.Error, OSError: the preparation over SSH failed.
         """
         ctx.agent_dir.mkdir(parents=True, exist_ok=True)
-        staged = OpencodeStaged(ctx, self, warm=warm)
-        try:
-            await staged.prepare()
-        except BaseException:
-            await staged.close()
-            raise
-        return staged
+        return await prepared(OpencodeStaged(ctx, self, warm=warm))
 
     async def start(self, ctx: AgentContext) -> AgentRun:
         """Start the run in the background and return it at once: with ``ctx.staged`` (the

@@ -12,6 +12,9 @@ Specs (``aoe match run --agent SPEC`` or a manifest agent's ``adapter``):
 - ``command:PATH`` — an external executable following spec §5 (named after its file);
 - ``opencode`` — the built-in opencode agent (:class:`~aoe_tui.agents.opencode.OpencodeAdapter`),
   configured by ``options`` (season ``[[entrants]].options``) or ``AOE_OPENCODE_*`` env vars;
+- ``claude-code``, ``codex`` — Claude Code and Codex CLI run in the territory by the harness
+  runner (:mod:`aoe_tui.agents.harness`; :data:`HARNESSES`), configured by ``options``
+  (:class:`~aoe_tui.agents.harness.HarnessOptions`);
 - ``NAME`` registered with upstream's ``--adapter NAME=PATH`` (spec §5.1).
 
 A registered name wins over package adapters and built-ins of the same name, so an
@@ -30,10 +33,29 @@ from pathlib import Path
 from aoe_tui.agents.base import Adapter
 from aoe_tui.errors import AoeError, UsageError
 
-__all__ = ["BUILTIN_SPECS", "UnknownAdapterError", "package_builders", "parse_adapter_registration", "resolve_adapter"]
+__all__ = ["BUILTIN_SPECS", "HARNESSES", "harness_adapters", "UnknownAdapterError", "package_builders", "parse_adapter_registration", "resolve_adapter"]
 
 #: Built-in specs, in the order they are listed to the user.
-BUILTIN_SPECS = ("oracle", "scripted:memory", "scripted:volatile", "scripted:slow", "opencode")
+BUILTIN_SPECS = ("oracle", "scripted:memory", "scripted:volatile", "scripted:slow", "opencode", "claude-code", "codex")
+
+#: In-territory harnesses on the harness runner (:mod:`aoe_tui.agents.harness`): adapter name →
+#: ``module:class`` of its :class:`~aoe_tui.agents.harness.HarnessAdapter`. A new harness is a
+#: module with a :class:`~aoe_tui.agents.harness.Harness` subclass plus one entry here.
+HARNESSES = {
+    "claude-code": "aoe_tui.agents.claude_code:ClaudeCodeAdapter",
+    "codex": "aoe_tui.agents.codex:CodexAdapter",
+}
+
+
+def harness_adapters() -> list[type]:
+    """The :class:`~aoe_tui.agents.harness.HarnessAdapter` classes of :data:`HARNESSES`, in order."""
+    import importlib
+
+    out = []
+    for target in HARNESSES.values():
+        module, cls = target.split(":")
+        out.append(getattr(importlib.import_module(module), cls))
+    return out
 
 
 class UnknownAdapterError(AoeError):
@@ -118,15 +140,16 @@ def resolve_adapter(
             package adapter's name.
         registered: ``NAME -> PATH`` from ``--adapter NAME=PATH`` (relative paths are
             taken relative to the current directory, as upstream does).
-        options: adapter options (season ``[[entrants]].options``); only the ``opencode``
-            adapter takes any (see :class:`~aoe_tui.agents.opencode.OpencodeOptions`), the
-            others ignore them.
+        options: adapter options (season ``[[entrants]].options``); only ``opencode``
+            (:class:`~aoe_tui.agents.opencode.OpencodeOptions`) and the harnesses of
+            :data:`HARNESSES` (:class:`~aoe_tui.agents.harness.HarnessOptions`) take any,
+            the others ignore them.
         arena_dir: the arena package folder of the heat; enables its ``adapters/``.
 
     Raises:
         UnknownAdapterError: unknown name (the message lists the known ones), unknown
             scripted builder, a command/registered path that is missing or not executable,
-            or an invalid opencode option.
+            or an invalid opencode or harness option.
     """
     registered = dict(registered or {})
     spec = spec.strip()
@@ -145,6 +168,14 @@ def resolve_adapter(
 
         try:
             return OpencodeAdapter(dict(options or {}))
+        except AoeError as exc:
+            raise UnknownAdapterError(str(exc)) from None
+    if spec in HARNESSES:
+        import importlib
+
+        module, cls = HARNESSES[spec].split(":")
+        try:
+            return getattr(importlib.import_module(module), cls)(dict(options or {}))
         except AoeError as exc:
             raise UnknownAdapterError(str(exc)) from None
     if spec.startswith("scripted:"):

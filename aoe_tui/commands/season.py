@@ -46,9 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--headless prints one line per state change instead.",
         epilog="Heats at once: concurrent_heats in the season file (default 2) is how many heats run at once "
         "on this machine. With more than one, AOE_BOOT_SLOTS=N lets at most N territories boot at once across "
-        "them (default 3, 0 = no limit; a heat of more than N boots alone), and AOE_CPU_WEIGHTS=1 (or "
-        "true/yes/on; off by default) weighs the territories' CPU by phase so racing heats outrank booting "
-        "ones (container provider, cgroup-v1 hosts; elsewhere the run says in one line that it has no effect). "
+        "them (default 3, 0 = no limit; a heat of more than N boots alone), and the territories' CPU is weighed "
+        "by phase so racing heats outrank booting ones (container provider, cgroup-v1 hosts; on by default, "
+        "AOE_CPU_WEIGHTS=0 or false/no/off turns it off; =1 where it cannot work says so in one line). "
         'See docs/territories.md, "Fair shares between heats".',
     )
     r.add_argument("season_file", metavar="SEASON_FILE", help="season file (seasons/*.toml)")

@@ -144,13 +144,13 @@ BOOT_SLOTS = 3
 BOOT_SLOTS_ENV = "AOE_BOOT_SLOTS"
 #: environment switch of the territories' CPU weights by phase with concurrent heats (see
 #: :func:`cpu_weights_on` for the values; :func:`aoe_tui.referee.heat.run_heat` ``cpu_weights``).
-#: Off by default: on a host with other work a booting territory at a low weight gets next to
-#: no CPU, and the season runs its heats one after another (docs/territories.md, "Fair shares
-#: between heats")
+#: On by default since issue 26: the weighted groups are the territories' own CPU limit groups,
+#: siblings under ``aoe-territories``, so a booting territory yields only to racing
+#: territories, never to the host's other work (docs/territories.md, "Fair shares between heats")
 CPU_WEIGHTS_ENV = "AOE_CPU_WEIGHTS"
 #: values of :data:`CPU_WEIGHTS_ENV` (compared case-insensitively, spaces stripped)
 CPU_WEIGHTS_ON = ("1", "true", "yes", "on")
-CPU_WEIGHTS_OFF = ("", "0", "false", "no", "off")
+CPU_WEIGHTS_OFF = ("0", "false", "no", "off")
 
 
 def boot_slots() -> int:
@@ -169,13 +169,13 @@ def boot_slots() -> int:
 
 
 def cpu_weights_on() -> bool:
-    """Whether ``AOE_CPU_WEIGHTS`` asks for CPU weights by phase: :data:`CPU_WEIGHTS_ON`
-    (1/true/yes/on, any case) is on; unset or :data:`CPU_WEIGHTS_OFF` (empty/0/false/no/off)
-    is off. Raises :class:`AoeError` (one line naming the variable and the value) for
-    anything else, so a typo is not silently "off"."""
+    """Whether the territories' CPU is weighed by phase: unset or empty (the default) and
+    :data:`CPU_WEIGHTS_ON` (1/true/yes/on, any case) are on; :data:`CPU_WEIGHTS_OFF`
+    (0/false/no/off) is off. Raises :class:`AoeError` (one line naming the variable and the
+    value) for anything else, so a typo is not silently taken either way."""
     text = os.environ.get(CPU_WEIGHTS_ENV)
-    if text is None:
-        return False
+    if text is None or not text.strip():
+        return True
     value = text.strip().lower()
     if value in CPU_WEIGHTS_ON:
         return True
@@ -191,11 +191,11 @@ def cpu_weights_note(concurrent_heats: int, provider_kind: str, cluster: bool = 
     provider's registry entry says
     (:meth:`~aoe_tui.runtime.registry.ProviderEntry.cpu_weight_problem`: ``qemu`` never
     weighs; ``container`` only on cgroup v1 with a ``cpu`` hierarchy). None when the switch
-    is off or it takes effect (a plugin provider without the hook is trusted: ``run_heat``
+    is off, not set (on by default: nothing to say) or takes effect (a plugin provider without the hook is trusted: ``run_heat``
     weighs where it has ``set_cpu_weight``). Raises :class:`AoeError` for a bad value
     (:func:`cpu_weights_on`), :class:`UsageError` for an unknown ``provider_kind``."""
-    if not cpu_weights_on():
-        return None
+    if not cpu_weights_on() or not (os.environ.get(CPU_WEIGHTS_ENV) or "").strip():
+        return None  # off, or on by default: only an explicit switch that does nothing is worth a line
     why: str | None = None
     if concurrent_heats <= 1:
         why = "heats run one at a time (concurrent_heats = 1); the weights are for heats at once"
