@@ -320,7 +320,8 @@ def test_short_or_absent_secrets_change_nothing():
 @pytest.mark.parametrize("method, path", [
     ("POST", "/v1/organizations/api_keys"), ("GET", "/v1/dashboard/billing"), ("POST", "/v1/nowhere"),
     ("POST", "/v1/../v1/organizations/api_keys/chat/completions"), ("POST", "/v1/x%2f..%2fadmin/messages"),
-    ("GET", "/v1/chat/completions"),
+    ("GET", "/v1/chat/completions"), ("POST", "/v1/threads/t1/messages"), ("POST", "/v1/embeddings"),
+    ("POST", "/admin/v1/chat/completions"),
 ])
 async def test_only_model_calls_are_forwarded(method, path):
     """An admin or billing API could mint a new key with the injected one: the proxy answers
@@ -333,3 +334,39 @@ async def test_only_model_calls_are_forwarded(method, path):
             assert status == 404  # forwarded: the scripted server has no such endpoint
         assert [r["path"] for r in srv.requests] == ["/v1/messages/count_tokens"]
         assert proxy.stats.requests == 1
+
+
+
+@pytest.mark.parametrize("head", [
+    # a bare LF in a header value: an upstream that ends lines at LF would read a second request
+    b"POST /v1/chat/completions HTTP/1.1\r\nX-Foo: a\n\nGET /v1/organization/admin_api_keys HTTP/1.1\nX-Bar: b\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nX-Foo: a\rb\r\n",
+    b"POST /v1/chat/completions\nGET /admin HTTP/1.1\r\n",
+    b"PUT /v1/chat/completions HTTP/1.1\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nBad Name: x\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nno colon here\r\n",
+])
+async def test_a_request_head_that_could_smuggle_a_second_request_is_refused(head):
+    """Nothing of a malformed head reaches the provider (the injected key with it): 400."""
+    with ScriptedModelServer(STEPS, expect_key=KEY) as srv:
+        async with CredentialProxy(srv.base_url, KEY) as proxy:
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            body = b'{"model":"m"}'
+            writer.write(head + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            await writer.drain()
+            raw = await asyncio.wait_for(reader.read(-1), 10)
+            writer.close()
+            assert raw.startswith(b"HTTP/1.1 400 ") and b"refused" in raw, raw[:200]
+        assert srv.requests == [] and proxy.stats.requests == 0
+
+
+async def test_a_chat_stream_is_counted_even_when_the_harness_does_not_ask_for_usage():
+    """OpenAI sends a stream's usage only with ``stream_options.include_usage``: the proxy asks
+    for it, so a guest that leaves it out (or calls the proxy itself) is still counted."""
+    with ScriptedModelServer(STEPS, expect_key=KEY) as srv:
+        async with CredentialProxy(srv.base_url, KEY) as proxy:
+            body = _body("chat", 0, True)
+            assert "stream_options" not in body
+            status, _, _ = await _raw(proxy.port, "POST", "/v1/chat/completions", body)
+            assert status == 200
+            assert proxy.stats.responses_with_usage == 1 and proxy.stats.prompt_tokens > 0

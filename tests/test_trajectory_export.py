@@ -252,3 +252,15 @@ def test_agent_id_that_is_a_path_is_refused(tmp_path):
     assert any("agent id '../../escape' cannot name a file" in line for line in report.errors)
     assert not (tmp_path / "escape.json").exists()
     assert [p.name for p in report.written] == ["builder-one-agent.json"]  # from the event log's agents
+
+
+
+def test_two_matches_whose_paths_join_to_one_name_get_two_names(tmp_path):
+    """``a-b/c`` and ``a/b-c`` both join to ``a-b-c``: the second is ``a-b-c~2``, never an overwrite."""
+    from aoe_tui.export.trajectory import find_matches
+
+    for rel in ("a-b/c", "a/b-c"):
+        d = tmp_path / rel
+        (d / "agents").mkdir(parents=True)
+        (d / "events.jsonl").write_text("")
+    assert sorted(name for _p, name in find_matches(tmp_path)) == ["a-b-c", "a-b-c~2"]

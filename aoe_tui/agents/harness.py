@@ -166,6 +166,19 @@ def npm_binary(name: str, version: str, rel_paths: tuple[str, ...], env_var: str
     return None
 
 
+#: the variables an install or a ``--version`` run of a harness keeps from the runner's
+#: environment (issue 27: package install scripts and the CLI never see an entrant's key)
+TOOL_ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM",
+                 "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                 "http_proxy", "https_proxy", "no_proxy")
+
+
+def tool_environment() -> dict[str, str]:
+    """The runner's environment cut to :data:`TOOL_ENV_KEEP` and ``npm_config_*`` (registry,
+    cache): what ``npm install`` of a harness and its ``--version`` check run with."""
+    return {k: v for k, v in os.environ.items() if k in TOOL_ENV_KEEP or k.lower().startswith("npm_config_")}
+
+
 def ensure_npm_binary(name: str, package: str, version: str, rel_paths: tuple[str, ...], *,
                       env_var: str | None = None, version_marker: str | None = None,
                       timeout_s: float = 600.0) -> Path:
@@ -195,16 +208,25 @@ def ensure_npm_binary(name: str, package: str, version: str, rel_paths: tuple[st
             if found is None:
                 try:
                     res = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(target),
-                                          f"{package}@{version}"], capture_output=True, text=True, timeout=timeout_s)
+                                          f"{package}@{version}"], capture_output=True, text=True, timeout=timeout_s,
+                                         env=tool_environment())
                 except subprocess.TimeoutExpired:
                     raise HarnessError(f"npm install {package}@{version} did not finish within {timeout_s:.0f} s") from None
+                except OSError as exc:
+                    raise HarnessError(f"npm install {package}@{version} could not run: {exc}") from None
                 if res.returncode != 0:
                     tail = " ".join((res.stderr or res.stdout).split())[-300:]
                     raise HarnessError(f"npm install {package}@{version} failed: {tail}")
         found = npm_binary(name, version, rel_paths, env_var)
         if found is None:
             raise HarnessError(f"npm installed {package}@{version} but no {name} binary was found under {target}")
-    out = subprocess.run([str(found), "--version"], capture_output=True, text=True, timeout=60)
+    try:
+        out = subprocess.run([str(found), "--version"], capture_output=True, text=True, timeout=60,
+                             env=tool_environment())
+    except subprocess.TimeoutExpired:
+        raise HarnessError(f"{found} --version did not answer within 60 s") from None
+    except OSError as exc:
+        raise HarnessError(f"{found} cannot run: {exc.strerror or exc}") from None
     if (version_marker or version) not in out.stdout:
         raise HarnessError(f"{found} reports version {out.stdout.strip()!r}, expected {version}")
     return found
@@ -433,6 +455,7 @@ def write_artifacts(ctx: AgentContext, status: AdapterStatus, summary: str, usag
     transcript_path = ctx.agent_dir / "transcript.json"
     with contextlib.suppress(OSError):
         write_usage_file(ctx.usage_file, agent=ctx.agent.id, territory=ctx.territory.id, usage=usage)
+    with contextlib.suppress(OSError):  # apart: a failed usage write must not cost the transcript
         write_json_atomic(transcript_path, transcript)
     with contextlib.suppress(Exception):
         from aoe_tui.agents.analysis import write_analysis

@@ -13,7 +13,10 @@ which
    runner's environment by the caller and held only in memory — never logged, never
    written, never sent to the guest;
 3. forwards only model calls (:func:`allowed`: the three APIs' endpoints and the model list);
-   anything else — an admin API that could mint a key with the injected one — is answered 403;
+   anything else — an admin API that could mint a key with the injected one — is answered 403,
+   and a malformed head (:func:`bad_head`: a bare CR or LF that could smuggle a second request
+   carrying the key, a method other than GET/POST/DELETE) 400; asks a streamed chat call for
+   its usage (:func:`force_chat_usage`), so the live limits count every stream;
    refuses the call when the entrant is past a spend limit (:class:`~aoe_tui.domain.spend.SpendCap`,
    per heat and per season): HTTP 402 with an error body in the API's own shape (OpenAI
    ``{"error": {"message", "type": "insufficient_quota", "code": "budget_exceeded"}}``,
@@ -83,6 +86,7 @@ SCRUB_MIN = 8
 _DROP_REQUEST = {
     "authorization", "x-api-key", "api-key", "proxy-authorization", "cookie", "host", "connection", "keep-alive",
     "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "content-length", "accept-encoding",
+    "expect",
 }
 _DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding", "content-length", "set-cookie", "trailer",
                   "content-encoding"}
@@ -111,20 +115,64 @@ def api_of(path: str) -> str:
 #: APIs and the model list, nothing else. Anything else — a provider's admin or billing API, which
 #: could mint a new key with the injected one — is answered 403 without reaching the provider.
 _ALLOWED = re.compile(
-    r"^(?:POST (?:/[^?]*)?/(?:chat/completions|completions|embeddings|responses(?:/[^?/]+)*|messages(?:/count_tokens)?)"
-    r"|GET (?:/[^?]*)?/(?:models(?:/[^?]*)?|responses/[^?]+)"
-    r"|DELETE (?:/[^?]*)?/responses/[^?]+)/?(?:\?.*)?$")
+    r"^(?:POST /(?:chat/completions|responses|messages(?:/count_tokens)?)"
+    r"|GET /(?:models(?:/[^?/]+)?|responses/[^?/]+)"
+    r"|DELETE /responses/[^?/]+)/?(?:\?.*)?$")
+#: a request target the proxy reads at all: printable ASCII, no space (RFC 7230 request-target)
+_TARGET = re.compile(r"^/[!-~]*$")
+#: a header name (RFC 7230 token)
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+#: a header value: visible characters, spaces and tabs only (no CR, LF or other controls)
+_VALUE = re.compile(r"^[\t\x20-\x7e\x80-\xff]*$")
 
 
-def allowed(method: str, path: str) -> bool:
-    """True when the proxy forwards ``method path`` (see :data:`_ALLOWED`): ``POST`` to
-    ``…/chat/completions``, ``…/completions``, ``…/embeddings``, ``…/responses[/…]``,
-    ``…/messages[/count_tokens]``; ``GET`` of ``…/models[/…]`` and ``…/responses/<id>``;
-    ``DELETE`` of ``…/responses/<id>``."""
+def allowed(method: str, path: str, prefix: str = "/v1") -> bool:
+    """True when the proxy forwards ``method path`` (see :data:`_ALLOWED`): right after the
+    guest ``prefix``, ``POST`` to ``chat/completions``, ``responses`` or
+    ``messages[/count_tokens]``; ``GET`` of ``models[/<id>]`` and ``responses/<id>``;
+    ``DELETE`` of ``responses/<id>``. Nothing before the endpoint (no ``/v1/threads/…/messages``)."""
     where = path.split("?", 1)[0]
     if "/.." in where or "%2" in where.lower() or "\\" in where:  # no way out of the endpoint's path
         return False
-    return bool(_ALLOWED.match(f"{method.upper()} {path}"))
+    prefix = prefix.rstrip("/")
+    if prefix and not (path.startswith(prefix + "/") or path.startswith(prefix + "?")):
+        return False
+    return bool(_ALLOWED.match(f"{method.upper()} {path[len(prefix):]}"))
+
+
+def bad_head(method: str, target: str, version: str, headers: list[tuple[str, str]]) -> str | None:
+    """Why a request head is refused (400) before anything is forwarded, or None: a method
+    other than GET/POST/DELETE, a target that is not printable ASCII without spaces, a
+    version other than HTTP/1.0 or 1.1, a header name that is no token or a value holding a
+    control character (a bare LF or CR in a value would smuggle a second request, carrying
+    the injected key, to an upstream that ends lines at LF)."""
+    if method not in ("GET", "POST", "DELETE"):
+        return f"method {method[:20]!r} not forwarded"
+    if not _TARGET.match(target):
+        return "request target is not printable ASCII"
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        return "not HTTP/1.x"
+    for k, v in headers:
+        if not _TOKEN.match(k) or not _VALUE.match(v):
+            return "a header name or value holds a control character"
+    return None
+
+
+def force_chat_usage(body: bytes) -> bytes:
+    """A streamed chat-completions request body with ``stream_options.include_usage`` true
+    (OpenAI sends a stream's usage only when asked, and the live limits count it); any other
+    body (not JSON, not streamed) unchanged."""
+    try:
+        req = json.loads(body or b"{}")
+    except ValueError:
+        return body
+    if not isinstance(req, dict) or req.get("stream") is not True:
+        return body
+    opts = req.get("stream_options") if isinstance(req.get("stream_options"), dict) else {}
+    if opts.get("include_usage") is True:
+        return body
+    req["stream_options"] = {**opts, "include_usage": True}
+    return json.dumps(req, separators=(",", ":")).encode()
 
 
 def error_body(api: str, message: str, *, kind: str = "aoe_proxy_error", code: str | None = None) -> bytes:
@@ -604,13 +652,21 @@ class CredentialProxy:
         head = await reader.readuntil(b"\r\n\r\n")
         if len(head) > _MAX_HEADER:
             raise ValueError("header too large")
-        lines = head.decode("latin-1").split("\r\n")
-        method, target, _version = lines[0].split(" ", 2)
+        lines = head[:-4].decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
         headers: list[tuple[str, str]] = []
+        malformed = len(parts) != 3
         for line in lines[1:]:
-            if ":" in line:
-                k, v = line.split(":", 1)
-                headers.append((k.strip(), v.strip()))
+            k, sep, v = line.partition(":")
+            if not sep:
+                malformed = True
+                continue
+            headers.append((k, v.strip(" \t")))
+        method, target, version = parts if len(parts) == 3 else ("", "", "")
+        why = "malformed request head" if malformed else bad_head(method, target, version, headers)
+        if why is not None:
+            await _send(writer, 400, "Bad Request", error_body(api_of(target), f"the credential proxy refused it: {why}"))
+            return
         hmap = {k.lower(): v for k, v in headers}
         body = b""
         if "chunked" in hmap.get("transfer-encoding", "").lower():
@@ -629,7 +685,7 @@ class CredentialProxy:
             data, ctype = _warmup_reply(api, stream)
             await _send(writer, 200, "OK", data, ctype)
             return
-        if not allowed(method, target):
+        if not allowed(method, target, self.guest_prefix):
             await _send(writer, 403, "Forbidden", error_body(
                 api, f"the credential proxy forwards only model calls, not {method} {target.split('?', 1)[0]}",
                 kind="permission_error" if api == API_MESSAGES else "aoe_proxy_error"))
@@ -655,6 +711,8 @@ class CredentialProxy:
                 out.append(f"Authorization: Bearer {self.__key}")
         if api == API_MESSAGES and "anthropic-version" not in hmap:
             out.append(f"anthropic-version: {_ANTHROPIC_VERSION}")
+        if api == API_CHAT and method == "POST":
+            body = force_chat_usage(body)
         out += ["Accept-Encoding: identity", "Connection: close", f"Content-Length: {len(body)}", "", ""]
         self.stats.requests += 1
         if self.season is not None:
@@ -684,6 +742,8 @@ class CredentialProxy:
 
     async def _relay(self, up: asyncio.StreamReader, writer: asyncio.StreamWriter, api: str) -> None:
         head = await up.readuntil(b"\r\n\r\n")
+        while re.match(rb"HTTP/1\.[01] 1\d\d ", head):  # 100 Continue, 103 Early Hints: the response follows
+            head = await up.readuntil(b"\r\n\r\n")
         if len(head) > _MAX_HEADER:
             raise ValueError("header too large")
         lines = head.decode("latin-1").split("\r\n")

@@ -170,7 +170,12 @@ def find_matches(root: Path) -> list[tuple[Path, str]]:
     if not found:
         raise TrajectoryError(f"{root}: not a match folder and holds none (a match folder has events.jsonl or "
                               "world.json and agents/)")
-    return found
+    seen: dict[str, int] = {}
+    named: list[tuple[Path, str]] = []
+    for here, name in found:  # a-b/c and a/b-c join to one name: the later ones get a suffix
+        seen[name] = seen.get(name, 0) + 1
+        named.append((here, name if seen[name] == 1 else f"{name}~{seen[name]}"))
+    return named
 
 
 def _json_file(path: Path) -> dict[str, Any] | None:

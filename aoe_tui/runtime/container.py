@@ -945,6 +945,9 @@ class ContainerProvider(TerritoryProvider):
         self._closing = False
         self._teardown_task: asyncio.Task[None] | None = None
         self._pacer: asyncio.Task[None] | None = None
+        #: held while a territory's CPU weight is decided and written (the pacer's thread,
+        #: :meth:`set_cpu_weight`'s), so neither writes a weight from the other's stale state
+        self._weight_lock = threading.Lock()
         self._alloc = netalloc.NetAllocator()
         self.subnet: str | None = None
         self._state_lock = threading.Lock()
@@ -1515,10 +1518,11 @@ class ContainerProvider(TerritoryProvider):
                 continue
             try:
                 make_cpu_group(group)
-                if limit_group:
-                    b.cpu_weight = weight  # divided while the territory yields (_pace)
-                now = b.cpu_yield.weight(weight) if limit_group and b.cpu_yield is not None else weight
-                (group / "cpu.shares").write_text(str(max(2, now * 1024 // 100)))
+                with self._weight_lock:
+                    if limit_group:
+                        b.cpu_weight = weight  # divided while the territory yields (_pace)
+                    now = b.cpu_yield.weight(weight) if limit_group and b.cpu_yield is not None else weight
+                    (group / "cpu.shares").write_text(str(max(2, now * 1024 // 100)))
                 inside = {str(pid) for pid in _cgroup_pids([str(group)])}  # its guest child included
             except OSError:
                 continue
@@ -1654,11 +1658,16 @@ class ContainerProvider(TerritoryProvider):
     def _pace_once(self, now: float) -> None:
         for b in list(self._boxes.values()):
             y = b.cpu_yield
-            if y is None or self._closing:
+            if y is None:
                 continue
-            changed = y.sample(now, b.cpu_demand.read(b.limits))
+            demand = b.cpu_demand.read(b.limits)
+            with self._weight_lock:
+                if self._closing:  # the teardown has closed the yield spells: nothing more to write
+                    return
+                changed = y.sample(now, demand)
+                if changed is not None:
+                    limits_cg.write_cpu_weight(b.limits, y.weight(b.cpu_weight))
             if changed is not None:
-                limits_cg.write_cpu_weight(b.limits, y.weight(b.cpu_weight))
                 log.info("territory %s: %s the CPU", b.spec.id, "yields" if changed else "no longer yields")
 
     async def _teardown(self) -> None:
@@ -1666,9 +1675,13 @@ class ContainerProvider(TerritoryProvider):
             self._pacer.cancel()
             with contextlib.suppress(BaseException):
                 await self._pacer
-        for b in self._boxes.values():
-            if b.cpu_yield is not None:
-                b.cpu_yield.end(time.monotonic())
+        def end_spells() -> None:  # after a sample still in flight in its thread (it holds the lock)
+            with self._weight_lock:
+                for b in self._boxes.values():
+                    if b.cpu_yield is not None:
+                        b.cpu_yield.end(time.monotonic())
+
+        await asyncio.to_thread(end_spells)
 
         async def one(b: _Box) -> list[str]:
             if b.prepared is not None and not b.prepared.is_set():  # provisioning cancelled mid-way

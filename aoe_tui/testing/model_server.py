@@ -468,7 +468,7 @@ class _Handler(BaseHTTPRequestHandler):
                 delta["tool_calls"] = tool_calls
             event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
         event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if calls else "stop"}]})
-        if u is not None and (body.get("stream_options") or {}).get("include_usage", True):
+        if u is not None and (body.get("stream_options") or {}).get("include_usage", False):
             event({**base, "choices": [], "usage": u})
         event(b"[DONE]")
 
