@@ -384,3 +384,24 @@ def test_ray_driver_messages_stay_out_of_the_runners_output(capsys, caplog):
         assert "(raylet) Raylet is terminated. Termination is unexpected." in caplog.text
     finally:
         ray_worker.print_to_stdstream = before
+
+
+def test_a_worker_seat_gets_its_own_key_and_scrubs_but_never_inherits_the_others(monkeypatch):
+    """Issue 27 on a cluster: as in a local heat, each seat's proxy knows the other seats' key
+    values (to scrub them) and its command process inherits only its own."""
+    from aoe_tui.agents.command import CommandAdapter, own_environment
+    from aoe_tui.cluster.remote import seat_credentials
+
+    agents = {"a": {"credentials": ["KEY_A"]}, "b": {"credentials": ["KEY_B", "SHARED"]},
+              "c": {"credentials": ["SHARED"]}}
+    creds = {"KEY_A": "sk-aaaa-1111", "KEY_B": "sk-bbbb-2222", "SHARED": "sk-ssss-3333"}
+    known, foreign = seat_credentials(agents, "a", creds)
+    assert foreign == {"KEY_B", "SHARED"} and known == creds
+    known_c, foreign_c = seat_credentials(agents, "c", creds)
+    assert foreign_c == {"KEY_A", "KEY_B"} and known_c == creds
+    adapter = CommandAdapter("x", "/bin/true")
+    adapter.credentials, adapter.foreign_credentials = known, foreign
+    monkeypatch.delenv("KEY_B", raising=False)
+    env = own_environment(adapter, base={"PATH": "/bin"})
+    assert env == {"PATH": "/bin", "KEY_A": "sk-aaaa-1111"}
+    assert adapter.credential("KEY_B") == "sk-bbbb-2222"  # what its proxy scrubs

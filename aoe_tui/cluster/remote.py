@@ -277,6 +277,22 @@ class RemoteHeat:
 # ----------------------------------------------------------------------------- the actor (worker side)
 
 
+def seat_credentials(agents: Mapping[str, Mapping[str, Any]], aid: str,
+                     creds: Mapping[str, str]) -> tuple[dict[str, str], frozenset[str]]:
+    """On a worker: what seat ``aid`` of a remote heat's ``agents`` (agent id -> its entry,
+    ``credentials``: the names of its key variables) is handed, from the heat's opened
+    ``creds`` (name -> value): ``(known, foreign)``, where ``foreign`` are the other seats' key
+    variables (as a local heat's ``Adapter.foreign_credentials``) and ``known`` its own values
+    plus the foreign ones, so its proxy can scrub them from what it relays; its process never
+    inherits them (:func:`aoe_tui.agents.command.own_environment` drops ``foreign`` after
+    adding ``known``)."""
+    own = list(agents[aid].get("credentials") or [])
+    foreign = frozenset(n for other, b in agents.items() if other != aid for n in (b.get("credentials") or [])
+                        if n not in own)
+    known = {**{n: creds[n] for n in foreign if n in creds}, **{n: creds[n] for n in own if n in creds}}
+    return known, foreign
+
+
 def node_name() -> str:
     """This node's name (``AOE_WORKER_NAME``, else the host name)."""
     import socket
@@ -459,9 +475,11 @@ class HeatActor:
                 if a.get(attr) is not None:
                     with contextlib.suppress(AttributeError, TypeError):
                         setattr(adapter, attr, a[attr])
-            mine = {n: creds[n] for n in a.get("credentials", []) if n in creds}
-            if mine:
-                adapter.credentials = mine
+            known, foreign = seat_credentials(heat.agents, aid, creds)
+            with contextlib.suppress(AttributeError, TypeError):
+                adapter.foreign_credentials = foreign
+            if known:
+                adapter.credentials = known
             adapters[aid] = adapter
         path = arena_dir / heat.manifest_rel
         loaded = LoadedManifest(manifest=heat.manifest, path=path, arena_dir=arena_dir, raw=heat.raw,

@@ -24,7 +24,8 @@ forever) — failures carry ``retry-after-ms`` (``retry_after_ms``) so clients t
 (opencode does) give up quickly; ``"endless"``: a model that never stops — past the script's
 end the last step is answered again and again, usage included (:func:`never_stop_step`).
 
-``plant_key``: a hostile upstream that plants that string everywhere it can — response
+``plant_key``: a hostile upstream that plants that string everywhere it can — the model's
+own text in every answer (which a harness prints, logs and keeps in its transcript), response
 headers (``X-Debug-Upstream-Key``, ``X-Request-Id``), every JSON body (``debug``), every
 stream (an SSE comment split across two chunks), every error message, and ``GET …/models``
 answers a redirect whose ``Location`` holds it.
@@ -50,7 +51,7 @@ import base64
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -392,6 +393,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, api: str, body: dict[str, Any], step: ScriptStep, *, usage: bool, call_prefix: str = "call") -> None:
         offered = _tool_names(api, body)
+        if self.state.plant_key:  # the model's own words hold the key: what a harness shows and keeps
+            step = replace(step, text=f"{step.text or ''} [upstream key {self.state.plant_key}]".strip())
         calls = [(f"{call_prefix}_{i}", *translate_call(api, c, offered)) for i, c in enumerate(step.tool_calls)]
         u = step_usage(api, step) if usage else None
         if u is not None:
