@@ -401,3 +401,43 @@ def test_a_staging_error_is_the_harness(tmp_path):
     out = asyncio.run(go())
     assert out.status == AdapterStatus.HARNESS_ERROR and out.status.failure_source == "harness"
     assert "cannot reach territory t1" in out.summary
+
+
+@pytest.mark.parametrize("name", ["claude-code", "codex"])
+def test_a_proxy_refusal_past_a_live_limit_ends_the_run_as_budget_exceeded(tmp_path, name):
+    """Issue 27: once the credential proxy refuses a call past a spend limit, the watchdog ends
+    the CLI (its scope killed) and the seat's record is ``budget_exceeded`` naming the limit and
+    the amount spent, whatever the CLI made of the 402 (an API error, a retry, a hang)."""
+    from types import SimpleNamespace
+
+    run = _run(tmp_path, _adapter(name), idle_timeout_s=30)
+    refused = "budget exceeded: spent 2400 µUSD of 2000 µUSD"
+    run.proxy_stats = SimpleNamespace(prompt_tokens=0, completion_tokens=0, responses_with_usage=4, connect_failures=0,
+                                      error_statuses={402: 1}, last_error=None, last_activity=None, refused=refused)
+    proc = _Proc(lines(f"{name}-stall")[:2], hang=True)
+    conn = _Conn(proc)
+    t = time.monotonic()
+    status, summary = asyncio.run(run.follow(conn, proc))
+    assert time.monotonic() - t < 5  # the next watchdog tick, not the idle limit
+    assert status == AdapterStatus.BUDGET_EXCEEDED and status.failure_source == "player"
+    assert summary == f"{refused}; the credential proxy refused the next model call"
+    assert any("systemctl kill -s KILL aoe-" + name + "-a1.scope" in c for c in conn.commands)
+    run._finish(status, summary)
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "budget_exceeded"
+
+
+def test_usage_never_reports_less_than_the_proxy_priced_and_enforced(tmp_path):
+    """A run cut before its CLI's final usage event: ``usage.json`` takes the proxy's counts
+    (cache included) and the proxy's cost, the figure the live limits enforced."""
+    from types import SimpleNamespace
+
+    from aoe_tui.domain.prices import PriceRates
+
+    adapter = _adapter("claude-code")
+    adapter.price = PriceRates(input=1_000_000, output=2_000_000, cache_read=100_000, cache_write=1_250_000)
+    run = _run(tmp_path, adapter)
+    run.proxy_stats = SimpleNamespace(prompt_tokens=5_000, completion_tokens=100, cached_tokens=4_000,
+                                      cache_write_tokens=500, responses_with_usage=3, cost_microusd=2_450)
+    u = run.usage()
+    assert (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens) == (5_000, 100, 4_000, 500)
+    assert u.cost_microusd == max(2_450, 500 * 1 + 100 * 2 + 400 + 625)

@@ -370,3 +370,19 @@ async def test_a_chat_stream_is_counted_even_when_the_harness_does_not_ask_for_u
             status, _, _ = await _raw(proxy.port, "POST", "/v1/chat/completions", body)
             assert status == 200
             assert proxy.stats.responses_with_usage == 1 and proxy.stats.prompt_tokens > 0
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda k: "".join(f"%{c:02X}" for c in k.encode()),
+    lambda k: "".join(f"%{c:02x}" for c in k.encode()),
+    lambda k: __import__("base64").b64encode(k.encode()).decode(),
+    lambda k: __import__("base64").b64encode(b"x" + k.encode()).decode(),
+    lambda k: __import__("base64").urlsafe_b64encode(b"xy" + k.encode() + b"!").decode(),
+])
+def test_a_key_percent_encoded_or_in_base64_is_scrubbed_too(wrap):
+    """A gateway may echo the key URL-encoded in a redirect or base64 in a token: no run of 8
+    characters of that form passes either."""
+    form = wrap(KEY)
+    out = Scrubber([KEY]).scrub(f"Location: https://gw.example/?k={form}&x=1".encode()).decode()
+    assert not any(form[i:i + 8] in out for i in range(len(form) - 12)), out
+    assert out.startswith("Location: https://gw.example/?k=") and out.endswith("&x=1")

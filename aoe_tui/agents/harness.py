@@ -1034,14 +1034,20 @@ class HarnessRun(Seat, SupervisedRun):
         the proxy's; cost (µUSD) from the season's ``[prices]`` only, else 0."""
         s, ps = self.state, self.proxy_stats
         inp, out, rounds = s.input_tokens, s.output_tokens, s.rounds
+        read, write = s.cache_read, s.cache_write
         if ps is not None:
             inp = max(inp, num(getattr(ps, "prompt_tokens", 0)))
             out = max(out, num(getattr(ps, "completion_tokens", 0)))
+            read = max(read, num(getattr(ps, "cached_tokens", 0)))
+            write = max(write, num(getattr(ps, "cache_write_tokens", 0)))
         rates = getattr(self.adapter, "price", None)
-        cost = 0 if rates is None else rates.cost(max(0, inp - s.cache_read - s.cache_write), out, s.cache_read,
-                                                  s.cache_write)
+        cost = 0 if rates is None else rates.cost(max(0, inp - read - write), out, read, write)
+        if rates is not None and ps is not None and num(getattr(ps, "responses_with_usage", 0)):
+            # the proxy priced every response as it came (what the live limits enforce and the
+            # budget line quotes): never report less than that
+            cost = max(cost, num(getattr(ps, "cost_microusd", 0)))
         return Usage(rounds=rounds, tool_calls=s.tool_calls, input_tokens=inp, output_tokens=out, cost_microusd=cost,
-                     resource_units=1, cache_read_tokens=s.cache_read, cache_write_tokens=s.cache_write)
+                     resource_units=1, cache_read_tokens=read, cache_write_tokens=write)
 
     def usage_detail(self) -> dict[str, Any] | None:
         """Cache tokens, who computed the cost (``price table``, or ``unpriced``: the CLI's own

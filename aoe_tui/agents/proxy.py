@@ -49,6 +49,7 @@ HTTP statuses ≥ 400 are counted in :attr:`ProxyStats.error_statuses`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import re
@@ -312,6 +313,24 @@ _ESC = re.compile(rb"\\{1,8}(?:u(00[2-7][0-9a-fA-F])|(/))")
 _ESC_TAIL = re.compile(rb"\\{1,8}(?:u[0-9a-fA-F]{0,3})?\Z")
 
 
+def secret_forms(secret: str) -> set[str]:
+    """The forms of ``secret`` a reply may carry it in, each scrubbed like the secret itself:
+    as it is, JSON-escaped, fully percent-encoded (upper- and lower-case hex: a redirect's
+    query), and base64 (standard and URL-safe, at each of the three byte alignments, the
+    characters that depend on the neighbouring bytes trimmed)."""
+    forms = {secret, json.dumps(secret)[1:-1]}
+    raw = secret.encode()
+    forms.add("".join(f"%{c:02X}" for c in raw))
+    forms.add("".join(f"%{c:02x}" for c in raw))
+    for shift in range(3):
+        enc = base64.b64encode(b"\0" * shift + raw).decode().rstrip("=")
+        # the first ceil(4*shift/3) characters mix in the padding bytes, the last may mix the next byte
+        core = enc[(4 * shift + 2) // 3: len(enc) - 1]
+        forms.add(core)
+        forms.add(core.replace("+", "-").replace("/", "_"))
+    return {f for f in forms if f}
+
+
 class Scrubber:
     """Masks every piece (≥ :data:`SCRUB_MIN` characters) of some secrets in a byte stream.
 
@@ -331,7 +350,7 @@ class Scrubber:
     def __init__(self, secrets: Iterable[str | None]) -> None:
         grams: set[bytes] = set()
         for s in secrets:
-            for form in {s, json.dumps(s)[1:-1]} if s else ():
+            for form in secret_forms(s) if s else ():
                 b = form.encode()
                 grams.update(b[i:i + SCRUB_MIN] for i in range(len(b) - SCRUB_MIN + 1))
         self._re = re.compile(b"(?=(" + b"|".join(re.escape(g) for g in sorted(grams)) + b"))") if grams else None
