@@ -350,7 +350,7 @@ class Scrubber:
     def __init__(self, secrets: Iterable[str | None]) -> None:
         grams: set[bytes] = set()
         for s in secrets:
-            for form in secret_forms(s) if s else ():
+            for form in secret_forms(s) if s and len(s) >= SCRUB_MIN else ():
                 b = form.encode()
                 grams.update(b[i:i + SCRUB_MIN] for i in range(len(b) - SCRUB_MIN + 1))
         self._re = re.compile(b"(?=(" + b"|".join(re.escape(g) for g in sorted(grams)) + b"))") if grams else None
