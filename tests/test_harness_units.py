@@ -441,3 +441,23 @@ def test_usage_never_reports_less_than_the_proxy_priced_and_enforced(tmp_path):
     u = run.usage()
     assert (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens) == (5_000, 100, 4_000, 500)
     assert u.cost_microusd == max(2_450, 500 * 1 + 100 * 2 + 400 + 625)
+
+
+@pytest.mark.parametrize("name, path", [("claude-code", "/v1/messages"), ("codex", "/v1/responses")])
+def test_preflight_checks_the_key_in_the_harnesss_own_api_before_any_territory(name, path, monkeypatch):
+    """A refused key is the provider's, found before a territory boots (as opencode's), in the
+    API the CLI speaks, never after a whole race (Claude Code retries a 401 for minutes)."""
+    from aoe_tui.agents.base import PreflightError
+    from aoe_tui.testing.model_server import ScriptedModelServer, durable_sqlite_script
+
+    good = "sk-aoe-good-" + "k" * 12
+    with ScriptedModelServer(durable_sqlite_script(), expect_key=good) as srv:
+        adapter = (ClaudeCodeAdapter if name == "claude-code" else CodexAdapter)(
+            {"base_url": srv.base_url, "api_key_env": "AOE_TEST_PF_KEY"})
+        monkeypatch.setenv("AOE_TEST_PF_KEY", good)
+        asyncio.run(adapter.preflight_model("scripted/durable-sqlite"))
+        monkeypatch.setenv("AOE_TEST_PF_KEY", "sk-aoe-wrong-" + "w" * 12)
+        with pytest.raises(PreflightError, match=r"^credentials refused by 127\.0\.0\.1:\d+ \(HTTP 401") as err:
+            asyncio.run(adapter.preflight_model("scripted/durable-sqlite"))
+        assert err.value.failure_source == "provider" and "wrong" not in str(err.value)
+        assert [r["path"].split("?")[0] for r in srv.requests] == [path, path]

@@ -64,6 +64,11 @@ class ClaudeCode(Harness):
     default_api_key_env = "ANTHROPIC_API_KEY"
     read_only_tools = _READ_ONLY
 
+    def preflight_call(self, model_id: str) -> tuple[str, dict[str, Any]]:
+        """A one-token Anthropic Messages request (what ``claude -p`` sends, without tools)."""
+        return "/v1/messages", {"model": model_id, "max_tokens": 1, "stream": False,
+                                "messages": [{"role": "user", "content": "Reply with OK."}]}
+
     def env(self, run_dir: str, guest_port: int, model_id: str, opts: HarnessOptions, ctx: AgentContext) -> dict[str, str]:
         """Base URL (no ``/v1``), the placeholder key, the offline switches, temp dirs."""
         return {

@@ -69,6 +69,12 @@ class Codex(Harness):
     default_base_url = "https://api.openai.com/v1"
     default_api_key_env = "OPENAI_API_KEY"
 
+    def preflight_call(self, model_id: str) -> tuple[str, dict[str, Any]]:
+        """A small OpenAI Responses request (what ``codex exec`` sends, without tools; the
+        Responses API's smallest ``max_output_tokens`` is 16)."""
+        return "/v1/responses", {"model": model_id, "input": "Reply with OK.", "max_output_tokens": 16,
+                                 "stream": False}
+
     def env(self, run_dir: str, guest_port: int, model_id: str, opts: HarnessOptions, ctx: AgentContext) -> dict[str, str]:
         """``CODEX_HOME`` in the run folder and the placeholder key variable."""
         return {"CODEX_HOME": f"{run_dir}/home/.codex", KEY_VAR: PLACEHOLDER_KEY}

@@ -69,6 +69,7 @@ import shlex
 import shutil
 import subprocess
 import threading
+from urllib.parse import urlsplit
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -664,6 +665,13 @@ class Harness:
         return ensure_npm_binary(self.name, self.npm_package, self.version, self.binary_paths,
                                  env_var=self.env_binary, version_marker=self.version_marker)
 
+    def preflight_call(self, model_id: str) -> tuple[str, dict[str, Any]]:
+        """The one-token request (guest path, JSON body) that checks key and model before any
+        territory boots (:meth:`KeyedAdapter.preflight_model`), in the API this CLI speaks;
+        a subclass overrides it (default: an OpenAI chat completion)."""
+        return "/v1/chat/completions", {"model": model_id, "messages": [{"role": "user", "content": "Reply with OK."}],
+                                        "max_tokens": 1, "stream": False}
+
     def folder(self) -> Path:
         """The runner folder shared into territories (``<cache>/<name>/<version>/harness``). Raises :class:`HarnessError`."""
         return harness_folder(_cache_dir(self.name, self.version) / "harness", {self.binary_name: self.ensure()})
@@ -1201,6 +1209,49 @@ class HarnessRun(Seat, SupervisedRun):
             await staged.close()
 
 
+async def post_json(port: int, path: str, body: dict[str, Any]) -> tuple[int, str]:
+    """POST ``body`` as JSON to ``127.0.0.1:port`` (the credential proxy) and read the whole
+    answer (the proxy closes the connection); returns (HTTP status, body text)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        data = json.dumps(body).encode()
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data)
+        await writer.drain()
+        raw = await reader.read(-1)
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    return status, rest.decode("utf-8", "replace")
+
+
+def error_message(text: str) -> str:
+    """``error.message`` of a JSON error body, else the body's first 200 chars, one line."""
+    with contextlib.suppress(ValueError):
+        obj = json.loads(text)
+        err = obj.get("error") if isinstance(obj, dict) else None
+        msg = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else None
+        if msg:
+            text = str(msg)
+    return " ".join(text.split())[:200]
+
+
+def scrub_key(text: str, key: str | None) -> str:
+    """``text`` without the key value or anything that looks like a key (``sk-…``)."""
+    if key:
+        text = text.replace(key, "***")
+    return re.sub(r"\b(sk|key|pk)-[A-Za-z0-9_\-*]{6,}", r"\1-***", text)
+
+
+#: Provider/opencode wording for a model id nobody serves.
+UNKNOWN_MODEL_RE = re.compile(
+    r"model[^\n]{0,80}?(not found|does not exist|unknown|not supported|invalid)|unknown model|ProviderModelNotFound"
+    r"|model_not_found", re.I)
+
+
 # ----------------------------------------------------------------------------- the adapter
 
 
@@ -1234,8 +1285,58 @@ class KeyedAdapter(Adapter):
         if self.options.api_key_env and not self.credential(self.options.api_key_env):
             raise self.error(f"environment variable {self.options.api_key_env} (the model API key) is not set on the runner")
 
+    def preflight_call(self, model_id: str) -> tuple[str, dict[str, Any]]:
+        """The preflight request (guest path, JSON body): a one-token OpenAI chat completion
+        (opencode); :class:`HarnessAdapter` asks its harness."""
+        return "/v1/chat/completions", {"model": model_id, "messages": [{"role": "user", "content": "Reply with OK."}],
+                                        "max_tokens": 1, "stream": False}
+
+    async def preflight_model(self, model: str, *, timeout_s: float = 30.0) -> None:
+        """One tiny request (:meth:`preflight_call`: in the API the harness speaks, no tools) for
+        ``model`` through a :class:`~aoe_tui.agents.proxy.CredentialProxy` holding the runner's
+        key, exactly the way a run reaches the model — before any territory is provisioned.
+
+        ``timeout_s`` (s) bounds the whole request. Every failure is the provider's (source
+        ``provider``): the key refused (HTTP 401/403), the model unknown (HTTP 404, or a 400
+        whose message names the model), the endpoint unreachable, rate-limited or failing (429,
+        5xx, connection errors). The message names the model and the endpoint's host, and its
+        error text with the key value removed — never the key.
+
+        Raises:
+            PreflightError: as above.
+        """
+        from aoe_tui.agents.base import PreflightError
+        from aoe_tui.agents.proxy import CredentialProxy
+
+        self.preflight()
+        key = self.credential(self.options.api_key_env)
+        model_id = model.split("/", 1)[1] if "/" in model else model
+        proxy = CredentialProxy(self.options.base_url, key)
+        host = urlsplit(self.options.base_url).netloc.rsplit("@", 1)[-1]
+        path, body = self.preflight_call(model_id)
+        await proxy.start()
+        try:
+            status, text = await asyncio.wait_for(post_json(proxy.port, path, body), timeout_s)
+        except (OSError, asyncio.TimeoutError, ValueError) as exc:
+            raise PreflightError(f"model endpoint {host} did not answer within {timeout_s:g} s "
+                                 f"({type(exc).__name__})") from None
+        finally:
+            await proxy.close()
+            del key
+        if 200 <= status < 300:
+            return
+        message = scrub_key(error_message(text), self.credential(self.options.api_key_env))
+        detail = f"HTTP {status}" + (f": {message}" if message else "")
+        if status in (401, 403):
+            raise PreflightError(f"credentials refused by {host} ({detail})")
+        if status == 404 or (status in (400, 422) and UNKNOWN_MODEL_RE.search(message or "")):
+            raise PreflightError(f"model {model_id!r} unknown to {host} ({detail})")
+        raise PreflightError(f"model endpoint {host} failed the preflight request ({detail})")
 
 class HarnessAdapter(KeyedAdapter):
+
+
+
     """An adapter running :attr:`harness` in the territory (a subclass per CLI sets it).
 
     Args:
@@ -1253,6 +1354,10 @@ class HarnessAdapter(KeyedAdapter):
         if not isinstance(options, HarnessOptions):
             options = HarnessOptions.from_mapping(dict(options or {}), self.harness)
         self._set_options(options, overrides)
+
+    def preflight_call(self, model_id: str) -> tuple[str, dict[str, Any]]:
+        """The preflight request in the API this harness speaks (:meth:`Harness.preflight_call`)."""
+        return self.harness.preflight_call(model_id)
 
     def harness_shares(self, agent: Any) -> list[Any]:
         """The harness folder (the native binary, made once in the user cache) shared read-only

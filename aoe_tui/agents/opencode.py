@@ -96,9 +96,9 @@ import asyncssh
 from aoe_tui.agents.base import AdapterStatus, AgentContext, AgentOutcome, AgentRun, Staged
 from aoe_tui.agents.command import REBOOT_SUMMARY
 from aoe_tui.agents.harness import (
-    ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, HarnessError, KeyedAdapter, Seat, SupervisedRun, bounded, close_seat,
-    connect_territory, ensure_npm_binary, guest_command, harness_folder, npm_binary, num, prepared, start_proxy,
-    transcript_doc, upload_if_changed, watch_process, write_artifacts,
+    ANSI_RE, PLACEHOLDER_KEY, STDERR_TAIL, UNKNOWN_MODEL_RE, HarnessError, KeyedAdapter, Seat, SupervisedRun, bounded,
+    close_seat, connect_territory, ensure_npm_binary, guest_command, harness_folder, npm_binary, num, prepared,
+    start_proxy, transcript_doc, upload_if_changed, watch_process, write_artifacts,
 )
 from aoe_tui.agents.proxy import WARMUP_PREFIX
 from aoe_tui.domain.agent_usage import Usage
@@ -194,43 +194,6 @@ def harness_dir(version: str = OPENCODE_VERSION) -> Path:
 
     return harness_folder(cache_root() / "opencode" / version / "harness",
                           {"opencode": ensure_opencode(version), "rg": _rg_binary()})
-
-
-async def _post_json(port: int, path: str, body: dict[str, Any]) -> tuple[int, str]:
-    """POST ``body`` as JSON to ``127.0.0.1:port`` (the credential proxy) and read the whole
-    answer (the proxy closes the connection); returns (HTTP status, body text)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        data = json.dumps(body).encode()
-        writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data)
-        await writer.drain()
-        raw = await reader.read(-1)
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
-    head, _, rest = raw.partition(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    return status, rest.decode("utf-8", "replace")
-
-
-def _error_message(text: str) -> str:
-    """``error.message`` of a JSON error body, else the body's first 200 chars, one line."""
-    with contextlib.suppress(ValueError):
-        obj = json.loads(text)
-        err = obj.get("error") if isinstance(obj, dict) else None
-        msg = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else None
-        if msg:
-            text = str(msg)
-    return " ".join(text.split())[:200]
-
-
-def _scrub(text: str, key: str | None) -> str:
-    """``text`` without the key value or anything that looks like a key (``sk-…``)."""
-    if key:
-        text = text.replace(key, "***")
-    return re.sub(r"\b(sk|key|pk)-[A-Za-z0-9_\-*]{6,}", r"\1-***", text)
 
 
 # ----------------------------------------------------------------------------- options
@@ -344,10 +307,6 @@ class _State:
 
 
 _READ_ONLY = {"read", "glob", "grep", "list", "ls", "webfetch", "todoread"}
-#: Provider/opencode wording for a model id nobody serves.
-_UNKNOWN_MODEL_RE = re.compile(
-    r"model[^\n]{0,80}?(not found|does not exist|unknown|not supported|invalid)|unknown model|ProviderModelNotFound"
-    r"|model_not_found", re.I)
 #: opencode's log line for a permission check (docs/opencode.md §5): ``message=evaluated
 #: permission=<class> pattern=<what> … action.action=<allow|deny|ask>``.
 _PERMISSION_RE = re.compile(r'message=evaluated permission=(\S+) pattern=("(?:[^"\\]|\\.)*"|\S+).*?action\.action=ask\b')
@@ -761,8 +720,11 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
         s = self.state
         # input_tokens counts the cached tokens too, as claux's transcripts do (§2.7) and ATIF's
         # prompt_tokens (``aoe trajectory``), the same total as usage.json
+        # cost_usd: the run's cost as usage.json has it (ours from [prices] when the season prices
+        # the model; opencode's own figure knows nothing of the model behind the proxy)
         usage = {"input_tokens": s.input_tokens + s.cache_read + s.cache_write, "output_tokens": s.output_tokens + s.reasoning,
-                 "cache_read_tokens": s.cache_read, "cache_creation_tokens": s.cache_write, "cost_usd": s.cost_usd}
+                 "cache_read_tokens": s.cache_read, "cache_creation_tokens": s.cache_write,
+                 "cost_usd": (self.usage().cost_microusd or 0) / 1e6}
         return transcript_doc(model=self.ctx.agent.model, status=status, final_text=s.final_text, usage=usage,
                               prompt=self._prompt, parts=s.parts, trace=s.trace, model_rounds=s.rounds)
 
@@ -1042,7 +1004,7 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
         if s.error is not None:
             status, summary = self._classify_error(s.error)
             return status, summary + (tail if err_line and err_line not in summary else "")
-        if err_line and _UNKNOWN_MODEL_RE.search(err_line):
+        if err_line and UNKNOWN_MODEL_RE.search(err_line):
             return AdapterStatus.UNAVAILABLE, f"model {self.ctx.agent.model!r} is unknown to the provider: {err_line}"
         ps = self.proxy_stats
         if ps is not None and (ps.connect_failures or ps.error_statuses) and ps.responses_with_usage == 0 and s.steps == 0:
@@ -1065,7 +1027,7 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
         data = err.get("data") if isinstance(err.get("data"), dict) else {}
         message = _error_text(err, name=False)
         status = data.get("statusCode")
-        if _UNKNOWN_MODEL_RE.search(message) or (status == 404 and "model" in message.lower()):
+        if UNKNOWN_MODEL_RE.search(message) or (status == 404 and "model" in message.lower()):
             return AdapterStatus.UNAVAILABLE, f"model {self.ctx.agent.model!r} is unknown to the provider: {message}"
         provider = bool(data.get("isRetryable")) or (isinstance(status, int) and (status in (401, 402, 403, 408, 429) or status >= 500))
         provider = provider or "cannot connect to api" in message.lower()
@@ -1145,49 +1107,6 @@ class OpencodeAdapter(KeyedAdapter):
         if not isinstance(options, OpencodeOptions):
             options = OpencodeOptions.from_mapping(dict(options or {}))
         self._set_options(options, overrides)
-
-    async def preflight_model(self, model: str, *, timeout_s: float = 30.0) -> None:
-        """One tiny chat request (``max_tokens`` 1, no tools) for ``model`` through a
-        :class:`~aoe_tui.agents.proxy.CredentialProxy` holding the runner's key, exactly the way a
-        run reaches the model — before any territory is provisioned.
-
-        ``timeout_s`` (s) bounds the whole request. Every failure is the provider's (source
-        ``provider``): the key refused (HTTP 401/403), the model unknown (HTTP 404, or a 400
-        whose message names the model), the endpoint unreachable, rate-limited or failing (429,
-        5xx, connection errors). The message names the model and the endpoint's host, and its
-        error text with the key value removed — never the key.
-
-        Raises:
-            PreflightError: as above.
-        """
-        from aoe_tui.agents.base import PreflightError
-        from aoe_tui.agents.proxy import CredentialProxy
-
-        self.preflight()
-        key = self.credential(self.options.api_key_env)
-        model_id = model.split("/", 1)[1] if "/" in model else model
-        proxy = CredentialProxy(self.options.base_url, key)
-        host = urlsplit(self.options.base_url).netloc.rsplit("@", 1)[-1]
-        body = {"model": model_id, "messages": [{"role": "user", "content": "Reply with OK."}], "max_tokens": 1,
-                "stream": False}
-        await proxy.start()
-        try:
-            status, text = await asyncio.wait_for(_post_json(proxy.port, "/v1/chat/completions", body), timeout_s)
-        except (OSError, asyncio.TimeoutError, ValueError) as exc:
-            raise PreflightError(f"model endpoint {host} did not answer within {timeout_s:g} s "
-                                 f"({type(exc).__name__})") from None
-        finally:
-            await proxy.close()
-            del key
-        if 200 <= status < 300:
-            return
-        message = _scrub(_error_message(text), self.credential(self.options.api_key_env))
-        detail = f"HTTP {status}" + (f": {message}" if message else "")
-        if status in (401, 403):
-            raise PreflightError(f"credentials refused by {host} ({detail})")
-        if status == 404 or (status in (400, 422) and _UNKNOWN_MODEL_RE.search(message or "")):
-            raise PreflightError(f"model {model_id!r} unknown to {host} ({detail})")
-        raise PreflightError(f"model endpoint {host} failed the preflight request ({detail})")
 
     def harness_shares(self, agent: Any) -> list[Any]:
         """The harness folder (:func:`harness_dir`: opencode and rg, made once in the user
