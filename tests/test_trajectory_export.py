@@ -216,7 +216,7 @@ def test_cli(tmp_path):
     assert res.returncode == 0, res.stderr
     written = tmp_path / "trajectories" / "opencode-first-build" / "builder-one-agent.json"
     assert f"wrote {Path('trajectories') / 'opencode-first-build' / 'builder-one-agent.json'}" in res.stdout
-    assert "1 trajectories written, 2 agents skipped" in res.stdout
+    assert "1 trajectory written, 2 agents skipped" in res.stdout
     validate_trajectory(written.read_bytes())
     res = run_aoe("trajectory", str(UPSTREAM / "first-build-real-20260814-075912-round-002"), "-o", "x", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -264,3 +264,16 @@ def test_two_matches_whose_paths_join_to_one_name_get_two_names(tmp_path):
         (d / "agents").mkdir(parents=True)
         (d / "events.jsonl").write_text("")
     assert sorted(name for _p, name in find_matches(tmp_path)) == ["a-b-c", "a-b-c~2"]
+
+
+
+def test_a_heat_attempt_given_alone_is_named_as_in_its_season(tmp_path):
+    """``aoe trajectory SEASON/round-1/heat-2/attempt-1`` writes ``round-1-heat-2-attempt-1/``,
+    as the season's export names it, so two heats exported one by one never collide."""
+    from aoe_tui.export.trajectory import find_matches
+
+    d = tmp_path / "round-1" / "heat-2" / "attempt-1"
+    (d / "agents").mkdir(parents=True)
+    (d / "events.jsonl").write_text("")
+    assert [name for _p, name in find_matches(d)] == ["round-1-heat-2-attempt-1"]
+    assert [name for _p, name in find_matches(tmp_path)] == ["round-1-heat-2-attempt-1"]

@@ -46,6 +46,10 @@ def cmd_trajectory(args: argparse.Namespace) -> int:
         raise AoeError(f"{err.filename or args.output}: cannot write: {err.strerror or err}") from None
     for line in report.errors:
         print(printable(f"aoe: error: {line}"), file=sys.stderr)
-    print(f"{len(report.written)} trajectories written, {len(report.skipped)} agents skipped"
-          + (f", {len(report.errors)} errors" if report.errors else ""))
+    def count(n: int, one: str, many: str) -> str:
+        return f"{n} {one if n == 1 else many}"
+
+    print(f"{count(len(report.written), 'trajectory', 'trajectories')} written, "
+          f"{count(len(report.skipped), 'agent', 'agents')} skipped"
+          + (f", {count(len(report.errors), 'error', 'errors')}" if report.errors else ""))
     return 1 if report.errors else 0

@@ -158,7 +158,11 @@ def find_matches(root: Path) -> list[tuple[Path, str]]:
         raise TrajectoryError(f"{root}: not a folder (give a match folder or a season folder)")
     found: list[tuple[Path, str]] = []
     if _is_match(root):
-        return [(root, root.resolve().name)]
+        here = root.resolve()
+        parts = [here.parent.parent.name, here.parent.name, here.name]
+        if parts[0].startswith("round-") and parts[1].startswith("heat-") and parts[2].startswith("attempt-"):
+            return [(root, "-".join(parts))]  # a season's heat attempt: named as in the season's export
+        return [(root, here.name)]
     for dirpath, dirnames, _files in os.walk(root):
         dirnames.sort()
         here = Path(dirpath)
