@@ -183,3 +183,51 @@ def test_season_standings_show_spend_against_the_season_limit():
     assert limited[0].to_dict()["cost_limit_microusd"] == 5_000
     plain = season_standings(state(None))
     assert standings_cells(plain[0])[cost] == "$0.0013" and "cost_limit_microusd" not in plain[0].to_dict()
+
+
+async def test_in_a_season_a_command_adapter_inherits_no_credential_its_entrant_did_not_declare(tmp_path, monkeypatch):
+    """Issue 27: a ``command:`` adapter in a season gets its own entrant's declared credential
+    and none of the runner's other credential-looking variables (another entrant's undeclared
+    ``OPENAI_API_KEY``, a ``HF_TOKEN``, AWS keys); the contract's own ``AOE_*`` variables stay."""
+    for k, v in {"MY_KEY": "sk-mine-0123456789", "OPENAI_API_KEY": "sk-openai-0123456789",
+                 "HF_TOKEN": "hf_0123456789abcdef", "AWS_SECRET_ACCESS_KEY": "aws0123456789abcdef"}.items():
+        monkeypatch.setenv(k, v)
+    ctx = make_ctx(tmp_path)
+    body = ('env | cut -d= -f1 | sort > "$(dirname "$AOE_RESULT_FILE")/names.txt"\n'
+            "write_result completed ok '{\"resource_units\":1}'\n")
+    adapter = CommandAdapter("tiny", script(tmp_path, WRITE_RESULT + body))
+    adapter.own_credentials = frozenset({"MY_KEY"})
+    run = await adapter.start(ctx)
+    assert (await run.wait()).status == AdapterStatus.COMPLETED
+    names = set((ctx.agent_dir / "names.txt").read_text().split())
+    assert "MY_KEY" in names and "PATH" in names and "AOE_AGENT_ID" in names and "AOE_RESULT_FILE" in names
+    assert not names & {"OPENAI_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY"}, names
+
+
+def test_the_runner_says_once_which_credentials_a_command_entrant_does_not_inherit(tmp_path, monkeypatch):
+    from aoe_tui.season.runner import SeasonRunner
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-0123456789")
+    monkeypatch.setenv("KEY_A", "sk-a-0123456789abcdef")
+    exe = tmp_path / "adapter.sh"
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    text = _season_text(
+        f'[[entrants]]\nid = "cmd"\nadapter = "command:{exe}"\nmodel = "m"\n'
+        f'[[entrants]]\nid = "cmd2"\nadapter = "command:{exe}"\nmodel = "m"\n'
+        '[entrants.options]\napi_key_env = "OPENAI_API_KEY"\n')
+    f = tmp_path / "s.toml"
+    f.write_text(text)
+    said: list[str] = []
+    runner = SeasonRunner(load_season(f), tmp_path / "out", say=said.append,
+                          provider_factory=lambda workdir, heat_id: None)
+    for _ in range(2):
+        first = runner._make_adapter(runner.entrants["cmd"])
+        second = runner._make_adapter(runner.entrants["cmd2"])
+    assert first.own_credentials == frozenset() and second.own_credentials == {"OPENAI_API_KEY"}
+    notes = [line for line in said if "does not inherit" in line]
+    assert len(notes) == 2, said  # once per entrant, not per heat
+    assert notes[0].startswith("note: entrant cmd: its adapter's process does not inherit ") and "KEY_A" in notes[0]
+    assert "OPENAI_API_KEY" not in notes[0]  # cmd2's declared key: withheld from cmd as foreign, not listed
+    assert notes[1].startswith("note: entrant cmd2: its adapter's process does not inherit ") and "KEY_A" in notes[1]
+    assert not [line for line in said if "sk-" in line]

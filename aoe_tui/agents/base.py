@@ -282,6 +282,18 @@ class Adapter(abc.ABC):
     #: adapter starts must not inherit them (set by the season runner).
     foreign_credentials: frozenset[str] = frozenset()
 
+    #: Names of the variables holding **this** entrant's credentials (its adapter's
+    #: ``credential_names()`` and its ``[entrants.options] api_key_env``), set by the season
+    #: runner: a process this adapter starts then inherits no other variable that looks like
+    #: a credential (:func:`aoe_tui.agents.command.own_environment`). ``None`` (a single
+    #: ``aoe match run``): only :attr:`foreign_credentials` are withheld.
+    own_credentials: frozenset[str] | None = None
+
+    #: Whether the adapter's own process inherits the runner's environment (a ``command:``
+    #: adapter: :func:`aoe_tui.agents.command.own_environment`), so the season runner says
+    #: which credential variables it withholds.
+    inherits_environment: bool = False
+
     def heat_cap(self, agent: Any) -> SpendCap | None:
         """The live per-heat cap for ``agent`` (a manifest agent): its ``budget.max_cost_microusd``
         (µUSD) plus :attr:`heat_limits`' tokens and requests; ``None`` when nothing is limited."""

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -102,14 +103,36 @@ def exit_status_text(returncode: int) -> str:
     return f"signal: {signo} ({name})"
 
 
+#: A variable name that looks like a credential (``OPENAI_API_KEY``, ``HF_TOKEN``,
+#: ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``, ``AZURE_OPENAI_KEY``...): in a season, an
+#: adapter's process inherits one only when its own entrant declares it (:func:`own_environment`)
+CREDENTIAL_NAME = re.compile(r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:_|$)"
+                             r"|^AWS_(?:SECRET_ACCESS_KEY|SESSION_TOKEN|ACCESS_KEY_ID)$", re.I)
+
+
+def withheld_credentials(adapter: Adapter, base: dict[str, str] | None = None) -> list[str]:
+    """The names (sorted) of the variables of ``base`` (default this process's environment)
+    that :func:`own_environment` withholds from ``adapter``'s process: other entrants'
+    (:attr:`~aoe_tui.agents.base.Adapter.foreign_credentials`) and, in a season
+    (``own_credentials`` set), every other :data:`CREDENTIAL_NAME` its entrant did not declare."""
+    env = os.environ if base is None else base
+    own = adapter.own_credentials
+    return sorted(n for n in env if n in adapter.foreign_credentials
+                  or (own is not None and n not in own and CREDENTIAL_NAME.search(n)))
+
+
 def own_environment(adapter: Adapter, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment an adapter's process inherits (issue 27): ``base`` (default this
-    process's environment) plus the credentials handed to it explicitly (a cluster worker),
-    **minus** every variable in ``adapter.foreign_credentials`` — other entrants' key
-    variables — so an adapter can read only its own entrant's credentials."""
-    env = {**(os.environ if base is None else base), **(adapter.credentials or {})}
-    for name in adapter.foreign_credentials:
+    process's environment) **minus** :func:`withheld_credentials` — other entrants' key
+    variables and, in a season, any other credential-looking variable its own entrant did not
+    declare (``[entrants.options] api_key_env``) — plus the credentials handed to it explicitly
+    (a cluster worker) that are its own. An adapter can read only its own entrant's credentials."""
+    env = {**(os.environ if base is None else base)}
+    for name in withheld_credentials(adapter, env):
         env.pop(name, None)
+    for name, value in (adapter.credentials or {}).items():
+        if name not in adapter.foreign_credentials:
+            env[name] = value
     return env
 
 
@@ -295,6 +318,8 @@ class CommandAdapter(Adapter):
         path: the executable. Resolved to an absolute path at construction.
         kill_grace_s: seconds between SIGTERM and SIGKILL when killing the process group.
     """
+
+    inherits_environment = True
 
     def __init__(self, name: str, path: Path | str, *, kill_grace_s: float = 2.0) -> None:
         self.name = name

@@ -478,6 +478,7 @@ class HeatActor:
             known, foreign = seat_credentials(heat.agents, aid, creds)
             with contextlib.suppress(AttributeError, TypeError):
                 adapter.foreign_credentials = foreign
+                adapter.own_credentials = frozenset(a.get("credentials") or [])
             if known:
                 adapter.credentials = known
             adapters[aid] = adapter

@@ -591,6 +591,10 @@ class SeasonRunner:
         self.season_cap = budget.season_cap() if budget is not None and not budget.season_cap().is_empty() else None
         #: entrant → names of the environment variables holding its credentials
         self.credential_vars: dict[str, frozenset[str]] = {}
+        #: entrants whose withheld credential variables were already said (once per run), and
+        #: whether every entrant's adapter was made once (so every entrant's credentials are known)
+        self._withheld_said: set[str] = set()
+        self._entrants_checked = False
         #: heats whose proxy/events token mismatch was already said (once per heat)
         self._mismatch_said: set[tuple[int, int]] = set()
         base = loaded.path.parent
@@ -619,6 +623,7 @@ class SeasonRunner:
                     line = TomlPositions(loaded.raw.decode("utf-8", "replace")).line_of(field)
                     where = f" (arena {arena.manifest.arena.id})" if len(self.arenas) > 1 else ""
                     raise AoeError(str(Problem(str(loaded.path), line, field + where, str(err)))) from None
+        self._entrants_checked = True
         try:
             self.provider_factory = provider_factory or _default_provider_factory(
                 self.season.provider.kind, self.season.provider)
@@ -685,6 +690,17 @@ class SeasonRunner:
             if self.season_cap is not None:
                 adapter.season_spend = (self.spend[entrant.id], self.season_cap)
             adapter.foreign_credentials = foreign
+            adapter.own_credentials = own
+        if getattr(adapter, "inherits_environment", False) and self._entrants_checked \
+                and entrant.id not in self._withheld_said:  # every entrant's names known: say it once
+            from aoe_tui.agents.command import withheld_credentials
+
+            self._withheld_said.add(entrant.id)
+            undeclared = [n for n in withheld_credentials(adapter) if n not in foreign]
+            if undeclared:  # names only, never a value; once per entrant and run
+                self.say(f"note: entrant {entrant.id}: its adapter's process does not inherit "
+                         f"{', '.join(undeclared)} (credentials it did not declare; declare its key with "
+                         f"[entrants.options] api_key_env = \"NAME\")")
         return adapter
 
     def arena_of_round(self, rnd: int) -> LoadedManifest:
