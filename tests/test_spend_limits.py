@@ -183,6 +183,12 @@ def test_season_standings_show_spend_against_the_season_limit():
     assert limited[0].to_dict()["cost_limit_microusd"] == 5_000
     plain = season_standings(state(None))
     assert standings_cells(plain[0])[cost] == "$0.0013" and "cost_limit_microusd" not in plain[0].to_dict()
+    # the exported pages too (standings.md / .html); the CSV keeps its columns, the JSON has the limit
+    from aoe_tui.export.standings_files import render
+
+    for fmt in ("md", "html"):
+        assert render(state(5_000), fmt).count("$0.0013 / $0.0050") == 2, fmt
+        assert "/ $0.0050" not in render(state(None), fmt), fmt
 
 
 async def test_in_a_season_a_command_adapter_inherits_no_credential_its_entrant_did_not_declare(tmp_path, monkeypatch):

@@ -60,6 +60,13 @@ def _usd(micro: int | None) -> str:
     return fmt_cost(micro, none="—")
 
 
+def _spend(r: Any) -> str:
+    """An entrant's cost, against the season's cost limit when one is set (issue 27's live
+    limits: ``$0.0288 / $5.0000``)."""
+    limit = getattr(r, "cost_limit_microusd", None)
+    return _usd(r.cost_microusd) + (f" / {fmt_cost(limit)}" if limit is not None else "")
+
+
 def _cache(r: SeasonStanding) -> str:
     """``read/write`` cache tokens, or ``—`` when unknown."""
     return "—" if r.cache_read_tokens is None else f"{r.cache_read_tokens}/{r.cache_write_tokens}"
@@ -214,7 +221,7 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
         lines.append(
             f"| {r.rank} | {md_text(r.entrant)}{' 🏆' if r.champion else ''} | {md_text(r.model or '')} | {r.heats} | {r.wins} | {r.durable} | "
             f"{r.points} | {r.coverage:.0%} | {_clock(r.median_durable_ms)} | {r.mu:.2f} | {r.sigma:.2f} | "
-            f"{r.ordinal:.2f} | {tokens} | {_cache(r)} | {_usd(r.cost_microusd)} | {COST_BY.get(r.cost_source, r.cost_source)} | "
+            f"{r.ordinal:.2f} | {tokens} | {_cache(r)} | {_spend(r)} | {COST_BY.get(r.cost_source, r.cost_source)} | "
             f"{_usd(r.cost_per_durable_microusd)} | {r.infra_failures} | {r.byes} |\n"
         )
     tail = ("\n" + _COST_NOTE + "\n"
@@ -354,7 +361,7 @@ def to_html(state: SeasonState, rows: list[SeasonStanding]) -> str:
         body.append([r.rank, r.entrant + (" 🏆" if r.champion else ""), r.model or "", r.heats, r.wins, r.durable,
                      r.points, f"{r.coverage:.0%}", _clock(r.median_durable_ms), f"{r.mu:.2f}", f"{r.sigma:.2f}",
                      f"{r.ordinal:.2f}", "—" if r.input_tokens is None else r.input_tokens,
-                     "—" if r.output_tokens is None else r.output_tokens, _cache(r), _usd(r.cost_microusd),
+                     "—" if r.output_tokens is None else r.output_tokens, _cache(r), _spend(r),
                      COST_BY.get(r.cost_source, r.cost_source), _usd(r.cost_per_durable_microusd), r.infra_failures, r.byes])
     status = ("finished" if state.finished else
               f"stopped ({html.escape(state.stopped.reason)}); the same aoe run resumes it" if state.stopped else
