@@ -313,6 +313,28 @@ _ESC = re.compile(rb"\\{1,8}(?:u(00[2-7][0-9a-fA-F])|(/))")
 _ESC_TAIL = re.compile(rb"\\{1,8}(?:u[0-9a-fA-F]{0,3})?\Z")
 
 
+def _trie_pattern(words: Iterable[bytes]) -> bytes:
+    """A regex matching any of ``words``, written as a trie (``ab(?:c|d)`` for ``abc``, ``abd``):
+    the engine then follows one branch per byte instead of trying every word at every offset
+    (4-5x faster than a flat alternation of the ~300 pieces of one key's forms)."""
+    trie: dict[int | None, dict] = {}
+    for w in words:
+        node = trie
+        for c in w:
+            node = node.setdefault(c, {})
+        node[None] = {}
+
+    def build(node: dict[int | None, dict]) -> bytes:
+        alts = [re.escape(bytes([c])) + build(child) for c, child in sorted((k, v) for k, v in node.items() if k is not None)]
+        if not alts:
+            return b""
+        if len(alts) == 1 and None not in node:
+            return alts[0]
+        return b"(?:" + b"|".join(alts) + b")" + (b"?" if None in node else b"")
+
+    return build(trie)
+
+
 def secret_forms(secret: str) -> set[str]:
     """The forms of ``secret`` a reply may carry it in, each scrubbed like the secret itself:
     as it is, JSON-escaped, fully percent-encoded (upper- and lower-case hex: a redirect's
@@ -353,7 +375,7 @@ class Scrubber:
             for form in secret_forms(s) if s and len(s) >= SCRUB_MIN else ():
                 b = form.encode()
                 grams.update(b[i:i + SCRUB_MIN] for i in range(len(b) - SCRUB_MIN + 1))
-        self._re = re.compile(b"(?=(" + b"|".join(re.escape(g) for g in sorted(grams)) + b"))") if grams else None
+        self._re = re.compile(b"(?=(" + _trie_pattern(grams) + b"))") if grams else None
         self._prefixes = {g[:k] for g in grams for k in range(1, SCRUB_MIN)}
         self._held = b""
         self._held_mask: list[bool] = []
