@@ -588,7 +588,8 @@ class SeasonRunner:
         budget = self.season.budget
         self.spend = {e.id: SpendLedger() for e in self.season.entrants}
         self.heat_limits = budget.heat_cap(None) if budget is not None else None
-        self.season_cap = budget.season_cap() if budget is not None and not budget.season_cap().is_empty() else None
+        cap = budget.season_cap() if budget is not None else None
+        self.season_cap = cap if cap is not None and not cap.is_empty() else None
         #: entrant → names of the environment variables holding its credentials
         self.credential_vars: dict[str, frozenset[str]] = {}
         #: entrants whose withheld credential variables were already said (once per run), and
@@ -1032,10 +1033,7 @@ class SeasonRunner:
         files: dict[str, tuple[str, bytes]] = {}
         for e in heat.entrants:
             ent = self.entrants[e]
-            names = list(adapters[e].credential_names())
-            opt = (ent.options or {}).get("api_key_env")
-            if isinstance(opt, str) and opt and opt not in names:
-                names.append(opt)
+            names = sorted(_credential_vars(adapters[e], ent))
             for n in names:
                 value = os.environ.get(n)
                 if value:
