@@ -441,6 +441,8 @@ def test_usage_never_reports_less_than_the_proxy_priced_and_enforced(tmp_path):
     u = run.usage()
     assert (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens) == (5_000, 100, 4_000, 500)
     assert u.cost_microusd == max(2_450, 500 * 1 + 100 * 2 + 400 + 625)
+    detail = run.usage_detail()  # what aoe-extra.json and the standings' cache column show
+    assert (detail["cache_read_tokens"], detail["cache_write_tokens"]) == (4_000, 500)
 
 
 @pytest.mark.parametrize("name, path", [("claude-code", "/v1/messages"), ("codex", "/v1/responses")])

@@ -1058,11 +1058,11 @@ class HarnessRun(Seat, SupervisedRun):
                      resource_units=1, cache_read_tokens=read, cache_write_tokens=write)
 
     def usage_detail(self) -> dict[str, Any] | None:
-        """Cache tokens, who computed the cost (``price table``, or ``unpriced``: the CLI's own
+        """Cache tokens (as :meth:`usage` charged them), who computed the cost (``price table``, or ``unpriced``: the CLI's own
         figure is never used), the CLI's own cost (µUSD), the two token counts."""
-        s, ps = self.state, self.proxy_stats
-        detail: dict[str, Any] = {
-            "cache_read_tokens": s.cache_read, "cache_write_tokens": s.cache_write,
+        s, ps, u = self.state, self.proxy_stats, self.usage()
+        detail: dict[str, Any] = {  # the cache counts usage() charged (the proxy's when the events lack them)
+            "cache_read_tokens": u.cache_read_tokens, "cache_write_tokens": u.cache_write_tokens,
             "cost_source": "price table" if getattr(self.adapter, "price", None) is not None else "unpriced",
             "adapter_cost_microusd": int(round(s.harness_cost_usd * 1e6)),
             "events_input_tokens": s.input_tokens, "events_output_tokens": s.output_tokens,
