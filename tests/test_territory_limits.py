@@ -340,6 +340,24 @@ async def test_teardown_leaves_no_disk_mount_loop_or_group(guest_image, tmp_path
 
 
 @amod
+async def test_a_relative_workdir_leaves_nothing_either(guest_image, tmp_path, monkeypatch):
+    """``aoe demo`` writes its season under a relative ``seasons-out/``: the territory's disk
+    (2 GiB reserved per seat) must go with the teardown all the same (it stayed, with its
+    ``state.json``, when the recorded paths were relative)."""
+    _need_container_host()
+    monkeypatch.chdir(tmp_path)
+    provider = ContainerProvider(Path("rel") / "territories", image=guest_image, heat_id=f"test-rel-{os.getpid()}")
+    try:
+        (t,) = await provider.provision([TerritorySpec(id=NAMES[0], password="p-race", resources=CLASS)])
+        assert json.loads((tmp_path / "rel/territories" / t.id / "state.json").read_text())["root"].startswith("/")
+    finally:
+        await provider.teardown()
+    workdir = tmp_path / "rel" / "territories"
+    assert _disk_leftovers(workdir) == []
+    assert not (workdir / NAMES[0] / "state.json").exists()
+
+
+@amod
 async def test_a_later_container_does_not_keep_a_torn_down_territorys_disk(guest_image, tmp_path):
     """Every container launched later copies the host's mounts into its own namespace (nspawn:
     a slave copy; here ``unshare -m --propagation slave``, the same): the territory's teardown

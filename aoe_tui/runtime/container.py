@@ -934,7 +934,10 @@ class ContainerProvider(TerritoryProvider):
         reboot_timeout_s: float = 120,
         reboot_grace_s: float = 10,
     ) -> None:
-        self.workdir = Path(workdir)
+        # absolute: every path state.json records is compared with /proc/self/mountinfo and
+        # losetup's absolute ones at teardown (a relative one, as `aoe demo`'s seasons-out/,
+        # left each territory's disk mounted and its 2 GiB image behind)
+        self.workdir = Path(workdir).absolute()
         self.image = image
         self.cidr = cidr
         self.heat_id = heat_id or netalloc.new_heat_id()
