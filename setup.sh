@@ -3,8 +3,30 @@
 #   - system packages (systemd-nspawn, debootstrap, QEMU, ssh tools, curl, jq, iproute2)
 #   - a Python virtual environment in .venv with aoe-tui and its test dependencies
 # Safe to re-run; it only installs what is missing. Needs root (or sudo) for apt.
+# Python packages come from requirements.lock (exact versions and hashes); ./setup.sh --lock
+# refreshes that lock from pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+# ./setup.sh --lock: refresh requirements.lock from pyproject.toml (every dependency of aoe-tui
+# and its [test,cluster] extras, transitive ones and the build's setuptools/wheel included, each
+# with its PyPI hashes) using pip-tools' pip-compile in a throw-away venv, against the public index
+# (AOE_LOCK_INDEX overrides it; local pip configuration is not used, so the lock names no local
+# file). Then run ./setup.sh to install what it pinned, and the tests.
+if [ "${1:-}" = --lock ]; then
+  PY="${PYTHON:-python3}"
+  tools=$(mktemp -d)
+  trap 'rm -rf "$tools"' EXIT
+  "$PY" -m venv "$tools/venv"
+  export PIP_CONFIG_FILE=/dev/null
+  index="${AOE_LOCK_INDEX:-https://pypi.org/simple}"
+  "$tools/venv/bin/python" -m pip install -q --index-url "$index" pip-tools==7.7.0
+  "$tools/venv/bin/pip-compile" --quiet --index-url "$index" --no-emit-index-url --no-emit-find-links \
+    --generate-hashes --allow-unsafe --all-build-deps --extra test --extra cluster --strip-extras \
+    --output-file requirements.lock pyproject.toml
+  echo "setup: requirements.lock refreshed ($(grep -c '^[a-z]' requirements.lock) packages pinned)"
+  exit 0
+fi
 
 APT_PACKAGES=(
   systemd-container debootstrap qemu-system-x86 qemu-utils e2fsprogs
@@ -39,10 +61,15 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.aoe-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "setup: installing aoe-tui into .venv"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test,cluster]'
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -nt "$stamp" ]; then
+  echo "setup: installing aoe-tui into .venv (every dependency pinned and hash-checked by requirements.lock)"
+  # The venv's own pip (bundled with this Python) installs exactly the lock: the same versions
+  # on every machine, transitive ones included. Refresh the lock with: ./setup.sh --lock
+  .venv/bin/python -m pip install -q --require-hashes -r requirements.lock
+  # aoe-tui itself, editable, built with the lock's setuptools (no build isolation, no download).
+  # Newer pips forward setuptools' informational "Editable installation" notice (a UserWarning
+  # of the build backend); it says nothing about this install, so it is not shown.
+  PYTHONWARNINGS=ignore::UserWarning .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
   touch "$stamp"
 fi
 # the opencode CLI (pinned; cached in ~/.cache/aoe-tui/opencode/, ~350 MB); skip with AOE_SKIP_OPENCODE=1

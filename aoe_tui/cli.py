@@ -100,12 +100,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     process = argv is None
     if process:
         gc.disable()
+        _keep_warnings_off_the_terminal()
     try:
         rc = _main(argv)
     finally:
         if process:
             gc.freeze()
     return rc
+
+
+def _keep_warnings_off_the_terminal() -> None:
+    """Send Python warnings to the ``py.warnings`` logger instead of the operator's stderr.
+
+    A warning (a library's deprecation, a ``ResourceWarning``) is for the people who develop
+    aoe-tui, not for the person running a cup: printed, it lands among the one-line errors, the
+    headless race lines and a spectator's screen. Routed through :func:`logging.captureWarnings`
+    to ``py.warnings``, it reaches whatever handler the command set up (``aoe serve``'s log) and
+    is otherwise dropped (a :class:`logging.NullHandler`, so logging's last-resort handler does
+    not print it either). Asking for warnings with ``python -W …`` or ``PYTHONWARNINGS`` keeps
+    Python's own display.
+    """
+    if sys.warnoptions:
+        return
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").addHandler(logging.NullHandler())
 
 
 def _main(argv: Sequence[str] | None) -> int:
