@@ -31,7 +31,12 @@ Void heats (``retry_void``, ``aoe run --retry-void``): heats in which the infras
 spoiled every attempt are opened again in one ``heats_reopened`` line and each gets up to
 ``max_attempts`` new attempts, numbered on from its last; the season file may differ from
 ``season.toml`` in ``max_attempts`` only (``season.toml`` is then replaced). A format whose
-draws depend on ranks (knockout) re-runs only void heats of its last round.
+draws depend on ranks (knockout) re-runs only void heats of its last round. Such a format
+decides nothing from a void heat (:meth:`aoe_tui.season.formats.Format.waiting_on`): when a
+round ends with one, the runner closes no round and draws nothing; it logs ``season_stopped``
+(reason ``void_heat``, naming the heat), writes the standings (which say ``waiting on heat
+rRhH (void)``) and raises :class:`SeasonWaiting` (exit 75); ``--retry-void`` later re-runs
+the heat and the bracket goes on.
 
 Full disks: before each attempt the runner checks the season folder's file system
 (``statvfs``) for ``min_free_bytes`` (default :data:`HEAT_DISK_NEED_BYTES`, 64 MiB, or
@@ -89,7 +94,7 @@ from aoe_tui.season.formats import Format, HeatResult, make_format
 from aoe_tui.season.observer import SeasonObserver
 from aoe_tui.season.season_standings import season_standings
 
-__all__ = ["HEAT_DISK_NEED_BYTES", "MIN_FREE_ENV", "SeasonRunner", "SeasonMismatchError", "DiskFullStop",
+__all__ = ["HEAT_DISK_NEED_BYTES", "MIN_FREE_ENV", "SeasonRunner", "SeasonMismatchError", "SeasonWaiting", "DiskFullStop",
            "heat_manifest", "season_results"]
 
 Say = Callable[[str], None]
@@ -109,6 +114,19 @@ class DiskFullStop(AoeError):
     and how to resume. Exit status 75 (``EX_TEMPFAIL``: run the same command again)."""
 
     exit_code = 75
+
+
+class SeasonWaiting(AoeError):
+    """The season waits on void heats its format decides nothing without (a knockout's
+    round whose heat did not race: :meth:`aoe_tui.season.formats.Format.waiting_on`); the
+    message names them and says ``aoe run SEASON_FILE --retry-void`` re-runs them. Exit
+    status 75 (``EX_TEMPFAIL``: resumable); ``heats``: their ``(round, heat)``."""
+
+    exit_code = 75
+
+    def __init__(self, message: str, heats: list[tuple[int, int]]) -> None:
+        super().__init__(message)
+        self.heats = heats
 
 
 #: Free space a heat needs on the season folder's file system before it starts (bytes):
@@ -904,6 +922,23 @@ class SeasonRunner:
         return DiskFullStop(f"season stopped, disk full: {at}{stop.detail}; free space and run the same "
                             f"command again {again} (folder {self.dir})")
 
+    async def _wait_on(self, heats: list[HeatState]) -> SeasonWaiting:
+        """The season waits on the void ``heats`` (see :class:`SeasonWaiting`): logs
+        ``season_stopped`` (reason ``void_heat``, the first heat's round and heat, the line as
+        ``detail``), writes the standings (which name the wait) and returns the error to raise."""
+        from aoe_tui.season.season_standings import waiting_label
+
+        names = ", ".join(f"{waiting_label(h)}: {', '.join(h.entrants)}" for h in heats)
+        detail = (f"{names}; a {self.format.kind} eliminates and advances nobody by a heat that did not race, "
+                  f"so nothing after it is drawn")
+        self._append(se.SeasonStopped(reason="void_heat", pid=os.getpid(), detail=detail,
+                                      round=heats[0].round, heat=heats[0].heat))
+        self.say(f"season {detail}; aoe run {self.loaded.path} --retry-void re-runs it")
+        await self._exports_done()
+        self._export()
+        return SeasonWaiting(f"season {detail}; aoe run {self.loaded.path} --retry-void re-runs it "
+                             f"(folder {self.dir})", [h.key for h in heats])
+
     def _name(self, r: int, h: int, a: int) -> tuple[str, str]:
         """The bundle's ``match.name`` and ``match.slug`` of an attempt (a cup across arenas
         names the heat's arena in ``name``)."""
@@ -1259,6 +1294,9 @@ class SeasonRunner:
             if self.state.pending_heats():
                 await self._run_round_heats()
                 continue
+            waiting = self.format.waiting_on(season_results(self.state))
+            if waiting:  # no round outcome, draw or champion from a heat that did not race
+                raise await self._wait_on([self.state.rounds[w.round].heats[w.heat] for w in waiting])
             for rnd in self.state.rounds.values():
                 if rnd.finished is None:
                     self._close_round(rnd)
