@@ -310,3 +310,65 @@ async def test_retry_void_reruns_heats_the_infrastructure_voided(tmp_path):
     lines.clear()
     await SeasonRunner(load_season_file(f), out, say=lines.append, retry_void=True).run()
     assert any("retry-void: no void heats to re-run" in line for line in lines)
+
+
+async def test_a_void_knockout_heat_waits_for_retry_void_instead_of_eliminating_by_seed(tmp_path):
+    """Issue #30 item 1, on real territories: a knockout of four oracles (two heats of two,
+    one goes on from each); heat 2's only attempt cannot be provisioned, so it is void. The
+    season must not advance or eliminate anyone of it by seed order, nor draw the final: it
+    stops (SeasonWaiting, ``season_stopped`` reason ``void_heat``) with the standings saying
+    ``waiting on heat r1h2 (void)``. ``--retry-void`` re-runs the heat, then the bracket goes on."""
+    from aoe_tui.export import write_all
+    from aoe_tui.runtime.container import ContainerProvider
+    from aoe_tui.runtime.provider import ProvisionError
+    from aoe_tui.season.runner import SeasonRunner, SeasonWaiting, load_season_file
+
+    f = tmp_path / "ko.toml"
+    f.write_text(f'id = "ko"\nlabel = "w1"\narena = "{REPO / "arenas" / "first-build" / "arena.toml"}"\n'
+                 'seed = 3\nmax_attempts = 1\ndrain_seconds = 3\n[provider]\nkind = "container"\n'
+                 'ready_timeout_s = 90\n[arena_overrides]\nduration_seconds = 60\nminimum_territories = 2\n'
+                 '[format]\nkind = "knockout"\nadvance = 1\n'
+                 + "".join(f'[[entrants]]\nid = "{e}"\nadapter = "oracle"\nmodel = "oracle"\n' for e in "abcd"))
+
+    class NoBoot(ContainerProvider):
+        async def provision(self, specs):
+            raise ProvisionError("injected: territory builder-one did not boot")
+
+    def factory(workdir: Path, heat_id: str):
+        if "/round-1/heat-2/" in str(workdir) + "/":
+            return NoBoot(workdir, heat_id=heat_id)
+        return ContainerProvider(workdir, heat_id=heat_id)
+
+    out = tmp_path / "out"
+    lines: list[str] = []
+    with pytest.raises(SeasonWaiting, match=r"waiting on heat r1h2 \(void\).*--retry-void") as err:
+        await SeasonRunner(load_season_file(f), out, say=lines.append, provider_factory=factory,
+                           write_exports=write_all).run()
+    assert err.value.exit_code == 75 and err.value.heats == [(1, 2)]
+    state = reduce_season(read_season_log(out / "season.jsonl"))
+    void_heat = state.rounds[1].heats[2]
+    assert void_heat.result.void and state.rounds[1].heats[1].result.winner is not None
+    assert list(state.rounds) == [1] and state.rounds[1].finished is None  # no outcome, no final drawn
+    assert state.stopped is not None and (state.stopped.reason, state.stopped.round, state.stopped.heat) == (
+        "void_heat", 1, 2)
+    data = json.loads((out / "standings.json").read_text())
+    label = "waiting on heat r1h2 (void)"
+    assert data["waiting"] == [{"round": 1, "heat": 2, "entrants": list(void_heat.entrants), "label": label}]
+    assert {r["entrant"] for r in data["standings"] if r["waiting"] == label} == set(void_heat.entrants)
+    assert label in (out / "standings.md").read_text() and label in (out / "standings.html").read_text()
+    assert label in (out / "standings.csv").read_text()
+
+    # a plain resume still waits; --retry-void re-runs the heat and the final is drawn from it
+    with pytest.raises(SeasonWaiting):
+        await SeasonRunner(load_season_file(f), out, say=lines.append).run()
+    lines.clear()
+    state = await SeasonRunner(load_season_file(f), out, say=lines.append, retry_void=True,
+                               write_exports=write_all).run()
+    heat = state.rounds[1].heats[2]
+    assert [a.attempt for a in heat.attempts] == [1, 2] and not heat.result.void
+    assert state.rounds[1].finished is not None and state.rounds[2].final
+    finalists = set(state.rounds[2].heats[1].entrants)
+    assert finalists == {state.rounds[1].heats[1].result.winner, heat.result.winner}
+    assert state.finished is not None and state.finished.champions
+    assert json.loads((out / "standings.json").read_text())["waiting"] == []
+    assert not list(out.glob("round-*/heat-*/*/territories/*/state.json"))
