@@ -372,3 +372,68 @@ async def test_a_void_knockout_heat_waits_for_retry_void_instead_of_eliminating_
     assert state.finished is not None and state.finished.champions
     assert json.loads((out / "standings.json").read_text())["waiting"] == []
     assert not list(out.glob("round-*/heat-*/*/territories/*/state.json"))
+
+
+async def test_a_resume_with_changed_rules_is_refused_naming_each_file_unless_accepted(tmp_path):
+    """Issue #30 item 2, on real territories: a league of three oracles on a copy of
+    first-build is stopped (as by SIGINT) after its first heat; then a milestone's points go
+    from 10 to 50 and a verifier is made lenient. The resume is refused in one line naming
+    both files, before anything is written; ``--accept-changed-rules`` goes on, and
+    ``season_resumed``, ``season-rules.json`` and the standings say what changed."""
+    import asyncio
+
+    from aoe_tui.export import write_all
+    from aoe_tui.season.rules_record import RulesChanged
+    from aoe_tui.season.runner import SeasonRunner, load_season_file
+
+    arena = tmp_path / "arenas" / "first-build"
+    shutil.copytree(REPO / "arenas" / "first-build", arena, symlinks=True)
+    f = tmp_path / "league.toml"
+    f.write_text(f'id = "rules"\nlabel = "w1"\narena = "{arena / "arena.toml"}"\n'
+                 'seed = 1\nmax_attempts = 1\ndrain_seconds = 3\nconcurrent_heats = 1\n[provider]\n'
+                 'kind = "container"\nready_timeout_s = 90\n[arena_overrides]\nduration_seconds = 60\n'
+                 'minimum_territories = 2\n[format]\nkind = "league"\nheats_per_entrant = 2\n'
+                 + "".join(f'[[entrants]]\nid = "{e}"\nadapter = "oracle"\nmodel = "oracle"\n' for e in "abc"))
+    out = tmp_path / "out"
+    assert not (out / "season-rules.json").exists()
+    first_heat = asyncio.Event()
+
+    def say(line: str) -> None:
+        if ": finished (" in line:
+            first_heat.set()
+
+    runner = SeasonRunner(load_season_file(f), out, say=say, write_exports=write_all)
+    task = asyncio.ensure_future(runner.run())
+    await asyncio.wait_for(first_heat.wait(), 600)
+    runner.stop_reason = "SIGINT"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    record = json.loads((out / "season-rules.json").read_text())
+    assert "arena first-build: verify/write-read.sh" in record["files"]
+    assert "arena first-build: README.md" not in record["files"]
+    assert any(k.startswith("adapter oracle (first-build)") for k in record["files"])
+
+    manifest = arena / "arena.toml"
+    manifest.write_text(manifest.read_text().replace("points = 10", "points = 50", 1))
+    (arena / "verify" / "write-read.sh").write_text("#!/bin/bash\nexit 0\n")
+    log_before = (out / "season.jsonl").read_bytes()
+    with pytest.raises(RulesChanged) as err:
+        await SeasonRunner(load_season_file(f), out).run()
+    msg = str(err.value)
+    assert msg.startswith("season resume refused: ") and "\n" not in msg and "--accept-changed-rules" in msg
+    assert f"{arena / 'arena.toml'} changed" in msg and f"{arena / 'verify' / 'write-read.sh'} changed" in msg
+    assert "service-up.sh" not in msg
+    assert (out / "season.jsonl").read_bytes() == log_before  # refused before anything was written
+
+    state = await SeasonRunner(load_season_file(f), out, accept_changed_rules=True, write_exports=write_all).run()
+    assert state.finished is not None
+    assert [n for n, _ in state.rules_changed] == [1] and len(state.rules_changed[0][1]) == 2
+    record = json.loads((out / "season-rules.json").read_text())
+    assert [a["resume"] for a in record["accepted"]] == [1] and record["accepted"][0]["changed"] == state.rules_changed[0][1]
+    data = json.loads((out / "standings.json").read_text())
+    assert data["rules_changed"] == [{"resume": 1, "changed": state.rules_changed[0][1]}]
+    assert "Rules changed at resume 1" in (out / "standings.md").read_text()
+    assert "rules changed at resume 1" in (out / "standings.html").read_text()
+    # the accepted rules are now the season's: running the same command again is not refused
+    await SeasonRunner(load_season_file(f), out).run()

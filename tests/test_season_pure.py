@@ -774,3 +774,36 @@ def test_a_knockout_waiting_on_a_void_heat_says_so_in_every_export_and_the_tui(t
     state = reduce_season(read_season_log(log))
     data = json.loads(render(state, "json"))
     assert data["waiting"] == [] and all(r["waiting"] is None for r in data["standings"])
+
+
+def test_season_rules_record_digests_changes_and_a_bad_record_is_one_line(tmp_path):
+    """Issue #30 item 2 (pure parts): a package's digests leave out README.md and hidden
+    files, follow symlinks; ``changes`` names each changed, added or removed file by its
+    shown path; a season-rules.json that is not a record is one line naming it."""
+    from aoe_tui.errors import AoeError
+    from aoe_tui.season.rules_record import RULES_FILE, changes, load_rules, rules_of, write_rules
+
+    pkg = tmp_path / "arenas" / "x"
+    (pkg / "verify").mkdir(parents=True)
+    (pkg / "arena.toml").write_text("points = 10\n")
+    (pkg / "verify" / "y.sh").write_text("exit 1\n")
+    (pkg / "README.md").write_text("docs\n")
+    (pkg / ".hidden").write_text("x\n")
+    (pkg / "adapters").mkdir()
+    (pkg / "adapters" / "oracle.sh").symlink_to(pkg / "verify" / "y.sh")
+    before, paths = rules_of([("x", pkg)], {"adapter oracle (x)": "ab" * 32, "adapter none (x)": None}, {})
+    assert set(before) == {"arena x: arena.toml", "arena x: verify/y.sh", "arena x: adapters/oracle.sh",
+                           "adapter oracle (x)"}
+    write_rules(tmp_path, before, paths)
+    assert load_rules(tmp_path)["files"] == before
+    (pkg / "verify" / "y.sh").write_text("exit 0\n")
+    (pkg / "verify" / "z.sh").write_text("exit 0\n")
+    (pkg / "README.md").write_text("other docs\n")
+    now, now_paths = rules_of([("x", pkg)], {}, {})
+    assert changes(before, now, now_paths, paths) == [
+        "adapter oracle (x) removed", f"{pkg / 'adapters' / 'oracle.sh'} changed", f"{pkg / 'verify' / 'y.sh'} changed",
+        f"{pkg / 'verify' / 'z.sh'} added"]
+    (tmp_path / RULES_FILE).write_text("{not json")
+    with pytest.raises(AoeError, match=f"^{tmp_path / RULES_FILE}: not a season rules record") as err:
+        load_rules(tmp_path)
+    assert "\n" not in str(err.value)

@@ -111,11 +111,16 @@ class SeasonStarted(_Ev):
 
 
 class SeasonResumed(_Ev):
-    """The runner started again on an existing season folder."""
+    """The runner started again on an existing season folder. ``rules_changed``: what decides
+    results that changed since the season started (arena package files, adapters: one
+    ``path changed|added|removed`` each, :mod:`aoe_tui.season.rules_record`), which this
+    resume went on with because ``aoe run --accept-changed-rules`` said so; empty when
+    nothing changed."""
 
     kind: Literal["season_resumed"] = "season_resumed"
     pid: int
     detail: str = ""
+    rules_changed: list[str] = Field(default_factory=list)
 
 
 class SeasonStopped(_Ev):

@@ -128,7 +128,9 @@ def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
     else null; ``waiting``: the void heats the season waits on,
     :func:`~aoe_tui.season.season_standings.waiting_heats`, each ``{"round", "heat",
     "entrants", "label"}`` with ``label`` ``waiting on heat r1h2 (void)``; a heat waited on
-    also has ``"waiting": true``, an entrant of it its row's ``waiting`` label).
+    also has ``"waiting": true``, an entrant of it its row's ``waiting`` label;
+    ``rules_changed``: each resume that went on with changed arena files or adapters,
+    ``aoe run --accept-changed-rules``, as ``{"resume", "changed": ["PATH changed", ...]}``).
 
     ``arena`` is the first arena's id; ``arenas`` every season arena (``id``,
     ``display_name``, ``milestones``, ``category``, ``path``) in order; each standing is
@@ -168,6 +170,7 @@ def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
         "stopped": state.stopped.reason if state.stopped is not None else None,
         "waiting": [{"round": h.round, "heat": h.heat, "entrants": list(h.entrants), "label": waiting_label(h)}
                     for h in waiting],
+        "rules_changed": [{"resume": n, "changed": list(lines)} for n, lines in state.rules_changed],
         "champions": state.finished.champions if state.finished else [],
         "standings": [r.to_dict() for r in rows],
         "heats": heats,
@@ -240,6 +243,8 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
         per_arena = (f"\n## Per arena\n\nArenas: {md_text(_arena_list(state))}.\n\n"
                      + "| " + " | ".join(BREAKDOWN_HEADS) + " |\n" + "|" + "---|" * len(BREAKDOWN_HEADS) + "\n"
                      + "".join("| " + " | ".join(map(md_text, cells)) + " |\n" for cells in _breakdown_rows(state, rows)))
+    waits += "".join(f"**Rules changed at resume {n}** (`--accept-changed-rules`): heats before and after it "
+                     f"raced different rules: {md_text('; '.join(changed))}.\n\n" for n, changed in state.rules_changed)
     return title + waits + head + sep + "".join(lines) + tail + per_arena
 
 
@@ -381,6 +386,8 @@ def to_html(state: SeasonState, rows: list[SeasonStanding]) -> str:
               if waiting else
               f"stopped ({html.escape(state.stopped.reason)}); the same aoe run resumes it" if state.stopped else
               "in progress")
+    status += "".join(f" · <b>rules changed at resume {n}</b> (--accept-changed-rules): heats before and after "
+                      f"it raced different rules: {html.escape('; '.join(changed))}" for n, changed in state.rules_changed)
     champs = ", ".join(state.finished.champions) if state.finished else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)} — standings</title>

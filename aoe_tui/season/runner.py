@@ -4,6 +4,7 @@ Season folder layout::
 
     season.toml                       exact copy of the season file (resume checks it)
     season.jsonl                      the season log (:mod:`aoe_tui.domain.season_events`)
+    season-rules.json                 digests of what decides results (:mod:`.rules_record`; resume checks them)
     round-R/heat-H/attempt-A/         one complete upstream-format match folder per attempt
     round-R/heat-H/attempt-A.interrupted-K/   a half-run attempt a stopped or killed runner left
     standings.{json,csv,md,html}      exports, rewritten after every heat
@@ -21,7 +22,10 @@ heat has fewer territories). ``[arena_overrides]`` of the season file replace
 ``minimum_territories = 2`` they race 3+2+2).
 
 Resume (same command again, after ``kill -9`` at any moment): the season file must be
-byte-identical to ``season.toml`` (a refusal names the fields that differ); leftover territories of every attempt folder are torn
+byte-identical to ``season.toml`` (a refusal names the fields that differ), and the arena
+package files and adapters the season's results depend on must have the digests
+``season-rules.json`` recorded (a refusal, :class:`~aoe_tui.season.rules_record.RulesChanged`,
+names each changed file; ``accept_changed_rules`` goes on and records it); leftover territories of every attempt folder are torn
 down (``cleanup_stale`` of the container and QEMU providers on ``territories/``); every
 attempt the log shows as started but not finished is renamed ``attempt-A.interrupted-K``
 (first free K) and re-run with the same number; finished heats are kept; a round is
@@ -557,6 +561,10 @@ class SeasonRunner:
             stops the run (:meth:`_export`). ``None``: no exports.
         min_free_bytes: free bytes the season folder's file system needs before each attempt
             (default :func:`heat_disk_need`); 0 = no check.
+        accept_changed_rules: a resume goes on although what decides results changed since
+            the season started (``aoe run --accept-changed-rules``; recorded in
+            ``season-rules.json`` and ``season_resumed``, shown in the standings); without it
+            such a resume raises :class:`~aoe_tui.season.rules_record.RulesChanged`.
         cluster: a Ray address (``aoe run --cluster``; overrides the season file's
             ``[cluster] address``): heats run on its worker nodes. ``None``: the season's
             ``[cluster]`` table if any, else this machine.
@@ -573,8 +581,15 @@ class SeasonRunner:
                  observer: SeasonObserver | None = None,
                  write_exports: Callable[[Path, SeasonState], None] | None = None,
                  retry_void: bool = False, min_free_bytes: int | None = None,
-                 cluster: str | None = None) -> None:
+                 cluster: str | None = None, accept_changed_rules: bool = False) -> None:
         self.write_exports = write_exports
+        #: ``aoe run --accept-changed-rules``: a resume goes on with changed rules (recorded)
+        self.accept_changed_rules = accept_changed_rules
+        #: what changed since the season started and this resume goes on with (lines)
+        self._rules_changed: list[str] = []
+        self._rules_accepted: list[dict[str, Any]] | None = None
+        #: ``"adapter SPEC (ARENA)"`` → the adapter's sha256 (None: it names no file)
+        self.adapter_digests: dict[str, str | None] = {}
         self.min_free_bytes = heat_disk_need() if min_free_bytes is None else int(min_free_bytes)
         self._torn_note = ""
         self.retry_void = retry_void
@@ -631,6 +646,8 @@ class SeasonRunner:
                 try:
                     adapter = self._make_adapter(e, arena)
                     self.credential_vars[e.id] = self.credential_vars.get(e.id, frozenset()) | _credential_vars(adapter, e)
+                    with contextlib.suppress(Exception):
+                        self.adapter_digests[f"adapter {e.adapter} ({arena.manifest.arena.id})"] = adapter.sha256()
                     preflight = getattr(adapter, "preflight", None)
                     if preflight is not None:
                         preflight()
@@ -759,12 +776,16 @@ class SeasonRunner:
             old = copy.read_bytes() if copy.is_file() else None
             if old != self.loaded.raw:
                 self._check_changes(old)
+            self._check_rules()
         else:
             match_files = [n for n in ("events.jsonl", "world.json", "match.json") if (self.dir / n).exists()]
             if match_files:
                 raise SeasonMismatchError(f"{self.dir}: is a match folder ({', '.join(match_files)}), not a season "
                                           "folder; choose a new --output folder")
             write_atomic(copy, self.loaded.raw)
+            from aoe_tui.season.rules_record import write_rules
+
+            write_rules(self.dir, *self._rules_now())
         self.log = SeasonLogWriter(log_path)
         if self.log.torn is not None:
             off, kept = self.log.torn
@@ -815,6 +836,39 @@ class SeasonRunner:
             f"{self.dir}: holds another season (season.toml differs from {self.loaded.path}: {what}){hint}; "
             "choose a new --output folder", fields)
 
+    def _rules_now(self) -> tuple[dict[str, str], dict[str, str]]:
+        """``(digests, paths)`` of what decides the results now
+        (:func:`aoe_tui.season.rules_record.rules_of`)."""
+        from aoe_tui.season.rules_record import rules_of
+
+        return rules_of([(a.manifest.arena.id, a.arena_dir) for a in self.arenas], self.adapter_digests,
+                        self.registered)
+
+    def _check_rules(self) -> None:
+        """On a resume, before anything is written: compare what decides the results now with
+        the folder's ``season-rules.json``. Changed: :class:`RulesChanged` (one line naming each
+        changed file) unless :attr:`accept_changed_rules`, which keeps the change for
+        :meth:`_recover` to record. A folder without the record gets one now (said)."""
+        from aoe_tui.season.rules_record import RULES_FILE, RulesChanged, changes, load_rules, write_rules
+
+        record = load_rules(self.dir)
+        digests, paths = self._rules_now()
+        if record is None:
+            write_rules(self.dir, digests, paths)
+            self.say(f"note: {RULES_FILE} recorded now: this season started without one, so changes to its "
+                     "arenas or adapters before this resume cannot be checked")
+            return
+        changed = changes(record["files"], digests, paths, record["paths"])
+        if not changed:
+            return
+        if not self.accept_changed_rules:
+            raise RulesChanged(f"season resume refused: {'; '.join(changed)} since the season started "
+                               f"({self.dir / RULES_FILE}); pass --accept-changed-rules to go on", changed)
+        self._rules_changed = changed
+        before = {k: record["files"].get(k) for k in sorted(set(record["files"]) | set(digests))
+                  if record["files"].get(k) != digests.get(k)}
+        self._rules_accepted = list(record["accepted"]) + [{"changed": changed, "before": before}]
+
     def _reopen_void(self) -> None:
         """``--retry-void``: open the void heats again (one ``heats_reopened`` line)."""
         heats = [h for h in self.state.finished_heats() if h.result is not None and h.result.void]
@@ -842,7 +896,15 @@ class SeasonRunner:
         ``swept``: what the cluster's nodes tore down (:meth:`ClusterHeats.sweep_nodes`, run
         off the event loop by the caller), logged with this machine's leftovers."""
         detail = f"{len(self.state.open_attempts())} attempt(s) interrupted"
-        self._append(se.SeasonResumed(pid=os.getpid(), detail=detail + (f"; {self._torn_note}" if self._torn_note else "")))
+        self._append(se.SeasonResumed(pid=os.getpid(), detail=detail + (f"; {self._torn_note}" if self._torn_note else ""),
+                                      rules_changed=self._rules_changed))
+        if self._rules_accepted is not None:  # --accept-changed-rules: the record says so, then holds the new digests
+            from aoe_tui.season.rules_record import write_rules
+
+            self._rules_accepted[-1] = {"resume": self.state.resumes, **self._rules_accepted[-1]}
+            write_rules(self.dir, *self._rules_now(), self._rules_accepted)
+            self.say(f"rules changed since the season started, going on (--accept-changed-rules): "
+                     + "; ".join(self._rules_changed))
         cleaned = cleanup_stale_territories(self.dir)
         cleaned += list(swept or [])  # on the cluster's nodes: the killed runner's heats (Ray ended its actors)
         if cleaned:
