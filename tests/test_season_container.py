@@ -270,6 +270,9 @@ async def test_retry_void_reruns_heats_the_infrastructure_voided(tmp_path):
         name = "scripted:volatile"
         run_class = DownRun
 
+        def sha256(self):  # the same adapter, its endpoint down: the season's rules did not change
+            return resolve_adapter("scripted:volatile").sha256()
+
     def broken(spec: str):
         return DownAdapter() if spec == "scripted:volatile" else resolve_adapter(spec)
 
