@@ -270,6 +270,9 @@ async def test_retry_void_reruns_heats_the_infrastructure_voided(tmp_path):
         name = "scripted:volatile"
         run_class = DownRun
 
+        def sha256(self):  # the same adapter, its endpoint down: the season's rules did not change
+            return resolve_adapter("scripted:volatile").sha256()
+
     def broken(spec: str):
         return DownAdapter() if spec == "scripted:volatile" else resolve_adapter(spec)
 
@@ -310,3 +313,130 @@ async def test_retry_void_reruns_heats_the_infrastructure_voided(tmp_path):
     lines.clear()
     await SeasonRunner(load_season_file(f), out, say=lines.append, retry_void=True).run()
     assert any("retry-void: no void heats to re-run" in line for line in lines)
+
+
+async def test_a_void_knockout_heat_waits_for_retry_void_instead_of_eliminating_by_seed(tmp_path):
+    """Issue #30 item 1, on real territories: a knockout of four oracles (two heats of two,
+    one goes on from each); heat 2's only attempt cannot be provisioned, so it is void. The
+    season must not advance or eliminate anyone of it by seed order, nor draw the final: it
+    stops (SeasonWaiting, ``season_stopped`` reason ``void_heat``) with the standings saying
+    ``waiting on heat r1h2 (void)``. ``--retry-void`` re-runs the heat, then the bracket goes on."""
+    from aoe_tui.export import write_all
+    from aoe_tui.runtime.container import ContainerProvider
+    from aoe_tui.runtime.provider import ProvisionError
+    from aoe_tui.season.runner import SeasonRunner, SeasonWaiting, load_season_file
+
+    f = tmp_path / "ko.toml"
+    f.write_text(f'id = "ko"\nlabel = "w1"\narena = "{REPO / "arenas" / "first-build" / "arena.toml"}"\n'
+                 'seed = 3\nmax_attempts = 1\ndrain_seconds = 3\n[provider]\nkind = "container"\n'
+                 'ready_timeout_s = 90\n[arena_overrides]\nduration_seconds = 60\nminimum_territories = 2\n'
+                 '[format]\nkind = "knockout"\nadvance = 1\n'
+                 + "".join(f'[[entrants]]\nid = "{e}"\nadapter = "oracle"\nmodel = "oracle"\n' for e in "abcd"))
+
+    class NoBoot(ContainerProvider):
+        async def provision(self, specs):
+            raise ProvisionError("injected: territory builder-one did not boot")
+
+    def factory(workdir: Path, heat_id: str):
+        if "/round-1/heat-2/" in str(workdir) + "/":
+            return NoBoot(workdir, heat_id=heat_id)
+        return ContainerProvider(workdir, heat_id=heat_id)
+
+    out = tmp_path / "out"
+    lines: list[str] = []
+    with pytest.raises(SeasonWaiting, match=r"waiting on heat r1h2 \(void\).*--retry-void") as err:
+        await SeasonRunner(load_season_file(f), out, say=lines.append, provider_factory=factory,
+                           write_exports=write_all).run()
+    assert err.value.exit_code == 75 and err.value.heats == [(1, 2)]
+    state = reduce_season(read_season_log(out / "season.jsonl"))
+    void_heat = state.rounds[1].heats[2]
+    assert void_heat.result.void and state.rounds[1].heats[1].result.winner is not None
+    assert list(state.rounds) == [1] and state.rounds[1].finished is None  # no outcome, no final drawn
+    assert state.stopped is not None and (state.stopped.reason, state.stopped.round, state.stopped.heat) == (
+        "void_heat", 1, 2)
+    data = json.loads((out / "standings.json").read_text())
+    label = "waiting on heat r1h2 (void)"
+    assert data["waiting"] == [{"round": 1, "heat": 2, "entrants": list(void_heat.entrants), "label": label}]
+    assert {r["entrant"] for r in data["standings"] if r["waiting"] == label} == set(void_heat.entrants)
+    assert label in (out / "standings.md").read_text() and label in (out / "standings.html").read_text()
+    assert label in (out / "standings.csv").read_text()
+
+    # a plain resume still waits; --retry-void re-runs the heat and the final is drawn from it
+    with pytest.raises(SeasonWaiting):
+        await SeasonRunner(load_season_file(f), out, say=lines.append).run()
+    lines.clear()
+    state = await SeasonRunner(load_season_file(f), out, say=lines.append, retry_void=True,
+                               write_exports=write_all).run()
+    heat = state.rounds[1].heats[2]
+    assert [a.attempt for a in heat.attempts] == [1, 2] and not heat.result.void
+    assert state.rounds[1].finished is not None and state.rounds[2].final
+    finalists = set(state.rounds[2].heats[1].entrants)
+    assert finalists == {state.rounds[1].heats[1].result.winner, heat.result.winner}
+    assert state.finished is not None and state.finished.champions
+    assert json.loads((out / "standings.json").read_text())["waiting"] == []
+    assert not list(out.glob("round-*/heat-*/*/territories/*/state.json"))
+
+
+async def test_a_resume_with_changed_rules_is_refused_naming_each_file_unless_accepted(tmp_path):
+    """Issue #30 item 2, on real territories: a league of three oracles on a copy of
+    first-build is stopped (as by SIGINT) after its first heat; then a milestone's points go
+    from 10 to 50 and a verifier is made lenient. The resume is refused in one line naming
+    both files, before anything is written; ``--accept-changed-rules`` goes on, and
+    ``season_resumed``, ``season-rules.json`` and the standings say what changed."""
+    import asyncio
+
+    from aoe_tui.export import write_all
+    from aoe_tui.season.rules_record import RulesChanged
+    from aoe_tui.season.runner import SeasonRunner, load_season_file
+
+    arena = tmp_path / "arenas" / "first-build"
+    shutil.copytree(REPO / "arenas" / "first-build", arena, symlinks=True)
+    f = tmp_path / "league.toml"
+    f.write_text(f'id = "rules"\nlabel = "w1"\narena = "{arena / "arena.toml"}"\n'
+                 'seed = 1\nmax_attempts = 1\ndrain_seconds = 3\nconcurrent_heats = 1\n[provider]\n'
+                 'kind = "container"\nready_timeout_s = 90\n[arena_overrides]\nduration_seconds = 60\n'
+                 'minimum_territories = 2\n[format]\nkind = "league"\nheats_per_entrant = 2\n'
+                 + "".join(f'[[entrants]]\nid = "{e}"\nadapter = "oracle"\nmodel = "oracle"\n' for e in "abc"))
+    out = tmp_path / "out"
+    assert not (out / "season-rules.json").exists()
+    first_heat = asyncio.Event()
+
+    def say(line: str) -> None:
+        if ": finished (" in line:
+            first_heat.set()
+
+    runner = SeasonRunner(load_season_file(f), out, say=say, write_exports=write_all)
+    task = asyncio.ensure_future(runner.run())
+    await asyncio.wait_for(first_heat.wait(), 600)
+    runner.stop_reason = "SIGINT"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    record = json.loads((out / "season-rules.json").read_text())
+    assert "arena first-build: verify/write-read.sh" in record["files"]
+    assert "arena first-build: README.md" not in record["files"]
+    assert any(k.startswith("adapter oracle (first-build)") for k in record["files"])
+
+    manifest = arena / "arena.toml"
+    manifest.write_text(manifest.read_text().replace("points = 10", "points = 50", 1))
+    (arena / "verify" / "write-read.sh").write_text("#!/bin/bash\nexit 0\n")
+    log_before = (out / "season.jsonl").read_bytes()
+    with pytest.raises(RulesChanged) as err:
+        await SeasonRunner(load_season_file(f), out).run()
+    msg = str(err.value)
+    assert msg.startswith("season resume refused: ") and "\n" not in msg and "--accept-changed-rules" in msg
+    assert f"{arena / 'arena.toml'} changed" in msg and f"{arena / 'verify' / 'write-read.sh'} changed" in msg
+    assert "service-up.sh" not in msg
+    assert (out / "season.jsonl").read_bytes() == log_before  # refused before anything was written
+
+    state = await SeasonRunner(load_season_file(f), out, accept_changed_rules=True, write_exports=write_all).run()
+    assert state.finished is not None
+    assert [n for n, _ in state.rules_changed] == [1] and len(state.rules_changed[0][1]) == 2
+    record = json.loads((out / "season-rules.json").read_text())
+    assert [a["resume"] for a in record["accepted"]] == [1] and record["accepted"][0]["changed"] == state.rules_changed[0][1]
+    data = json.loads((out / "standings.json").read_text())
+    assert data["rules_changed"] == [{"resume": 1, "changed": state.rules_changed[0][1]}]
+    assert "Rules changed at resume 1" in (out / "standings.md").read_text()
+    assert "rules changed at resume 1" in (out / "standings.html").read_text()
+    # the accepted rules are now the season's: running the same command again is not refused
+    await SeasonRunner(load_season_file(f), out).run()

@@ -45,6 +45,13 @@ def simulate(fmt, entrants, seed, rng: random.Random, *, tie_rate=0.2, void_rate
             for i, e in enumerate(es):
                 ranks[e] = ranks[es[i - 1]] if i and rng.random() < tie_rate else i + 1
             results.append(HeatResult(h.round, h.heat, h.seats, ranks))
+        # a void heat a knockout waits on is re-run (aoe run --retry-void) until it races
+        while waiting := fmt.waiting_on(results):
+            for w in waiting:
+                es = list(w.entrants)
+                rng.shuffle(es)
+                again = HeatResult(w.round, w.heat, w.seats, {e: i + 1 for i, e in enumerate(es)})
+                results[results.index(w)] = again
     raise AssertionError("format did not finish")
 
 
@@ -457,3 +464,36 @@ def test_byes_back_to_back_only_when_forced(n, fmt, seed, sim_seed):
             placed = {e for x in plan.heats for e in x.entrants} | set(plan.byes)
             rested = placed - set(prev.byes)
             assert len(plan.byes) > len(rested), (plan.round, again)
+
+
+def test_a_void_knockout_heat_eliminates_nobody_and_blocks_the_next_draw():
+    """Issue #30 item 1: a heat of c, e and f went void; c must not go on by seed order (nor
+    e and f go out), and the final must not be drawn until that heat has raced."""
+    from aoe_tui.season.formats import VoidHeatPending
+
+    entrants = ["a", "b", "c", "d", "e", "f"]
+    fmt = Knockout(advance=1, heat_size=3, min_heat_size=2)
+    r1 = [HeatResult(1, 1, ("a", "b", "d"), {"b": 1, "a": 2, "d": 3}),
+          HeatResult(1, 2, ("c", "e", "f"), {"c": 1, "e": 1, "f": 1}, void=True)]
+    assert fmt.waiting_on(r1) == [r1[1]]
+    with pytest.raises(VoidHeatPending, match=r"waiting on heat r1h2 \(void\)") as err:
+        fmt.next_round(entrants, r1, seed=7)
+    assert err.value.heats == [(1, 2)]
+    with pytest.raises(VoidHeatPending):
+        fmt.round_outcome(entrants, r1, ["a", "b", "d", "c", "e", "f"], final=False)
+    # re-run, the heat decides: e won it, so the final is b vs e
+    rerun = [r1[0], HeatResult(1, 2, ("c", "e", "f"), {"e": 1, "f": 2, "c": 3})]
+    assert fmt.waiting_on(rerun) == []
+    final = fmt.next_round(entrants, rerun, seed=7)
+    assert final is not None and final.final and sorted(final.heats[0].entrants) == ["b", "e"]
+    assert fmt.round_outcome(entrants, rerun, ["a", "b", "d", "c", "e", "f"], final=False) == (
+        ["b", "e"], ["a", "d", "c", "f"])
+    # a void final crowns nobody by seed: it too is waited on
+    void_final = rerun + [HeatResult(2, 1, final.heats[0].seats, {"b": 1, "e": 1}, void=True)]
+    assert fmt.waiting_on(void_final) == [void_final[-1]]
+    with pytest.raises(VoidHeatPending):
+        fmt.champions(entrants, void_final)
+    # a league waits on nothing: its void heat counts as raced, for nobody
+    league = League(heats_per_entrant=1, heat_size=3, min_heat_size=2)
+    assert league.waiting_on(r1) == []
+    assert league.next_round(entrants, r1, seed=7) is None

@@ -723,3 +723,87 @@ def _held_again_within(folder, seconds: float, why: str) -> None:
         except SeasonBusyError:
             assert time.monotonic() < deadline, why
             time.sleep(0.05)
+
+
+def test_a_knockout_waiting_on_a_void_heat_says_so_in_every_export_and_the_tui(tmp_path):
+    """Issue #30 item 1: a knockout whose round 1 heat of c, e and f went void waits on it:
+    nobody of that heat is shown out or advanced, and the JSON, CSV, Markdown, HTML and the
+    TUI's season model say ``waiting on heat r1h2 (void)``; once it is re-run nothing waits."""
+    from aoe_tui.tui.seasonmodel import SeasonModel, standings_cells
+
+    log = tmp_path / "season.jsonl"
+    started = _started(("a", "b", "c", "d", "e", "f")).model_copy(update={"format": {"kind": "knockout", "advance": 1}})
+    with SeasonLogWriter(log, clock=lambda: 1000) as w:
+        w.append(started)
+        w.append(se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=["a", "b", "d"]),
+                                                    se.HeatSeats(heat=2, seats=["c", "e", "f"])]))
+        w.append(se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"))
+        w.append(se.AttemptFinished(round=1, heat=1, attempt=1, outcome="counted", winner="b",
+                                    ranks={"b": 1, "a": 2, "d": 3}))
+        w.append(se.HeatFinished(round=1, heat=1, attempt=1, ranks={"b": 1, "a": 2, "d": 3}, winner="b"))
+        w.append(se.AttemptStarted(round=1, heat=2, attempt=1, folder="round-1/heat-2/attempt-1"))
+        w.append(se.AttemptFinished(round=1, heat=2, attempt=1, outcome="void", failure_source="provider",
+                                    detail="injected"))
+        w.append(se.HeatFinished(round=1, heat=2, attempt=None, void=True, ranks={"c": 1, "e": 1, "f": 1}))
+        w.append(se.SeasonStopped(reason="void_heat", detail="waiting on heat r1h2 (void): c, e, f", round=1, heat=2))
+    records = read_season_log(log)
+    state = reduce_season(records)
+    label = "waiting on heat r1h2 (void)"
+    data = json.loads(render(state, "json"))
+    assert data["waiting"] == [{"round": 1, "heat": 2, "entrants": ["c", "e", "f"], "label": label}]
+    rows = {r["entrant"]: r for r in data["standings"]}
+    assert {e for e, r in rows.items() if r["waiting"] == label} == {"c", "e", "f"}
+    assert [h["waiting"] for h in data["heats"]] == [False, True]
+    table = list(csv.DictReader(io.StringIO(render(state, "csv"))))
+    assert {r["entrant"]: r["waiting"] for r in table} == {"a": "", "b": "", "d": "", "c": label, "e": label, "f": label}
+    md = render(state, "md")
+    assert f"**{label}**: c, e, f neither advanced nor eliminated" in md and f"| c ({label}) |" in md
+    page = render(state, "html")
+    assert f"<b>{label}</b>: c, e, f neither advanced nor eliminated" in page and f"void · {label}" in page
+    model = SeasonModel()
+    for rec in records:
+        model.apply(rec)
+    assert "WAITING on heat r1h2 (void)" in model.status_line(0, {}) and "--retry-void" in model.status_line(0, {})
+    heat_row = next(r for r in model.rows({}) if r.key == "r1h2")
+    assert (heat_row.state, heat_row.winner) == ("void", "waiting")
+    assert {r.entrant for r in model.standings() if "(waiting)" in standings_cells(r)[1]} == {"c", "e", "f"}
+    # --retry-void reopened it: nothing waits any more
+    with SeasonLogWriter(log, clock=lambda: 2000) as w:
+        w.append(se.SeasonResumed(pid=1))
+        w.append(se.HeatsReopened(heats=[(1, 2)], max_attempts=2, season_sha256="0" * 64))
+    state = reduce_season(read_season_log(log))
+    data = json.loads(render(state, "json"))
+    assert data["waiting"] == [] and all(r["waiting"] is None for r in data["standings"])
+
+
+def test_season_rules_record_digests_changes_and_a_bad_record_is_one_line(tmp_path):
+    """Issue #30 item 2 (pure parts): a package's digests leave out README.md and hidden
+    files, follow symlinks; ``changes`` names each changed, added or removed file by its
+    shown path; a season-rules.json that is not a record is one line naming it."""
+    from aoe_tui.errors import AoeError
+    from aoe_tui.season.rules_record import RULES_FILE, changes, load_rules, rules_of, write_rules
+
+    pkg = tmp_path / "arenas" / "x"
+    (pkg / "verify").mkdir(parents=True)
+    (pkg / "arena.toml").write_text("points = 10\n")
+    (pkg / "verify" / "y.sh").write_text("exit 1\n")
+    (pkg / "README.md").write_text("docs\n")
+    (pkg / ".hidden").write_text("x\n")
+    (pkg / "adapters").mkdir()
+    (pkg / "adapters" / "oracle.sh").symlink_to(pkg / "verify" / "y.sh")
+    before, paths = rules_of([("x", pkg)], {"adapter oracle (x)": "ab" * 32, "adapter none (x)": None}, {})
+    assert set(before) == {"arena x: arena.toml", "arena x: verify/y.sh", "arena x: adapters/oracle.sh",
+                           "adapter oracle (x)"}
+    write_rules(tmp_path, before, paths)
+    assert load_rules(tmp_path)["files"] == before
+    (pkg / "verify" / "y.sh").write_text("exit 0\n")
+    (pkg / "verify" / "z.sh").write_text("exit 0\n")
+    (pkg / "README.md").write_text("other docs\n")
+    now, now_paths = rules_of([("x", pkg)], {}, {})
+    assert changes(before, now, now_paths, paths) == [
+        "adapter oracle (x) removed", f"{pkg / 'adapters' / 'oracle.sh'} changed", f"{pkg / 'verify' / 'y.sh'} changed",
+        f"{pkg / 'verify' / 'z.sh'} added"]
+    (tmp_path / RULES_FILE).write_text("{not json")
+    with pytest.raises(AoeError, match=f"^{tmp_path / RULES_FILE}: not a season rules record") as err:
+        load_rules(tmp_path)
+    assert "\n" not in str(err.value)

@@ -16,7 +16,10 @@ running attempts are re-run on the next ``aoe run`` of the same file and folder)
 exit code is ``128 + signum`` (130, 143). SIGHUP (the terminal closed) never stops a
 season: it detaches as above (headless on a terminal: its lines go to
 ``SEASON/aoe-run.log`` from then on). ``--retry-void`` re-runs the heats the
-infrastructure voided (see :mod:`aoe_tui.season.runner`). A full disk stops the season
+infrastructure voided (see :mod:`aoe_tui.season.runner`); a knockout waiting on a void heat
+exits 75 naming it (:class:`aoe_tui.season.runner.SeasonWaiting`). A resume whose arena
+files or adapters changed since the season started is refused naming each file unless
+``--accept-changed-rules`` (:mod:`aoe_tui.season.rules_record`). A full disk stops the season
 resumably: one line naming the folder and the space, exit status 75
 (:class:`aoe_tui.season.runner.DiskFullStop`).
 """
@@ -60,6 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="re-run the heats in which the infrastructure spoiled every attempt (each gets up to "
                    "max_attempts new attempts; the season file may differ from the folder's season.toml in "
                    "max_attempts only)")
+    r.add_argument("--accept-changed-rules", action="store_true",
+                   help="resume although an arena package file (manifest, verifier, recipe, builder) or an adapter "
+                   "changed since the season started (a resume refuses that, naming each file); the change is "
+                   "recorded in season-rules.json and shown in the standings")
     r.add_argument("--cluster", metavar="ADDRESS",
                    help="run every heat on a worker node of this Ray cluster (as Ray takes it: auto, HOST:PORT; "
                    "overrides the season file's [cluster] address; needs the cluster extra)")
@@ -86,6 +93,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         rc = run_season(loaded, out, headless=headless, light=getattr(args, "light", False),
                         priority=args.engine_priority, token_file=getattr(args, "token_file", None),
                         runner_kwargs={**({"retry_void": True} if getattr(args, "retry_void", False) else {}),
+                                       **({"accept_changed_rules": True}
+                                          if getattr(args, "accept_changed_rules", False) else {}),
                                        **({"cluster": args.cluster} if getattr(args, "cluster", None) else {})})
         if server is not None:
             server.finished = rc == 0  # spectators keep the final view a while

@@ -145,3 +145,31 @@ def compute_provenance(
         adapter_sha256={name: _sha(_read(p, f"adapter {name}")) for name, p in sorted(adapters.items())},
         compatibility_key=compatibility_key(m.arena.id, eval_sha, brief_sha, ver_sha),
     )
+
+
+#: Files of an arena package that decide no result (documentation), left out of
+#: :func:`package_digests`.
+NOT_RULES = frozenset({"README.md"})
+
+
+def package_digests(arena_dir: str | Path) -> dict[str, str]:
+    """sha256 (lowercase hex) of every file of an arena package that decides results, by its
+    path relative to the package (``verify/service-up.sh``, ``arena.toml``, ``territory/...``,
+    ``adapters/builders/...``, the player's text): every file, symlinks followed, except
+    :data:`NOT_RULES`, hidden files and folders and ``__pycache__``. Sorted by path.
+
+    Raises :class:`ProvenanceError` if a file cannot be read.
+    """
+    root = Path(arena_dir)
+    out: dict[str, str] = {}
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            path = Path(folder) / name
+            rel = path.relative_to(root).as_posix()
+            if rel in NOT_RULES or not path.is_file():
+                continue
+            out[rel] = _sha(_read(path, "arena file"))
+    return dict(sorted(out.items()))

@@ -111,11 +111,16 @@ class SeasonStarted(_Ev):
 
 
 class SeasonResumed(_Ev):
-    """The runner started again on an existing season folder."""
+    """The runner started again on an existing season folder. ``rules_changed``: what decides
+    results that changed since the season started (arena package files, adapters: one
+    ``path changed|added|removed`` each, :mod:`aoe_tui.season.rules_record`), which this
+    resume went on with because ``aoe run --accept-changed-rules`` said so; empty when
+    nothing changed."""
 
     kind: Literal["season_resumed"] = "season_resumed"
     pid: int
     detail: str = ""
+    rules_changed: list[str] = Field(default_factory=list)
 
 
 class SeasonStopped(_Ev):
@@ -123,8 +128,11 @@ class SeasonStopped(_Ev):
     resumes it), its running heats aborted and their territories torn down.
 
     ``reason``: the signal name (``SIGINT``, ``SIGTERM``, ``SIGHUP``), ``quit`` (the TUI's
-    "stop" choice) or ``disk_full`` (the season folder's file system had less free space
-    than a heat needs before it started, or filled while a heat ran). ``pid``: the runner's
+    "stop" choice), ``disk_full`` (the season folder's file system had less free space
+    than a heat needs before it started, or filled while a heat ran) or ``void_heat`` (the
+    format decides nothing from a void heat — a knockout round — so the season waits until
+    ``aoe run --retry-void`` re-runs it; ``round``/``heat``: the first such heat, ``detail``
+    names them all). ``pid``: the runner's
     process id. ``open_attempts``: the running attempts it aborted (``rRhHaA`` tags), left
     open (no ``attempt_finished``: they do not count against ``max_attempts``) and re-run on
     resume. ``detail`` (a full disk): one line naming the folder and the space (free /

@@ -31,7 +31,7 @@ from typing import Any
 from aoe_tui.domain.display import fmt_clock, fmt_cost
 from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_reducer import SeasonState
-from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
+from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings, waiting_heats, waiting_label
 
 __all__ = ["COLUMNS", "FORMATS", "md_text", "render", "write_all"]
 
@@ -42,7 +42,7 @@ COLUMNS = (
     "rank", "entrant", "model", "heats", "wins", "durable", "points", "coverage", "median_durable_ms",
     "mean_rank", "usage_recorded", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
     "cost_microusd", "cost_source", "cost_per_durable_microusd", "mu", "sigma", "ordinal", "round_reached",
-    "champion", "infra_failures", "byes",
+    "champion", "infra_failures", "byes", "waiting",
 )
 
 
@@ -123,9 +123,14 @@ def md_text(text: Any) -> str:
 
 def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
     """``{"schema": "aoe-tui.season-standings", "version": 1, "season", "label", "arena",
-    "arenas", "format", "finished", "stopped", "champions", "standings": [...], "heats": [...]}``
+    "arenas", "format", "finished", "stopped", "waiting", "champions", "standings": [...], "heats": [...]}``
     (``stopped``: the reason of the stop that ended the last run session, until a resume;
-    else null).
+    else null; ``waiting``: the void heats the season waits on,
+    :func:`~aoe_tui.season.season_standings.waiting_heats`, each ``{"round", "heat",
+    "entrants", "label"}`` with ``label`` ``waiting on heat r1h2 (void)``; a heat waited on
+    also has ``"waiting": true``, an entrant of it its row's ``waiting`` label;
+    ``rules_changed``: each resume that went on with changed arena files or adapters,
+    ``aoe run --accept-changed-rules``, as ``{"resume", "changed": ["PATH changed", ...]}``).
 
     ``arena`` is the first arena's id; ``arenas`` every season arena (``id``,
     ``display_name``, ``milestones``, ``category``, ``path``) in order; each standing is
@@ -138,6 +143,7 @@ def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
     (:attr:`~aoe_tui.replay.season_reducer.AttemptState.shown_status`)."""
     info = state.info
     heats = []
+    waiting = waiting_heats(state)
     for h in state.heats():
         heats.append({
             "round": h.round, "heat": h.heat, "arena": h.arena, "seats": list(h.seats), "status": h.status,
@@ -150,6 +156,7 @@ def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
             "ranks": dict(h.result.ranks) if h.result else None,
             "winner": h.result.winner if h.result else None,
             "void": h.result.void if h.result else False,
+            "waiting": h in waiting,
         })
     data = {
         "schema": "aoe-tui.season-standings",
@@ -161,6 +168,9 @@ def to_json(state: SeasonState, rows: list[SeasonStanding]) -> str:
         "format": info.format if info else None,
         "finished": state.finished is not None,
         "stopped": state.stopped.reason if state.stopped is not None else None,
+        "waiting": [{"round": h.round, "heat": h.heat, "entrants": list(h.entrants), "label": waiting_label(h)}
+                    for h in waiting],
+        "rules_changed": [{"resume": n, "changed": list(lines)} for n, lines in state.rules_changed],
         "champions": state.finished.champions if state.finished else [],
         "standings": [r.to_dict() for r in rows],
         "heats": heats,
@@ -219,11 +229,13 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
     for r in rows:
         tokens = "—" if r.input_tokens is None else f"{r.input_tokens}/{r.output_tokens}"
         lines.append(
-            f"| {r.rank} | {md_text(r.entrant)}{' 🏆' if r.champion else ''} | {md_text(r.model or '')} | {r.heats} | {r.wins} | {r.durable} | "
+            f"| {r.rank} | {md_text(r.entrant)}{' 🏆' if r.champion else ''}{f' ({md_text(r.waiting)})' if r.waiting else ''} | {md_text(r.model or '')} | {r.heats} | {r.wins} | {r.durable} | "
             f"{r.points} | {r.coverage:.0%} | {_clock(r.median_durable_ms)} | {r.mu:.2f} | {r.sigma:.2f} | "
             f"{r.ordinal:.2f} | {tokens} | {_cache(r)} | {_spend(r)} | {COST_BY.get(r.cost_source, r.cost_source)} | "
             f"{_usd(r.cost_per_durable_microusd)} | {r.infra_failures} | {r.byes} |\n"
         )
+    waits = "".join(f"**{md_text(waiting_label(h))}**: {md_text(', '.join(h.entrants))} neither advanced nor "
+                    "eliminated; `aoe run SEASON_FILE --retry-void` re-runs it.\n\n" for h in waiting_heats(state))
     tail = ("\n" + _COST_NOTE + "\n"
             "\nTie-break order: wins, durable deployments, points, median time to durable, rating ordinal, cost, id.\n")
     per_arena = ""
@@ -231,7 +243,9 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
         per_arena = (f"\n## Per arena\n\nArenas: {md_text(_arena_list(state))}.\n\n"
                      + "| " + " | ".join(BREAKDOWN_HEADS) + " |\n" + "|" + "---|" * len(BREAKDOWN_HEADS) + "\n"
                      + "".join("| " + " | ".join(map(md_text, cells)) + " |\n" for cells in _breakdown_rows(state, rows)))
-    return title + head + sep + "".join(lines) + tail + per_arena
+    waits += "".join(f"**Rules changed at resume {n}** (`--accept-changed-rules`): heats before and after it "
+                     f"raced different rules: {md_text('; '.join(changed))}.\n\n" for n, changed in state.rules_changed)
+    return title + waits + head + sep + "".join(lines) + tail + per_arena
 
 
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
@@ -289,6 +303,7 @@ def _charts(state: SeasonState, rows: list[SeasonStanding]) -> str:
 
 def _bracket(state: SeasonState) -> str:
     multi = state.multi_arena
+    waiting = waiting_heats(state)
     parts = ['<div class="bracket">']
     for r in state.rounds.values():
         on = f" · {html.escape(r.arena)}" if multi else ""
@@ -297,7 +312,8 @@ def _bracket(state: SeasonState) -> str:
             res = h.result
             attr = f' data-arena="{html.escape(h.arena)}"' if multi else ""
             parts.append(f'<div class="heat"{attr}><b>Heat {h.heat}</b> <span class="muted">{h.status}'
-                         f'{" · void" if res and res.void else ""}</span><ol>')
+                         f'{" · void" if res and res.void else ""}'
+                         f'{" · " + html.escape(waiting_label(h)) if h in waiting else ""}</span><ol>')
             order = sorted(h.entrants, key=lambda e: (res.ranks.get(e, 99) if res else 99, e))
             for e in order:
                 rank = f"#{res.ranks[e]} " if res and e in res.ranks and not res.void else ""
@@ -358,14 +374,20 @@ def to_html(state: SeasonState, rows: list[SeasonStanding]) -> str:
              "infra failures", "byes")
     body = []
     for r in rows:
-        body.append([r.rank, r.entrant + (" 🏆" if r.champion else ""), r.model or "", r.heats, r.wins, r.durable,
+        body.append([r.rank, r.entrant + (" 🏆" if r.champion else "") + (f" ({r.waiting})" if r.waiting else ""), r.model or "", r.heats, r.wins, r.durable,
                      r.points, f"{r.coverage:.0%}", _clock(r.median_durable_ms), f"{r.mu:.2f}", f"{r.sigma:.2f}",
                      f"{r.ordinal:.2f}", "—" if r.input_tokens is None else r.input_tokens,
                      "—" if r.output_tokens is None else r.output_tokens, _cache(r), _spend(r),
                      COST_BY.get(r.cost_source, r.cost_source), _usd(r.cost_per_durable_microusd), r.infra_failures, r.byes])
+    waiting = waiting_heats(state)
     status = ("finished" if state.finished else
+              "; ".join(f"<b>{html.escape(waiting_label(h))}</b>: {html.escape(', '.join(h.entrants))} neither "
+                        "advanced nor eliminated; aoe run SEASON_FILE --retry-void re-runs it" for h in waiting)
+              if waiting else
               f"stopped ({html.escape(state.stopped.reason)}); the same aoe run resumes it" if state.stopped else
               "in progress")
+    status += "".join(f" · <b>rules changed at resume {n}</b> (--accept-changed-rules): heats before and after "
+                      f"it raced different rules: {html.escape('; '.join(changed))}" for n, changed in state.rules_changed)
     champs = ", ".join(state.finished.champions) if state.finished else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)} — standings</title>

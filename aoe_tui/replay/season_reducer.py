@@ -152,6 +152,9 @@ class SeasonState:
     max_attempts: int | None = None
     #: the last ``season_stopped`` until the next ``season_resumed``
     stopped: se.SeasonStopped | None = None
+    #: ``(resume number, lines)`` of every resume that went on with changed rules
+    #: (``season_resumed.rules_changed``, ``aoe run --accept-changed-rules``), oldest first
+    rules_changed: list[tuple[int, list[str]]] = field(default_factory=list)
 
     @property
     def entrants(self) -> list[str]:
@@ -235,6 +238,8 @@ def apply_season_record(state: SeasonState, rec: se.SeasonRecord) -> None:
     if e.kind == "season_resumed":
         state.resumes += 1
         state.stopped = None
+        if e.rules_changed:
+            state.rules_changed.append((state.resumes, list(e.rules_changed)))
         state._cut_off_open_attempts()  # a runner killed without season_stopped left them
         return
     if e.kind == "season_stopped":

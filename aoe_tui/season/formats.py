@@ -55,6 +55,10 @@ Formats:
   champion (tied rank 1 → co-champions). Byes go to entrants without a bye in the previous
   round, then with the fewest byes so far, then by draw. Heats are dealt snake-wise by the
   previous round's rank (then draw), so previous heat winners meet late.
+  A **void** heat (every attempt spoiled by the infrastructure) decides nothing: while the
+  last round has one (:meth:`Format.waiting_on`), no round outcome, next round or champion
+  is computed (:class:`VoidHeatPending`); the season waits on it until ``aoe run
+  --retry-void`` re-runs it (its entrants are neither eliminated nor advanced by seed order).
 * :class:`League` — every entrant races ``heats_per_entrant`` heats. Each round seats the
   entrants that still need heats; byes go to those who raced the previous round, then those
   furthest ahead, then fewest byes, then draw. Opponents rotate: heats are filled greedily
@@ -101,6 +105,7 @@ __all__ = [
     "FORMATS",
     "Format",
     "FormatConfigError",
+    "VoidHeatPending",
     "HeatPlan",
     "HeatResult",
     "Knockout",
@@ -288,9 +293,18 @@ class Format:
     #: each row's ``champion`` flag is set from them.
     crowns_champions: ClassVar[bool] = False
     #: True when a round's draw depends on earlier heats' ranks (knockout: who advanced);
-    #: ``aoe run --retry-void`` then re-runs only void heats of the last round, since later
-    #: rounds were drawn on the earlier void results.
+    #: ``aoe run --retry-void`` then re-runs only void heats of the last round (a season
+    #: waits on those, :meth:`waiting_on`; in a folder an older version ran, later rounds
+    #: may have been drawn on earlier void results, which then stand).
     draws_on_ranks: ClassVar[bool] = False
+
+    @classmethod
+    def waiting_on(cls, results: Sequence[HeatResult]) -> list[HeatResult]:
+        """The void heats of ``results`` that a later draw, a round's outcome or the
+        champions would be decided from (in (round, heat) order): until they are re-run
+        (``aoe run --retry-void``) the season waits on them. ``[]`` for a format where a
+        void heat decides nothing (a league: it counts as raced, for nobody)."""
+        return []
 
     def __init__(self, heat_size: int = 3, min_heat_size: int = 2) -> None:
         if heat_size < 2:
@@ -406,14 +420,30 @@ class Knockout(Format):
         """Champions first, then the later round reached."""
         return (not row.champion, -row.round_reached)
 
+    @classmethod
+    def waiting_on(cls, results: Sequence[HeatResult]) -> list[HeatResult]:
+        """The void heats of the last round in ``results``: who goes on from them (and the
+        next round's draw, or the champion of a void final) is unknown until they race.
+        Void heats of earlier rounds are not waited on: a season folder an older version
+        ran drew its later rounds from them (by seed order, :meth:`_order`), and those
+        rounds stand."""
+        rounds = _rounds(results)
+        return [h for h in rounds[max(rounds)] if h.void] if rounds else []
+
     def _order(self, heat: HeatResult, seed_index: Mapping[str, int]) -> list[str]:
-        if heat.void:
+        if heat.void:  # only an earlier round of an older season folder (see waiting_on)
             return sorted(heat.entrants, key=lambda e: seed_index[e])
         return sorted(heat.entrants, key=lambda e: (heat.ranks.get(e, 10**6), seed_index[e]))
 
     def walk(self, entrants: Sequence[str], results: Sequence[HeatResult]) -> tuple[list[str], int, bool, Counter, dict[str, int]]:
         """Replay the bracket: ``(active entrants for the next round, next round number,
-        finished, bye counts, previous-round rank of each active entrant)``."""
+        finished, bye counts, previous-round rank of each active entrant)``.
+
+        Raises :class:`VoidHeatPending` when the last round of ``results`` has a void heat
+        (:meth:`waiting_on`): nobody goes on or is out from a heat that did not race."""
+        blocked = self.waiting_on(results)
+        if blocked:
+            raise VoidHeatPending(blocked)
         seed_index = {e: i for i, e in enumerate(entrants)}
         active = list(entrants)
         byes: Counter = Counter()
@@ -867,6 +897,17 @@ def _improve(groups: list[list[str]], met: Mapping[str, Counter]) -> None:
                         g[i], h[j] = h[j], g[i]
                     if done:
                         break
+
+
+class VoidHeatPending(AoeError):
+    """A draw, a round's outcome or the champions would be decided from a void heat
+    (:meth:`Format.waiting_on`); ``heats``: those heats' ``(round, heat)``."""
+
+    def __init__(self, heats: Sequence[HeatResult]) -> None:
+        self.heats = [(h.round, h.heat) for h in heats]
+        super().__init__("waiting on " + ", ".join(f"heat r{r}h{h} (void)" for r, h in self.heats)
+                         + ": nobody is eliminated or advanced by a heat that did not race; "
+                         "aoe run SEASON_FILE --retry-void re-runs it")
 
 
 class FormatConfigError(AoeError, ValueError):

@@ -4,6 +4,7 @@ Season folder layout::
 
     season.toml                       exact copy of the season file (resume checks it)
     season.jsonl                      the season log (:mod:`aoe_tui.domain.season_events`)
+    season-rules.json                 digests of what decides results (:mod:`.rules_record`; resume checks them)
     round-R/heat-H/attempt-A/         one complete upstream-format match folder per attempt
     round-R/heat-H/attempt-A.interrupted-K/   a half-run attempt a stopped or killed runner left
     standings.{json,csv,md,html}      exports, rewritten after every heat
@@ -21,7 +22,10 @@ heat has fewer territories). ``[arena_overrides]`` of the season file replace
 ``minimum_territories = 2`` they race 3+2+2).
 
 Resume (same command again, after ``kill -9`` at any moment): the season file must be
-byte-identical to ``season.toml`` (a refusal names the fields that differ); leftover territories of every attempt folder are torn
+byte-identical to ``season.toml`` (a refusal names the fields that differ), and the arena
+package files and adapters the season's results depend on must have the digests
+``season-rules.json`` recorded (a refusal, :class:`~aoe_tui.season.rules_record.RulesChanged`,
+names each changed file; ``accept_changed_rules`` goes on and records it); leftover territories of every attempt folder are torn
 down (``cleanup_stale`` of the container and QEMU providers on ``territories/``); every
 attempt the log shows as started but not finished is renamed ``attempt-A.interrupted-K``
 (first free K) and re-run with the same number; finished heats are kept; a round is
@@ -31,7 +35,12 @@ Void heats (``retry_void``, ``aoe run --retry-void``): heats in which the infras
 spoiled every attempt are opened again in one ``heats_reopened`` line and each gets up to
 ``max_attempts`` new attempts, numbered on from its last; the season file may differ from
 ``season.toml`` in ``max_attempts`` only (``season.toml`` is then replaced). A format whose
-draws depend on ranks (knockout) re-runs only void heats of its last round.
+draws depend on ranks (knockout) re-runs only void heats of its last round. Such a format
+decides nothing from a void heat (:meth:`aoe_tui.season.formats.Format.waiting_on`): when a
+round ends with one, the runner closes no round and draws nothing; it logs ``season_stopped``
+(reason ``void_heat``, naming the heat), writes the standings (which say ``waiting on heat
+rRhH (void)``) and raises :class:`SeasonWaiting` (exit 75); ``--retry-void`` later re-runs
+the heat and the bracket goes on.
 
 Full disks: before each attempt the runner checks the season folder's file system
 (``statvfs``) for ``min_free_bytes`` (default :data:`HEAT_DISK_NEED_BYTES`, 64 MiB, or
@@ -89,7 +98,7 @@ from aoe_tui.season.formats import Format, HeatResult, make_format
 from aoe_tui.season.observer import SeasonObserver
 from aoe_tui.season.season_standings import season_standings
 
-__all__ = ["HEAT_DISK_NEED_BYTES", "MIN_FREE_ENV", "SeasonRunner", "SeasonMismatchError", "DiskFullStop",
+__all__ = ["HEAT_DISK_NEED_BYTES", "MIN_FREE_ENV", "SeasonRunner", "SeasonMismatchError", "SeasonWaiting", "DiskFullStop",
            "heat_manifest", "season_results"]
 
 Say = Callable[[str], None]
@@ -109,6 +118,19 @@ class DiskFullStop(AoeError):
     and how to resume. Exit status 75 (``EX_TEMPFAIL``: run the same command again)."""
 
     exit_code = 75
+
+
+class SeasonWaiting(AoeError):
+    """The season waits on void heats its format decides nothing without (a knockout's
+    round whose heat did not race: :meth:`aoe_tui.season.formats.Format.waiting_on`); the
+    message names them and says ``aoe run SEASON_FILE --retry-void`` re-runs them. Exit
+    status 75 (``EX_TEMPFAIL``: resumable); ``heats``: their ``(round, heat)``."""
+
+    exit_code = 75
+
+    def __init__(self, message: str, heats: list[tuple[int, int]]) -> None:
+        super().__init__(message)
+        self.heats = heats
 
 
 #: Free space a heat needs on the season folder's file system before it starts (bytes):
@@ -539,6 +561,10 @@ class SeasonRunner:
             stops the run (:meth:`_export`). ``None``: no exports.
         min_free_bytes: free bytes the season folder's file system needs before each attempt
             (default :func:`heat_disk_need`); 0 = no check.
+        accept_changed_rules: a resume goes on although what decides results changed since
+            the season started (``aoe run --accept-changed-rules``; recorded in
+            ``season-rules.json`` and ``season_resumed``, shown in the standings); without it
+            such a resume raises :class:`~aoe_tui.season.rules_record.RulesChanged`.
         cluster: a Ray address (``aoe run --cluster``; overrides the season file's
             ``[cluster] address``): heats run on its worker nodes. ``None``: the season's
             ``[cluster]`` table if any, else this machine.
@@ -555,8 +581,15 @@ class SeasonRunner:
                  observer: SeasonObserver | None = None,
                  write_exports: Callable[[Path, SeasonState], None] | None = None,
                  retry_void: bool = False, min_free_bytes: int | None = None,
-                 cluster: str | None = None) -> None:
+                 cluster: str | None = None, accept_changed_rules: bool = False) -> None:
         self.write_exports = write_exports
+        #: ``aoe run --accept-changed-rules``: a resume goes on with changed rules (recorded)
+        self.accept_changed_rules = accept_changed_rules
+        #: what changed since the season started and this resume goes on with (lines)
+        self._rules_changed: list[str] = []
+        self._rules_accepted: list[dict[str, Any]] | None = None
+        #: ``"adapter SPEC (ARENA)"`` → the adapter's sha256 (None: it names no file)
+        self.adapter_digests: dict[str, str | None] = {}
         self.min_free_bytes = heat_disk_need() if min_free_bytes is None else int(min_free_bytes)
         self._torn_note = ""
         self.retry_void = retry_void
@@ -613,6 +646,8 @@ class SeasonRunner:
                 try:
                     adapter = self._make_adapter(e, arena)
                     self.credential_vars[e.id] = self.credential_vars.get(e.id, frozenset()) | _credential_vars(adapter, e)
+                    with contextlib.suppress(Exception):
+                        self.adapter_digests[f"adapter {e.adapter} ({arena.manifest.arena.id})"] = adapter.sha256()
                     preflight = getattr(adapter, "preflight", None)
                     if preflight is not None:
                         preflight()
@@ -741,12 +776,16 @@ class SeasonRunner:
             old = copy.read_bytes() if copy.is_file() else None
             if old != self.loaded.raw:
                 self._check_changes(old)
+            self._check_rules()
         else:
             match_files = [n for n in ("events.jsonl", "world.json", "match.json") if (self.dir / n).exists()]
             if match_files:
                 raise SeasonMismatchError(f"{self.dir}: is a match folder ({', '.join(match_files)}), not a season "
                                           "folder; choose a new --output folder")
             write_atomic(copy, self.loaded.raw)
+            from aoe_tui.season.rules_record import write_rules
+
+            write_rules(self.dir, *self._rules_now())
         self.log = SeasonLogWriter(log_path)
         if self.log.torn is not None:
             off, kept = self.log.torn
@@ -797,6 +836,39 @@ class SeasonRunner:
             f"{self.dir}: holds another season (season.toml differs from {self.loaded.path}: {what}){hint}; "
             "choose a new --output folder", fields)
 
+    def _rules_now(self) -> tuple[dict[str, str], dict[str, str]]:
+        """``(digests, paths)`` of what decides the results now
+        (:func:`aoe_tui.season.rules_record.rules_of`)."""
+        from aoe_tui.season.rules_record import rules_of
+
+        return rules_of([(a.manifest.arena.id, a.arena_dir) for a in self.arenas], self.adapter_digests,
+                        self.registered)
+
+    def _check_rules(self) -> None:
+        """On a resume, before anything is written: compare what decides the results now with
+        the folder's ``season-rules.json``. Changed: :class:`RulesChanged` (one line naming each
+        changed file) unless :attr:`accept_changed_rules`, which keeps the change for
+        :meth:`_recover` to record. A folder without the record gets one now (said)."""
+        from aoe_tui.season.rules_record import RULES_FILE, RulesChanged, changes, load_rules, write_rules
+
+        record = load_rules(self.dir)
+        digests, paths = self._rules_now()
+        if record is None:
+            write_rules(self.dir, digests, paths)
+            self.say(f"note: {RULES_FILE} recorded now: this season started without one, so changes to its "
+                     "arenas or adapters before this resume cannot be checked")
+            return
+        changed = changes(record["files"], digests, paths, record["paths"])
+        if not changed:
+            return
+        if not self.accept_changed_rules:
+            raise RulesChanged(f"season resume refused: {'; '.join(changed)} since the season started "
+                               f"({self.dir / RULES_FILE}); pass --accept-changed-rules to go on", changed)
+        self._rules_changed = changed
+        before = {k: record["files"].get(k) for k in sorted(set(record["files"]) | set(digests))
+                  if record["files"].get(k) != digests.get(k)}
+        self._rules_accepted = list(record["accepted"]) + [{"changed": changed, "before": before}]
+
     def _reopen_void(self) -> None:
         """``--retry-void``: open the void heats again (one ``heats_reopened`` line)."""
         heats = [h for h in self.state.finished_heats() if h.result is not None and h.result.void]
@@ -824,7 +896,15 @@ class SeasonRunner:
         ``swept``: what the cluster's nodes tore down (:meth:`ClusterHeats.sweep_nodes`, run
         off the event loop by the caller), logged with this machine's leftovers."""
         detail = f"{len(self.state.open_attempts())} attempt(s) interrupted"
-        self._append(se.SeasonResumed(pid=os.getpid(), detail=detail + (f"; {self._torn_note}" if self._torn_note else "")))
+        self._append(se.SeasonResumed(pid=os.getpid(), detail=detail + (f"; {self._torn_note}" if self._torn_note else ""),
+                                      rules_changed=self._rules_changed))
+        if self._rules_accepted is not None:  # --accept-changed-rules: the record says so, then holds the new digests
+            from aoe_tui.season.rules_record import write_rules
+
+            self._rules_accepted[-1] = {"resume": self.state.resumes, **self._rules_accepted[-1]}
+            write_rules(self.dir, *self._rules_now(), self._rules_accepted)
+            self.say(f"rules changed since the season started, going on (--accept-changed-rules): "
+                     + "; ".join(self._rules_changed))
         cleaned = cleanup_stale_territories(self.dir)
         cleaned += list(swept or [])  # on the cluster's nodes: the killed runner's heats (Ray ended its actors)
         if cleaned:
@@ -903,6 +983,23 @@ class SeasonRunner:
         again = "to write them" if self.state.finished is not None else "to resume"
         return DiskFullStop(f"season stopped, disk full: {at}{stop.detail}; free space and run the same "
                             f"command again {again} (folder {self.dir})")
+
+    async def _wait_on(self, heats: list[HeatState]) -> SeasonWaiting:
+        """The season waits on the void ``heats`` (see :class:`SeasonWaiting`): logs
+        ``season_stopped`` (reason ``void_heat``, the first heat's round and heat, the line as
+        ``detail``), writes the standings (which name the wait) and returns the error to raise."""
+        from aoe_tui.season.season_standings import waiting_label
+
+        names = ", ".join(f"{waiting_label(h)}: {', '.join(h.entrants)}" for h in heats)
+        detail = (f"{names}; a {self.format.kind} eliminates and advances nobody by a heat that did not race, "
+                  f"so nothing after it is drawn")
+        self._append(se.SeasonStopped(reason="void_heat", pid=os.getpid(), detail=detail,
+                                      round=heats[0].round, heat=heats[0].heat))
+        self.say(f"season {detail}; aoe run {self.loaded.path} --retry-void re-runs it")
+        await self._exports_done()
+        self._export()
+        return SeasonWaiting(f"season {detail}; aoe run {self.loaded.path} --retry-void re-runs it "
+                             f"(folder {self.dir})", [h.key for h in heats])
 
     def _name(self, r: int, h: int, a: int) -> tuple[str, str]:
         """The bundle's ``match.name`` and ``match.slug`` of an attempt (a cup across arenas
@@ -1259,6 +1356,9 @@ class SeasonRunner:
             if self.state.pending_heats():
                 await self._run_round_heats()
                 continue
+            waiting = self.format.waiting_on(season_results(self.state))
+            if waiting:  # no round outcome, draw or champion from a heat that did not race
+                raise await self._wait_on([self.state.rounds[w.round].heats[w.heat] for w in waiting])
             for rnd in self.state.rounds.values():
                 if rnd.finished is None:
                     self._close_round(rnd)

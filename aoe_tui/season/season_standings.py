@@ -29,6 +29,10 @@ charged with it):
   a cup across arenas, whose arenas share milestone ids (``host-reboot``, …) that are not
   the same milestone — each arena's breakdown has its own;
 * knockout: ``round_reached`` (last round raced) and ``champion``;
+* ``waiting``: ``"waiting on heat r1h2 (void)"`` for an entrant seated in a void heat the
+  season waits on (:func:`waiting_heats`: a knockout decides nobody's elimination or
+  advancement from a heat that did not race; ``aoe run --retry-void`` re-runs it), else
+  null;
 * ``arenas``: arena id → :class:`ArenaBreakdown`, one per season arena in season order
   (also arenas the entrant never raced: ``heats == 0``), the §7.2 per-arena summary:
   ``heats`` (§7.2 ``appearances``), ``wins``, ``durable`` (``durable_deployments``),
@@ -62,11 +66,30 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aoe_tui.domain.season_events import EntrantHeatStats
-from aoe_tui.replay.season_reducer import SeasonState
-from aoe_tui.season.formats import format_class
+from aoe_tui.replay.season_reducer import HeatState, SeasonState
+from aoe_tui.season.formats import HeatResult, format_class
 from aoe_tui.season.ratings import rate_heats
 
-__all__ = ["ArenaBreakdown", "SeasonStanding", "season_standings", "upper_median"]
+__all__ = ["ArenaBreakdown", "SeasonStanding", "season_standings", "upper_median", "waiting_heats", "waiting_label"]
+
+
+def waiting_heats(state: SeasonState) -> list[HeatState]:
+    """The void heats an unfinished season waits on, in (round, heat) order: those its format
+    would decide an elimination, an advancement, the next draw or the champions from
+    (:meth:`aoe_tui.season.formats.Format.waiting_on`; a knockout's void heats of its last
+    finished round). ``[]`` for a finished season or a format that waits on nothing (league)."""
+    if state.info is None or state.finished is not None:
+        return []
+    fmt = format_class(state.info.format.get("kind"))
+    results = [HeatResult(h.round, h.heat, h.seats, dict(h.result.ranks), h.result.void)
+               for h in state.finished_heats() if h.result is not None]
+    keys = {(r.round, r.heat) for r in fmt.waiting_on(results)}
+    return [h for h in state.heats() if h.key in keys]
+
+
+def waiting_label(heat: HeatState) -> str:
+    """``waiting on heat r1h2 (void)``: how views and exports name a heat the season waits on."""
+    return f"waiting on heat r{heat.round}h{heat.heat} (void)"
 
 
 def upper_median(values: list[int]) -> int | None:
@@ -136,6 +159,9 @@ class SeasonStanding:
     infra_failures: int = 0
     #: the entrant's cost limit over the season (µUSD, ``[budget] season_max_cost_microusd``), or None
     cost_limit_microusd: int | None = None
+    #: ``waiting on heat rRhH (void)`` while the season waits on a void heat of this entrant
+    #: (:func:`waiting_heats`), else None
+    waiting: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (``arenas`` as nested dicts; ``cost_limit_microusd`` only when set)."""
@@ -271,6 +297,7 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
     ratings = rate_heats(entrants, rated)
     fmt = format_class(info.format.get("kind"))
     champions = set(state.finished.champions) if state.finished and fmt.crowns_champions else set()
+    waiting = {e: waiting_label(h) for h in waiting_heats(state) for e in h.entrants}
     rows = []
     for e in entrants:
         t = total[e]
@@ -290,6 +317,7 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
             arenas={a: tally.breakdown(a) for a, tally in by_arena[e].items()},
             infra_failures=spoiled[e],
             cost_limit_microusd=info.cost_limit_microusd,
+            waiting=waiting.get(e),
             **t.figures(),
         ))
     def key(r: SeasonStanding) -> tuple:

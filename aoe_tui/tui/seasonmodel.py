@@ -18,6 +18,12 @@ Attempt states shown in the bracket (derived, never stored):
                 resume renames its folder ``*.interrupted-K`` and re-runs it
 ==============  ===================================================================
 
+A season waiting on a void heat (a knockout decides nothing from it:
+:func:`aoe_tui.season.season_standings.waiting_heats`) shows that heat's winner as
+``waiting``, its entrants' standings rows ``(waiting)`` and, once the runner logged it
+(``season_stopped`` reason ``void_heat``), ``WAITING on heat r1h2 (void)`` and ``aoe run
+--retry-void re-runs it`` in the status line.
+
 A stopped season (``SeasonState.stopped``: a ``season_stopped`` not yet followed by a
 ``season_resumed``) runs nothing: its clock stands still at the stop, the status line says
 ``STOPPED`` and how to resume, and the attempts the stop cut off show ``interrupted``, not
@@ -38,7 +44,7 @@ from dataclasses import dataclass
 
 from aoe_tui.domain import season_events as se
 from aoe_tui.replay.season_reducer import AttemptState, HeatState, SeasonState, apply_season_record
-from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
+from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings, waiting_heats
 from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens, short_line, summarize_season_event
 from aoe_tui.tui.viewmodel import HeatModel
 
@@ -86,10 +92,14 @@ def attempt_state(att: AttemptState, heats: Mapping[str, HeatModel]) -> str:
     return "racing"
 
 
-def stopped_label(reason: str) -> str:
+def stopped_label(reason: str, stop: se.SeasonStopped | None = None) -> str:
     """How the status line names a stop by its ``season_stopped.reason``: ``STOPPED by
     SIGINT`` (a signal), ``STOPPED from the TUI`` (``quit``: its stop choice), ``STOPPED:
-    disk full``, else ``STOPPED (reason)``."""
+    disk full``, ``WAITING on heat r1h2 (void)`` (``void_heat``, the heat from ``stop``),
+    else ``STOPPED (reason)``."""
+    if reason == "void_heat":
+        at = f" on heat r{stop.round}h{stop.heat}" if stop is not None and stop.round is not None else ""
+        return f"WAITING{at} (void)"
     if reason.startswith("SIG"):
         return f"STOPPED by {reason}"
     return {"quit": "STOPPED from the TUI", "disk_full": "STOPPED: disk full"}.get(reason, f"STOPPED ({reason})")
@@ -134,6 +144,7 @@ class SeasonModel:
         self.session_ms: int | None = None
         self.log: deque[str] = deque(maxlen=LOG_LIMIT)
         self._standings: tuple[int, list[SeasonStanding]] | None = None
+        self._waiting: tuple[int, set[tuple[int, int]]] | None = None
 
     def apply(self, record: se.SeasonRecord) -> None:
         """Apply one record (sequence order); raises ``SeasonStateError`` on an inconsistent log."""
@@ -233,6 +244,7 @@ class SeasonModel:
         short_names = {"provisioning": "prov", "racing": "racing", "finishing": "fin"}
         stop = st.stopped
         disk = stop is not None and stop.reason == "disk_full"
+        void = stop is not None and stop.reason == "void_heat"
 
         def build(level: int) -> str:
             compact = level >= 1
@@ -240,7 +252,7 @@ class SeasonModel:
             if champ:
                 parts.append(champ if not compact else "FINISHED · ★ " + champ.split("champion ", 1)[1])
             if stop is not None:
-                parts.append(stopped_label(stop.reason))
+                parts.append(stopped_label(stop.reason, stop))
             if cur is not None and level < (2 if stop is not None else 3):
                 final = (" final" if compact else " (final)") if cur.final else ""
                 parts.append(f"r{cur.round}{final}" if compact else f"round {cur.round}{final}")
@@ -249,6 +261,8 @@ class SeasonModel:
                 parts.append(", ".join(f"{n} {short_names[x] if compact else x}" for x, n in counts))
             if stop is not None and level < 3:
                 hint = "the same aoe run resumes it" if not compact else "same aoe run resumes"
+                if void:
+                    hint = "aoe run --retry-void re-runs it" if not compact else "--retry-void re-runs it"
                 parts.append(f"free space, then {hint}" if disk and not compact else hint)
             return " · ".join(parts)
 
@@ -296,6 +310,8 @@ class SeasonModel:
         if h.result is not None:
             state = "void" if h.result.void else "finished"
             winner = "—" if h.result.void else (h.result.winner or "tie")
+            if h.result.void and h.key in self.waiting():  # nobody goes on or out from it yet
+                winner = "waiting"
             counted = h.counted
             time = fmt_clock(counted.finished.elapsed_ms) if counted and counted.finished else ""
             folder = counted.folder if counted else (h.attempts[-1].folder if h.attempts else None)
@@ -339,6 +355,13 @@ class SeasonModel:
                 rows.append(BracketRow(f"r{h.round}h{h.heat}a{a.attempt}#{i}", "attempt", f"    attempt {a.attempt}", s,
                                        detail, w, t, _attempt_folder(a), a.live))
         return rows
+
+    def waiting(self) -> set[tuple[int, int]]:
+        """``(round, heat)`` of the void heats the season waits on
+        (:func:`aoe_tui.season.season_standings.waiting_heats`), cached per version."""
+        if self._waiting is None or self._waiting[0] != self.version:
+            self._waiting = (self.version, {h.key for h in waiting_heats(self.state)})
+        return self._waiting[1]
 
     def standings(self) -> list[SeasonStanding]:
         """Season standings (:func:`aoe_tui.season.season_standings.season_standings`), cached per version."""
@@ -385,11 +408,12 @@ def standings_cells(r: SeasonStanding) -> tuple[str, ...]:
     """Display cells of one standings row, in :data:`STANDINGS_COLUMNS` order (n/a = unknown):
     tokens in/out and cache read/write (tokens), cost (from µUSD; "spent / limit" when the season
     has a cost limit per entrant), who computed it
-    (:data:`COST_BY`), heats and infrastructure-spoiled attempts."""
+    (:data:`COST_BY`), heats and infrastructure-spoiled attempts; an entrant of a void heat the
+    season waits on is marked ``(waiting)``."""
     tokens = "n/a" if r.input_tokens is None else f"{fmt_tokens(r.input_tokens)}/{fmt_tokens(r.output_tokens)}"
     cache = ("n/a" if r.cache_read_tokens is None or r.cache_write_tokens is None
              else f"{fmt_tokens(r.cache_read_tokens)}/{fmt_tokens(r.cache_write_tokens)}")
-    return (str(r.rank), r.entrant + (" ★" if r.champion else ""), str(r.points), str(r.wins), str(r.durable),
+    return (str(r.rank), r.entrant + (" ★" if r.champion else "") + (" (waiting)" if r.waiting else ""), str(r.points), str(r.wins), str(r.durable),
             f"{r.mu:.1f}±{r.sigma:.1f}", fmt_clock(r.median_durable_ms) if r.median_durable_ms is not None else "—",
             tokens, cache,
             fmt_cost(r.cost_microusd) + (f" / {fmt_cost(r.cost_limit_microusd)}" if r.cost_limit_microusd else ""),
