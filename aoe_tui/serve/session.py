@@ -357,6 +357,8 @@ class SpectatorSession(asyncssh.SSHServerSession):
         self.size = (80, 24)
         self.pty = False
         self.command: tuple[str, dict[str, str]] | None = ("watch", {})
+        #: a PTY was asked for and refused (the key's ``no-pty`` / ``restrict``)
+        self.pty_refused = False
         #: the shared view this session shows (:mod:`aoe_tui.serve.views`)
         self.view: Any = None
         self.synced = False
@@ -377,17 +379,38 @@ class SpectatorSession(asyncssh.SSHServerSession):
         self.chan = chan
 
     def pty_requested(self, term_type: str, term_size: tuple[int, int, int, int], term_modes: Any) -> bool:
+        grant = self.conn.grant
+        if grant is not None and not grant.pty:  # no-pty / restrict: the client is told, as by sshd
+            self.pty_refused = True
+            log.warning("pty refused addr=%s key=%s (no-pty or restrict on authorized_keys line %d)",
+                        self.conn.addr, self.conn.key_fp, grant.line)
+            return False
         self.pty = True
         self.term = term_type if _TERM_OK.match(term_type or "") else DEFAULT_TERM
         if term_size and term_size[0] and term_size[1]:
             self.size = (int(term_size[0]), int(term_size[1]))
         return True
 
+    def _forced(self, asked: str | None) -> str | None:
+        """The command to run: the key's ``command="…"`` whatever the client asked (as sshd:
+        logged with what was asked), else ``asked`` (None: a shell)."""
+        grant = self.conn.grant
+        if grant is None or grant.command is None:
+            return asked
+        log.info("forced command addr=%s key=%s command=%r (asked %r)", self.conn.addr, self.conn.key_fp,
+                 grant.command[:80], None if asked is None else asked[:80])
+        return grant.command
+
     def shell_requested(self) -> bool:
+        forced = self._forced(None)
+        if forced is not None:
+            return self.exec_requested(forced, forced=True)
         self.command = ("watch", {})
         return True
 
-    def exec_requested(self, command: str) -> bool:
+    def exec_requested(self, command: str, forced: bool = False) -> bool:
+        if not forced:
+            command = self._forced(command)
         parsed = parse_command(command)
         if parsed is None:  # never run: answered with one line and exit status 1
             log.warning("exec refused addr=%s key=%s command=%r", self.conn.addr, self.conn.key_fp, command[:80])
@@ -423,6 +446,9 @@ class SpectatorSession(asyncssh.SSHServerSession):
             elif name == "refused":
                 self._finish_text(f"aoe serve: {opts['command']!r} is not a command here; it offers:\n{HELP_TEXT}", 1)
             elif name == "standings" or not self.pty:
+                if name == "watch" and self.pty_refused and self.chan is not None:
+                    self.chan.write_stderr(b"aoe serve: this key may not have a terminal (no-pty in authorized_keys),"
+                                           b" so the live view cannot be served; the standings follow\n")
                 fmt = opts.get("format", "md")
                 try:
                     text = await asyncio.get_running_loop().run_in_executor(None, self.server.standings_text, fmt)
