@@ -350,9 +350,10 @@ class SpectatorServer:
 
     def zygote_env(self) -> dict[str, str]:
         """The zygote's environment: what every spectator shares (a minimal one, no secret
-        of the server's; per-session ``TERM``/``HOME`` come with each request)."""
+        of the server's, no colour variable: per-session ``TERM``/``HOME`` and the client's
+        ``COLORTERM``/``NO_COLOR`` come with each request)."""
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-               "COLORTERM": "truecolor", "PYTHONDONTWRITEBYTECODE": "1", **self.child_env()}
+               "PYTHONDONTWRITEBYTECODE": "1", **self.child_env()}
         if "PYTHONPATH" in os.environ:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         return env

@@ -56,7 +56,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.serve.server import SpectatorServer, _ConnInfo
     from aoe_tui.serve.zygote import ForkedProcess, Zygote
 
-__all__ = ["PtyChild", "SpectatorSession", "parse_command", "OutputFilter", "is_passive_input"]
+__all__ = ["PtyChild", "SpectatorSession", "parse_command", "OutputFilter", "is_passive_input", "terminal_key",
+           "terminal_env", "COLOR_ENV"]
 
 log = logging.getLogger("aoe_tui.serve")
 
@@ -68,6 +69,37 @@ _READY_MARKERS = (b"\x1b[?1049h", b"\x1b[?25l")
 #: output sequences removed on the way to the client (``docs/serving.md``, terminal sequences)
 _STRIP = (b"\x1b[?1004h", b"\x1b[>1u")
 _STANDINGS_FORMATS = ("md", "csv", "json", "html")
+#: the SSH client's environment variables (``SendEnv``/``SetEnv``) that reach its view: what
+#: it says of its terminal's colours (``docs/serving.md``, colour depth); nothing else is taken
+COLOR_ENV = ("COLORTERM", "NO_COLOR")
+_ENV_OK = re.compile(r"^[A-Za-z0-9._+-]{1,32}$")
+
+
+def terminal_key(term: str, env: dict) -> str:
+    """A session's terminal as its views are keyed: ``TERM``, then each :data:`COLOR_ENV`
+    variable the client sent (``"xterm-256color COLORTERM=truecolor NO_COLOR=1"``; just
+    ``TERM`` when it sent neither). ``env``: the SSH session's environment (str or bytes);
+    ``NO_COLOR`` counts when not empty (no-color.org), a ``COLORTERM`` that is not a plain
+    word is ignored."""
+    parts = [term]
+    for name in COLOR_ENV:
+        value = env.get(name, env.get(name.encode(), ""))
+        if isinstance(value, bytes):
+            value = value.decode("ascii", "replace")
+        if not value:
+            continue
+        if name == "NO_COLOR":
+            value = "1"
+        elif not _ENV_OK.match(value):
+            continue
+        parts.append(f"{name}={value}")
+    return " ".join(parts)
+
+
+def terminal_env(key: str) -> tuple[str, dict[str, str]]:
+    """``(TERM, {COLORTERM/NO_COLOR: value})`` of a :func:`terminal_key`."""
+    term, *rest = key.split(" ")
+    return term, dict(part.split("=", 1) for part in rest)
 
 
 def parse_command(command: str | None) -> tuple[str, dict[str, str]] | None:
@@ -225,7 +257,6 @@ class PtyChild:
                 "LANG": "C.UTF-8",
                 "LC_ALL": "C.UTF-8",
                 "TERM": self.term,
-                "COLORTERM": "truecolor",
                 "TEXTUAL_SCREENSHOT_LOCATION": self.scratch,
                 "PYTHONDONTWRITEBYTECODE": "1",
             }
@@ -354,6 +385,8 @@ class SpectatorSession(asyncssh.SSHServerSession):
         self.conn = conn
         self.chan: asyncssh.SSHServerChannel | None = None
         self.term = DEFAULT_TERM
+        #: the terminal its views are keyed by (:func:`terminal_key`: TERM and colour variables)
+        self.terminal = DEFAULT_TERM
         self.size = (80, 24)
         self.pty = False
         self.command: tuple[str, dict[str, str]] | None = ("watch", {})
@@ -434,6 +467,13 @@ class SpectatorSession(asyncssh.SSHServerSession):
     # ------------------------------------------------------------ running
     def session_started(self) -> None:
         self.started = time.monotonic()
+        env: dict = {}
+        if self.chan is not None:
+            try:
+                env = dict(self.chan.get_environment())
+            except (AttributeError, TypeError):
+                env = {}
+        self.terminal = terminal_key(self.term, env)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:

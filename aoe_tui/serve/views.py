@@ -4,8 +4,9 @@ Twenty spectators of one season, each with its own TUI process, each tail, reduc
 redraw the same events: on the one spectator CPU an event reached the last screen 0.7–1.2 s
 after it was written (issue 16). Yet spectators who have pressed the same keys on a terminal
 of the same type and size are looking at the same screen. So the server keeps one
-:class:`SharedView` per **view key** = ``(TERM, columns, rows, the input bytes the view's
-process has been given)``; a new session joins the view of its terminal with no input yet,
+:class:`SharedView` per **view key** = ``(terminal, columns, rows, the input bytes the view's
+process has been given)``, the terminal being ``TERM`` and the colour variables its client
+sent (:func:`~aoe_tui.serve.session.terminal_key`: a view draws in its terminal's colour depth); a new session joins the view of its terminal with no input yet,
 or starts it. The view's process draws once and its output is copied to every member (each
 member's own back-pressure: a slow client misses output and is repainted once it catches up;
 nobody waits for it).
@@ -61,7 +62,7 @@ import re
 import signal
 from typing import TYPE_CHECKING, Any
 
-from aoe_tui.serve.session import OutputFilter, PtyChild, is_passive_input
+from aoe_tui.serve.session import OutputFilter, PtyChild, is_passive_input, terminal_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from aoe_tui.serve.server import SpectatorServer
@@ -349,13 +350,13 @@ class ViewPool:
 
     async def join(self, session: Any, cols: int, rows: int, history: bytes = b"", *,
                    newcomer: bool = False) -> SharedView:
-        """Put ``session`` on the view keyed ``(session.term, cols, rows, history)``, starting
+        """Put ``session`` on the view keyed ``(session.terminal, cols, rows, history)``, starting
         it if needed (raises ``OSError`` when its process cannot be started). ``newcomer``: a
         session arriving (not one moving between views): the spares follow its terminal
         (:attr:`spare_shape`, :meth:`_follow_newcomer`)."""
-        key = (session.term, cols, rows, history)
+        key = (session.terminal, cols, rows, history)
         if newcomer:
-            self.spare_shape = (session.term, cols, rows)
+            self.spare_shape = (session.terminal, cols, rows)
         view = self.views.get(key)
         if view is None or view.ended:
             view = self._take_spare(key) or await self._start(key, history)
@@ -380,9 +381,11 @@ class ViewPool:
             view.request_repaint()
 
     async def _start(self, key: tuple, replay: bytes, register: bool = True) -> SharedView:
-        term, cols, rows, _ = key
+        terminal, cols, rows, _ = key
+        term, color_env = terminal_env(terminal)
         srv = self.server
-        child = PtyChild(list(srv.spectator_argv()), cols=cols, rows=rows, term=term, env=srv.child_env(),
+        child = PtyChild(list(srv.spectator_argv()), cols=cols, rows=rows, term=term,
+                         env={**srv.child_env(), **color_env},
                          placement=srv.config.placement, zygote=await srv.warm_zygote())
         view = SharedView(self, key, child, replay)
         existing = self.views.get(key) if register else None
@@ -404,7 +407,7 @@ class ViewPool:
             raise
         view.started.set()
         view.start_reading()
-        log.info("view start pid=%s (%s) term=%s size=%dx%d input=%dB views=%d", child.pid, child.started_by, term,
+        log.info("view start pid=%s (%s) term=%s size=%dx%d input=%dB views=%d", child.pid, child.started_by, terminal,
                  cols, rows, len(replay), len(self.all))
         return view
 
