@@ -45,7 +45,7 @@ import termios
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncssh
 
@@ -53,10 +53,11 @@ from aoe_tui.fsio import sweep_pid_folders
 from aoe_tui.serve.placement import Placement
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aoe_tui.serve.server import SpectatorServer, _ConnInfo
+    from aoe_tui.serve.keys import KeyGrant
     from aoe_tui.serve.zygote import ForkedProcess, Zygote
 
-__all__ = ["PtyChild", "SpectatorSession", "parse_command", "OutputFilter", "is_passive_input", "terminal_key",
+__all__ = ["PtyChild", "SpectatorSession", "SessionHost", "ConnFacts", "parse_command", "OutputFilter",
+           "is_passive_input", "terminal_key",
            "terminal_env", "COLOR_ENV"]
 
 log = logging.getLogger("aoe_tui.serve")
@@ -377,10 +378,38 @@ TERMINAL_RESET = (b"\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1015l\x1b[
                   b"\x1b[?1049l\x1b[?25h\x1b[0m")
 
 
+class ConnFacts(Protocol):
+    """What a session reads of its SSH connection (the server's record of it): the client's
+    address, its key's fingerprint (``SHA256:…``) and what its authorized_keys line grants
+    (None before authentication)."""
+
+    addr: str
+    key_fp: str
+    grant: KeyGrant | None
+
+
+class SessionHost(Protocol):
+    """What a session uses of the server that made it. ``SpectatorServer`` is one; this
+    module never imports the server (imports run one way: server → views → session)."""
+
+    config: Any
+    #: the spectator seats (:class:`~aoe_tui.serve.seats.SeatPool`) and shared views
+    #: (:class:`~aoe_tui.serve.views.ViewPool`)
+    seats: Any
+    views: Any
+
+    @property
+    def session_count(self) -> int: ...
+
+    def season_started(self) -> bool: ...
+
+    def standings_text(self, fmt: str) -> str: ...
+
+
 class SpectatorSession(asyncssh.SSHServerSession):
     """The asyncssh session object for one channel (see the module docstring)."""
 
-    def __init__(self, server: SpectatorServer, conn: _ConnInfo) -> None:
+    def __init__(self, server: SessionHost, conn: ConnFacts) -> None:
         self.server = server
         self.conn = conn
         self.chan: asyncssh.SSHServerChannel | None = None

@@ -60,14 +60,14 @@ import logging
 import os
 import re
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aoe_tui.serve.session import OutputFilter, PtyChild, is_passive_input, terminal_env
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aoe_tui.serve.server import SpectatorServer
+    from aoe_tui.serve.zygote import Zygote
 
-__all__ = ["PRIVATE_AFTER", "SharedView", "ViewPool", "is_passive_input"]
+__all__ = ["PRIVATE_AFTER", "SharedView", "ViewHost", "ViewPool", "is_passive_input"]
 
 log = logging.getLogger("aoe_tui.serve")
 
@@ -250,11 +250,27 @@ class SharedView:
         return len(self.members) > 1
 
 
+class ViewHost(Protocol):
+    """What the view pool uses of the server that owns it. ``SpectatorServer`` is one; this
+    module never imports the server (imports run one way: server → views → session)."""
+
+    config: Any
+
+    @property
+    def pauses_spare(self) -> bool: ...
+
+    def spectator_argv(self) -> list[str]: ...
+
+    def child_env(self) -> dict[str, str]: ...
+
+    async def warm_zygote(self) -> Zygote | None: ...
+
+
 class ViewPool:
     """The server's views by key (see the module docstring). Not thread-safe: the server's
     event loop only."""
 
-    def __init__(self, server: SpectatorServer) -> None:
+    def __init__(self, server: ViewHost) -> None:
         self.server = server
         self.views: dict[tuple, SharedView] = {}
         self.all: list[SharedView] = []
