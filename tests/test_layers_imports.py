@@ -57,12 +57,13 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _runtime_imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """The ``aoe_tui`` modules ``tree`` imports at run time (``if TYPE_CHECKING:`` skipped)."""
+def _runtime_imports(tree: ast.AST, module: str, is_package: bool, type_only: bool = False) -> set[str]:
+    """The ``aoe_tui`` modules ``tree`` imports at run time (``if TYPE_CHECKING:`` skipped),
+    and with ``type_only`` also those it imports only for type hints."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_only:
             for child in node.orelse:
                 visit(child)
             return
@@ -85,12 +86,12 @@ def _runtime_imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     return {name for name in found if name == "aoe_tui" or name.startswith("aoe_tui.")}
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(type_only: bool = False) -> dict[str, set[str]]:
     files = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        imported = _runtime_imports(tree, name, path.name == "__init__.py")
+        imported = _runtime_imports(tree, name, path.name == "__init__.py", type_only)
         # ``from aoe_tui.x import y`` names module ``aoe_tui.x.y`` only if that is a module.
         graph[name] = {m for m in imported if m in files and m != name}
     return graph
@@ -121,7 +122,18 @@ def test_layers_import_only_lower_layers() -> None:
 
 
 def test_no_import_cycles() -> None:
-    graph = _graph()
+    _assert_acyclic(_graph())
+
+
+def test_no_import_cycles_even_through_type_hints() -> None:
+    """Imports under ``if TYPE_CHECKING:`` run one way too (issue 30): a module built by
+    another (a session by the server, a screen by the app) names what it needs of its maker
+    with a ``Protocol`` of its own (``SessionHost``, ``ViewHost``, ``ViewApp``) rather than
+    importing it back."""
+    _assert_acyclic(_graph(type_only=True))
+
+
+def _assert_acyclic(graph: dict[str, set[str]]) -> None:
     # Package __init__ modules import their children; an edge child -> parent package is
     # implicit in Python and not a cycle we care about unless the parent imports back.
     index: dict[str, int] = {}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from aoe_tui.tui.host import SeasonHost
 
 
@@ -43,3 +45,68 @@ def test_stop_lets_every_engine_task_clean_up_before_the_loop_closes():
     assert host.cancelled and host.error is None
     assert cleaned == ["boot wait"]
     assert host.runner.stray.cancelled()
+
+
+class _Endless:
+    """A season run that goes on until cancelled (or, so a failing test still ends, until
+    ``release`` is set: at most 30 s)."""
+
+    stop_reason = None
+    release = False
+
+    def __init__(self, *_args, **_kwargs):
+        self.started = False
+
+    async def run(self):
+        self.started = True
+        for _ in range(3000):
+            if _Endless.release:
+                return None
+            await asyncio.sleep(0.01)
+        return None
+
+
+def test_a_stop_before_the_run_task_exists_still_stops_the_engine():
+    """A signal in the first milliseconds of ``aoe run``'s TUI can call ``stop`` before the
+    engine thread has created its run task: that stop was dropped and the season ran on
+    unattended. It is kept and the task is cancelled as soon as it exists."""
+    host = SeasonHost(lambda say: _Endless(), priority="normal")
+    try:
+        host.stop("SIGINT")
+        host.start()
+        assert host.join(10), "the engine thread ran on after a stop"
+        assert host.cancelled and host.error is None
+        assert host.runner.stop_reason == "SIGINT"
+    finally:
+        _Endless.release = True
+        host.join(40)
+        _Endless.release = False
+
+
+def test_ctrl_c_before_the_view_is_up_stops_the_engine(monkeypatch, tmp_path):
+    """``aoe run`` (TUI): a Ctrl+C while the view is being built (before its own signal
+    handlers are in place) raised KeyboardInterrupt past the code that stops the engine,
+    and the non-daemon engine thread kept the process running the season with no view."""
+    import threading
+
+    from aoe_tui.commands import season as season_cmd
+    from aoe_tui.season import runner as runner_mod
+    from aoe_tui.tui.app import AoeApp
+
+    monkeypatch.setattr(runner_mod, "SeasonRunner", _Endless)
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(AoeApp, "season_view", classmethod(interrupted))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            season_cmd._run_tui(None, tmp_path, False, {}, "normal")
+        engines = [t for t in threading.enumerate() if t.name == "aoe-season-engine" and t.is_alive()]
+        assert not engines, "the engine thread was left running"
+    finally:
+        _Endless.release = True
+        for t in threading.enumerate():
+            if t.name == "aoe-season-engine":
+                t.join(40)
+        _Endless.release = False

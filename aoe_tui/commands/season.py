@@ -251,16 +251,18 @@ def _run_tui(loaded, out: Path, light: bool, runner_kwargs: dict, priority: str)
     observer = FeedObserver(feed)
     host = SeasonHost(lambda say: SeasonRunner(loaded, out, say=say, observer=observer, **runner_kwargs),
                       priority=priority)
-    host.start()
-    app = AoeApp.season_view(feed, out, host=host, read_only=False, theme=LIGHT_THEME if light else DARK_THEME)
     try:
+        # from here on nothing may leave the engine thread running: a Ctrl+C before the
+        # view's own handlers are in place (or after they are put back) stops it too
+        host.start()
+        app = AoeApp.season_view(feed, out, host=host, read_only=False, theme=LIGHT_THEME if light else DARK_THEME)
         # SIGINT/SIGTERM: the app exits as after "stop"; SIGHUP: as after "detach"
         result, sig = run_in_terminal(app, on_stop="stop", on_hangup="detach")
-    except BaseException:
-        host.stop("error")
+        return finish_tui_run(host, result, out, signal_name=sig)
+    except BaseException as err:
+        host.stop("SIGINT" if isinstance(err, KeyboardInterrupt) else "error")
         host.join()
         raise
-    return finish_tui_run(host, result, out, signal_name=sig)
 
 
 def finish_tui_run(host, result: str | None, out: Path, signal_name: str | None = None) -> int:

@@ -3,8 +3,11 @@
 * :func:`ensure_host_key` loads the server's private host key, generating an
   Ed25519 key (OpenSSH format, mode 0600, written atomically) on first start.
 * :func:`load_authorized_keys` reads an OpenSSH ``authorized_keys`` file
-  (``sshd(8)`` AUTHORIZED_KEYS FILE FORMAT, options such as ``from=`` honoured by
-  asyncssh).
+  (``sshd(8)`` AUTHORIZED_KEYS FILE FORMAT) to check it at start;
+* :func:`grant_for` finds the line a client key logs in by and what its options allow
+  (:class:`KeyGrant`): OpenSSH's meaning for every option this server can honour, a
+  refusal (with the reason, for the log) for an expired line, an unknown option or one
+  it cannot check. Table: ``docs/serving.md``, "authorized_keys options".
 
 Errors are :class:`ServeError` (an :class:`~aoe_tui.errors.AoeError`) naming the file.
 No key material is ever logged: only SHA256 fingerprints.
@@ -12,7 +15,12 @@ No key material is ever logged: only SHA256 fingerprints.
 
 from __future__ import annotations
 
+import calendar
+import os
+import re
 import stat
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncssh
@@ -20,7 +28,8 @@ import asyncssh
 from aoe_tui.errors import AoeError
 from aoe_tui.fsio import write_atomic
 
-__all__ = ["ServeError", "ensure_host_key", "load_authorized_keys", "fingerprint"]
+__all__ = ["ServeError", "KeyGrant", "AuthorizedKeysFile", "ensure_host_key", "load_authorized_keys", "fingerprint",
+           "grant_for"]
 
 
 class ServeError(AoeError):
@@ -86,3 +95,149 @@ def load_authorized_keys(path: Path) -> asyncssh.SSHAuthorizedKeys:
         return asyncssh.import_authorized_keys(text)
     except (ValueError, asyncssh.KeyImportError) as err:
         raise ServeError(f"{path}: invalid authorized_keys: {err}") from None
+
+
+#: options a spectator server honours as sshd(8) means them (names as OpenSSH spells them;
+#: asyncssh's parser keeps the case, and enforces ``from=`` only when spelled so). The
+#: forwarding, agent, X11, tunnel and rc options change nothing here: this server never
+#: forwards, never runs a shell nor an rc file, whatever the key says.
+_FLAGS = {"restrict", "pty", "no-pty", "agent-forwarding", "no-agent-forwarding", "port-forwarding",
+          "no-port-forwarding", "X11-forwarding", "no-X11-forwarding", "user-rc", "no-user-rc",
+          "no-touch-required", "cert-authority"}
+_VALUED = {"command", "environment", "expiry-time", "from", "permitopen", "permitlisten", "principals", "tunnel"}
+#: known to OpenSSH but not checkable here: the line is refused rather than half honoured
+_UNCHECKABLE = {"verify-required": "verify-required (FIDO user verification) cannot be checked by this server"}
+_EXPIRY = re.compile(r"^(\d{8})(\d{4})?(\d{2})?(Z)?$")
+
+
+@dataclass(frozen=True)
+class KeyGrant:
+    """What an ``authorized_keys`` line lets its key do on a spectator server.
+
+    ``line``: its 1-based line number (not compared: two grants are equal when they allow the
+    same, wherever their line moved to); ``pty``: a terminal may be allocated (false under
+    ``no-pty`` or ``restrict`` without a later ``pty``); ``command``: the forced command
+    (``command="…"``), run whatever the client asked, or None; ``expires``: the
+    ``expiry-time`` as a Unix time in s, or None.
+    """
+
+    line: int = field(compare=False)
+    pty: bool = True
+    command: str | None = None
+    expires: float | None = None
+
+
+def parse_expiry(value: str) -> float:
+    """An ``expiry-time`` value (``YYYYMMDD[HHMM[SS]]``, local time, or UTC with a trailing
+    ``Z``, as sshd(8) reads it) as a Unix time in s. Raises ``ValueError`` on another shape."""
+    m = _EXPIRY.match(value.strip())
+    if not m:
+        raise ValueError(f"bad expiry-time {value!r} (want YYYYMMDD[HHMM[SS]][Z])")
+    digits = m.group(1) + (m.group(2) or "0000") + (m.group(3) or "00")
+    try:
+        tm = time.strptime(digits, "%Y%m%d%H%M%S")
+    except ValueError:
+        raise ValueError(f"bad expiry-time {value!r} (not a date)") from None
+    if m.group(4):
+        return float(calendar.timegm(tm))
+    return time.mktime(tm)
+
+
+def _grant(options: dict, line: int, now: float) -> KeyGrant | str:
+    """The grant of a line whose key and ``from=`` matched, or why it is refused (one line)."""
+    pty = True
+    command = None
+    expires = None
+    for name, value in options.items():  # asyncssh keeps the file's order (dict insertion)
+        if name in _UNCHECKABLE:
+            return f"line {line}: {_UNCHECKABLE[name]}"
+        if name in _FLAGS:
+            if value is not True:
+                return f"line {line}: option {name!r} takes no value"
+            if name in ("restrict", "no-pty"):
+                pty = False
+            elif name == "pty":
+                pty = True
+            continue
+        if name not in _VALUED:
+            return f"line {line}: unknown option {name!r}"
+        if value is True:
+            return f"line {line}: option {name!r} needs a value"
+        if name == "command":
+            command = str(value)
+        elif name == "expiry-time":
+            try:
+                expires = min(parse_expiry(v) for v in value)
+            except ValueError as err:
+                return f"line {line}: {err}"
+            if expires <= now:
+                when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
+                return f"line {line}: expired at {when}"
+    return KeyGrant(line=line, pty=pty, command=command, expires=expires)
+
+
+class AuthorizedKeysFile:
+    """An ``authorized_keys`` file parsed line by line, re-read when it changes on disk.
+
+    :meth:`grant` answers for one key and client address; :meth:`refresh` re-reads the file
+    if its size, mtime or inode changed (returns whether it did). A file that is missing
+    grants nothing; one that cannot be read raises :class:`ServeError` naming it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._sig: tuple | None = None
+        self._lines: list[tuple[int, asyncssh.SSHAuthorizedKeys]] = []
+
+    def refresh(self) -> bool:
+        try:
+            st = os.stat(self.path)
+            sig: tuple | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except FileNotFoundError:
+            sig = None
+        except OSError as err:
+            raise ServeError(f"{self.path}: cannot read authorized_keys: {err.strerror}") from None
+        if sig == self._sig and (sig is not None or not self._lines):
+            return False
+        lines: list[tuple[int, asyncssh.SSHAuthorizedKeys]] = []
+        if sig is not None:
+            try:
+                text = self.path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                text = ""
+            except (OSError, UnicodeDecodeError) as err:
+                raise ServeError(f"{self.path}: cannot read authorized_keys: {err}") from None
+            for n, raw in enumerate(text.splitlines(), 1):
+                raw = raw.strip()
+                if not raw or raw.startswith("#"):
+                    continue
+                try:  # sshd skips a line it cannot parse, and so do we
+                    lines.append((n, asyncssh.import_authorized_keys(raw)))
+                except (ValueError, asyncssh.KeyImportError):
+                    continue
+        self._sig, self._lines = sig, lines
+        return True
+
+    def grant(self, key: asyncssh.SSHKey, addr: str, now: float | None = None) -> tuple[KeyGrant | None, str]:
+        """``(grant, "")`` for the first line naming ``key`` whose ``from=`` admits ``addr``
+        and whose options this server honours (as sshd, a refused line does not hide a later
+        one), else ``(None, why)``: ``"not in authorized_keys"`` or the refused lines'
+        reasons (``"line 3: expired at …"``, ``"line 4: unknown option 'x'"``)."""
+        now = time.time() if now is None else now
+        refusals: list[str] = []
+        for n, one in self._lines:
+            options = one.validate(key, addr, addr)
+            if options is None:
+                continue
+            got = _grant(dict(options), n, now)
+            if isinstance(got, KeyGrant):
+                return got, ""
+            refusals.append(got)
+        return None, "; ".join(refusals) or "not in authorized_keys"
+
+
+def grant_for(path: Path, key: asyncssh.SSHKey, addr: str, now: float | None = None) -> tuple[KeyGrant | None, str]:
+    """:meth:`AuthorizedKeysFile.grant` on the file at ``path`` read now."""
+    keys = AuthorizedKeysFile(path)
+    keys.refresh()
+    return keys.grant(key, addr, now)

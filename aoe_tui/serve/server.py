@@ -42,7 +42,7 @@ from typing import Any
 
 import asyncssh
 
-from aoe_tui.serve.keys import ServeError, ensure_host_key, fingerprint, load_authorized_keys
+from aoe_tui.serve.keys import AuthorizedKeysFile, KeyGrant, ServeError, ensure_host_key, fingerprint, load_authorized_keys
 from aoe_tui.serve.placement import Placement
 from aoe_tui.serve.seats import SeatPool
 from aoe_tui.serve.session import SpectatorSession, sweep_scratch
@@ -99,6 +99,12 @@ class ServeConfig:
     spare_view: bool = True
 
 
+#: seconds between re-checks of the logged-in keys against authorized_keys (a key removed
+#: from the file ends its sessions within this, plus :data:`KEYS_FAREWELL_S`)
+KEYS_RECHECK_S = 1.0
+#: seconds a revoked key's spectators have to read why before the connection is cut
+KEYS_FAREWELL_S = 0.5
+
 #: seconds a session waits for a zygote that is still warming up (it imports and draws one
 #: frame once, at server start) before starting its spectator from scratch
 ZYGOTE_WAIT_S = 15.0
@@ -113,6 +119,11 @@ class _ConnInfo:
     user: str = "-"
     key_fp: str = "-"
     over: str | None = None
+    #: the client's public key once authenticated, and what its authorized_keys line grants
+    key: Any = None
+    grant: KeyGrant | None = None
+    #: set once the server ends the connection because its key's line went (or changed)
+    revoked: str | None = None
 
 
 class _Server(asyncssh.SSHServer):
@@ -154,21 +165,25 @@ class _Server(asyncssh.SSHServer):
         assert self.info is not None
         fp = fingerprint(key)
         try:
-            keys = load_authorized_keys(self.owner.config.authorized_keys)
+            grant, why = self.owner.key_grant(key, self.info.addr)
         except ServeError as err:
             log.error("auth refused addr=%s key=%s: %s", self.info.addr, fp, err)
             return False
-        options = keys.validate(key, self.info.addr, self.info.addr)
-        if options is None:
-            log.warning("auth refused addr=%s user=%s key=%s (not in authorized_keys)", self.info.addr,
-                        self.info.user, fp)
+        if grant is None:
+            log.warning("auth refused addr=%s user=%s key=%s (%s)", self.info.addr, self.info.user, fp, why)
             return False
         self.info.key_fp = fp
+        self.info.key = key
+        self.info.grant = grant
         return True
 
     def auth_completed(self) -> None:
         assert self.info is not None
-        log.info("auth ok addr=%s user=%s key=%s", self.info.addr, self.info.user, self.info.key_fp)
+        g = self.info.grant
+        extra = ""
+        if g is not None:
+            extra = f" line={g.line}" + ("" if g.pty else " no-pty") + (f" command={g.command!r}" if g.command else "")
+        log.info("auth ok addr=%s user=%s key=%s%s", self.info.addr, self.info.user, self.info.key_fp, extra)
 
     def password_auth_supported(self) -> bool:
         return False
@@ -207,6 +222,8 @@ class _Server(asyncssh.SSHServer):
 
     def session_requested(self) -> Any:
         assert self.info is not None
+        if self.info.revoked:
+            return False
         return SpectatorSession(self.owner, self.info)
 
 
@@ -236,6 +253,10 @@ class SpectatorServer:
         #: the warm spectator zygote (:mod:`aoe_tui.serve.zygote`), when ``warm_start``
         self.zygote: Zygote | None = None
         self._ready_task: asyncio.Task | None = None
+        #: the authorized_keys file, re-read when it changes (every login, and every
+        #: :data:`KEYS_RECHECK_S` while someone is logged in)
+        self.authorized = AuthorizedKeysFile(config.authorized_keys)
+        self._recheck_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------ policy hooks
     def _admit(self, info: _ConnInfo) -> str | None:
@@ -252,6 +273,59 @@ class SpectatorServer:
             self._per_addr[info.addr] -= 1
             if self._per_addr[info.addr] <= 0:
                 del self._per_addr[info.addr]
+
+    def key_grant(self, key: asyncssh.SSHKey, addr: str) -> tuple[KeyGrant | None, str]:
+        """What the authorized_keys file grants ``key`` from ``addr`` now (re-read if it
+        changed): :meth:`~aoe_tui.serve.keys.AuthorizedKeysFile.grant`. Raises
+        :class:`ServeError` when the file cannot be read."""
+        self.authorized.refresh()
+        return self.authorized.grant(key, addr)
+
+    def recheck_keys(self) -> list[str]:
+        """Re-check every logged-in connection against the authorized_keys file as it is now:
+        one whose key's line is gone, refused (expired…) or grants something else is ended —
+        each of its spectators is told why (:meth:`SpectatorSession.farewell`), then it is
+        disconnected. Returns the fingerprints ended. A file that cannot be read ends nobody
+        (it is logged; new logins are refused meanwhile)."""
+        ended: list[str] = []
+        conns = [i for i in self._conn_objs.values() if i.key is not None and i.revoked is None]
+        if not conns:
+            return ended
+        try:
+            self.authorized.refresh()
+        except ServeError as err:
+            log.error("authorized_keys re-check skipped: %s", err)
+            return ended
+        for info in conns:
+            grant, why = self.authorized.grant(info.key, info.addr)
+            if grant == info.grant:
+                continue
+            if grant is not None:
+                why = f"its authorized_keys entry changed (now line {grant.line})"
+            info.revoked = why
+            ended.append(info.key_fp)
+            log.warning("key revoked addr=%s key=%s (%s): ending its sessions", info.addr, info.key_fp, why)
+            for session in self.seats.sessions():
+                if session.conn is info:
+                    session.farewell("aoe serve: your key is no longer authorized here")
+            loop = asyncio.get_running_loop()
+            loop.call_later(KEYS_FAREWELL_S, self._disconnect, info, "aoe serve: your key is no longer authorized")
+        return ended
+
+    @staticmethod
+    def _disconnect(info: _ConnInfo, reason: str) -> None:
+        try:
+            info.conn.disconnect(asyncssh.DISC_NO_MORE_AUTH_METHODS_AVAILABLE, reason)
+        except Exception:  # already gone
+            pass
+
+    async def _recheck_loop(self) -> None:
+        while True:
+            await asyncio.sleep(KEYS_RECHECK_S)
+            try:
+                self.recheck_keys()
+            except Exception:  # never let the re-check take the server down
+                log.exception("authorized_keys re-check failed")
 
     @property
     def session_count(self) -> int:
@@ -276,9 +350,10 @@ class SpectatorServer:
 
     def zygote_env(self) -> dict[str, str]:
         """The zygote's environment: what every spectator shares (a minimal one, no secret
-        of the server's; per-session ``TERM``/``HOME`` come with each request)."""
+        of the server's, no colour variable: per-session ``TERM``/``HOME`` and the client's
+        ``COLORTERM``/``NO_COLOR`` come with each request)."""
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-               "COLORTERM": "truecolor", "PYTHONDONTWRITEBYTECODE": "1", **self.child_env()}
+               "PYTHONDONTWRITEBYTECODE": "1", **self.child_env()}
         if "PYTHONPATH" in os.environ:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         return env
@@ -353,6 +428,7 @@ class SpectatorServer:
         sockets = self._acceptor.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
+        self._recheck_task = asyncio.get_running_loop().create_task(self._recheck_loop())
         if cfg.warm_start:
             argv = self.spectator_argv()
             preload = [argv[2]] if argv[1:2] == ["-m"] and len(argv) > 2 else []
@@ -381,6 +457,9 @@ class SpectatorServer:
             self._acceptor.close()
             await self._acceptor.wait_closed()
             self._acceptor = None
+        if self._recheck_task is not None:
+            self._recheck_task.cancel()
+            self._recheck_task = None
         for session in self.seats.sessions():
             session.farewell(f"aoe serve: {reason}")
         for _ in range(60):  # each session ends its own spectator process (bounded)

@@ -45,7 +45,7 @@ import termios
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncssh
 
@@ -53,10 +53,12 @@ from aoe_tui.fsio import sweep_pid_folders
 from aoe_tui.serve.placement import Placement
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aoe_tui.serve.server import SpectatorServer, _ConnInfo
+    from aoe_tui.serve.keys import KeyGrant
     from aoe_tui.serve.zygote import ForkedProcess, Zygote
 
-__all__ = ["PtyChild", "SpectatorSession", "parse_command", "OutputFilter", "is_passive_input"]
+__all__ = ["PtyChild", "SpectatorSession", "SessionHost", "ConnFacts", "parse_command", "OutputFilter",
+           "is_passive_input", "terminal_key",
+           "terminal_env", "COLOR_ENV"]
 
 log = logging.getLogger("aoe_tui.serve")
 
@@ -68,6 +70,37 @@ _READY_MARKERS = (b"\x1b[?1049h", b"\x1b[?25l")
 #: output sequences removed on the way to the client (``docs/serving.md``, terminal sequences)
 _STRIP = (b"\x1b[?1004h", b"\x1b[>1u")
 _STANDINGS_FORMATS = ("md", "csv", "json", "html")
+#: the SSH client's environment variables (``SendEnv``/``SetEnv``) that reach its view: what
+#: it says of its terminal's colours (``docs/serving.md``, colour depth); nothing else is taken
+COLOR_ENV = ("COLORTERM", "NO_COLOR")
+_ENV_OK = re.compile(r"^[A-Za-z0-9._+-]{1,32}$")
+
+
+def terminal_key(term: str, env: dict) -> str:
+    """A session's terminal as its views are keyed: ``TERM``, then each :data:`COLOR_ENV`
+    variable the client sent (``"xterm-256color COLORTERM=truecolor NO_COLOR=1"``; just
+    ``TERM`` when it sent neither). ``env``: the SSH session's environment (str or bytes);
+    ``NO_COLOR`` counts when not empty (no-color.org), a ``COLORTERM`` that is not a plain
+    word is ignored."""
+    parts = [term]
+    for name in COLOR_ENV:
+        value = env.get(name, env.get(name.encode(), ""))
+        if isinstance(value, bytes):
+            value = value.decode("ascii", "replace")
+        if not value:
+            continue
+        if name == "NO_COLOR":
+            value = "1"
+        elif not _ENV_OK.match(value):
+            continue
+        parts.append(f"{name}={value}")
+    return " ".join(parts)
+
+
+def terminal_env(key: str) -> tuple[str, dict[str, str]]:
+    """``(TERM, {COLORTERM/NO_COLOR: value})`` of a :func:`terminal_key`."""
+    term, *rest = key.split(" ")
+    return term, dict(part.split("=", 1) for part in rest)
 
 
 def parse_command(command: str | None) -> tuple[str, dict[str, str]] | None:
@@ -225,7 +258,6 @@ class PtyChild:
                 "LANG": "C.UTF-8",
                 "LC_ALL": "C.UTF-8",
                 "TERM": self.term,
-                "COLORTERM": "truecolor",
                 "TEXTUAL_SCREENSHOT_LOCATION": self.scratch,
                 "PYTHONDONTWRITEBYTECODE": "1",
             }
@@ -346,17 +378,49 @@ TERMINAL_RESET = (b"\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1015l\x1b[
                   b"\x1b[?1049l\x1b[?25h\x1b[0m")
 
 
+class ConnFacts(Protocol):
+    """What a session reads of its SSH connection (the server's record of it): the client's
+    address, its key's fingerprint (``SHA256:…``) and what its authorized_keys line grants
+    (None before authentication)."""
+
+    addr: str
+    key_fp: str
+    grant: KeyGrant | None
+
+
+class SessionHost(Protocol):
+    """What a session uses of the server that made it. ``SpectatorServer`` is one; this
+    module never imports the server (imports run one way: server → views → session)."""
+
+    config: Any
+    #: the spectator seats (:class:`~aoe_tui.serve.seats.SeatPool`) and shared views
+    #: (:class:`~aoe_tui.serve.views.ViewPool`)
+    seats: Any
+    views: Any
+
+    @property
+    def session_count(self) -> int: ...
+
+    def season_started(self) -> bool: ...
+
+    def standings_text(self, fmt: str) -> str: ...
+
+
 class SpectatorSession(asyncssh.SSHServerSession):
     """The asyncssh session object for one channel (see the module docstring)."""
 
-    def __init__(self, server: SpectatorServer, conn: _ConnInfo) -> None:
+    def __init__(self, server: SessionHost, conn: ConnFacts) -> None:
         self.server = server
         self.conn = conn
         self.chan: asyncssh.SSHServerChannel | None = None
         self.term = DEFAULT_TERM
+        #: the terminal its views are keyed by (:func:`terminal_key`: TERM and colour variables)
+        self.terminal = DEFAULT_TERM
         self.size = (80, 24)
         self.pty = False
         self.command: tuple[str, dict[str, str]] | None = ("watch", {})
+        #: a PTY was asked for and refused (the key's ``no-pty`` / ``restrict``)
+        self.pty_refused = False
         #: the shared view this session shows (:mod:`aoe_tui.serve.views`)
         self.view: Any = None
         self.synced = False
@@ -377,17 +441,38 @@ class SpectatorSession(asyncssh.SSHServerSession):
         self.chan = chan
 
     def pty_requested(self, term_type: str, term_size: tuple[int, int, int, int], term_modes: Any) -> bool:
+        grant = self.conn.grant
+        if grant is not None and not grant.pty:  # no-pty / restrict: the client is told, as by sshd
+            self.pty_refused = True
+            log.warning("pty refused addr=%s key=%s (no-pty or restrict on authorized_keys line %d)",
+                        self.conn.addr, self.conn.key_fp, grant.line)
+            return False
         self.pty = True
         self.term = term_type if _TERM_OK.match(term_type or "") else DEFAULT_TERM
         if term_size and term_size[0] and term_size[1]:
             self.size = (int(term_size[0]), int(term_size[1]))
         return True
 
+    def _forced(self, asked: str | None) -> str | None:
+        """The command to run: the key's ``command="…"`` whatever the client asked (as sshd:
+        logged with what was asked), else ``asked`` (None: a shell)."""
+        grant = self.conn.grant
+        if grant is None or grant.command is None:
+            return asked
+        log.info("forced command addr=%s key=%s command=%r (asked %r)", self.conn.addr, self.conn.key_fp,
+                 grant.command[:80], None if asked is None else asked[:80])
+        return grant.command
+
     def shell_requested(self) -> bool:
+        forced = self._forced(None)
+        if forced is not None:
+            return self.exec_requested(forced, forced=True)
         self.command = ("watch", {})
         return True
 
-    def exec_requested(self, command: str) -> bool:
+    def exec_requested(self, command: str, forced: bool = False) -> bool:
+        if not forced:
+            command = self._forced(command)
         parsed = parse_command(command)
         if parsed is None:  # never run: answered with one line and exit status 1
             log.warning("exec refused addr=%s key=%s command=%r", self.conn.addr, self.conn.key_fp, command[:80])
@@ -411,6 +496,13 @@ class SpectatorSession(asyncssh.SSHServerSession):
     # ------------------------------------------------------------ running
     def session_started(self) -> None:
         self.started = time.monotonic()
+        env: dict = {}
+        if self.chan is not None:
+            try:
+                env = dict(self.chan.get_environment())
+            except (AttributeError, TypeError):
+                env = {}
+        self.terminal = terminal_key(self.term, env)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -423,6 +515,9 @@ class SpectatorSession(asyncssh.SSHServerSession):
             elif name == "refused":
                 self._finish_text(f"aoe serve: {opts['command']!r} is not a command here; it offers:\n{HELP_TEXT}", 1)
             elif name == "standings" or not self.pty:
+                if name == "watch" and self.pty_refused and self.chan is not None:
+                    self.chan.write_stderr(b"aoe serve: this key may not have a terminal (no-pty in authorized_keys),"
+                                           b" so the live view cannot be served; the standings follow\n")
                 fmt = opts.get("format", "md")
                 try:
                     text = await asyncio.get_running_loop().run_in_executor(None, self.server.standings_text, fmt)

@@ -4,8 +4,9 @@ Twenty spectators of one season, each with its own TUI process, each tail, reduc
 redraw the same events: on the one spectator CPU an event reached the last screen 0.7–1.2 s
 after it was written (issue 16). Yet spectators who have pressed the same keys on a terminal
 of the same type and size are looking at the same screen. So the server keeps one
-:class:`SharedView` per **view key** = ``(TERM, columns, rows, the input bytes the view's
-process has been given)``; a new session joins the view of its terminal with no input yet,
+:class:`SharedView` per **view key** = ``(terminal, columns, rows, the input bytes the view's
+process has been given)``, the terminal being ``TERM`` and the colour variables its client
+sent (:func:`~aoe_tui.serve.session.terminal_key`: a view draws in its terminal's colour depth); a new session joins the view of its terminal with no input yet,
 or starts it. The view's process draws once and its output is copied to every member (each
 member's own back-pressure: a slow client misses output and is repainted once it catches up;
 nobody waits for it).
@@ -59,14 +60,15 @@ import logging
 import os
 import re
 import signal
-from typing import TYPE_CHECKING, Any
+import time
+from typing import TYPE_CHECKING, Any, Protocol
 
-from aoe_tui.serve.session import OutputFilter, PtyChild, is_passive_input
+from aoe_tui.serve.session import OutputFilter, PtyChild, is_passive_input, terminal_env
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aoe_tui.serve.server import SpectatorServer
+    from aoe_tui.serve.zygote import Zygote
 
-__all__ = ["PRIVATE_AFTER", "SharedView", "ViewPool", "is_passive_input"]
+__all__ = ["PRIVATE_AFTER", "SharedView", "ViewHost", "ViewPool", "is_passive_input"]
 
 log = logging.getLogger("aoe_tui.serve")
 
@@ -79,6 +81,8 @@ PAINTED_BYTES = 512
 PAINTED_AFTER_S = 0.5
 #: seconds after its first screen before the spare view's process is stopped (SIGSTOP)
 SPARE_PAUSE_AFTER_S = 1.0
+#: seconds the spare waits at most for newcomers' views to draw their first screen
+SPARE_DEFER_MAX_S = 3.0
 #: the first spare view's terminal; later spares follow the newest arrival's (ViewPool.spare_shape)
 SPARE_TERM = "xterm-256color"
 SPARE_SIZE = (80, 24)
@@ -103,6 +107,10 @@ class SharedView:
         self.ended = False
         self.failed: str | None = None
         self.painted = False
+        #: ``time.monotonic()`` (s) when its process was started and when its first screen
+        #: was drawn (None until then)
+        self.started_at: float | None = None
+        self.painted_at: float | None = None
         self._replay = replay
         #: False while the input history has yet to be given to a new process
         self.accepting = not replay
@@ -165,6 +173,7 @@ class SharedView:
     def _mark_painted(self) -> None:
         if not self.painted and not self.ended:
             self.painted = True
+            self.painted_at = time.monotonic()
             self._on_painted()
 
     def pause(self) -> None:
@@ -249,11 +258,27 @@ class SharedView:
         return len(self.members) > 1
 
 
+class ViewHost(Protocol):
+    """What the view pool uses of the server that owns it. ``SpectatorServer`` is one; this
+    module never imports the server (imports run one way: server → views → session)."""
+
+    config: Any
+
+    @property
+    def pauses_spare(self) -> bool: ...
+
+    def spectator_argv(self) -> list[str]: ...
+
+    def child_env(self) -> dict[str, str]: ...
+
+    async def warm_zygote(self) -> Zygote | None: ...
+
+
 class ViewPool:
     """The server's views by key (see the module docstring). Not thread-safe: the server's
     event loop only."""
 
-    def __init__(self, server: SpectatorServer) -> None:
+    def __init__(self, server: ViewHost) -> None:
         self.server = server
         self.views: dict[tuple, SharedView] = {}
         self.all: list[SharedView] = []
@@ -266,15 +291,42 @@ class ViewPool:
         self._retiring: set[asyncio.Task] = set()
         #: the newest newcomer's view, not drawn yet: the spare follows the newcomer once it is
         self._follow_view: SharedView | None = None
+        #: views being started for sessions (:meth:`join`), and whether the spare waits for
+        #: them (:meth:`keep_spare`)
+        self._starting = 0
+        self._spare_deferred: asyncio.TimerHandle | None = None
         self.closed = False
 
     def pids(self) -> list[int]:
         """Pids of the running view processes (not the spare's: nobody watches it yet)."""
         return [v.child.pid for v in self.all if v.child.pid and not v.ended and v is not self.spare]
 
-    def keep_spare(self) -> None:
-        """Start a spare view in the background unless one runs (or is being started)."""
+    def _newcomers_drawing(self) -> bool:
+        """A view is being started for a session, or one with members has yet to draw its
+        first screen."""
+        return self._starting > 0 or any(v.members and not v.painted and not v.ended for v in self.all)
+
+    def _spare_after_newcomers(self, force: bool = False) -> None:
+        """Start the spare that waited (:meth:`keep_spare`) once no newcomer's view is
+        drawing its first screen (``force``: waited :data:`SPARE_DEFER_MAX_S`)."""
+        if self._spare_deferred is None or (not force and self._newcomers_drawing()):
+            return
+        self._spare_deferred.cancel()
+        self._spare_deferred = None
+        self.keep_spare(wait=False)
+
+    def keep_spare(self, wait: bool = True) -> None:
+        """Start a spare view in the background unless one runs (or is being started).
+        While a session's view is being started or has yet to draw its first screen (``wait``),
+        the spare waits for it, :data:`SPARE_DEFER_MAX_S` at most: both on the one spectator
+        CPU at once, the newcomer waited for the spare's first screen too (issue 30: a
+        spectator arriving while the zygote warmed up)."""
         if self.closed or (self.spare is not None and not self.spare.ended) or self._spare_task is not None:
+            return
+        if wait and self._newcomers_drawing():
+            if self._spare_deferred is None:
+                self._spare_deferred = asyncio.get_running_loop().call_later(
+                    SPARE_DEFER_MAX_S, self._spare_after_newcomers, True)
             return
 
         async def make() -> None:
@@ -322,6 +374,7 @@ class ViewPool:
         if view is self._follow_view:
             self._follow_view = None
             self._follow_newcomer()
+        self._spare_after_newcomers()
         if view is not self.spare or not self.server.pauses_spare:
             return
 
@@ -349,16 +402,26 @@ class ViewPool:
 
     async def join(self, session: Any, cols: int, rows: int, history: bytes = b"", *,
                    newcomer: bool = False) -> SharedView:
-        """Put ``session`` on the view keyed ``(session.term, cols, rows, history)``, starting
+        """Put ``session`` on the view keyed ``(session.terminal, cols, rows, history)``, starting
         it if needed (raises ``OSError`` when its process cannot be started). ``newcomer``: a
         session arriving (not one moving between views): the spares follow its terminal
         (:attr:`spare_shape`, :meth:`_follow_newcomer`)."""
-        key = (session.term, cols, rows, history)
+        key = (session.terminal, cols, rows, history)
         if newcomer:
-            self.spare_shape = (session.term, cols, rows)
+            self.spare_shape = (session.terminal, cols, rows)
         view = self.views.get(key)
+        starting = False
         if view is None or view.ended:
-            view = self._take_spare(key) or await self._start(key, history)
+            view = self._take_spare(key)
+            if view is None:
+                self._starting += 1
+                starting = True
+                try:
+                    view = await self._start(key, history)
+                except BaseException:
+                    self._starting -= 1
+                    self._spare_after_newcomers()
+                    raise
         else:
             await view.started.wait()
             if view.failed:
@@ -369,6 +432,9 @@ class ViewPool:
             else:  # once its view drew its first screen: a new spare would compete with it for the CPU
                 self._follow_view = view
         self._add(view, session)
+        if starting:
+            self._starting -= 1
+            self._spare_after_newcomers()
         return view
 
     def _add(self, view: SharedView, session: Any) -> None:
@@ -380,9 +446,11 @@ class ViewPool:
             view.request_repaint()
 
     async def _start(self, key: tuple, replay: bytes, register: bool = True) -> SharedView:
-        term, cols, rows, _ = key
+        terminal, cols, rows, _ = key
+        term, color_env = terminal_env(terminal)
         srv = self.server
-        child = PtyChild(list(srv.spectator_argv()), cols=cols, rows=rows, term=term, env=srv.child_env(),
+        child = PtyChild(list(srv.spectator_argv()), cols=cols, rows=rows, term=term,
+                         env={**srv.child_env(), **color_env},
                          placement=srv.config.placement, zygote=await srv.warm_zygote())
         view = SharedView(self, key, child, replay)
         existing = self.views.get(key) if register else None
@@ -402,9 +470,10 @@ class ViewPool:
             self._forget(view)
             view.started.set()
             raise
+        view.started_at = time.monotonic()
         view.started.set()
         view.start_reading()
-        log.info("view start pid=%s (%s) term=%s size=%dx%d input=%dB views=%d", child.pid, child.started_by, term,
+        log.info("view start pid=%s (%s) term=%s size=%dx%d input=%dB views=%d", child.pid, child.started_by, terminal,
                  cols, rows, len(replay), len(self.all))
         return view
 
@@ -417,6 +486,8 @@ class ViewPool:
             self._follow_view = None
             if not self.closed:
                 self._follow_newcomer()
+        if not self.closed:
+            self._spare_after_newcomers()
 
     def _rekey(self, view: SharedView, cols: int | None = None, rows: int | None = None) -> None:
         """A lone member typed or resized: ``view``'s key follows (a view past
@@ -454,6 +525,9 @@ class ViewPool:
     async def close(self) -> None:
         """End every view's process (and the spare)."""
         self.closed = True
+        if self._spare_deferred is not None:
+            self._spare_deferred.cancel()
+            self._spare_deferred = None
         if self._spare_task is not None:
             await asyncio.gather(self._spare_task, return_exceptions=True)
         if self._retiring:

@@ -33,7 +33,7 @@ from textual.screen import Screen
 from aoe_tui.errors import AoeError
 from aoe_tui.replay.activity import ACTIVITY_FILE, read_activity
 from aoe_tui.replay.matchdir import LoadedMatch, load_match
-from aoe_tui.tui.driver import driver_class
+from aoe_tui.tui.driver import TEXTUAL_COLOR_SYSTEMS, color_depth, driver_class
 from aoe_tui.tui.live import LiveFeed, RecordsPending
 from aoe_tui.tui.screens import HeatScreen, HelpScreen, ReplayScreen
 from aoe_tui.tui.season_screens import QuitScreen, SeasonScreen, StandingsScreen
@@ -72,7 +72,20 @@ class AoeApp(App):
     ]
 
     def __init__(self, *, feed: LiveFeed | None = None, theme: str = DARK_THEME) -> None:
-        super().__init__(driver_class=driver_class())  # input that cannot end the view (tui/driver.py)
+        import textual.constants as textual_constants
+
+        #: the colour depth this view draws with (``"truecolor"``, ``"256"``, ``"16"``,
+        #: ``"none"``): what its terminal says (:func:`aoe_tui.tui.driver.color_depth`), read when
+        #: the app is built — not at import: a spectator forked from ``aoe serve``'s zygote
+        #: imported Textual under the zygote's environment; ``TEXTUAL_COLOR_SYSTEM`` still wins
+        self.color_depth = color_depth(os.environ)
+        chosen = textual_constants.COLOR_SYSTEM
+        if os.environ.get("TEXTUAL_COLOR_SYSTEM", "auto") == "auto":
+            textual_constants.COLOR_SYSTEM = TEXTUAL_COLOR_SYSTEMS[self.color_depth]  # type: ignore[misc]
+        try:
+            super().__init__(driver_class=driver_class())  # input that cannot end the view (tui/driver.py)
+        finally:
+            textual_constants.COLOR_SYSTEM = chosen  # type: ignore[misc]
         self.theme = theme
         self.feed = feed
         #: the season shown (season mode only), its folder, and whether this view may write
@@ -102,6 +115,7 @@ class AoeApp(App):
         self.pending_signals: list[int] = []
         #: warnings found before the app could show them (shown once mounted)
         self._pending_notes: list[str] = []
+        self._no_color_filter: Any = None
 
     # ------------------------------------------------------------------ constructors
 
@@ -435,6 +449,18 @@ class AoeApp(App):
     def action_toggle_theme(self) -> None:
         """Switch between the dark and the light theme."""
         self.theme = LIGHT_THEME if self.theme == DARK_THEME else DARK_THEME
+
+    def get_line_filters(self):  # type: ignore[override]
+        """Textual's filters; without colour (``color_depth == "none"``) every colour is dropped
+        (Textual's own ``NO_COLOR`` filter only turns colours grey, still sent as truecolor)."""
+        filters = super().get_line_filters()
+        if self.color_depth != "none":
+            return filters
+        from textual.filter import Monochrome, NoColor
+
+        if self._no_color_filter is None:
+            self._no_color_filter = NoColor()
+        return [f for f in filters if not isinstance(f, Monochrome)] + [self._no_color_filter]
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Command palette entries: ours first, then Textual's."""

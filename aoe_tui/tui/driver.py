@@ -65,7 +65,8 @@ from textual.message import Message
 
 from aoe_tui.signals import release_terminal
 
-__all__ = ["GuardedDriver", "GuardedParser", "InputDecoder", "TerminalWriter", "driver_class", "MAX_CELLS"]
+__all__ = ["GuardedDriver", "GuardedParser", "InputDecoder", "TerminalWriter", "driver_class", "MAX_CELLS",
+           "color_depth", "TEXTUAL_COLOR_SYSTEMS"]
 
 log = logging.getLogger("aoe_tui.tui")
 
@@ -414,3 +415,75 @@ def driver_class() -> Any:
     if os.environ.get("TEXTUAL_DRIVER") or sys.platform == "win32":
         return None
     return GuardedDriver
+
+
+#: our colour depths → the ``color_system`` Textual's console is built with ("none" has no
+#: console system of its own: Textual renders a console without one as truecolor, so a
+#: view without colour keeps "standard" and drops every colour with a line filter,
+#: :meth:`aoe_tui.tui.app.AoeApp.get_line_filters`)
+TEXTUAL_COLOR_SYSTEMS = {"truecolor": "truecolor", "256": "256", "16": "standard", "none": "standard"}
+
+
+#: where terminfo databases live (ncurses' default search order after $TERMINFO, ~/.terminfo)
+_TERMINFO_DIRS = ("/etc/terminfo", "/lib/terminfo", "/usr/share/terminfo", "/usr/lib/terminfo")
+
+
+def _terminfo_colors(term: str, environ: dict[str, str] | os._Environ) -> int | None:
+    """The ``colors`` capability of ``term`` in this machine's terminfo database (-1: the
+    terminal has no colour), or None when the database does not know ``term``. Read from the
+    compiled entry (term(5): legacy 16-bit or extended 32-bit numbers; ``colors`` is number
+    13), not through curses, whose ``setupterm`` takes only the first terminal of a process."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._+-]{0,63}", term):
+        return None
+    dirs = [environ.get("TERMINFO", ""), os.path.join(environ.get("HOME", ""), ".terminfo") if environ.get("HOME") else "",
+            *environ.get("TERMINFO_DIRS", "").split(":"), *_TERMINFO_DIRS]
+    for d in dirs:
+        if not d:
+            continue
+        for sub in (term[0], f"{ord(term[0]):x}"):
+            try:
+                with open(os.path.join(d, sub, term), "rb") as fh:
+                    data = fh.read(4096)
+            except OSError:
+                continue
+            if len(data) < 12:
+                return None
+            magic, names, bools, nums = (int.from_bytes(data[i:i + 2], "little", signed=True) for i in (0, 2, 4, 6))
+            width = {0o432: 2, 0o1036: 4}.get(magic)
+            if width is None or nums <= 13:
+                return -1 if width else None
+            at = 12 + names + bools
+            at += at % 2
+            at += 13 * width
+            return int.from_bytes(data[at:at + width], "little", signed=True)
+    return None
+
+
+def color_depth(environ: dict[str, str] | os._Environ) -> str:
+    """The colour depth a view draws with: ``"truecolor"``, ``"256"``, ``"16"`` or ``"none"``,
+    from what the terminal says of itself (for an SSH spectator: what its client sent).
+
+    In this order: ``NO_COLOR`` set and not empty → none (no-color.org); ``TERM`` ``dumb`` or
+    ``unknown`` → none; ``COLORTERM`` ``truecolor``/``24bit`` → truecolor; else the ``colors``
+    of ``TERM`` in terminfo (≥ 2**24 truecolor, ≥ 256 → 256, ≥ 8 → 16, fewer or none → none,
+    so ``vt100`` has none), and for a ``TERM`` terminfo does not know, its suffix as Rich
+    reads it (``-direct`` truecolor, ``-256color`` 256, else 16). No ``TERM`` at all → 16."""
+    if environ.get("NO_COLOR", ""):
+        return "none"
+    term = environ.get("TERM", "").strip().lower()
+    if term in ("dumb", "unknown"):
+        return "none"
+    if environ.get("COLORTERM", "").strip().lower() in ("truecolor", "24bit"):
+        return "truecolor"
+    if not term:
+        return "16"
+    colors = _terminfo_colors(term, environ)
+    if colors is None:
+        if term.endswith("-direct"):
+            return "truecolor"
+        return "256" if term.endswith("-256color") else "16"
+    if colors >= 1 << 24:
+        return "truecolor"
+    if colors >= 256:
+        return "256"
+    return "16" if colors >= 8 else "none"

@@ -56,6 +56,9 @@ class SeasonHost:
         self.error: BaseException | None = None
         self.cancelled = False
         self._stopping = False
+        #: guards ``_stopping``/``_task`` between :meth:`stop` (main thread, maybe a signal
+        #: handler: re-entrant) and the engine thread creating the run task
+        self._stop_lock = threading.RLock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self._started = threading.Event()
@@ -91,7 +94,11 @@ class SeasonHost:
         loop.set_exception_handler(lambda _loop, ctx: self.say(
             f"engine: {ctx.get('message', 'error')}: {ctx.get('exception')!r}"[:300]))
         try:
-            self._task = loop.create_task(self.runner.run())
+            with self._stop_lock:
+                self._task = loop.create_task(self.runner.run())
+                stop_now = self._stopping
+            if stop_now:  # stopped before the run task existed (a signal in the first milliseconds)
+                self._task.cancel()
             self._started.set()
             try:
                 with engine_priority(self._priority) as note:
@@ -141,15 +148,21 @@ class SeasonHost:
     def stop(self, reason: str = "quit") -> None:
         """Cancel the season run (thread-safe, idempotent: only the first call cancels, so
         a second signal cannot cut the teardown short); running heats tear down and the
-        runner records ``season_stopped`` with ``reason`` (a signal name or ``quit``)."""
-        loop, task = self._loop, self._task
-        if self._stopping:
-            return
-        if loop is not None and task is not None and not task.done():
+        runner records ``season_stopped`` with ``reason`` (a signal name or ``quit``).
+        A stop before the engine thread has created its run task (before or just after
+        :meth:`start`) is kept: the task is cancelled as soon as it exists, so the engine
+        never runs on unattended."""
+        with self._stop_lock:
+            if self._stopping:
+                return
+            loop, task = self._loop, self._task
+            if task is not None and task.done():
+                return
             self._stopping = True
             if getattr(self.runner, "stop_reason", None) is None:
                 with contextlib.suppress(AttributeError):
                     self.runner.stop_reason = reason
+        if loop is not None and task is not None:
             try:
                 loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:  # loop already closed

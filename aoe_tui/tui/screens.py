@@ -21,7 +21,7 @@ from aoe_tui.tui.viewmodel import HeatFrame, HeatModel, ReplayCursor
 from aoe_tui.tui.widgets import EventFeed, HeatHeader, HeatPanel, ReplayBar, Scoreboard, TerritoryPanels, WinnerBanner
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aoe_tui.tui.app import AoeApp
+    from aoe_tui.tui.viewapp import ViewApp
 
 #: replay speeds (multiples of match time)
 SPEEDS: tuple[int, ...] = (1, 2, 5, 10, 25, 50, 100)
@@ -69,7 +69,7 @@ class HeatScreen(Screen):
     @property
     def model(self) -> HeatModel | None:
         """The heat model shown (None until the engine opened a heat)."""
-        app: AoeApp = self.app  # type: ignore[assignment]
+        app: ViewApp = self.app  # type: ignore[assignment]
         key = self.heat or app.latest_heat
         return app.heats.get(key) if key else None
 

@@ -45,7 +45,7 @@ from aoe_tui.tui.seasonmodel import (
 from aoe_tui.tui.widgets import TextView
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aoe_tui.tui.app import AoeApp
+    from aoe_tui.tui.viewapp import ViewApp
 
 __all__ = ["QuitScreen", "SeasonScreen", "StandingsScreen"]
 
@@ -68,7 +68,7 @@ BRACKET_COLUMNS = ("Heat", "State", "Entrants / detail", "Winner", "Time")
 SEASON_TICK_SLACK_S = 0.005
 
 
-def _now_ms(app: AoeApp) -> int:
+def _now_ms(app: ViewApp) -> int:
     return int(app.now_ms())
 
 
@@ -123,7 +123,7 @@ class SeasonScreen(Screen):
     def model(self) -> SeasonModel:
         return self.app.season  # type: ignore[attr-defined,return-value]
 
-    def _rows_now(self, app: AoeApp):
+    def _rows_now(self, app: ViewApp):
         return self.model.rows(app.heats, clock=app.heat_clock_ms, narrow=app.size.width < NARROW_WIDTH)
 
     def compose(self) -> ComposeResult:
@@ -192,7 +192,7 @@ class SeasonScreen(Screen):
             self.refresh_view()
 
     def _signature(self) -> tuple:
-        app: AoeApp = self.app  # type: ignore[assignment]
+        app: ViewApp = self.app  # type: ignore[assignment]
         running = self.model.running_folders()
         return (self.model.version, tuple((f, app.heats[f].version if f in app.heats else -1) for f in running))
 
@@ -204,7 +204,7 @@ class SeasonScreen(Screen):
             return
         if (self._timer is not None) != self._clock_moves():
             self._set_tick()
-        app: AoeApp = self.app  # type: ignore[assignment]
+        app: ViewApp = self.app  # type: ignore[assignment]
         model = self.model
         with app.batch_update():
             status = self.query_one("#season-status", TextView)
@@ -223,7 +223,7 @@ class SeasonScreen(Screen):
             lines = list(app.season_log_lines())[-5:]
             self.query_one("#season-log", TextView).set_text("\n".join(lines) if lines else "no season events yet")
 
-    def _update_times(self, app: AoeApp) -> None:
+    def _update_times(self, app: ViewApp) -> None:
         """Tick the Time cells of running rows (no table rebuild)."""
         shown = getattr(self, "_rows", {})
         if any(r.running for r in shown.values()):
@@ -261,7 +261,7 @@ class SeasonScreen(Screen):
             Text(r.time),
         )
 
-    def _fill_table(self, app: AoeApp) -> None:
+    def _fill_table(self, app: ViewApp) -> None:
         """Show the bracket rows. When the rows are the same ones in the same order (a heat
         event in a running heat, a state change), only the cells that changed are redrawn:
         twenty spectators rebuilding a whole table on every heat event is what kept a
@@ -457,7 +457,7 @@ class StandingsScreen(Screen):
         """Write ``standings.{csv,json,md,html}`` into the season folder and say which files."""
         from aoe_tui.export.standings_files import FORMATS, write_all
 
-        app: AoeApp = self.app  # type: ignore[assignment]
+        app: ViewApp = self.app  # type: ignore[assignment]
         if app.read_only or app.season_dir is None:
             app.notify("read-only view: export with `aoe standings SEASON_DIR`", severity="warning")
             return
