@@ -405,3 +405,54 @@ def test_a_worker_seat_gets_its_own_key_and_scrubs_but_never_inherits_the_others
     env = own_environment(adapter, base={"PATH": "/bin"})
     assert env == {"PATH": "/bin", "KEY_A": "sk-aaaa-1111"}
     assert adapter.credential("KEY_B") == "sk-bbbb-2222"  # what its proxy scrubs
+
+
+def test_a_node_on_other_code_is_recorded_and_said_and_a_lost_heat_avoids_its_node(tmp_path):
+    """The runner's side of issue 30 items 7 and 8 (the cluster replaced by what it reports;
+    the real path: tests/test_cluster_silent.py): each ``attempt_placed`` records the code
+    revision and guest image the node ran the heat with, a difference from the runner's is
+    said, and the next attempt of a heat lost on a node is asked to avoid that node."""
+    import asyncio
+
+    from aoe_tui.cluster import code_revision, image_digest
+    from aoe_tui.cluster.remote import NodeLostError
+    from aoe_tui.domain.season_file import load_season
+    from aoe_tui.season.runner import SeasonRunner
+    from tests.test_season_results import _season_text
+
+    f = tmp_path / "s.toml"
+    f.write_text(_season_text(max_attempts=2))
+    out = tmp_path / "out"
+    asked: list[list[str]] = []
+
+    class Nodes:  # the ClusterHeats calls the runner makes
+        address = "fake:1"
+
+        def connect(self) -> None:
+            pass
+
+        def heat_slots(self) -> int:
+            return 2
+
+        def sweep_nodes(self) -> list[str]:
+            return []
+
+        async def run_heat(self, heat, folder, credentials, *, on_placed, on_identity, avoid, **_kw):
+            asked.append(list(avoid))
+            node = "w1" if len(asked) == 1 else "w2"
+            on_identity({"code": "0" * 40 if node == "w1" else code_revision(), "image": image_digest()})
+            on_placed(node, f"id-{node}")
+            raise NodeLostError(f"worker node {node} went silent", node)
+
+    lines: list[str] = []
+    runner = SeasonRunner(load_season(f), out, say=lines.append)
+    runner.cluster = Nodes()
+    asyncio.run(runner.run())
+    assert asked == [[], ["w1"]]
+    placed = [r.event for r in read_season_log(out / "season.jsonl") if isinstance(r.event, se.AttemptPlaced)]
+    assert [(p.node, p.code_revision, p.image_digest) for p in placed] == [
+        ("w1", "0" * 40, image_digest()), ("w2", code_revision(), image_digest())]
+    (heat,) = reduce_season(read_season_log(out / "season.jsonl")).heats()
+    assert [(a.node, a.node_code) for a in heat.attempts] == [("w1", "0" * 40), ("w2", code_revision())]
+    said = [x for x in lines if " runs code" in x or " runs guest" in x]
+    assert said == [f"r1h1a1: node w1 runs code revision {'0' * 40}, this runner {code_revision()}"], lines
