@@ -99,6 +99,17 @@ HEARTBEAT_S = 1.0
 #: overrides it (a number of seconds > :data:`HEARTBEAT_S`).
 SILENT_S = 30.0
 ENV_SILENT_S = "AOE_CLUSTER_SILENT_S"
+#: a heat actor that was lost before it answered ``hello`` (never placed: nothing of the heat
+#: ran) is made again, every :data:`PLACE_PAUSE_S`, for this long after the first such loss
+#: before the attempt is spoiled as :class:`NodeLostError` (s): a node that died and Ray has
+#: not noticed yet (its health checks take seconds) may still be offered a slot
+PLACE_RETRY_S = 60.0
+PLACE_PAUSE_S = 1.0
+#: ``ActorUnavailableError`` (the actor unreachable for a moment: a network blip, a busy
+#: node) is asked again every :data:`UNAVAILABLE_RETRY_S` for this long before it counts as
+#: the actor lost (s)
+UNAVAILABLE_S = 10.0
+UNAVAILABLE_RETRY_S = 0.5
 _HKDF_INFO = b"aoe-tui cluster credentials v1"
 
 
@@ -346,6 +357,8 @@ class HeatActor:
         self._scratch: Path | None = None  # the heat's scratch match folder, once known
         self._activity: Any = None  # LogTail of its activity.jsonl
         self._activity_lock = threading.Lock()
+        self._out: list[Any] = []  # the heat's messages, in order (:meth:`follow`)
+        self._out_cond = threading.Condition()
 
     def hello(self) -> dict[str, Any]:
         """``{"node", "node_id", "pid", "public_key", "code", "image"}``: the node's name and
@@ -391,20 +404,55 @@ class HeatActor:
             return [("activity", (r.sequence, r.ms, r.agent, r.line)) for r in recs]
 
     def run(self, heat: RemoteHeat, sealed: bytes):
-        """Run the heat; a generator of messages (lists of ``("event", line)`` /
-        ``("phase", text)`` / ``("activity", (sequence, ms, agent, line))``, then
-        ``("archive", bytes)``, then ``("end", {...})``). A list is sent at least every
-        :data:`HEARTBEAT_S` (an empty one when nothing happened: the heartbeat the runner's
-        :data:`SILENT_S` bound watches)."""
+        """Start the heat and follow it (:meth:`follow` from the first message)."""
+        self.start(heat, sealed)
+        yield from self.follow(0)
+
+    def start(self, heat: RemoteHeat, sealed: bytes) -> None:
+        """Start the heat on its own thread; its messages are kept in order (:meth:`follow`)."""
         creds = json.loads(open_sealed(self._key, sealed)) if sealed else {}
         self._key = None  # one heat per key
         q: queue.Queue = queue.Queue()
         thread = threading.Thread(target=self._thread, args=(heat, creds, q), name="aoe-heat", daemon=True)
         del creds
         thread.start()
+        threading.Thread(target=self._pump, args=(q,), name="aoe-heat-pump", daemon=True).start()
+
+    def follow(self, after: int):
+        """The heat's messages from number ``after`` on (0: the first), a generator: lists of
+        ``("event", line)`` / ``("phase", text)`` / ``("activity", (sequence, ms, agent,
+        line))``, then ``("archive", bytes)``, then ``("end", {...})``. An empty list (not
+        numbered) is sent whenever nothing else was for :data:`HEARTBEAT_S`: the heartbeat the
+        runner's :data:`SILENT_S` bound watches. A runner whose stream broke for a moment
+        (``ActorUnavailableError``) follows again from the number of messages it got."""
+        i = max(0, int(after))
+        sent = time.monotonic()
+        while True:
+            with self._out_cond:
+                if i >= len(self._out):
+                    self._out_cond.wait(max(0.0, HEARTBEAT_S - (time.monotonic() - sent)))
+                batch = self._out[i:]
+            for msg in batch:
+                yield msg
+                i += 1
+                if isinstance(msg, tuple) and msg[0] == "end":
+                    return
+            if batch:
+                sent = time.monotonic()
+            elif time.monotonic() - sent >= HEARTBEAT_S:
+                yield []  # the heartbeat: alive, nothing new
+                sent = time.monotonic()
+
+    def _emit(self, msg: Any) -> None:
+        with self._out_cond:
+            self._out.append(msg)
+            self._out_cond.notify_all()
+
+    def _pump(self, q: queue.Queue) -> None:
+        """The heat thread's queue to numbered messages: event and phase lines batched for
+        :data:`BATCH_S` with the new activity lines, the archive and the end alone."""
         pending: list[tuple[str, Any]] = []
         last = time.monotonic()
-        sent = time.monotonic()  # the last message of any kind
         while True:
             try:
                 item = q.get(timeout=BATCH_S)
@@ -415,25 +463,20 @@ class HeatActor:
                 continue
             if item is not None and item[0] not in ("event", "phase"):
                 if pending:
-                    yield pending
+                    self._emit(pending)
                     pending = []
-                yield item
-                sent = time.monotonic()
+                self._emit(item)
                 if item[0] == "end":
-                    break
+                    return
                 continue
             if item is not None:
                 pending.append(item)
             if item is None or time.monotonic() - last >= BATCH_S:
                 pending += self._new_activity()
             if pending and (item is None or time.monotonic() - last >= BATCH_S):
-                yield pending
+                self._emit(pending)
                 pending = []
-                last = sent = time.monotonic()
-            elif time.monotonic() - sent >= HEARTBEAT_S:
-                yield []  # the heartbeat: alive, nothing new
-                sent = time.monotonic()
-        thread.join(timeout=5)
+                last = time.monotonic()
 
     def _thread(self, heat: RemoteHeat, creds: dict[str, str], q: queue.Queue) -> None:
         end: dict[str, Any] = {"error": None, "source": None, "events_sha256": None}
@@ -779,15 +822,35 @@ class ClusterHeats:
         say = on_phase or (lambda _m: None)
         t = timings if timings is not None else {}
         quiet_after = silent_s()
+        unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
         t["scheduled"] = time.monotonic()
-        placement: dict[str, Any] = {}
-        strategy = self._avoiding(avoid)
-        if strategy is not None:
-            placement["scheduling_strategy"] = strategy
-        actor = _actor_class().options(
-            num_cpus=0, resources={HEAT_SLOT: 1}, memory=self.memory_bytes(len(heat.agents)),
-            max_restarts=0, max_task_retries=0, max_concurrency=4, **placement,
-        ).remote()
+
+        def new_actor() -> Any:
+            placement: dict[str, Any] = {}
+            strategy = self._avoiding(avoid)
+            if strategy is not None:
+                placement["scheduling_strategy"] = strategy
+            return _actor_class().options(
+                num_cpus=0, resources={HEAT_SLOT: 1}, memory=self.memory_bytes(len(heat.agents)),
+                max_restarts=0, max_task_retries=0, max_concurrency=8, **placement,
+            ).remote()
+
+        def ask_hello(actor: Any) -> dict[str, Any]:
+            # waits while Ray places the actor (every slot may be busy); a brief
+            # ActorUnavailableError is asked again for UNAVAILABLE_S before it counts
+            since: float | None = None
+            while True:
+                try:
+                    return ray.get(actor.hello.remote())
+                except BaseException as err:
+                    if unavailable is None or not isinstance(err, unavailable):
+                        raise
+                    since = time.monotonic() if since is None else since
+                    if time.monotonic() - since > UNAVAILABLE_S:
+                        raise
+                    time.sleep(UNAVAILABLE_RETRY_S)
+
+        actor = await asyncio.to_thread(new_actor)
         node = "?"
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue = asyncio.Queue()
@@ -797,10 +860,24 @@ class ClusterHeats:
         activity_off = False  # the runner's activity.jsonl could not be written: no more lines
         reader: threading.Thread | None = None
         try:
-            try:
-                hello = await asyncio.to_thread(ray.get, actor.hello.remote())
-            except lost as err:
-                raise NodeLostError(f"the heat's actor died before it started: {_first_line(err)}") from None
+            # an actor lost before it answered was never placed: nothing of the heat ran, so it
+            # is made again (its node died and Ray had not noticed: two nodes lost at once can
+            # put the re-run attempts of both on the other dead node) for PLACE_RETRY_S
+            first_loss: float | None = None
+            while True:
+                try:
+                    hello = await asyncio.to_thread(ask_hello, actor)
+                    break
+                except lost as err:
+                    with contextlib.suppress(Exception):
+                        ray.kill(actor, no_restart=True)
+                    first_loss = time.monotonic() if first_loss is None else first_loss
+                    if time.monotonic() - first_loss > PLACE_RETRY_S:
+                        raise NodeLostError(f"the heat's actor died before it started (for {PLACE_RETRY_S:g} s of "
+                                            f"placing it again): {_first_line(err)}") from None
+                    say(f"the heat's actor was lost before it started ({_first_line(err)}): placing it again")
+                    await asyncio.sleep(PLACE_PAUSE_S)
+                    actor = await asyncio.to_thread(new_actor)
             node = str(hello["node"])
             t["placed"] = time.monotonic()
             if on_identity is not None:
@@ -812,14 +889,30 @@ class ClusterHeats:
             del sealed
 
             def read() -> None:
-                try:
-                    for ref in gen:
-                        item = ray.get(ref)
-                        loop.call_soon_threadsafe(inbox.put_nowait, ("item", item))
-                    loop.call_soon_threadsafe(inbox.put_nowait, ("eof", None))
-                except BaseException as err:  # noqa: BLE001 - handed to the loop
-                    with contextlib.suppress(RuntimeError):
-                        loop.call_soon_threadsafe(inbox.put_nowait, ("error", err))
+                stream, got, since = gen, 0, None
+                while True:
+                    try:
+                        for ref in stream:
+                            item = ray.get(ref)
+                            since = None
+                            if not (isinstance(item, list) and not item):  # heartbeats are not numbered
+                                got += 1
+                            loop.call_soon_threadsafe(inbox.put_nowait, ("item", item))
+                        loop.call_soon_threadsafe(inbox.put_nowait, ("eof", None))
+                        return
+                    except BaseException as err:  # noqa: BLE001 - handed to the loop
+                        if unavailable is not None and isinstance(err, unavailable):
+                            # for a moment unreachable: follow again from the messages we got,
+                            # for UNAVAILABLE_S before the node counts as lost
+                            since = time.monotonic() if since is None else since
+                            if time.monotonic() - since <= UNAVAILABLE_S:
+                                time.sleep(UNAVAILABLE_RETRY_S)
+                                with contextlib.suppress(Exception):
+                                    stream = actor.follow.options(num_returns="streaming").remote(got)
+                                continue
+                        with contextlib.suppress(RuntimeError):
+                            loop.call_soon_threadsafe(inbox.put_nowait, ("error", err))
+                        return
 
             reader = threading.Thread(target=read, name="aoe-cluster-reader", daemon=True)
             reader.start()
