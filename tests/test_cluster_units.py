@@ -456,6 +456,10 @@ def test_a_node_on_other_code_is_recorded_and_said_and_a_lost_heat_avoids_its_no
     assert [(a.node, a.node_code) for a in heat.attempts] == [("w1", "0" * 40), ("w2", code_revision())]
     said = [x for x in lines if " runs code" in x or " runs guest" in x]
     assert said == [f"r1h1a1: node w1 runs code revision {'0' * 40}, this runner {code_revision()}"], lines
+    # the runner says at the start which it does: it records and says, it does not refuse
+    assert (f"this runner: code revision {code_revision()}, guest image {image_digest()}; a node running other "
+            "code or another guest image is used all the same: each attempt records what its node ran "
+            "(attempt_placed) and a difference is said") in lines, lines
 
 
 # ----------------------------------------------------------------------------- Ray answers, one layer

@@ -1248,6 +1248,13 @@ class SeasonRunner:
             await asyncio.to_thread(self.cluster.connect)
             self.say(f"heats run on the Ray cluster at {self.cluster.address}: "
                      f"{self.cluster.heat_slots()} heat slot(s)")
+            from aoe_tui.cluster import code_revision, image_digest
+
+            self._identity = await asyncio.to_thread(lambda: {"code": code_revision(), "image": image_digest()})
+            # which it does: nodes are not refused for running other code (docs/architecture.md)
+            self.say(f"this runner: code revision {self._identity['code']}, guest image {self._identity['image']}; "
+                     "a node running other code or another guest image is used all the same: each attempt "
+                     "records what its node ran (attempt_placed) and a difference is said")
         resuming = self._open()
         if resuming:
             self.say(f"resuming season {self.season.id} · {self.season.label} in {self.dir}")
