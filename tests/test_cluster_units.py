@@ -559,7 +559,7 @@ _HELLO = {"node": "w1", "node_id": "n1", "pid": 1, "public_key": b"\0" * 32, "co
 _END = ("end", {"error": None, "source": None, "events_sha256": None})
 
 
-def _run_fake(monkeypatch, tmp_path, actors: list):
+def _run_fake(monkeypatch, tmp_path, actors: list, phases: list[str] | None = None):
     import asyncio
 
     from aoe_tui.cluster import remote
@@ -570,7 +570,7 @@ def _run_fake(monkeypatch, tmp_path, actors: list):
     monkeypatch.setattr(remote, "_actor_class", lambda: cls)
     monkeypatch.setattr(remote, "UNAVAILABLE_RETRY_S", 0.01, raising=False)
     monkeypatch.setattr(remote, "PLACE_PAUSE_S", 0.01, raising=False)
-    phases: list[str] = []
+    phases = [] if phases is None else phases
     placed: list[str] = []
     world = asyncio.run(remote.ClusterHeats("fake:1").run_heat(
         _remote_heat(), tmp_path / "a", {}, on_phase=phases.append, on_placed=lambda n, i: placed.append(n)))
@@ -600,3 +600,19 @@ def test_an_actor_lost_before_it_started_is_placed_again_not_a_spoiled_attempt(m
     world, phases, placed, fake = _run_fake(monkeypatch, tmp_path, [dead, alive])
     assert world is not None and placed == ["w1"] and "racing" in phases
     assert dead in fake.killed and any("placing it again" in p for p in phases), phases
+
+
+def test_an_actor_that_keeps_dying_before_it_started_is_given_up_after_the_bound_said_once(monkeypatch, tmp_path):
+    """An actor lost before ``hello`` every time (a node that cannot run it) is placed again
+    only for ``PLACE_RETRY_S``, then the attempt is spoiled as :class:`NodeLostError`; the
+    re-placing is said once, not once per try."""
+    from aoe_tui.cluster import remote
+
+    D = _FakeRay.exceptions.ActorDiedError
+    monkeypatch.setattr(remote, "PLACE_RETRY_S", 0.2)
+    dead = [_Actor(hellos=[_Ref(error=D("cannot start"))], run=[]) for _ in range(200)]
+    phases: list[str] = []
+    with pytest.raises(remote.NodeLostError, match="died before it started"):
+        _run_fake(monkeypatch, tmp_path, dead, phases)
+    assert len([p for p in phases if "placing it again" in p]) == 1, phases
+

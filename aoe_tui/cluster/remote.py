@@ -871,11 +871,13 @@ class ClusterHeats:
                 except lost as err:
                     with contextlib.suppress(Exception):
                         ray.kill(actor, no_restart=True)
-                    first_loss = time.monotonic() if first_loss is None else first_loss
-                    if time.monotonic() - first_loss > PLACE_RETRY_S:
+                    if first_loss is None:  # said once: a node that keeps losing it would fill the log
+                        first_loss = time.monotonic()
+                        say(f"the heat's actor was lost before it started ({_first_line(err)}): placing it again "
+                            f"(for up to {PLACE_RETRY_S:g} s)")
+                    elif time.monotonic() - first_loss > PLACE_RETRY_S:
                         raise NodeLostError(f"the heat's actor died before it started (for {PLACE_RETRY_S:g} s of "
                                             f"placing it again): {_first_line(err)}") from None
-                    say(f"the heat's actor was lost before it started ({_first_line(err)}): placing it again")
                     await asyncio.sleep(PLACE_PAUSE_S)
                     actor = await asyncio.to_thread(new_actor)
             node = str(hello["node"])
