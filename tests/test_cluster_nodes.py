@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -57,6 +58,36 @@ def test_doctor_lists_nodes_slots_and_readiness(cluster: TestCluster) -> None:
                env=cluster.auto_env(cluster.root / "state"))
     assert auto.returncode == 0, auto.stderr
     assert auto.stdout == res.stdout
+
+
+_PRIVATE_GONE = """import runpy, sys
+import ray._private.state as st
+Real = st.GlobalState
+class Private(Real):  # Ray makes its own; aoe's code may not (its private GCS tables)
+    def __init__(self, *a, **k):
+        if "aoe_tui" in sys._getframe(1).f_code.co_filename:
+            raise AttributeError("aoe_tui made Ray's private GlobalState")
+        super().__init__(*a, **k)
+st.GlobalState = Private
+del st.available_resources_per_node  # a Ray without the developer per-node function
+sys.argv = ["aoe", *sys.argv[1:]]
+runpy.run_module("aoe_tui.cli", run_name="__main__")
+"""
+
+
+def test_doctor_reads_the_cluster_through_rays_public_api(cluster: TestCluster) -> None:
+    """Issue 30: ``doctor --cluster`` reads nodes and slots with ``ray.init`` /
+    ``ray.nodes()`` / ``ray.available_resources()``, not Ray's private GCS tables: it makes
+    no ``GlobalState`` of its own, and without the developer per-node function (a Ray where
+    it moved) it prints the same lines (w1, the only node with slots, gets the cluster's free
+    count)."""
+    env = cluster.client_env()
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    res = subprocess.run([sys.executable, "-c", _PRIVATE_GONE, "doctor", "--cluster", cluster.address,
+                          "--token-file", str(cluster.token_file)], capture_output=True, text=True, env=env, timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout == cluster.doctor().stdout
+    assert "w1" in res.stdout and "slots 1/1 free  ready" in res.stdout, res.stdout
 
 
 def test_a_client_without_the_token_is_refused(cluster: TestCluster, tmp_path: Path) -> None:

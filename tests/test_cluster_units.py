@@ -405,3 +405,214 @@ def test_a_worker_seat_gets_its_own_key_and_scrubs_but_never_inherits_the_others
     env = own_environment(adapter, base={"PATH": "/bin"})
     assert env == {"PATH": "/bin", "KEY_A": "sk-aaaa-1111"}
     assert adapter.credential("KEY_B") == "sk-bbbb-2222"  # what its proxy scrubs
+
+
+def test_a_node_on_other_code_is_recorded_and_said_and_a_lost_heat_avoids_its_node(tmp_path):
+    """The runner's side of issue 30 items 7 and 8 (the cluster replaced by what it reports;
+    the real path: tests/test_cluster_silent.py): each ``attempt_placed`` records the code
+    revision and guest image the node ran the heat with, a difference from the runner's is
+    said, and the next attempt of a heat lost on a node is asked to avoid that node."""
+    import asyncio
+
+    from aoe_tui.cluster import code_revision, image_digest
+    from aoe_tui.cluster.remote import NodeLostError
+    from aoe_tui.domain.season_file import load_season
+    from aoe_tui.season.runner import SeasonRunner
+    from tests.test_season_results import _season_text
+
+    f = tmp_path / "s.toml"
+    f.write_text(_season_text(max_attempts=2))
+    out = tmp_path / "out"
+    asked: list[list[str]] = []
+
+    class Nodes:  # the ClusterHeats calls the runner makes
+        address = "fake:1"
+
+        def connect(self) -> None:
+            pass
+
+        def heat_slots(self) -> int:
+            return 2
+
+        def sweep_nodes(self) -> list[str]:
+            return []
+
+        async def run_heat(self, heat, folder, credentials, *, on_placed, on_identity, avoid, **_kw):
+            asked.append(list(avoid))
+            node = "w1" if len(asked) == 1 else "w2"
+            on_identity({"code": "0" * 40 if node == "w1" else code_revision(), "image": image_digest()})
+            on_placed(node, f"id-{node}")
+            raise NodeLostError(f"worker node {node} went silent", node)
+
+    lines: list[str] = []
+    runner = SeasonRunner(load_season(f), out, say=lines.append)
+    runner.cluster = Nodes()
+    asyncio.run(runner.run())
+    assert asked == [[], ["w1"]]
+    placed = [r.event for r in read_season_log(out / "season.jsonl") if isinstance(r.event, se.AttemptPlaced)]
+    assert [(p.node, p.code_revision, p.image_digest) for p in placed] == [
+        ("w1", "0" * 40, image_digest()), ("w2", code_revision(), image_digest())]
+    (heat,) = reduce_season(read_season_log(out / "season.jsonl")).heats()
+    assert [(a.node, a.node_code) for a in heat.attempts] == [("w1", "0" * 40), ("w2", code_revision())]
+    said = [x for x in lines if " runs code" in x or " runs guest" in x]
+    assert said == [f"r1h1a1: node w1 runs code revision {'0' * 40}, this runner {code_revision()}"], lines
+    # the runner says at the start which it does: it records and says, it does not refuse
+    assert (f"this runner: code revision {code_revision()}, guest image {image_digest()}; a node running other "
+            "code or another guest image is used all the same: each attempt records what its node ran "
+            "(attempt_placed) and a difference is said") in lines, lines
+
+
+# ----------------------------------------------------------------------------- Ray answers, one layer
+
+
+class _Ref:
+    def __init__(self, value=None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+
+
+class _FakeRay:
+    """What :meth:`ClusterHeats.run_heat` asks of Ray, answered from a script (a unit test of
+    the runner's side alone; the real path: tests/test_cluster_silent.py)."""
+
+    class exceptions:  # noqa: N801 - as ray.exceptions
+        class RayActorError(Exception):
+            pass
+
+        class ActorDiedError(RayActorError):
+            pass
+
+        class ActorUnavailableError(RayActorError):
+            pass
+
+    def __init__(self) -> None:
+        self.killed: list = []
+
+    def get(self, ref, timeout=None):
+        if isinstance(ref, _Ref):
+            if ref.error is not None:
+                raise ref.error
+            return ref.value
+        return ref
+
+    def kill(self, actor, no_restart=True) -> None:
+        self.killed.append(actor)
+
+    def nodes(self) -> list:
+        return []
+
+
+class _Method:
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def remote(self, *args):
+        return self.fn(*args)
+
+    def options(self, **_kw):
+        return self
+
+
+def _fake_actor_class(actors: list):
+    """``_actor_class()`` whose ``options(...).remote()`` hands out ``actors`` in turn."""
+    class Cls:
+        made: list = []
+
+        def options(self, **_kw):
+            return self
+
+        def remote(self):
+            actor = actors[len(Cls.made)]
+            Cls.made.append(actor)
+            return actor
+    return Cls()
+
+
+class _Actor:
+    def __init__(self, hellos: list, run: list, follow: dict | None = None) -> None:
+        self.hellos, self.followed = list(hellos), []
+        self.hello = _Method(lambda: self.hellos.pop(0))
+        self.abort = _Method(lambda: None)
+
+        def stream(items):
+            for it in items:
+                if isinstance(it, BaseException):
+                    raise it
+                yield _Ref(it)
+
+        self.run = _Method(lambda heat, sealed: stream(run))
+
+        def from_(after):
+            self.followed.append(after)
+            return stream((follow or {})[after])
+        self.follow = _Method(from_)
+
+
+def _remote_heat():
+    from aoe_tui.cluster.remote import RemoteHeat
+
+    return RemoteHeat(arena_tar=b"", arena_sha256="0", manifest_rel="arena.toml", manifest=None, raw=b"",
+                      agents={"a": {}, "b": {}}, provider=None, drain_seconds=0.0, name="n", slug="s",
+                      tag="r1h1a1", heat_id="x")
+
+
+_HELLO = {"node": "w1", "node_id": "n1", "pid": 1, "public_key": b"\0" * 32, "code": "c", "image": "i"}
+_END = ("end", {"error": None, "source": None, "events_sha256": None})
+
+
+def _run_fake(monkeypatch, tmp_path, actors: list, phases: list[str] | None = None):
+    import asyncio
+
+    from aoe_tui.cluster import remote
+
+    fake = _FakeRay()
+    monkeypatch.setattr(remote, "require_ray", lambda: fake)
+    cls = _fake_actor_class(actors)
+    monkeypatch.setattr(remote, "_actor_class", lambda: cls)
+    monkeypatch.setattr(remote, "UNAVAILABLE_RETRY_S", 0.01, raising=False)
+    monkeypatch.setattr(remote, "PLACE_PAUSE_S", 0.01, raising=False)
+    phases = [] if phases is None else phases
+    placed: list[str] = []
+    world = asyncio.run(remote.ClusterHeats("fake:1").run_heat(
+        _remote_heat(), tmp_path / "a", {}, on_phase=phases.append, on_placed=lambda n, i: placed.append(n)))
+    return world, phases, placed, fake
+
+
+def test_a_brief_actor_unavailable_error_is_asked_again_not_a_lost_node(monkeypatch, tmp_path):
+    """``ActorUnavailableError`` (the actor unreachable for a moment) is retried for
+    ``UNAVAILABLE_S``: at ``hello``, and mid-stream (the runner follows again from the
+    messages it got, none twice)."""
+    U = _FakeRay.exceptions.ActorUnavailableError
+    actor = _Actor(hellos=[_Ref(error=U("blip")), _Ref(error=U("blip")), _Ref(_HELLO)],
+                   run=[[("phase", "one")], [], U("blip")],
+                   follow={1: [[("phase", "two")], _END]})
+    world, phases, placed, _ = _run_fake(monkeypatch, tmp_path, [actor])
+    assert world is not None and placed == ["w1"]
+    assert phases == ["one", "two"] and actor.followed == [1]
+
+
+def test_an_actor_lost_before_it_started_is_placed_again_not_a_spoiled_attempt(monkeypatch, tmp_path):
+    """An actor lost before it answered ``hello`` never ran anything of the heat (its node
+    died and Ray had not noticed: two nodes lost at once put the re-runs of both heats on the
+    other dead node): a new actor is made, for ``PLACE_RETRY_S``, and the attempt goes on."""
+    D = _FakeRay.exceptions.ActorDiedError
+    dead = _Actor(hellos=[_Ref(error=D("its node died"))], run=[])
+    alive = _Actor(hellos=[_Ref(_HELLO)], run=[[("phase", "racing")], _END])
+    world, phases, placed, fake = _run_fake(monkeypatch, tmp_path, [dead, alive])
+    assert world is not None and placed == ["w1"] and "racing" in phases
+    assert dead in fake.killed and any("placing it again" in p for p in phases), phases
+
+
+def test_an_actor_that_keeps_dying_before_it_started_is_given_up_after_the_bound_said_once(monkeypatch, tmp_path):
+    """An actor lost before ``hello`` every time (a node that cannot run it) is placed again
+    only for ``PLACE_RETRY_S``, then the attempt is spoiled as :class:`NodeLostError`; the
+    re-placing is said once, not once per try."""
+    from aoe_tui.cluster import remote
+
+    D = _FakeRay.exceptions.ActorDiedError
+    monkeypatch.setattr(remote, "PLACE_RETRY_S", 0.2)
+    dead = [_Actor(hellos=[_Ref(error=D("cannot start"))], run=[]) for _ in range(200)]
+    phases: list[str] = []
+    with pytest.raises(remote.NodeLostError, match="died before it started"):
+        _run_fake(monkeypatch, tmp_path, dead, phases)
+    assert len([p for p in phases if "placing it again" in p]) == 1, phases
+

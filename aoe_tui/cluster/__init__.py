@@ -59,3 +59,58 @@ def worker_dir() -> Path:
 def territories_dir(base: Path) -> Path:
     """Where a node's heats keep their territories (``base/territories``)."""
     return base / "territories"
+
+
+_IDENTITY: dict[str, str] = {}
+
+
+def code_revision() -> str:
+    """The revision of the aoe-tui code this process runs: ``git rev-parse HEAD`` of the
+    checkout holding the imported ``aoe_tui`` package (40 hex), ``+dirty`` appended when its
+    tracked files differ from that commit; ``version <__version__>`` when the package is not
+    in a git checkout (an installed wheel). Computed once per process (two ``git`` calls,
+    5 s each at most); never raises."""
+    if "code" in _IDENTITY:
+        return _IDENTITY["code"]
+    import subprocess
+
+    from aoe_tui import __version__
+
+    where = str(Path(__file__).resolve().parent.parent)
+    out = f"version {__version__}"
+    try:
+        head = subprocess.run(["git", "-C", where, "rev-parse", "--verify", "HEAD"], capture_output=True,
+                              text=True, timeout=5, check=False)
+        if head.returncode == 0 and head.stdout.strip():
+            out = head.stdout.strip()
+            dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=5, check=False)
+            if dirty.returncode == 0 and dirty.stdout.strip():
+                out += "+dirty"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    _IDENTITY["code"] = out
+    return out
+
+
+def image_digest() -> str:
+    """The digest of the base guest image this machine's heats boot (the built image of the
+    current recipe, :func:`aoe_tui.runtime.image.find_image`): ``<recipe key>:<sha256 of its
+    image.json, 16 hex>`` (the recipe key says what was asked for, the record's hash which
+    build of it: its packages and build time). ``none`` when it is not built. Computed once
+    per process; never raises."""
+    if "image" in _IDENTITY:
+        return _IDENTITY["image"]
+    import hashlib
+
+    out = "none"
+    try:
+        from aoe_tui.runtime.image import find_image
+
+        img = find_image()
+        if img is not None:
+            out = f"{img.key}:{hashlib.sha256((img.root / 'image.json').read_bytes()).hexdigest()[:16]}"
+    except Exception:  # noqa: BLE001 - an unreadable image is reported as such
+        out = "unreadable"
+    _IDENTITY["image"] = out
+    return out

@@ -637,7 +637,7 @@ class NodeStatus:
         aoe: started by ``aoe worker start`` (label ``aoe-worker``): its doctor checks passed.
         head: the head node.
         slots_total: heat slots it offers; ``slots_free`` of them free now (both 0 when dead:
-            Ray forgets a dead node's resources).
+            Ray forgets a dead node's resources; ``slots_free`` None: this Ray does not say).
     """
 
     name: str
@@ -646,7 +646,7 @@ class NodeStatus:
     aoe: bool
     head: bool
     slots_total: int
-    slots_free: int
+    slots_free: int | None
 
     @property
     def ready(self) -> bool:
@@ -664,7 +664,8 @@ class NodeStatus:
             state = "not ready (not started by aoe worker start)"
         else:
             state = "not ready (no heat slot)"
-        return f"{self.name}  {self.address}  {role}  slots {self.slots_free}/{self.slots_total} free  {state}"
+        free = "?" if self.slots_free is None else self.slots_free
+        return f"{self.name}  {self.address}  {role}  slots {free}/{self.slots_total} free  {state}"
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -739,11 +740,38 @@ def probe_cluster(address: str, *, connect_timeout_s: float = 5.0) -> None:
         raise ClusterError(f"cluster {address}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
 
 
+def _free_per_node(ray: Any, nodes: list[dict[str, Any]], free_all: int) -> dict[str, int | None]:
+    """Node id (hex) -> free heat slots: Ray's ``available_resources_per_node`` where this Ray
+    has it (a developer function); else nodes without a slot get 0 and, when one live node
+    holds every heat slot, that node the cluster's free count (``ray.available_resources``);
+    a node missing from the map: its free count is unknown."""
+    try:
+        from ray._private.state import available_resources_per_node as per_node
+    except ImportError:
+        per_node = None
+    if per_node is not None:
+        with contextlib.suppress(Exception):
+            return {str(k): int((v or {}).get(HEAT_SLOT, 0)) for k, v in per_node().items()}
+    holders = [n for n in nodes if n.get("Alive") and (n.get("Resources") or {}).get(HEAT_SLOT)]
+    out: dict[str, int | None] = {str(n.get("NodeID")): 0 for n in nodes if n not in holders}
+    if len(holders) == 1:
+        out[str(holders[0].get("NodeID"))] = free_all
+    return out
+
+
 def cluster_status(address: str, token_file: Path | None = None, *, connect_timeout_s: float = 5.0) -> list[NodeStatus]:
     """The nodes of the cluster at ``address``: the head first, then by name; a name with a
     live node is not also shown dead (a node restarted), a dead name only once.
 
-    Authenticates as :func:`client_auth` does (this process becomes a token client).
+    Authenticates as :func:`client_auth` does (this process becomes a token client), joins
+    the cluster as a driver (``ray.init``, no actor or task started; left with
+    ``ray.shutdown``) and reads it through Ray's public API: ``ray.nodes()`` for the node
+    table (names, labels, liveness, total resources) and ``ray.available_resources()`` for the
+    free heat slots. A node's own free slots come from Ray's ``@DeveloperAPI`` function
+    ``available_resources_per_node`` (the one Ray Serve and ``ray.util.tpu`` use; Ray's state
+    API ``ray.util.state`` needs a dashboard, which aoe nodes do not run); where a Ray lacks
+    it, a node holding every heat slot gets the cluster's free count and any other node's
+    free count is unknown (None, shown ``?``). Nothing reads Ray's GCS tables directly.
 
     Raises:
         ClusterError: no token, the address unreachable, or the cluster refusing the token.
@@ -751,17 +779,22 @@ def cluster_status(address: str, token_file: Path | None = None, *, connect_time
     address = resolve_address(address)
     client_auth(token_file)
     probe_cluster(address, connect_timeout_s=connect_timeout_s)
-    from ray._private.state import GlobalState
-    from ray._raylet import GcsClientOptions
-
+    ray = require_ray()
+    joined = False
     try:
-        state = GlobalState()
-        state._initialize_global_state(GcsClientOptions.create(address, None, allow_cluster_id_nil=True,
-                                                               fetch_cluster_id_if_nil=False))
-        nodes = state.node_table()
-        free = state.available_resources_per_node()
+        if not ray.is_initialized():
+            ray.init(address=address, namespace="aoe-tui-doctor", log_to_driver=False, logging_level="ERROR",
+                     configure_logging=True, include_dashboard=False)
+            joined = True
+        nodes = ray.nodes()
+        free_all = int(ray.available_resources().get(HEAT_SLOT, 0))
+        free = _free_per_node(ray, nodes, free_all)
     except Exception as err:  # noqa: BLE001 - Ray's errors become one line
         raise ClusterError(f"cluster {address}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
+    finally:
+        if joined:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
     latest: dict[str, int] = {}  # aoe-node -> start (ms) of its newest incarnation, live or dead
     for n in nodes:
         labels = n.get("Labels") or {}
@@ -780,7 +813,7 @@ def cluster_status(address: str, token_file: Path | None = None, *, connect_time
             name=str(labels.get(LABEL_WORKER) or n.get("NodeName") or n.get("NodeID", "?")[:12]),
             address=str(n.get("NodeManagerAddress", "")), alive=alive, aoe=LABEL_WORKER in labels,
             head="node:__internal_head__" in res, slots_total=total if alive else 0,
-            slots_free=int((free.get(n.get("NodeID"), {}) or {}).get(HEAT_SLOT, 0)) if alive else 0))
+            slots_free=free.get(str(n.get("NodeID"))) if alive else 0))
     out.sort(key=lambda s: (not s.alive, s.name))
     # a node that died and came back (or died twice) under one name is shown once
     seen: set[str] = set()

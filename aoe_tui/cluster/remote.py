@@ -71,7 +71,7 @@ import shutil
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,14 +90,57 @@ __all__ = ["ClusterHeats", "HeatActor", "NodeLostError", "RemoteHeat", "RemoteHe
 BATCH_S = 0.1
 #: how long a stopped runner waits for an aborted heat's artifacts (s)
 ABORT_WAIT_S = 180.0
+#: the heat actor sends at least one message (an empty batch: a heartbeat) every this many
+#: seconds while its heat runs, whatever the heat does (s)
+HEARTBEAT_S = 1.0
+#: a placed heat whose actor sent nothing (no batch, no heartbeat) for this long is given up:
+#: the node is alive but silent (a stopped or wedged actor process); the attempt is spoiled as
+#: :class:`NodeLostError` naming the node and its actor killed (s). ``AOE_CLUSTER_SILENT_S``
+#: overrides it (a number of seconds > :data:`HEARTBEAT_S`).
+SILENT_S = 30.0
+ENV_SILENT_S = "AOE_CLUSTER_SILENT_S"
+#: a heat actor that was lost before it answered ``hello`` (never placed: nothing of the heat
+#: ran) is made again, every :data:`PLACE_PAUSE_S`, for this long after the first such loss
+#: before the attempt is spoiled as :class:`NodeLostError` (s): a node that died and Ray has
+#: not noticed yet (its health checks take seconds) may still be offered a slot
+PLACE_RETRY_S = 60.0
+PLACE_PAUSE_S = 1.0
+#: ``ActorUnavailableError`` (the actor unreachable for a moment: a network blip, a busy
+#: node) is asked again every :data:`UNAVAILABLE_RETRY_S` for this long before it counts as
+#: the actor lost (s)
+UNAVAILABLE_S = 10.0
+UNAVAILABLE_RETRY_S = 0.5
 _HKDF_INFO = b"aoe-tui cluster credentials v1"
 
 
 class NodeLostError(ClusterError):
-    """The worker node running a heat was lost mid-heat (its actor or node died); the
-    message names the node. ``failure_source`` ``provider``: the infrastructure's, retried."""
+    """The worker node running a heat was lost mid-heat (its actor or node died, or it went
+    silent for :data:`SILENT_S`); the message names the node. ``failure_source``
+    ``provider``: the infrastructure's, retried. ``node``: the node's name ("?" before the
+    heat was placed), so the next attempt of the heat can be placed elsewhere."""
 
     failure_source = "provider"
+
+    def __init__(self, message: str, node: str = "?") -> None:
+        super().__init__(message)
+        self.node = node
+
+
+def silent_s() -> float:
+    """The silence bound in seconds: :data:`SILENT_S`, or ``AOE_CLUSTER_SILENT_S``.
+
+    Raises:
+        ClusterError: ``AOE_CLUSTER_SILENT_S`` is not a number above :data:`HEARTBEAT_S`."""
+    raw = os.environ.get(ENV_SILENT_S)
+    if raw is None or not raw.strip():
+        return SILENT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 2 * HEARTBEAT_S or value != value or value == float("inf"):
+        raise ClusterError(f"{ENV_SILENT_S}={raw!r}: expected seconds, a number above {2 * HEARTBEAT_S:g}")
+    return value
 
 
 class RemoteHeatError(AoeError):
@@ -314,15 +357,22 @@ class HeatActor:
         self._scratch: Path | None = None  # the heat's scratch match folder, once known
         self._activity: Any = None  # LogTail of its activity.jsonl
         self._activity_lock = threading.Lock()
+        self._out: list[Any] = []  # the heat's messages, in order (:meth:`follow`)
+        self._out_cond = threading.Condition()
 
     def hello(self) -> dict[str, Any]:
-        """``{"node", "node_id", "pid", "public_key"}`` (raw X25519 public key bytes)."""
+        """``{"node", "node_id", "pid", "public_key", "code", "image"}``: the node's name and
+        Ray id, the actor's pid, its raw X25519 public key, the revision of the code it runs
+        (:func:`aoe_tui.cluster.code_revision`) and the guest image its heats boot
+        (:func:`aoe_tui.cluster.image_digest`)."""
         from cryptography.hazmat.primitives import serialization
+
+        from aoe_tui.cluster import code_revision, image_digest
 
         ray = require_ray()
         pub = self._key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         return {"node": node_name(), "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
-                "public_key": pub}
+                "public_key": pub, "code": code_revision(), "image": image_digest()}
 
     def abort(self) -> None:
         """Abort the running heat (``operator interrupt``), as a stopped local heat does."""
@@ -354,15 +404,53 @@ class HeatActor:
             return [("activity", (r.sequence, r.ms, r.agent, r.line)) for r in recs]
 
     def run(self, heat: RemoteHeat, sealed: bytes):
-        """Run the heat; a generator of messages (lists of ``("event", line)`` /
-        ``("phase", text)`` / ``("activity", (sequence, ms, agent, line))``, then
-        ``("archive", bytes)``, then ``("end", {...})``)."""
+        """Start the heat and follow it (:meth:`follow` from the first message)."""
+        self.start(heat, sealed)
+        yield from self.follow(0)
+
+    def start(self, heat: RemoteHeat, sealed: bytes) -> None:
+        """Start the heat on its own thread; its messages are kept in order (:meth:`follow`)."""
         creds = json.loads(open_sealed(self._key, sealed)) if sealed else {}
         self._key = None  # one heat per key
         q: queue.Queue = queue.Queue()
         thread = threading.Thread(target=self._thread, args=(heat, creds, q), name="aoe-heat", daemon=True)
         del creds
         thread.start()
+        threading.Thread(target=self._pump, args=(q,), name="aoe-heat-pump", daemon=True).start()
+
+    def follow(self, after: int):
+        """The heat's messages from number ``after`` on (0: the first), a generator: lists of
+        ``("event", line)`` / ``("phase", text)`` / ``("activity", (sequence, ms, agent,
+        line))``, then ``("archive", bytes)``, then ``("end", {...})``. An empty list (not
+        numbered) is sent whenever nothing else was for :data:`HEARTBEAT_S`: the heartbeat the
+        runner's :data:`SILENT_S` bound watches. A runner whose stream broke for a moment
+        (``ActorUnavailableError``) follows again from the number of messages it got."""
+        i = max(0, int(after))
+        sent = time.monotonic()
+        while True:
+            with self._out_cond:
+                if i >= len(self._out):
+                    self._out_cond.wait(max(0.0, HEARTBEAT_S - (time.monotonic() - sent)))
+                batch = self._out[i:]
+            for msg in batch:
+                yield msg
+                i += 1
+                if isinstance(msg, tuple) and msg[0] == "end":
+                    return
+            if batch:
+                sent = time.monotonic()
+            elif time.monotonic() - sent >= HEARTBEAT_S:
+                yield []  # the heartbeat: alive, nothing new
+                sent = time.monotonic()
+
+    def _emit(self, msg: Any) -> None:
+        with self._out_cond:
+            self._out.append(msg)
+            self._out_cond.notify_all()
+
+    def _pump(self, q: queue.Queue) -> None:
+        """The heat thread's queue to numbered messages: event and phase lines batched for
+        :data:`BATCH_S` with the new activity lines, the archive and the end alone."""
         pending: list[tuple[str, Any]] = []
         last = time.monotonic()
         while True:
@@ -375,21 +463,20 @@ class HeatActor:
                 continue
             if item is not None and item[0] not in ("event", "phase"):
                 if pending:
-                    yield pending
+                    self._emit(pending)
                     pending = []
-                yield item
+                self._emit(item)
                 if item[0] == "end":
-                    break
+                    return
                 continue
             if item is not None:
                 pending.append(item)
             if item is None or time.monotonic() - last >= BATCH_S:
                 pending += self._new_activity()
             if pending and (item is None or time.monotonic() - last >= BATCH_S):
-                yield pending
+                self._emit(pending)
                 pending = []
                 last = time.monotonic()
-        thread.join(timeout=5)
 
     def _thread(self, heat: RemoteHeat, creds: dict[str, str], q: queue.Queue) -> None:
         end: dict[str, Any] = {"error": None, "source": None, "events_sha256": None}
@@ -666,6 +753,23 @@ class ClusterHeats:
                 return len(left)
             time.sleep(0.5)
 
+    def _avoiding(self, avoid: Collection[str]) -> Any:
+        """A scheduling strategy keeping a heat off the nodes named in ``avoid`` (their
+        ``aoe-worker`` label), or None: nothing to avoid, or no other live node offers a heat
+        slot (the heat then goes wherever Ray places it rather than wait forever)."""
+        if not avoid:
+            return None
+        from aoe_tui.cluster.node import LABEL_WORKER
+
+        ray = require_ray()
+        from ray.util.scheduling_strategies import NodeLabelSchedulingStrategy, NotIn
+
+        others = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get(HEAT_SLOT)
+                  and (n.get("Labels") or {}).get(LABEL_WORKER) not in set(avoid)]
+        if not others:
+            return None
+        return NodeLabelSchedulingStrategy(hard={LABEL_WORKER: NotIn(*sorted(set(avoid)))})
+
     def heat_slots(self) -> int:
         """Heat slots the cluster offers now (all nodes)."""
         return int(require_ray().cluster_resources().get(HEAT_SLOT, 0))
@@ -679,20 +783,31 @@ class ClusterHeats:
                        on_phase: Callable[[str], None] | None = None,
                        on_placed: Callable[[str, str], None] | None = None,
                        on_activity: Callable[[list[Any]], None] | None = None,
-                       timings: dict[str, float] | None = None) -> WorldState:
+                       timings: dict[str, float] | None = None,
+                       avoid: Collection[str] = (),
+                       on_identity: Callable[[dict[str, str]], None] | None = None) -> WorldState:
         """Run one attempt on a node with a free heat slot; fill ``folder`` (its headers are
         already there) and return the final world.
 
         ``credentials``: env name → value, sealed to the actor's key. ``on_placed(node,
-        node_id)`` once the actor runs on a node. The agents' activity lines the node's
+        node_id)`` once the actor runs on a node; ``on_identity({"code", "image"})`` right
+        before it with what the node runs (:meth:`HeatActor.hello`; ``"unknown"`` from a node
+        too old to say). ``avoid``: node names (``AOE_WORKER_NAME``) the heat is not placed
+        on while another live node offers a heat slot (the nodes its earlier attempts were
+        lost on: :attr:`NodeLostError.node`). The agents' activity lines the node's
         ``activity.jsonl`` gets are appended to ``folder``'s as they arrive, through an
         :class:`~aoe_tui.replay.activity.ActivityWriter` as a local heat's supervisor does, and
         handed to ``on_activity(records)`` (:class:`~aoe_tui.replay.activity.ActivityRecord`
         list, file order). ``timings`` (if given) gets monotonic
         seconds: ``scheduled``, ``placed``, ``first_event``, ``last_event``, ``artifacts``.
 
+        Once placed, the actor sends something at least every :data:`HEARTBEAT_S`; when
+        nothing came for :func:`silent_s` (:data:`SILENT_S`, 30 s) the node is given up: the
+        actor is killed, nothing it sends later is written or counted, and
+        :class:`NodeLostError` names the node.
+
         Raises:
-            NodeLostError: the node or the actor was lost mid-heat (names the node).
+            NodeLostError: the node or the actor was lost mid-heat, or went silent (names the node).
             RemoteHeatError: the heat failed on the node (its failure source).
             ClusterError: the events the runner wrote differ from the node's log.
             asyncio.CancelledError: after the aborted heat's artifacts were taken.
@@ -706,11 +821,36 @@ class ClusterHeats:
         lost = _node_lost_types(ray)
         say = on_phase or (lambda _m: None)
         t = timings if timings is not None else {}
+        quiet_after = silent_s()
+        unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
         t["scheduled"] = time.monotonic()
-        actor = _actor_class().options(
-            num_cpus=0, resources={HEAT_SLOT: 1}, memory=self.memory_bytes(len(heat.agents)),
-            max_restarts=0, max_task_retries=0, max_concurrency=4,
-        ).remote()
+
+        def new_actor() -> Any:
+            placement: dict[str, Any] = {}
+            strategy = self._avoiding(avoid)
+            if strategy is not None:
+                placement["scheduling_strategy"] = strategy
+            return _actor_class().options(
+                num_cpus=0, resources={HEAT_SLOT: 1}, memory=self.memory_bytes(len(heat.agents)),
+                max_restarts=0, max_task_retries=0, max_concurrency=8, **placement,
+            ).remote()
+
+        def ask_hello(actor: Any) -> dict[str, Any]:
+            # waits while Ray places the actor (every slot may be busy); a brief
+            # ActorUnavailableError is asked again for UNAVAILABLE_S before it counts
+            since: float | None = None
+            while True:
+                try:
+                    return ray.get(actor.hello.remote())
+                except BaseException as err:
+                    if unavailable is None or not isinstance(err, unavailable):
+                        raise
+                    since = time.monotonic() if since is None else since
+                    if time.monotonic() - since > UNAVAILABLE_S:
+                        raise
+                    time.sleep(UNAVAILABLE_RETRY_S)
+
+        actor = await asyncio.to_thread(new_actor)
         node = "?"
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue = asyncio.Queue()
@@ -720,12 +860,30 @@ class ClusterHeats:
         activity_off = False  # the runner's activity.jsonl could not be written: no more lines
         reader: threading.Thread | None = None
         try:
-            try:
-                hello = await asyncio.to_thread(ray.get, actor.hello.remote())
-            except lost as err:
-                raise NodeLostError(f"the heat's actor died before it started: {_first_line(err)}") from None
+            # an actor lost before it answered was never placed: nothing of the heat ran, so it
+            # is made again (its node died and Ray had not noticed: two nodes lost at once can
+            # put the re-run attempts of both on the other dead node) for PLACE_RETRY_S
+            first_loss: float | None = None
+            while True:
+                try:
+                    hello = await asyncio.to_thread(ask_hello, actor)
+                    break
+                except lost as err:
+                    with contextlib.suppress(Exception):
+                        ray.kill(actor, no_restart=True)
+                    if first_loss is None:  # said once: a node that keeps losing it would fill the log
+                        first_loss = time.monotonic()
+                        say(f"the heat's actor was lost before it started ({_first_line(err)}): placing it again "
+                            f"(for up to {PLACE_RETRY_S:g} s)")
+                    elif time.monotonic() - first_loss > PLACE_RETRY_S:
+                        raise NodeLostError(f"the heat's actor died before it started (for {PLACE_RETRY_S:g} s of "
+                                            f"placing it again): {_first_line(err)}") from None
+                    await asyncio.sleep(PLACE_PAUSE_S)
+                    actor = await asyncio.to_thread(new_actor)
             node = str(hello["node"])
             t["placed"] = time.monotonic()
+            if on_identity is not None:
+                on_identity({"code": str(hello.get("code") or "unknown"), "image": str(hello.get("image") or "unknown")})
             if on_placed is not None:
                 on_placed(node, str(hello.get("node_id", "")))
             sealed = seal(hello["public_key"], json.dumps(dict(credentials)).encode()) if credentials else b""
@@ -733,14 +891,30 @@ class ClusterHeats:
             del sealed
 
             def read() -> None:
-                try:
-                    for ref in gen:
-                        item = ray.get(ref)
-                        loop.call_soon_threadsafe(inbox.put_nowait, ("item", item))
-                    loop.call_soon_threadsafe(inbox.put_nowait, ("eof", None))
-                except BaseException as err:  # noqa: BLE001 - handed to the loop
-                    with contextlib.suppress(RuntimeError):
-                        loop.call_soon_threadsafe(inbox.put_nowait, ("error", err))
+                stream, got, since = gen, 0, None
+                while True:
+                    try:
+                        for ref in stream:
+                            item = ray.get(ref)
+                            since = None
+                            if not (isinstance(item, list) and not item):  # heartbeats are not numbered
+                                got += 1
+                            loop.call_soon_threadsafe(inbox.put_nowait, ("item", item))
+                        loop.call_soon_threadsafe(inbox.put_nowait, ("eof", None))
+                        return
+                    except BaseException as err:  # noqa: BLE001 - handed to the loop
+                        if unavailable is not None and isinstance(err, unavailable):
+                            # for a moment unreachable: follow again from the messages we got,
+                            # for UNAVAILABLE_S before the node counts as lost
+                            since = time.monotonic() if since is None else since
+                            if time.monotonic() - since <= UNAVAILABLE_S:
+                                time.sleep(UNAVAILABLE_RETRY_S)
+                                with contextlib.suppress(Exception):
+                                    stream = actor.follow.options(num_returns="streaming").remote(got)
+                                continue
+                        with contextlib.suppress(RuntimeError):
+                            loop.call_soon_threadsafe(inbox.put_nowait, ("error", err))
+                        return
 
             reader = threading.Thread(target=read, name="aoe-cluster-reader", daemon=True)
             reader.start()
@@ -750,7 +924,12 @@ class ClusterHeats:
             while True:
                 try:
                     if deadline is None:
-                        kind, item = await inbox.get()
+                        try:
+                            kind, item = await asyncio.wait_for(inbox.get(), quiet_after)
+                        except asyncio.TimeoutError:
+                            raise NodeLostError(
+                                f"worker node {node} went silent: nothing from its heat actor for "
+                                f"{quiet_after:g} s (heartbeat every {HEARTBEAT_S:g} s); given up", node) from None
                     else:
                         kind, item = await asyncio.wait_for(inbox.get(), max(0.1, deadline - time.monotonic()))
                 except asyncio.CancelledError as err:
@@ -765,11 +944,13 @@ class ClusterHeats:
                     break
                 if kind == "error":
                     if isinstance(item, lost):
-                        raise NodeLostError(f"worker node {node} lost mid-heat: {_first_line(item)}") from None
+                        raise NodeLostError(f"worker node {node} lost mid-heat: {_first_line(item)}", node) from None
                     raise RemoteHeatError(f"heat on node {node} failed: {_first_line(item)}") from None
                 if kind == "eof":
                     break
                 if isinstance(item, list):
+                    if not item:  # a heartbeat
+                        continue
                     acts: list[ActivityRecord] = []
                     if activity is None and not activity_off:
                         # opened with the heat's first lines, as a local heat's supervisor opens its own
@@ -825,7 +1006,7 @@ class ClusterHeats:
             if cancelled is not None:
                 raise cancelled
             if end is None:
-                raise NodeLostError(f"worker node {node} ended the heat without its result")
+                raise NodeLostError(f"worker node {node} ended the heat without its result", node)
             mine = folder / "events.jsonl"
             if end.get("events_sha256") and mine.is_file():
                 if await asyncio.to_thread(file_sha256, mine) != end["events_sha256"]:

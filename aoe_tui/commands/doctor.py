@@ -89,7 +89,8 @@ def _cluster(args: argparse.Namespace) -> int:
     else:
         for n in nodes:
             print(n.line())
-        free = sum(n.slots_free for n in ready)
+        known = [n.slots_free for n in ready if n.slots_free is not None]
+        free = sum(known) if len(known) == len(ready) else "?"
         total = sum(n.slots_total for n in ready)
         print(f"cluster {address}: {len(ready)} of {len(nodes)} node(s) ready, {free}/{total} heat slots free")
     return 0 if ready else 1

@@ -189,7 +189,10 @@ class AttemptStarted(_Ev):
 class AttemptPlaced(_Ev):
     """A running attempt's heat was placed on a worker node of a Ray cluster (``aoe run
     --cluster``): ``node`` is the node's name (``AOE_WORKER_NAME``), ``node_id`` Ray's id
-    of it. Local heats have none."""
+    of it; ``code_revision`` and ``image_digest`` what the node ran the heat with (its heat
+    actor's :func:`aoe_tui.cluster.code_revision` and :func:`aoe_tui.cluster.image_digest`;
+    ``"unknown"``: a node too old to say; None: logged before nodes said). The runner does
+    not refuse a node that differs from it: it records this and says so. Local heats have none."""
 
     kind: Literal["attempt_placed"] = "attempt_placed"
     round: int
@@ -197,6 +200,8 @@ class AttemptPlaced(_Ev):
     attempt: int
     node: str
     node_id: str = ""
+    code_revision: str | None = None
+    image_digest: str | None = None
 
 
 class AttemptInterrupted(_Ev):

@@ -49,6 +49,9 @@ class AttemptState:
     finished: se.AttemptFinished | None = None
     #: the worker node the attempt ran on (``attempt_placed``; None: a local heat)
     node: str | None = None
+    #: what that node ran it with (``attempt_placed``: code revision, guest image digest)
+    node_code: str | None = None
+    node_image: str | None = None
     world: WorldState | None = None
     #: open, but the run session running it ended (``season_stopped``, or a
     #: ``season_resumed`` after a killed runner): nothing runs it; the resume marks it
@@ -314,6 +317,7 @@ def apply_season_record(state: SeasonState, rec: se.SeasonRecord) -> None:
         if att is None:
             raise _err(rec, f"attempt {e.attempt} of r{e.round}h{e.heat} is not running")
         att.node = e.node
+        att.node_code, att.node_image = e.code_revision, e.image_digest
         return
     if e.kind == "attempt_interrupted":
         if att is None:

@@ -680,6 +680,11 @@ class SeasonRunner:
                                                      "referee_memory_gb": table.referee_memory_gb}
                                                     if table is not None else {}))
         self._arena_tars: dict[str, tuple[bytes, str, str]] = {}
+        #: heat key -> names of the nodes its attempts were lost on (their next attempts avoid them)
+        self._lost_on: dict[tuple[int, int], set[str]] = {}
+        #: what this runner runs: {"code", "image"} (:func:`aoe_tui.cluster.code_revision`,
+        #: :func:`aoe_tui.cluster.image_digest`), compared with each node's; None until the first heat
+        self._identity: dict[str, str] | None = None
         self._export_lock = asyncio.Lock()
         self._export_waiting = False
         self._exports: set[asyncio.Task] = set()
@@ -1153,16 +1158,35 @@ class SeasonRunner:
             name=name, slug=slug, tag=tag, heat_id=f"{self.season.id}-{tag}-{os.getpid()}", headers=headers,
             adapter_files=files, registered={n: p.name for n, p in self.registered.items() if n in files})
 
+        if self._identity is None:
+            from aoe_tui.cluster import code_revision, image_digest
+
+            self._identity = await asyncio.to_thread(lambda: {"code": code_revision(), "image": image_digest()})
+        mine = self._identity
+        theirs: dict[str, str] = {}
+
         def placed(node: str, node_id: str) -> None:
-            self._append(se.AttemptPlaced(round=heat.round, heat=heat.heat, attempt=a, node=node, node_id=node_id))
+            self._append(se.AttemptPlaced(round=heat.round, heat=heat.heat, attempt=a, node=node, node_id=node_id,
+                                          code_revision=theirs.get("code"), image_digest=theirs.get("image")))
             self.say(f"{tag}: on node {node}")
+            # recorded, not refused: the line says which node ran what (docs/architecture.md)
+            for what, label in (("code", "code revision"), ("image", "guest image")):
+                if theirs.get(what) and theirs[what] != mine[what]:
+                    self.say(f"{tag}: node {node} runs {label} {theirs[what]}, this runner {mine[what]}")
+
+        from aoe_tui.cluster.remote import NodeLostError
 
         try:
             world = await self.cluster.run_heat(
-                remote, folder, credentials, on_placed=placed,
+                remote, folder, credentials, on_placed=placed, on_identity=theirs.update,
+                avoid=sorted(self._lost_on.get(heat.key, ())),
                 on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
                 on_activity=lambda records, r=rel: self._observe("heat_activity", r, records),
                 on_event=lambda rec, w, t=tag, h=heat, r=rel: self._on_event(t, h, rec, r))
+        except NodeLostError as err:  # its next attempt goes elsewhere while another node can take it
+            if err.node != "?":
+                self._lost_on.setdefault(heat.key, set()).add(err.node)
+            raise
         finally:
             credentials.clear()
         for e in heat.entrants:  # what the worker's proxies spent joins the season ledgers
@@ -1321,6 +1345,13 @@ class SeasonRunner:
             await asyncio.to_thread(self.cluster.connect)
             self.say(f"heats run on the Ray cluster at {self.cluster.address}: "
                      f"{self.cluster.heat_slots()} heat slot(s)")
+            from aoe_tui.cluster import code_revision, image_digest
+
+            self._identity = await asyncio.to_thread(lambda: {"code": code_revision(), "image": image_digest()})
+            # which it does: nodes are not refused for running other code (docs/architecture.md)
+            self.say(f"this runner: code revision {self._identity['code']}, guest image {self._identity['image']}; "
+                     "a node running other code or another guest image is used all the same: each attempt "
+                     "records what its node ran (attempt_placed) and a difference is said")
         resuming = self._open()
         if resuming:
             self.say(f"resuming season {self.season.id} · {self.season.label} in {self.dir}")
