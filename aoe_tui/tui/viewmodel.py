@@ -186,6 +186,8 @@ class HeatModel:
         self.live = False
         #: monotonic seconds when the last record was applied (live heats; None = never)
         self.received_at: float | None = None
+        #: the wall-clock age of the records was read (:meth:`set_written_age`: once, at the join)
+        self._aged = False
         #: agent id → its latest activity lines from ``activity.jsonl`` records
         #: (:meth:`apply_activity`; newest last, at most :data:`ACTIVITY_KEEP`)
         self.activity_lines: dict[str, deque[str]] = {}
@@ -216,8 +218,14 @@ class HeatModel:
     def set_written_age(self, age_s: float, now_mono: float) -> None:
         """The last applied record was written ``age_s`` seconds before ``now_mono`` (monotonic
         s): the ticking clock counts from then, not from when this view received it (a view
-        that joins a heat mid-way shows the referee's clock at once)."""
-        if self.received_at is not None:
+        that joins a heat mid-way shows the referee's clock at once).
+
+        Only the first age is used (the view joining; ``age_s`` is a wall-clock difference,
+        e.g. now minus the log's mtime, never below 0): later batches are read as they are
+        written and count from their arrival (:attr:`received_at`), so a wall-clock step
+        between a write and the read neither jumps nor stops the clock."""
+        if self.received_at is not None and not self._aged:
+            self._aged = True
             self.received_at = now_mono - max(0.0, age_s)
 
     def ticking(self) -> bool:
