@@ -135,3 +135,42 @@ async def test_the_watched_season_clock_runs_on_through_a_wall_step(tmp_path, st
         clocks.advance(40)
         assert shown() == "clock 01:00"
     w.close()
+
+
+async def test_a_forward_step_between_a_write_and_the_poll_does_not_jump_the_season_clock(tmp_path):
+    """The wall clock is stepped +1 h after the runner wrote a record and before ``aoe
+    watch`` read it: the record's wall age is read only when the view joins, later records
+    count from their arrival (before the fix the status line jumped by 3600 s)."""
+    clocks = Clocks()
+    path = tmp_path / "season.jsonl"
+    w = SeasonLogWriter(path, clock=lambda: clocks.wall_ms, monotonic=lambda: clocks.mono_s)
+    feed = LiveFeed()
+    tailer = SeasonTailer(tmp_path, feed)
+    app = AoeApp.season_view(feed, tmp_path)
+    app.now_ms = lambda: clocks.wall_ms
+    app.monotonic = lambda: clocks.mono_s
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+
+        def shown() -> str:
+            screen.refresh_view()
+            return str(screen.query_one("#season-status").text).split(" · ")[0]
+
+        w.append(_started())
+        clocks.advance(5)
+        w.append(se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=["a", "b", "c"])]))
+        clocks.advance(2)  # the view joins 2 s after the last write
+        tailer.poll()
+        await pilot.pause(0.1)
+        assert shown() == "clock 00:07"
+        clocks.advance(3)
+        w.append(se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"))
+        clocks.step_wall(HOUR_MS)
+        clocks.advance(0.2)
+        tailer.poll()
+        await pilot.pause(0.1)
+        assert app.season.at_ms == 10_000
+        assert shown() == "clock 00:10"
+        clocks.advance(5)
+        assert shown() == "clock 00:15"
+    w.close()

@@ -41,7 +41,7 @@ from aoe_tui.replay.season_log import SeasonClock
 from aoe_tui.replay.season_reducer import AttemptState, HeatState, SeasonState, apply_season_record
 from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings
 from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens, short_line, summarize_season_event
-from aoe_tui.tui.viewmodel import HeatModel
+from aoe_tui.tui.viewmodel import HeatModel, read_age_s
 
 LOG_LIMIT = 200
 #: below this terminal width the season screen uses its compact forms
@@ -122,8 +122,9 @@ class SeasonModel:
     :class:`~aoe_tui.replay.season_log.SeasonClock`, with the wall-clock rule for older
     logs). Between records a running clock moves on the **monotonic** clock from when the
     record was seen (:meth:`seen`): a wall-clock step neither freezes nor jumps it; only
-    the age of the record when first seen (a spectator joining late) is read from the wall
-    clock, once, never below 0. While the season is stopped (or finished) the clock stands
+    the age of the latest record when the view joins (a spectator joining late) is read
+    from the wall clock as is (never below 0); later, only an age in
+    ``[0, LATE_READ_MAX_S]`` counts (a larger or negative one is a wall-clock step). While the season is stopped (or finished) the clock stands
     at its last record; after a resume it goes on from there, never back. (A runner killed
     without ``season_stopped`` writes nothing: its session is seen to end only when the
     resume comes, and the clock, which ran on meanwhile, then steps back to that session's
@@ -140,6 +141,8 @@ class SeasonModel:
         self.at_ms = 0
         #: monotonic time (s) at which the latest record was written, as seen (None: not seen)
         self._anchor_mono: float | None = None
+        #: the wall-clock age of a record was read (:meth:`seen`: once, when the view joins)
+        self._joined = False
         self.log: deque[str] = deque(maxlen=LOG_LIMIT)
         self._standings: tuple[int, list[SeasonStanding]] | None = None
 
@@ -161,9 +164,14 @@ class SeasonModel:
         """Note that the records applied so far were seen at wall time ``now_ms`` (Unix ms)
         and monotonic time ``now_mono`` (s): from then the running clock moves on the
         monotonic clock. The latest record's age (``now_ms`` minus its ``time_unix_ms``,
-        never below 0) is read once, here; call it after each batch of :meth:`apply`."""
+        never below 0) is taken as is at the first call with records (the view joining),
+        after that only when plausible (:func:`~aoe_tui.tui.viewmodel.read_age_s`: within
+        ``[0, LATE_READ_MAX_S]``, else 0), so a wall-clock step between a write and the read
+        neither jumps nor freezes the clock. Call it after each batch of :meth:`apply`."""
         if self.last_ms is not None and self._anchor_mono is None:
-            self._anchor_mono = now_mono - max(0, int(now_ms) - self.last_ms) / 1000
+            age_s = read_age_s((int(now_ms) - self.last_ms) / 1000, self._joined)
+            self._joined = True
+            self._anchor_mono = now_mono - age_s
 
     # ------------------------------------------------------------------ views
 

@@ -44,6 +44,20 @@ ACTIVITY_KEEP = 50
 FEED_LIMIT = 400
 #: a live heat clock runs on at most this long past the last event received (ms)
 LIVE_CLOCK_CAP_MS = 15 * 60 * 1000
+#: once a view has joined, records are read within moments of their write (the tailer polls
+#: every 0.25 s); a later batch whose wall-clock age (now minus its write time) is negative or
+#: above this (s) was read across a wall-clock step: it counts from its arrival instead
+LATE_READ_MAX_S = 5.0
+
+
+def read_age_s(age_s: float, joined: bool) -> float:
+    """The age (s) a live view counts a batch of records from: the wall-clock ``age_s``
+    (now minus the batch's write time) as is when the view joins (``joined`` False; never
+    below 0); after that only within ``[0, LATE_READ_MAX_S]``, else 0 (a wall-clock step
+    between the write and the read neither jumps nor freezes a running clock)."""
+    if not joined:
+        return max(0.0, age_s)
+    return age_s if 0.0 <= age_s <= LATE_READ_MAX_S else 0.0
 
 
 # --------------------------------------------------------------------------- arena
@@ -220,13 +234,12 @@ class HeatModel:
         s): the ticking clock counts from then, not from when this view received it (a view
         that joins a heat mid-way shows the referee's clock at once).
 
-        Only the first age is used (the view joining; ``age_s`` is a wall-clock difference,
-        e.g. now minus the log's mtime, never below 0): later batches are read as they are
-        written and count from their arrival (:attr:`received_at`), so a wall-clock step
+        ``age_s`` is a wall-clock difference (now minus the log's mtime): used as is when the
+        view joins, after that only when plausible (:func:`read_age_s`), so a wall-clock step
         between a write and the read neither jumps nor stops the clock."""
-        if self.received_at is not None and not self._aged:
+        if self.received_at is not None:
+            self.received_at = now_mono - read_age_s(age_s, self._aged)
             self._aged = True
-            self.received_at = now_mono - max(0.0, age_s)
 
     def ticking(self) -> bool:
         """True when :meth:`clock_ms` runs on between events: a live heat whose match is running."""
