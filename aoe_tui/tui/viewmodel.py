@@ -249,7 +249,7 @@ class HeatModel:
         """The heat clock in **ms**.
 
         Replays, finished heats and heats not (yet) running show the ``elapsed_ms`` of the
-        last applied record. A :meth:`ticking` heat shows that plus the wall time since the
+        last applied record. A :meth:`ticking` heat shows that plus the monotonic time since the
         record was received (``now_mono - received_at``, monotonic **seconds**), at most
         :data:`LIVE_CLOCK_CAP_MS` more — so the clock keeps moving while the referee is busy
         (e.g. during a host reboot) and stops at the next event's exact value.
