@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["NO_SPACE_ERRNOS", "SubPath", "fmt_bytes", "free_bytes", "fsync_dir", "is_no_space", "leftover_temps",
-           "sweep_pid_folders",
+           "sweep_pid_folders", "utf8_bytes", "utf8_text",
            "write_atomic", "write_json_atomic"]
 
 #: errno values that mean "the file system (or the quota) is full"
@@ -67,9 +67,30 @@ def fsync_dir(folder: Path) -> None:
         os.close(dfd)
 
 
+def utf8_text(text: str) -> str:
+    """``text`` made encodable as UTF-8: every lone surrogate (``json.loads`` of an agent's
+    ``"\\ud800"``, ``os.fsdecode`` of a bad byte) becomes U+FFFD; a surrogate pair becomes the
+    character it encodes. ``text`` itself when it is already encodable (the common case)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def utf8_bytes(text: str) -> bytes:
+    """``text`` encoded as UTF-8, lone surrogates as U+FFFD (:func:`utf8_text`): never
+    invalid UTF-8, never ``UnicodeEncodeError``."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return utf8_text(text).encode("utf-8")
+
+
 def write_atomic(path: Path | str, data: str | bytes, *, fsync: bool = True, mode: int | None = None,
                  durable_dir: bool | None = None) -> Path:
-    """Replace ``path`` with ``data`` (``str`` is written as UTF-8) atomically; returns ``path``.
+    """Replace ``path`` with ``data`` (``str`` is written as UTF-8, lone surrogates as U+FFFD:
+    :func:`utf8_bytes`) atomically; returns ``path``.
 
     The data goes to ``.<name>.<pid>.<random>.tmp`` next to ``path`` (the folder must
     exist), which is renamed over ``path``; on any error the temporary file is removed and
@@ -83,7 +104,7 @@ def write_atomic(path: Path | str, data: str | bytes, *, fsync: bool = True, mod
         durable_dir: also fsync the folder after the rename (default: the value of ``fsync``).
     """
     path = Path(path)
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    raw = utf8_bytes(data) if isinstance(data, str) else bytes(data)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666 if mode is None else mode)
     try:

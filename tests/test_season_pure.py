@@ -109,7 +109,7 @@ def test_season_log_roundtrip_torn_tail_and_resume(tmp_path):
     recs = read_season_log(log)
     assert [r.sequence for r in recs] == list(range(8))
     first = json.loads(log.read_text().splitlines()[0])
-    assert list(first)[:4] == ["schema_version", "sequence", "time_unix_ms", "kind"]
+    assert list(first)[:5] == ["schema_version", "sequence", "time_unix_ms", "season_clock_ms", "kind"]
     # a torn append (kill -9 mid-line) is ignored on read and cut off on resume
     with open(log, "ab") as fh:
         fh.write(b'{"schema_version":1,"sequence":8,"time_un')

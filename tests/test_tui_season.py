@@ -414,11 +414,12 @@ async def test_season_screen_wakes_once_a_second_and_not_when_hidden(season_dir)
     app = watch_app(season_dir)
     now = [1_700_000_000_250]
     app.now_ms = lambda: now[0]
+    app.monotonic = lambda: 1000.0
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause(0.2)
         screen = app.screen
         assert isinstance(screen, SeasonScreen)
-        clock = app.season.clock_ms(now[0])
+        clock = app.season.clock_ms(now[0], 1000.0)
         assert screen._timer._interval == pytest.approx((1000 - clock % 1000) / 1000 + SEASON_TICK_SLACK_S)
         assert not app.screen.query_one(SeasonProgress)._timers
         app.action_help()
@@ -797,7 +798,7 @@ async def test_a_resumed_season_runs_on_from_where_its_clock_stood(tmp_path):
     app = AoeApp.season_view(feed, folder)
     now = [STOPPED_AT + 5_000]
     app.now_ms = lambda: now[0]
-    app.monotonic = lambda: 1000.0
+    app.monotonic = lambda: now[0] / 1000  # the wall and monotonic clocks move together
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
 
@@ -819,6 +820,7 @@ async def test_a_resumed_season_runs_on_from_where_its_clock_stood(tmp_path):
         assert app.season.log[-1].startswith("01:52  resumed (pid 4444)")  # the log's stamps: the same clock
         assert app.season.running_folders() == [] and not any(r.running for r in rows_by_key(app).values())
         assert screen._timer is not None  # the clock runs again
+        now[0] = recs[-1].time_unix_ms  # the view sees the runner's records as they are written
         for rec in recs[stop + 2:]:
             feed.post_season_record(rec)
         seed = load_match(SEED)

@@ -91,7 +91,9 @@ class _SeasonBuilder:
         self.out = out
         out.mkdir(parents=True)
         self.clock_ms = SEASON_T0
-        self.log = SeasonLogWriter(out / "season.jsonl", clock=lambda: self.clock_ms)
+        # the fixture's wall clock and the runner's monotonic clock move together
+        self.log = SeasonLogWriter(out / "season.jsonl", clock=lambda: self.clock_ms,
+                                   monotonic=lambda: self.clock_ms / 1000)
 
     def append(self, event) -> None:
         self.log.append(event)

@@ -300,8 +300,9 @@ class _State:
     trace: list[dict[str, Any]] = field(default_factory=list)
     rounds: list[dict[str, Any]] = field(default_factory=list)
     round_start_ms: int | None = None
-    #: epoch ms (the guest's clock) when the first tool call started
-    first_tool_epoch_ms: int | None = None
+    #: ``time.monotonic()`` (s, the runner's clock) when the first tool call started: the
+    #: time its event arrived less the tool's own age in the event (never a wall-clock origin)
+    first_tool_at: float | None = None
     #: ids of the parts seen in events (a warm run recovers the others from its server)
     seen_parts: set[str] = field(default_factory=set)
 
@@ -647,10 +648,6 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
         self._conn: asyncssh.SSHClientConnection | None = None
         self._proc: asyncssh.SSHClientProcess | None = None
         self._prompt = ""
-        #: ``time.time()`` (s) of the match clock's start, when the heat gave it
-        self._clock_unix: float | None = None
-        if ctx.clock_started is not None:
-            self._clock_unix = time.time() - (time.monotonic() - ctx.clock_started)
         self._last_usage: Usage | None = None
         self._task = asyncio.create_task(self._supervise(), name=f"opencode-{ctx.agent.id}")
 
@@ -703,15 +700,16 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
     def start_detail(self) -> dict[str, Any] | None:
         """``first_model_request_ms`` (the credential proxy's first request) and
         ``first_tool_call_ms`` (the start of opencode's first tool call), match-clock ms since
-        ``match_started``; only those known."""
+        ``match_started``, both measured on the monotonic clock (a wall-clock step on the runner
+        or in the guest moves neither; never below 0); only those known."""
         out: dict[str, Any] = {}
         ps, t0 = self.proxy_stats, self.ctx.clock_started
         first = getattr(ps, "first_request_at", None)
         if isinstance(first, (int, float)) and t0 is not None:
             out["first_model_request_ms"] = int(round((first - t0) * 1000))
-        tool = self.state.first_tool_epoch_ms
-        if tool is not None and self._clock_unix is not None:
-            out["first_tool_call_ms"] = int(round(tool - self._clock_unix * 1000))
+        tool = self.state.first_tool_at
+        if tool is not None and t0 is not None:
+            out["first_tool_call_ms"] = max(0, int(round((tool - t0) * 1000)))
         return out or None
 
     def transcript(self, status: str) -> dict[str, Any]:
@@ -756,10 +754,11 @@ class OpencodeRun(_SeatSetup, SupervisedRun):
             st = part.get("state") if isinstance(part.get("state"), dict) else {}
             tm = st.get("time") if isinstance(st.get("time"), dict) else {}
             start, end = tm.get("start"), tm.get("end")
-            if s.first_tool_epoch_ms is None:
-                first = start if isinstance(start, (int, float)) else ts
-                if isinstance(first, (int, float)):
-                    s.first_tool_epoch_ms = int(first)
+            if s.first_tool_at is None:
+                # opencode's stamps are the guest's wall clock: only their difference within
+                # this one event (how long ago the tool started, seconds) is used, never an origin
+                age_ms = ts - start if isinstance(ts, (int, float)) and isinstance(start, (int, float)) else 0
+                s.first_tool_at = s.last_event_at - max(0.0, age_ms / 1000)
             is_error = st.get("status") == "error"
             output = st.get("error") if is_error else st.get("output")
             name = str(part.get("tool") or "tool")

@@ -16,6 +16,7 @@ is the in-memory form of :class:`UsageReport` (same fields).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,10 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.errors import AoeError
-from aoe_tui.fsio import write_json_atomic
+from aoe_tui.fsio import utf8_text, write_json_atomic
 
 __all__ = [
     "AdapterFileError",
+    "agent_text",
     "invalid_json_note",
     "transcript_problem",
     "ResultFile",
@@ -187,8 +189,31 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def agent_text(raw: bytes) -> str:
+    """Bytes an agent wrote, as text that is valid UTF-8: invalid byte sequences become
+    U+FFFD (never an error: an agent's stray byte is not a harness failure)."""
+    return raw.decode("utf-8", "replace")
+
+
+def _clean_strings(value: Any) -> Any:
+    """``value`` (parsed JSON) with every string, keys too, made valid UTF-8
+    (:func:`~aoe_tui.fsio.utf8_text`: a ``"\\ud800"`` escape's lone surrogate becomes U+FFFD)."""
+    if isinstance(value, str):
+        return utf8_text(value)
+    if isinstance(value, list):
+        return [_clean_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {utf8_text(k): _clean_strings(v) for k, v in value.items()}
+    return value
+
+
 def read_result_file(path: Path, agent: str, territory: str) -> ResultFile:
     """Read and check ``result.json`` (spec §5.3/§5.4).
+
+    What the agent put in its strings never makes the file invalid: bytes that are not
+    UTF-8 and lone surrogate escapes (``"\\ud800"``) become U+FFFD, raw control characters
+    (NUL, ESC) inside strings are kept as characters (``json.loads(strict=False)``); the
+    summary reaches the event log as valid UTF-8 JSON.
 
     Raises:
         AdapterFileError: missing, unreadable, not JSON, schema error (unknown key, bad
@@ -203,15 +228,17 @@ def read_result_file(path: Path, agent: str, territory: str) -> ResultFile:
     except OSError as exc:
         raise AdapterFileError(f"cannot read adapter result file {path}: {exc.strerror or exc}") from None
     try:
-        model = ResultFile.model_validate_json(raw)
+        data = json.loads(agent_text(raw), strict=False)
+    except json.JSONDecodeError as exc:
+        raise AdapterFileError(_one_line(f"invalid adapter result file {path}: not valid JSON ({exc.msg} at line "
+                                         f"{exc.lineno} column {exc.colno})")) from None
+    try:
+        model = ResultFile.model_validate(_clean_strings(data))
     except ValidationError as exc:
         errs = exc.errors()
-        if errs and errs[0].get("type") == "json_invalid":
-            detail = f"not valid JSON ({errs[0].get('msg', '')})"
-        else:
-            detail = "; ".join(
-                f"{'.'.join(str(p) for p in e.get('loc', ())) or '<root>'}: {e.get('msg', '')}" for e in errs[:3]
-            )
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())) or '<root>'}: {e.get('msg', '')}" for e in errs[:3]
+        )
         raise AdapterFileError(_one_line(f"invalid adapter result file {path}: {detail}")) from None
     if model.agent != agent:
         raise AdapterFileError(

@@ -3,7 +3,11 @@
 One line per event: ``{"schema_version":1,"sequence":N,"time_unix_ms":T,"kind":K,...fields}``
 — the envelope first, then the fields in declaration order (compact JSON, UTF-8 raw).
 ``sequence`` is contiguous from 0; ``time_unix_ms`` is wall-clock Unix time in **ms**
-(seasons span days, so there is no single match clock). Unknown kinds and unknown keys
+(seasons span days, so there is no single match clock), for people. ``season_clock_ms``
+(optional; absent in logs written before it) is the season clock at the record: running ms
+of all run sessions, measured by the writer on the **monotonic** clock (a wall-clock step
+neither freezes nor jumps it; see :class:`~aoe_tui.replay.season_log.SeasonLogWriter`) — the
+arithmetic uses it, not ``time_unix_ms``. Unknown kinds and unknown keys
 are refused on read (the format is ours and strict).
 
 Lifecycle of a heat: ``round_scheduled`` (all heats of a round in one line, so a kill can
@@ -317,3 +321,5 @@ class SeasonRecord(BaseModel):
     sequence: int
     time_unix_ms: int
     event: SeasonEvent
+    #: the season clock (ms of running time) at this record, monotonic; None in older logs
+    season_clock_ms: int | None = None

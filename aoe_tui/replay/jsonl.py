@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Generic, Literal, TypeVar
 
 from aoe_tui.errors import AoeError
-from aoe_tui.fsio import write_atomic
+from aoe_tui.fsio import utf8_bytes, write_atomic
 
 __all__ = ["LogAppender", "LogFormat", "LogTail", "parse_log_bytes", "read_log"]
 
@@ -209,13 +209,13 @@ class LogAppender(Generic[R]):
         return self._fh is None
 
     def append_line(self, line: str, sync: Sync = "none") -> None:
-        """Write ``line`` (no newline; UTF-8) plus ``\\n`` and sync as asked; several lines
+        """Write ``line`` (no newline; UTF-8, lone surrogates as U+FFFD) plus ``\\n`` and sync as asked; several lines
         joined by ``\\n`` go in the same single write (all or none are kept). Raises
         ``ValueError`` if closed, ``OSError`` if the write fails (the log is then truncated
         back to where the line began: no half line is left)."""
         if self._fh is None:
             raise ValueError(f"{self.path}: log is closed")
-        data = (line + "\n").encode("utf-8")
+        data = utf8_bytes(line + "\n")  # an agent's lone surrogate never makes the log invalid UTF-8
         fd = self._fh.fileno()
         start = os.lseek(fd, 0, os.SEEK_END)
         try:

@@ -98,9 +98,10 @@ class AoeApp(App):
         self.host: Any = None
         #: ``aoe watch``'s tailer (:class:`~aoe_tui.tui.watch.SeasonTailer`) or None
         self.tailer: Any = None
-        #: clock for the season clock (Unix ms); tests freeze it
+        #: wall clock (Unix ms): only the age of a record when first seen; tests freeze it
         self.now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
-        #: monotonic clock (s) for live heat clocks (time since the last record); tests patch it
+        #: monotonic clock (s) for the running clocks, season and heats (time since the last
+        #: record); tests patch it
         self.monotonic: Callable[[], float] = time.monotonic
         self._host_reported = False
         #: heat key → model
@@ -284,6 +285,7 @@ class AoeApp(App):
                 except AoeError as err:  # an inconsistent log: say so, keep the view alive
                     self.notify(str(err), severity="error", timeout=30)
                     break
+            self.season.seen(self.now_ms(), self.monotonic())  # the season clock runs on from here
         opened, pending = self.feed.drain()
         for h in opened:
             old = self.heats.get(h.key)

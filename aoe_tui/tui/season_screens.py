@@ -177,7 +177,7 @@ class SeasonScreen(Screen):
             self._timer = None
         if not self._clock_moves():
             return
-        clock = self.model.clock_ms(_now_ms(self.app))  # type: ignore[arg-type]
+        clock = self.model.clock_ms(_now_ms(self.app), self.app.monotonic())  # type: ignore[attr-defined]
         self._timer = self.set_timer((1000 - clock % 1000) / 1000 + SEASON_TICK_SLACK_S, self._tick)
 
     def _clock_moves(self) -> bool:
@@ -209,7 +209,7 @@ class SeasonScreen(Screen):
         with app.batch_update():
             status = self.query_one("#season-status", TextView)
             width = status.size.width or max(20, app.size.width - 16)
-            status.set_text(model.status_line(_now_ms(app), app.heats, width=width))
+            status.set_text(model.status_line(_now_ms(app), app.heats, width=width, now_mono=app.monotonic()))
             sig = self._signature()
             if not force and sig == self._drawn:
                 self._update_times(app)

@@ -43,10 +43,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aoe_tui.domain import season_events as se
+from aoe_tui.replay.season_log import SeasonClock
 from aoe_tui.replay.season_reducer import AttemptState, HeatState, SeasonState, apply_season_record
 from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings, waiting_heats
 from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens, short_line, summarize_season_event
-from aoe_tui.tui.viewmodel import HeatModel
+from aoe_tui.tui.viewmodel import HeatModel, read_age_s
 
 LOG_LIMIT = 200
 #: below this terminal width the season screen uses its compact forms
@@ -122,17 +123,22 @@ class SeasonModel:
     the last :data:`LOG_LIMIT` season events as lines stamped with the season clock at
     their record (so a resume's line carries its stop's time, not the stopped gap).
 
-    The season clock counts running time only, from the records' ``time_unix_ms`` (so
-    ``aoe run``'s TUI, ``aoe watch`` and SSH spectators show the same clock): a run session
-    starts at ``season_started`` or ``season_resumed`` and ends at the last record written
-    before the next ``season_resumed`` — for a stopped session that is its
-    ``season_stopped`` — so the time between a stop and the resume is not counted. While
-    the season is stopped (or finished) the clock stands at its last record; after a
-    resume it goes on from there, never back. (A runner killed without ``season_stopped``
-    writes nothing: its session is seen to end only when the resume comes, and the clock,
-    which ran on meanwhile, then steps back to that session's last record.)
-    ``closed_ms`` is the running time of the ended sessions, ``session_ms`` the Unix ms at
-    which the current session started.
+    The season clock counts running time only (so ``aoe run``'s TUI, ``aoe watch`` and SSH
+    spectators show the same clock): a run session starts at ``season_started`` or
+    ``season_resumed`` and ends at the last record written before the next
+    ``season_resumed`` — for a stopped session that is its ``season_stopped`` — so the time
+    between a stop and the resume is not counted. At a record the clock is the record's own
+    (``season_clock_ms``, which the runner measures on the monotonic clock;
+    :class:`~aoe_tui.replay.season_log.SeasonClock`, with the wall-clock rule for older
+    logs). Between records a running clock moves on the **monotonic** clock from when the
+    record was seen (:meth:`seen`): a wall-clock step neither freezes nor jumps it; only
+    the age of the latest record when the view joins (a spectator joining late) is read
+    from the wall clock as is (never below 0); later, only an age in
+    ``[0, LATE_READ_MAX_S]`` counts (a larger or negative one is a wall-clock step). While the season is stopped (or finished) the clock stands
+    at its last record; after a resume it goes on from there, never back. (A runner killed
+    without ``season_stopped`` writes nothing: its session is seen to end only when the
+    resume comes, and the clock, which ran on meanwhile, then steps back to that session's
+    last record.) ``at_ms`` is the season clock at the latest record.
     """
 
     def __init__(self) -> None:
@@ -140,8 +146,13 @@ class SeasonModel:
         self.version = 0
         self.first_ms: int | None = None
         self.last_ms: int | None = None
-        self.closed_ms = 0
-        self.session_ms: int | None = None
+        self._clock = SeasonClock()
+        #: the season clock (ms) at the latest record
+        self.at_ms = 0
+        #: monotonic time (s) at which the latest record was written, as seen (None: not seen)
+        self._anchor_mono: float | None = None
+        #: the wall-clock age of a record was read (:meth:`seen`: once, when the view joins)
+        self._joined = False
         self.log: deque[str] = deque(maxlen=LOG_LIMIT)
         self._standings: tuple[int, list[SeasonStanding]] | None = None
         self._waiting: tuple[int, set[tuple[int, int]]] | None = None
@@ -153,15 +164,25 @@ class SeasonModel:
         t = record.time_unix_ms
         if self.first_ms is None:
             self.first_ms = t
-        if self.session_ms is None:
-            self.session_ms = t
-        elif record.event.kind == "season_resumed":
-            self.closed_ms += max(0, (self.last_ms or t) - self.session_ms)
-            self.session_ms = t
         self.last_ms = t
+        self.at_ms = self._clock.fold(record)
+        self._anchor_mono = None
         line = summarize_season_event(record.event, multi_arena=self.state.multi_arena)
         if line:  # stamped with the season clock at the record, as the status line shows it
-            self.log.append(f"{fmt_clock(self.closed_ms + max(0, t - self.session_ms))}  {line}")
+            self.log.append(f"{fmt_clock(self.at_ms)}  {line}")
+
+    def seen(self, now_ms: int, now_mono: float) -> None:
+        """Note that the records applied so far were seen at wall time ``now_ms`` (Unix ms)
+        and monotonic time ``now_mono`` (s): from then the running clock moves on the
+        monotonic clock. The latest record's age (``now_ms`` minus its ``time_unix_ms``,
+        never below 0) is taken as is at the first call with records (the view joining),
+        after that only when plausible (:func:`~aoe_tui.tui.viewmodel.read_age_s`: within
+        ``[0, LATE_READ_MAX_S]``, else 0), so a wall-clock step between a write and the read
+        neither jumps nor freezes the clock. Call it after each batch of :meth:`apply`."""
+        if self.last_ms is not None and self._anchor_mono is None:
+            age_s = read_age_s((int(now_ms) - self.last_ms) / 1000, self._joined)
+            self._joined = True
+            self._anchor_mono = now_mono - age_s
 
     # ------------------------------------------------------------------ views
 
@@ -202,14 +223,19 @@ class SeasonModel:
         """True when the season clock stands still: the season finished or is stopped."""
         return self.state.finished is not None or self.state.stopped is not None
 
-    def clock_ms(self, now_ms: int) -> int:
-        """Season clock (ms): the running time of all run sessions (see the class docstring);
-        the current session runs to the last record once finished or stopped
-        (:attr:`clock_frozen`), else to ``now_ms`` (Unix ms)."""
-        if self.session_ms is None:
+    def clock_ms(self, now_ms: int, now_mono: float | None = None) -> int:
+        """Season clock (ms): the running time of all run sessions (see the class docstring).
+        Finished or stopped (:attr:`clock_frozen`): the clock at the last record. Else that
+        plus the monotonic time since the record was written, as :meth:`seen` at ``now_mono``
+        (s); without ``now_mono`` or before :meth:`seen`, the wall time since it (``now_ms``,
+        Unix ms; never below 0)."""
+        if self.last_ms is None:
             return 0
-        end = self.last_ms if self.clock_frozen else max(now_ms, self.last_ms or now_ms)
-        return self.closed_ms + max(0, (end or 0) - self.session_ms)
+        if self.clock_frozen:
+            return self.at_ms
+        if now_mono is not None and self._anchor_mono is not None:
+            return self.at_ms + max(0, int((now_mono - self._anchor_mono) * 1000))
+        return self.at_ms + max(0, int(now_ms) - self.last_ms)
 
     def progress(self) -> tuple[int, int]:
         """(heats finished, heats scheduled so far)."""
@@ -221,7 +247,8 @@ class SeasonModel:
         or a killed runner: :meth:`SeasonState.running_attempts`)."""
         return [a.folder for _, a in self.state.running_attempts()]
 
-    def status_line(self, now_ms: int, heats: Mapping[str, HeatModel], width: int | None = None) -> str:
+    def status_line(self, now_ms: int, heats: Mapping[str, HeatModel], width: int | None = None,
+                    now_mono: float | None = None) -> str:
         """``clock · [FINISHED · champion X ·] round · heats done/total · running states``;
         a stopped season: ``clock · STOPPED by SIGINT · round · heats done/total · the same
         aoe run resumes it`` (:func:`stopped_label`; no running states: nothing runs).
@@ -248,7 +275,7 @@ class SeasonModel:
 
         def build(level: int) -> str:
             compact = level >= 1
-            parts = [f"{'' if compact else 'clock '}{fmt_clock(self.clock_ms(now_ms))}"]
+            parts = [f"{'' if compact else 'clock '}{fmt_clock(self.clock_ms(now_ms, now_mono))}"]
             if champ:
                 parts.append(champ if not compact else "FINISHED · ★ " + champ.split("champion ", 1)[1])
             if stop is not None:

@@ -44,6 +44,20 @@ ACTIVITY_KEEP = 50
 FEED_LIMIT = 400
 #: a live heat clock runs on at most this long past the last event received (ms)
 LIVE_CLOCK_CAP_MS = 15 * 60 * 1000
+#: once a view has joined, records are read within moments of their write (the tailer polls
+#: every 0.25 s); a later batch whose wall-clock age (now minus its write time) is negative or
+#: above this (s) was read across a wall-clock step: it counts from its arrival instead
+LATE_READ_MAX_S = 5.0
+
+
+def read_age_s(age_s: float, joined: bool) -> float:
+    """The age (s) a live view counts a batch of records from: the wall-clock ``age_s``
+    (now minus the batch's write time) as is when the view joins (``joined`` False; never
+    below 0); after that only within ``[0, LATE_READ_MAX_S]``, else 0 (a wall-clock step
+    between the write and the read neither jumps nor freezes a running clock)."""
+    if not joined:
+        return max(0.0, age_s)
+    return age_s if 0.0 <= age_s <= LATE_READ_MAX_S else 0.0
 
 
 # --------------------------------------------------------------------------- arena
@@ -186,6 +200,8 @@ class HeatModel:
         self.live = False
         #: monotonic seconds when the last record was applied (live heats; None = never)
         self.received_at: float | None = None
+        #: the wall-clock age of the records was read (:meth:`set_written_age`: once, at the join)
+        self._aged = False
         #: agent id → its latest activity lines from ``activity.jsonl`` records
         #: (:meth:`apply_activity`; newest last, at most :data:`ACTIVITY_KEEP`)
         self.activity_lines: dict[str, deque[str]] = {}
@@ -216,9 +232,14 @@ class HeatModel:
     def set_written_age(self, age_s: float, now_mono: float) -> None:
         """The last applied record was written ``age_s`` seconds before ``now_mono`` (monotonic
         s): the ticking clock counts from then, not from when this view received it (a view
-        that joins a heat mid-way shows the referee's clock at once)."""
+        that joins a heat mid-way shows the referee's clock at once).
+
+        ``age_s`` is a wall-clock difference (now minus the log's mtime): used as is when the
+        view joins, after that only when plausible (:func:`read_age_s`), so a wall-clock step
+        between a write and the read neither jumps nor stops the clock."""
         if self.received_at is not None:
-            self.received_at = now_mono - max(0.0, age_s)
+            self.received_at = now_mono - read_age_s(age_s, self._aged)
+            self._aged = True
 
     def ticking(self) -> bool:
         """True when :meth:`clock_ms` runs on between events: a live heat whose match is running."""
@@ -228,7 +249,7 @@ class HeatModel:
         """The heat clock in **ms**.
 
         Replays, finished heats and heats not (yet) running show the ``elapsed_ms`` of the
-        last applied record. A :meth:`ticking` heat shows that plus the wall time since the
+        last applied record. A :meth:`ticking` heat shows that plus the monotonic time since the
         record was received (``now_mono - received_at``, monotonic **seconds**), at most
         :data:`LIVE_CLOCK_CAP_MS` more — so the clock keeps moving while the referee is busy
         (e.g. during a host reboot) and stops at the next event's exact value.
