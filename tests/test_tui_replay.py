@@ -175,6 +175,41 @@ async def test_replay_keys(seed):
         assert not screen.playing
 
 
+async def test_replay_scrubbed_back_to_the_start_shows_no_final_panels(seed):
+    """From the end back to sequence 0 (``g 0``), to nothing (home) and to a sequence before
+    the last registration: only the territories registered by then have a panel, and each
+    shows that moment (no final ladders, points or winner)."""
+    app = AoeApp.replay(seed, at_end=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = app.screen
+
+        def panels():
+            return {p.territory: p for p in screen.query(TerritoryPanel)}
+
+        assert set(panels()) == {"builder-one", "builder-two", "builder-three"}
+        screen.seek_sequence(0)
+        await pilot.pause()
+        assert screen.cursor.last_sequence == 0 and panels() == {}
+        assert not screen.query_one(WinnerBanner).display
+        await pilot.press("end")
+        await pilot.pause()
+        assert set(panels()) == {"builder-one", "builder-two", "builder-three"}
+        await pilot.press("home")
+        await pilot.pause()
+        assert screen.cursor.position == 0 and panels() == {}
+        await pilot.press("end")
+        screen.seek_sequence(1)  # builder-one seen (#1: preparing → building), the other two not yet
+        await pilot.pause()
+        assert list(panels()) == ["builder-one"]
+        shown = panels()["builder-one"]._shown
+        assert shown.points == 0 and not shown.winner
+        assert all(r.status == "pending" for r in shown.ladder)
+        screen.seek_sequence(10_000)
+        await pilot.pause()
+        assert list(panels()) == ["builder-one", "builder-two", "builder-three"]  # manifest order again
+        assert panels()["builder-two"]._shown.winner
+
+
 async def test_goto_sequence_prompt(seed):
     app = AoeApp.replay(seed, playing=False)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -214,6 +249,8 @@ async def test_help_theme_palette_quit(seed):
         await pilot.press("enter")
         await pilot.pause(0.1)
         assert isinstance(app.screen, ReplayScreen) and app.screen.cursor.position == 0
+        assert not app.screen.query(TerritoryPanel)  # nothing registered at the start
+        await pilot.press("end")
         await pilot.press("tab")
         assert isinstance(app.focused, TerritoryPanel)
         await pilot.press("q")  # … and quits from the main screen

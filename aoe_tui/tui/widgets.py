@@ -397,21 +397,29 @@ class TerritoryPanel(TextView):
 
 class TerritoryPanels(Container, HeatPanel):
     """One :class:`TerritoryPanel` per territory of the heat (mounted as territories
-    appear; all removed when another heat is shown)."""
+    appear; all removed when another heat is shown; a panel whose territory the model no
+    longer has — a replay scrubbed back before its registration — is removed, so a replay
+    at sequence 0 after the end shows no final panels)."""
 
     TICKS = True
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._heat: str | None = None
+        #: territory id → its panel, in mount order
+        self._panels: dict[str, TerritoryPanel] = {}
 
     def show(self, frame: HeatFrame) -> None:
         if frame.heat != self._heat:
             self._heat = frame.heat
             self.remove_children()
-        have = {p.territory: p for p in self.query(TerritoryPanel)}
+            self._panels.clear()
+        have = self._panels  # ours, not a query: a panel mounted or removed just now counts at once
+        ids = frame.model.territory_ids()
+        for tid in [t for t in have if t not in ids]:
+            have.pop(tid).remove()
         new = []
-        for tid in frame.model.territory_ids():
+        for tid in ids:
             if tid not in have:
                 have[tid] = TerritoryPanel(tid)
                 new.append(have[tid])
