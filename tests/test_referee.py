@@ -919,7 +919,9 @@ async def test_exhausted_territory_charges_its_own_seat(tmp_path):
         duration=5,
     )
     a1 = world.agents["builder-one-agent"]
-    assert (a1.failure_source, a1.terminal_state, a1.successful) == ("player", "incomplete", False)
+    # its crash ended it before builder-three won: it keeps that failure, it is not outraced
+    assert (a1.failure_source, a1.terminal_state, a1.successful) == ("player", "failed", False)
+    assert "builder-one-agent" not in {r.event.agent for r in kinds(records, "agent_outraced")}
     finished = [r.event for r in kinds(records, "agent_finished") if r.event.agent == "builder-one-agent"]
     assert finished[0].detail.startswith(oom + ": adapter exited with exit status: 1")
     # seat two's reboot failed in a territory with a full disk: its milestone fails, no infrastructure failure
