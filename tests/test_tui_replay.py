@@ -82,9 +82,40 @@ def test_timer_finish_partial_ladders():
     model.extend(loaded.records)
     statuses = {t: [r.status for r in panel_view(model, t).ladder] for t in model.territory_ids()}
     assert statuses["queue-one"][:2] == ["passed", "failed"]
-    assert statuses["queue-three"][-1] == "evaluating"
-    assert all("pending" in s or "evaluating" in s for s in statuses.values())
+    assert statuses["queue-three"][-1] == "killed"  # its verifier was still running at the finish
+    assert all("pending" in s or "killed" in s for s in statuses.values())
     assert "match timer expired" in model.winner_line()
+
+
+def test_killed_milestones_are_not_evaluating_after_the_finish():
+    """A check still in flight at the finish is killed (rules: "killed at the finish"): the
+    world keeps ``evaluating: true`` (upstream's shape), but after the heat ends the ladder,
+    the scoreboard and ``aoe match run``'s matrix say killed/not evaluated, never evaluating;
+    before the finish the same milestone is evaluating."""
+    from aoe_tui.commands.match import matrix_lines
+    from aoe_tui.tui.widgets import render_panel
+
+    loaded = timer_finish_match()
+    assert loaded.world.territories["queue-three"].milestones[
+        [m for m in loaded.world.territories["queue-three"].milestones][-1]].evaluating
+    before = HeatModel(ArenaView.from_arena(loaded.arena))
+    before.extend(loaded.records[:-2])  # up to the deadline, not finished yet
+    assert panel_view(before, "queue-three").ladder[-1].status == "evaluating"
+    model = HeatModel(ArenaView.from_arena(loaded.arena))
+    model.extend(loaded.records)
+    views = [panel_view(model, t) for t in model.territory_ids()]
+    assert all(r.status != "evaluating" for v in views for r in v.ladder)
+    three = panel_view(model, "queue-three")
+    row = three.ladder[-1]
+    assert row.status == "killed" and row.evaluating_ms is None
+    text = render_panel(three).plain
+    assert "evaluating" not in text and f"⊘ {row.label} killed at the finish, not evaluated" in text
+    assert "…" not in render_scoreboard(views).plain and "⊘" in render_scoreboard(views).plain
+    milestones = [m.id for m in model.arena.milestones]
+    matrix = matrix_lines(loaded.world, milestones, model.territory_ids())
+    cells = {line.split()[0]: line.split()[1:1 + len(milestones)] for line in matrix[1:]}
+    assert cells["queue-three"] == ["+", "+", "+", "+", "-"]
+    assert not any("~" in c for c in cells.values())
 
 
 def test_winner_line_of_a_tied_timer_finish():

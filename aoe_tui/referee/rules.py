@@ -48,7 +48,7 @@ Phases (the supervisor drives them; see :meth:`HeatSupervisor.run`):
    millisecond before the finish — earns nothing: no ``milestone_passed`` or
    ``milestone_failed`` is written for it, its evidence is not credited, and its
    milestone keeps ``evaluating: true`` in the final world (as upstream's discarded
-   same-batch results do). The supervisor kills its verifier's process group, reaps it
+   same-batch results do; displays show it as killed once the match ended). The supervisor kills its verifier's process group, reaps it
    and removes the evidence file it may have written (:func:`~aoe_tui.referee.verifier.run_verifier`
    on cancellation). See ``docs/formats.md`` §3.6.
 4. **Drain** at the frozen clock (§3.7, Appendix B; :meth:`BuildRaceRules.start_drain`,

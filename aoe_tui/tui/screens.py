@@ -335,6 +335,7 @@ _HELP = """\
 {arenas}
 Markers: \\[+] durable  \\[~] verifying  \\[>] building  \\[x] incomplete  \\[?] unavailable
 Ladder:  ✓ passed (points, time)  … evaluating  ✗ failed (last detail)  · pending
+         ⊘ killed at the finish (still checking): not evaluated
 Tokens and cost show n/a when the adapter reported no usage values.
 """
 

@@ -29,8 +29,8 @@ from textual.widgets import Static
 from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens
 from aoe_tui.tui.viewmodel import FeedEntry, HeatFrame, HeatModel, PanelView
 
-_STATUS_GLYPH = {"passed": "✓", "failed": "✗", "evaluating": "…", "pending": "·"}
-_STATUS_STYLE = {"passed": "bold green", "failed": "red", "evaluating": "yellow", "pending": "dim"}
+_STATUS_GLYPH = {"passed": "✓", "failed": "✗", "evaluating": "…", "pending": "·", "killed": "⊘"}
+_STATUS_STYLE = {"passed": "bold green", "failed": "red", "evaluating": "yellow", "pending": "dim", "killed": "dim"}
 _FEED_STYLE = {
     "good": "green", "bad": "red", "warn": "yellow", "state": "cyan", "dim": "dim", "win": "bold magenta",
 }
@@ -102,6 +102,8 @@ def render_panel(pv: PanelView, width: int = 40) -> Text:
                         t.append(f" ({hint})", style="yellow dim")
             elif row.status == "failed":
                 t.append(f" failed ×{row.failures}" if row.failures > 1 else " failed", style="red")
+            elif row.status == "killed":
+                t.append(" killed at the finish, not evaluated", style="dim")
             if row.status in ("failed", "evaluating") and row.detail:
                 t.append(f"\n  {row.detail}", style="red dim" if row.status == "evaluating" else "red")
     elif pv.competitor_state is not None:
@@ -533,7 +535,7 @@ class ReplayBar(TextView):
         self.set_text(t)
 
 
-_LADDER_GLYPH = {"passed": "✓", "failed": "✗", "evaluating": "…", "pending": "·"}
+_LADDER_GLYPH = _STATUS_GLYPH
 
 
 def render_scoreboard(views: list[PanelView]) -> Text:
