@@ -422,6 +422,26 @@ async def test_timer_expiry_standings_and_tie(tmp_path):
     assert records[-1].event.kind == "post_match_drain_finished"
 
 
+async def test_expire_timer_ends_the_heat_as_its_deadline_does(tmp_path):
+    """``HeatSupervisor.expire_timer`` (a heat ended on a state, not a guessed clock): the
+    build phase ends at once exactly as at the deadline — "match timer expired", the §3.6
+    winner by points, then the drain — long before the manifest's 600 s."""
+    keep: dict = {}
+
+    def on_event(rec, world):
+        three = world.territories.get("builder-three")
+        if three is not None and len([m for m in three.milestones.values() if m.passed]) == 3:
+            keep["supervisor"].expire_timer()
+
+    world, records, _, _ = await supervise(
+        tmp_path, [{"steps": [("service-up", None)]}, {"steps": [("service-up", None)]},
+                   {"steps": ALL[:3], "forever": True}],
+        duration=600, on_event=on_event, keep=keep)
+    assert world.finish_reason == "match timer expired" and world.winner == "builder-three"
+    assert world.elapsed_ms < 60_000
+    assert records[-1].event.kind == "post_match_drain_finished"
+
+
 async def test_timer_winner_by_points(tmp_path):
     world, _, _, _ = await supervise(
         tmp_path,
