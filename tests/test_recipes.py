@@ -268,16 +268,32 @@ async def test_heat_end_stops_what_its_verifiers_left_running(tmp_path):
     evidence = tmp_path / "match" / "evidence"
     out = await run_verifier(verifier, territory_id="t1", milestone_id="m", host="127.0.0.1", ssh_port=22,
                              service_port=8080, credential_file=cred, evidence_dir=evidence / "t1", previous={},
-                             timeout_s=5)
+                             timeout_s=120)  # not a timeout test: a busy machine may take seconds to start bash
     assert out.passed
     pid = int((evidence / "t1" / "m.json.pid").read_text())
     unrelated = subprocess.Popen(["sleep", "300"])
+
+    def proc_text(name: str) -> bytes | None:
+        """``/proc/<pid>/<name>``, None once the monitor is gone (reaped meanwhile)."""
+        try:
+            return Path(f"/proc/{pid}/{name}").read_bytes()
+        except OSError:
+            return None
+
     try:
         assert os.path.exists(f"/proc/{pid}")  # a finished verifier's monitor survives its exit
+        # $! is the forked subshell, which then execs nohup and sleep: while an exec is under
+        # way /proc/<pid>/environ is briefly empty. The heat ends long after in a season; here
+        # wait (no fixed sleep) until the monitor runs sleep with its environment in place.
+        deadline = time.monotonic() + 60
+        while not (proc_text("comm") == b"sleep\n" and b"AOE_EVIDENCE_FILE=" in (proc_text("environ") or b"")):
+            assert proc_text("stat") is not None, "the monitor ended by itself"
+            assert time.monotonic() < deadline, "the monitor never started sleep"
+            time.sleep(0.01)
         assert end_leftover_verifiers(tmp_path / "other" / "evidence") == 0
         assert end_leftover_verifiers(evidence) == 1
-        deadline = time.monotonic() + 5
-        while os.path.exists(f"/proc/{pid}") and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+        deadline = time.monotonic() + 60
+        while (stat := proc_text("stat")) is not None and stat.split()[2] != b"Z":
             assert time.monotonic() < deadline, "the monitor is still running"
             time.sleep(0.05)
         assert unrelated.poll() is None

@@ -422,6 +422,26 @@ async def test_timer_expiry_standings_and_tie(tmp_path):
     assert records[-1].event.kind == "post_match_drain_finished"
 
 
+async def test_expire_timer_ends_the_heat_as_its_deadline_does(tmp_path):
+    """``HeatSupervisor.expire_timer`` (a heat ended on a state, not a guessed clock): the
+    build phase ends at once exactly as at the deadline — "match timer expired", the §3.6
+    winner by points, then the drain — long before the manifest's 600 s."""
+    keep: dict = {}
+
+    def on_event(rec, world):
+        three = world.territories.get("builder-three")
+        if three is not None and len([m for m in three.milestones.values() if m.passed]) == 3:
+            keep["supervisor"].expire_timer()
+
+    world, records, _, _ = await supervise(
+        tmp_path, [{"steps": [("service-up", None)]}, {"steps": [("service-up", None)]},
+                   {"steps": ALL[:3], "forever": True}],
+        duration=600, on_event=on_event, keep=keep)
+    assert world.finish_reason == "match timer expired" and world.winner == "builder-three"
+    assert world.elapsed_ms < 60_000
+    assert records[-1].event.kind == "post_match_drain_finished"
+
+
 async def test_timer_winner_by_points(tmp_path):
     world, _, _, _ = await supervise(
         tmp_path,
@@ -919,7 +939,9 @@ async def test_exhausted_territory_charges_its_own_seat(tmp_path):
         duration=5,
     )
     a1 = world.agents["builder-one-agent"]
-    assert (a1.failure_source, a1.terminal_state, a1.successful) == ("player", "incomplete", False)
+    # its crash ended it before builder-three won: it keeps that failure, it is not outraced
+    assert (a1.failure_source, a1.terminal_state, a1.successful) == ("player", "failed", False)
+    assert "builder-one-agent" not in {r.event.agent for r in kinds(records, "agent_outraced")}
     finished = [r.event for r in kinds(records, "agent_finished") if r.event.agent == "builder-one-agent"]
     assert finished[0].detail.startswith(oom + ": adapter exited with exit status: 1")
     # seat two's reboot failed in a territory with a full disk: its milestone fails, no infrastructure failure

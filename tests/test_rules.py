@@ -376,6 +376,27 @@ def test_drain_after_a_durable_winner():
     h.reduced()
 
 
+def test_an_agent_that_finished_before_the_durable_win_is_not_outraced():
+    """Outraced means still racing when the rival won: an agent whose run had ended before
+    (here a successful finish) keeps its ``agent_finished``; only the running one is
+    outraced. Its territory still ends ``incomplete`` (it did not reach durable)."""
+    h = Heat(drain_ms=1000)
+    h.result(T2, 50)  # T2's agent done (success) before T1 wins
+    h.pass_all(T1, "host-reboot", 100)
+    plan = h.rules.start_drain(9_999)
+    h.emit(plan.events)
+    assert (plan.outraced, plan.stop_now, plan.wait_for) == ([agent(T3)], [agent(T3)], [agent(T1)])
+    assert [e.agent for e in h.emit(h.rules.outraced(plan, 9_999))] == [agent(T3)]
+    n = len(h.records)
+    h.emit(h.rules.finish_drain(h.rules.drain_deadline(), 9_999))
+    ends = {r.event.territory: r.event.to for r in h.records[n:] if r.event.kind == "competitor_state_changed"}
+    assert ends == {T2: "incomplete", T3: "incomplete"}
+    a2, a3 = h.world.agents[agent(T2)], h.world.agents[agent(T3)]
+    assert (a2.terminal_state, a2.successful, a2.failure_source) == ("completed", True, "player")
+    assert (a3.terminal_state, a3.successful) == ("incomplete", False)
+    h.reduced()
+
+
 def test_limits_a_territory_ran_into_are_named_where_its_seat_ends():
     """Issue 26: a seat outraced or stopped after its territory ran out of its own resources
     ends with reasons that name the limits (the log has no event of its own for them), so

@@ -527,12 +527,12 @@ def multi_state(tmp_path):
 
 def _bd(arena, heats=0, wins=0, times=(), points=0, passes=0, available=0, usage=0, tokens=None, ms=None):
     """The expected :class:`ArenaBreakdown` (tokens = (in, out, cost) or None = unknown)."""
-    from aoe_tui.season.season_standings import ArenaBreakdown, upper_median
+    from aoe_tui.season.season_standings import ArenaBreakdown, median_ms
 
     tin, tout, cost = tokens or (None, None, None)
     return ArenaBreakdown(
         arena=arena, heats=heats, wins=wins, durable=len(times), points=points, durable_times_ms=list(times),
-        median_durable_ms=upper_median(list(times)), milestone_passes=passes, milestones_available=available,
+        median_durable_ms=median_ms(list(times)), milestone_passes=passes, milestones_available=available,
         coverage=round(passes / available, 4) if available else 0.0, usage_recorded=usage, input_tokens=tin,
         output_tokens=tout, cost_microusd=cost,
         cost_per_durable_microusd=cost // len(times) if cost is not None and times else None, milestone_ms=ms or {},
@@ -551,14 +551,14 @@ def test_standings_per_arena_breakdown_exact(multi_state):
     a, b, c, d = (rows[e] for e in ("alpha", "bravo", "charlie", "delta"))
     assert a.arenas == {
         FB: _bd(FB, 2, 1, (5000, 11000), 200, 8, 8, 2, (600, 60, 6000),
-                {"host-reboot": 11000, "service-restart": 8000, "service-up": 3000, "write-read": 5000}),
+                {"host-reboot": 8000, "service-restart": 5500, "service-up": 2000, "write-read": 3500}),
         DJQ: _bd(DJQ, 1, 0, (), 30, 2, 5, 1, (300, 30, 3000), {"recover-accepted": 8000, "service-up": 4000}),
         TS: _bd(TS),
     }
-    assert a.arenas[FB].cost_per_durable_microusd == 3000 and a.arenas[FB].median_durable_ms == 11000
+    assert a.arenas[FB].cost_per_durable_microusd == 3000 and a.arenas[FB].median_durable_ms == 8000  # (5000 + 11000) / 2
     assert b.arenas == {
         FB: _bd(FB, 2, 1, (9000, 7000), 200, 8, 8, 2, (600, 60, 6000),
-                {"host-reboot": 9000, "service-restart": 6000, "service-up": 2000, "write-read": 4000}),
+                {"host-reboot": 8000, "service-restart": 5500, "service-up": 1750, "write-read": 3500}),
         DJQ: _bd(DJQ),  # the void heat is not counted: nothing on this arena
         TS: _bd(TS, 1, 0, (60000,), 100, 6, 6, 0, None,
                 dict(zip(MULTI[TS], (2000, 12000, 25000, 40000, 50000, 60000)))),
@@ -579,7 +579,7 @@ def test_standings_per_arena_breakdown_exact(multi_state):
                    r.input_tokens, r.output_tokens, r.cost_microusd, r.cost_per_durable_microusd, r.mean_rank)
                for e, r in rows.items()}
     assert overall == {
-        "alpha": (3, 1, 2, 230, 0.7692, 11000, 3, 900, 90, 9000, 4500, 1.333),
+        "alpha": (3, 1, 2, 230, 0.7692, 8000, 3, 900, 90, 9000, 4500, 1.333),
         "bravo": (3, 1, 3, 300, 1.0, 9000, 2, None, None, None, None, 1.667),
         "charlie": (2, 1, 1, 110, 0.7, 40000, 1, None, None, None, None, 2.0),
         "delta": (3, 0, 0, 50, 0.2667, None, 1, None, None, None, None, 2.333),
@@ -608,8 +608,8 @@ def test_multi_arena_ratings_are_one_per_entrant_and_one_arena_figures_unchanged
     # every heat counted on the one arena's 4 milestones: alpha 10 / (3 × 4)
     assert one["alpha"].coverage == 0.8333 and one["alpha"].arenas[FB].coverage == 0.8333
     # season-wide medians, mixing what the one-arena log calls service-up (1000, 4000, 3000)
-    assert one["alpha"].milestone_ms == {"host-reboot": 11000, "recover-accepted": 8000, "service-restart": 8000,
-                                         "service-up": 3000, "write-read": 5000}
+    assert one["alpha"].milestone_ms == {"host-reboot": 8000, "recover-accepted": 8000, "service-restart": 5500,
+                                         "service-up": 3000, "write-read": 3500}
 
 
 def test_multi_arena_exports_json_csv_md(multi_state):
@@ -639,7 +639,7 @@ def test_multi_arena_exports_json_csv_md(multi_state):
         ("bravo", "", ""), ("alpha", "9000", "adapter"), ("charlie", "", ""), ("delta", "", "")]
     md = render(multi_state, "md")
     main, per_arena = md.split("\n## Per arena\n")
-    assert "| 2 | alpha |  | 3 | 1 | 2 | 230 | 77% | 0:11.0 |" in main and "Tie-break order" in main
+    assert "| 2 | alpha |  | 3 | 1 | 2 | 230 | 77% | 0:08.0 |" in main and "Tie-break order" in main
     lines = per_arena.strip().splitlines()
     assert lines[0] == ("Arenas: first-build (4 milestones), durable-job-queue (5 milestones), "
                         "traffic-surge (6 milestones).")
@@ -647,7 +647,7 @@ def test_multi_arena_exports_json_csv_md(multi_state):
                         "median durable | tokens in/out | cost | cost/durable |")
     body = lines[4:]
     assert len(body) == 12  # 4 entrants × 3 arenas, entrants in standings order
-    assert body[0] == "| bravo | first-build | 2 | 1 | 2 | 200 | 8/8 | 100% | 0:09.0 | 600/60 | $0.0060 | $0.0030 |"
+    assert body[0] == "| bravo | first-build | 2 | 1 | 2 | 200 | 8/8 | 100% | 0:08.0 | 600/60 | $0.0060 | $0.0030 |"
     assert body[2] == "| bravo | traffic-surge | 1 | 0 | 1 | 100 | 6/6 | 100% | 1:00.0 | — | — | — |"
     assert body[4] == "| alpha | durable-job-queue | 1 | 0 | 0 | 30 | 2/5 | 40% | — | 300/30 | $0.0030 | — |"
     assert body[10] == "| delta | durable-job-queue | 1 | 0 | 0 | 30 | 2/5 | 40% | — | — | — | — |"
@@ -704,7 +704,8 @@ def test_multi_arena_html_page(multi_state, tmp_path):
     assert legend(charts[TS]) == ["bravo", "charlie"]
     assert legend(charts[DJQ]) == ["alpha", "delta"]
     assert legend(charts[FB]) == ["bravo", "alpha", "charlie", "delta"]
-    assert [r[1] for r in tables["standings"][1:]] == ["bravo", "alpha", "charlie", "delta"]  # league: no 🏆
+    # a league's champion (season_finished's rank 1) has its 🏆 as a knockout's does
+    assert [r[1] for r in tables["standings"][1:]] == ["bravo 🏆", "alpha", "charlie", "delta"]
     (tmp_path / "standings.html").write_text(page)
     assert read_table_in_chromium(tmp_path / "standings.html", tmp_path, "arena-breakdown") == brk
 
@@ -807,3 +808,67 @@ def test_season_rules_record_digests_changes_and_a_bad_record_is_one_line(tmp_pa
     with pytest.raises(AoeError, match=f"^{tmp_path / RULES_FILE}: not a season rules record") as err:
         load_rules(tmp_path)
     assert "\n" not in str(err.value)
+
+
+def _league_two_heats(path: Path, finished: bool = True) -> None:
+    """A finished league of a, b, c: two rounds of one heat in which ``a`` wins durable at
+    1000 ms and 3001 ms (its median is 2000 ms; the upper median would be 3001 ms)."""
+    with SeasonLogWriter(path, clock=lambda: 1000) as w:
+        w.append(_started(("a", "b", "c")))
+        for rnd, durable in ((1, 1000), (2, 3001)):
+            w.append(se.RoundScheduled(round=rnd, heats=[se.HeatSeats(heat=1, seats=["a", "b", "c"])]))
+            folder = f"round-{rnd}/heat-1/attempt-1"
+            w.append(se.AttemptStarted(round=rnd, heat=1, attempt=1, folder=folder))
+            w.append(se.AttemptFinished(
+                round=rnd, heat=1, attempt=1, outcome="counted", winner="a", ranks={"a": 1, "b": 2, "c": 3},
+                stats={"a": _stats("builder-one", 1, 30, durable, {"service-up": durable // 2}),
+                       "b": _stats("builder-two", 2, 10, None, {"service-up": 3000}),
+                       "c": _stats("builder-three", 3, 0)},
+                bundle=f"{folder}/x.match.json"))
+            w.append(se.HeatFinished(round=rnd, heat=1, attempt=1, ranks={"a": 1, "b": 2, "c": 3}, winner="a"))
+            w.append(se.RoundFinished(round=rnd))
+        if finished:
+            w.append(se.SeasonFinished(champions=["a"], rounds=1))
+
+
+def test_a_league_champion_is_flagged_in_every_export(tmp_path):
+    """A league's champion (season_finished names its rank 1) has ``champion`` true in the
+    standings rows, the CSV, the JSON and the Markdown, as a knockout's does; nobody else has."""
+    log = tmp_path / "season.jsonl"
+    _league_two_heats(log)
+    state = reduce_season(read_season_log(log))
+    assert state.info.format["kind"] == "league" and state.finished.champions == ["a"]
+    assert {r.entrant: r.champion for r in season_standings(state)} == {"a": True, "b": False, "c": False}
+    csv_rows = {r["entrant"]: r["champion"] for r in csv.DictReader(io.StringIO(render(state, "csv")))}
+    assert csv_rows == {"a": "True", "b": "False", "c": "False"}
+    data = json.loads(render(state, "json"))
+    assert {r["entrant"]: r["champion"] for r in data["standings"]} == {"a": True, "b": False, "c": False}
+    assert "| 1 | a 🏆 |" in render(state, "md")
+    # before the season finishes nobody is champion yet
+    _league_two_heats(tmp_path / "open.jsonl", finished=False)
+    open_state = reduce_season(read_season_log(tmp_path / "open.jsonl"))
+    assert not any(r.champion for r in season_standings(open_state))
+
+
+def test_median_durable_is_the_true_median():
+    """An even count's median is the mean of the two middle times (rounded down to a whole
+    ms), not the upper one; an odd count's is the middle one."""
+    from aoe_tui.season.season_standings import median_ms
+
+    assert median_ms([]) is None
+    assert median_ms([3001, 1000]) == 2000
+    assert median_ms([1000, 2001]) == 1500
+    assert median_ms([5, 1, 3]) == 3
+    assert median_ms([4, 1, 3, 2]) == 2
+
+
+def test_standings_and_exports_show_the_true_median(tmp_path):
+    log = tmp_path / "season.jsonl"
+    _league_two_heats(log)
+    state = reduce_season(read_season_log(log))
+    a = next(r for r in season_standings(state) if r.entrant == "a")
+    assert a.median_durable_ms == 2000 and a.milestone_ms == {"service-up": 1000}
+    assert a.arenas["first-build"].median_durable_ms == 2000
+    row = next(r for r in csv.DictReader(io.StringIO(render(state, "csv"))) if r["entrant"] == "a")
+    assert row["median_durable_ms"] == "2000"
+    assert "| 0:02.0 |" in render(state, "md")

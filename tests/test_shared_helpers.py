@@ -120,6 +120,47 @@ def test_headless_voices_and_repeats():
     assert summarize_event(ev.MilestoneEvaluationStarted(territory="t1", milestone="m"), "feed") is None
 
 
+def test_headless_lines_print_a_failing_milestone_once_per_state_change():
+    """A verifier retrying every tick with a changing detail (a counter, another error) is
+    one failing state: ``aoe run`` headless (season voice) and ``aoe match run`` print it
+    once; a pass is a line, and a failure after the pass is news again."""
+    import io
+
+    from aoe_tui.commands.match import ProgressPrinter
+    from aoe_tui.domain.events import EventRecord
+    from aoe_tui.domain.world import WorldState
+    from aoe_tui.replay.reducer import apply_event
+
+    ticks = [ev.MilestoneFailed(territory="t1", milestone="m", category="not_ready", detail=f"attempt {i}: refused")
+             for i in range(3)]
+    ticks.append(ev.MilestoneFailed(territory="t1", milestone="m", category="not_ready", detail="timed out"))
+    ticks.append(ev.MilestonePassed(territory="t1", milestone="m", points=40))
+    ticks.append(ev.MilestoneFailed(territory="t1", milestone="m2", category="not_ready", detail="x"))
+    ticks.append(ev.MilestoneFailed(territory="t1", milestone="m", category="not_ready", detail="broken again"))
+
+    rep, said = RepeatedFailures(), []
+    for e in ticks:
+        if e.kind == "milestone_passed":
+            rep.passed(e.territory, e.milestone, "r1h1a1")
+        line = summarize_event(e, "season", name=lambda t: "alice")
+        if line is not None and rep.fresh(line, "r1h1a1"):
+            said.append(line.text)
+    assert said == ["alice failed m: attempt 0: refused", "alice passed m", "alice failed m2: x",
+                    "alice failed m: broken again"]
+
+    out = io.StringIO()
+    loaded = SimpleNamespace(manifest=SimpleNamespace(build=SimpleNamespace(milestones=[SimpleNamespace(id="m")]),
+                                                      territories=[SimpleNamespace(id="t1")]))
+    printer, world = ProgressPrinter(loaded, out), WorldState()
+    for i, e in enumerate(ticks):
+        rec = EventRecord(sequence=i, elapsed_ms=100 * i, event=e)
+        apply_event(world, rec)
+        printer(rec, world)
+    failed = [x for x in out.getvalue().splitlines() if " failed " in x]
+    assert [x.split("] ", 1)[1] for x in failed] == ["t1 failed m: attempt 0: refused", "t1 failed m2: x",
+                                                      "t1 failed m: broken again"]
+
+
 def test_seat_pool():
     pool = SeatPool(1)
     a = SimpleNamespace(conn=SimpleNamespace(addr="a", key_fp="k"), child=None)

@@ -82,9 +82,40 @@ def test_timer_finish_partial_ladders():
     model.extend(loaded.records)
     statuses = {t: [r.status for r in panel_view(model, t).ladder] for t in model.territory_ids()}
     assert statuses["queue-one"][:2] == ["passed", "failed"]
-    assert statuses["queue-three"][-1] == "evaluating"
-    assert all("pending" in s or "evaluating" in s for s in statuses.values())
+    assert statuses["queue-three"][-1] == "killed"  # its verifier was still running at the finish
+    assert all("pending" in s or "killed" in s for s in statuses.values())
     assert "match timer expired" in model.winner_line()
+
+
+def test_killed_milestones_are_not_evaluating_after_the_finish():
+    """A check still in flight at the finish is killed (rules: "killed at the finish"): the
+    world keeps ``evaluating: true`` (upstream's shape), but after the heat ends the ladder,
+    the scoreboard and ``aoe match run``'s matrix say killed/not evaluated, never evaluating;
+    before the finish the same milestone is evaluating."""
+    from aoe_tui.commands.match import matrix_lines
+    from aoe_tui.tui.widgets import render_panel
+
+    loaded = timer_finish_match()
+    assert loaded.world.territories["queue-three"].milestones[
+        [m for m in loaded.world.territories["queue-three"].milestones][-1]].evaluating
+    before = HeatModel(ArenaView.from_arena(loaded.arena))
+    before.extend(loaded.records[:-2])  # up to the deadline, not finished yet
+    assert panel_view(before, "queue-three").ladder[-1].status == "evaluating"
+    model = HeatModel(ArenaView.from_arena(loaded.arena))
+    model.extend(loaded.records)
+    views = [panel_view(model, t) for t in model.territory_ids()]
+    assert all(r.status != "evaluating" for v in views for r in v.ladder)
+    three = panel_view(model, "queue-three")
+    row = three.ladder[-1]
+    assert row.status == "killed" and row.evaluating_ms is None
+    text = render_panel(three).plain
+    assert "evaluating" not in text and f"⊘ {row.label} killed at the finish, not evaluated" in text
+    assert "…" not in render_scoreboard(views).plain and "⊘" in render_scoreboard(views).plain
+    milestones = [m.id for m in model.arena.milestones]
+    matrix = matrix_lines(loaded.world, milestones, model.territory_ids())
+    cells = {line.split()[0]: line.split()[1:1 + len(milestones)] for line in matrix[1:]}
+    assert cells["queue-three"] == ["+", "+", "+", "+", "-"]
+    assert not any("~" in c for c in cells.values())
 
 
 def test_winner_line_of_a_tied_timer_finish():
@@ -175,6 +206,41 @@ async def test_replay_keys(seed):
         assert not screen.playing
 
 
+async def test_replay_scrubbed_back_to_the_start_shows_no_final_panels(seed):
+    """From the end back to sequence 0 (``g 0``), to nothing (home) and to a sequence before
+    the last registration: only the territories registered by then have a panel, and each
+    shows that moment (no final ladders, points or winner)."""
+    app = AoeApp.replay(seed, at_end=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = app.screen
+
+        def panels():
+            return {p.territory: p for p in screen.query(TerritoryPanel)}
+
+        assert set(panels()) == {"builder-one", "builder-two", "builder-three"}
+        screen.seek_sequence(0)
+        await pilot.pause()
+        assert screen.cursor.last_sequence == 0 and panels() == {}
+        assert not screen.query_one(WinnerBanner).display
+        await pilot.press("end")
+        await pilot.pause()
+        assert set(panels()) == {"builder-one", "builder-two", "builder-three"}
+        await pilot.press("home")
+        await pilot.pause()
+        assert screen.cursor.position == 0 and panels() == {}
+        await pilot.press("end")
+        screen.seek_sequence(1)  # builder-one seen (#1: preparing → building), the other two not yet
+        await pilot.pause()
+        assert list(panels()) == ["builder-one"]
+        shown = panels()["builder-one"]._shown
+        assert shown.points == 0 and not shown.winner
+        assert all(r.status == "pending" for r in shown.ladder)
+        screen.seek_sequence(10_000)
+        await pilot.pause()
+        assert list(panels()) == ["builder-one", "builder-two", "builder-three"]  # manifest order again
+        assert panels()["builder-two"]._shown.winner
+
+
 async def test_goto_sequence_prompt(seed):
     app = AoeApp.replay(seed, playing=False)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -214,6 +280,8 @@ async def test_help_theme_palette_quit(seed):
         await pilot.press("enter")
         await pilot.pause(0.1)
         assert isinstance(app.screen, ReplayScreen) and app.screen.cursor.position == 0
+        assert not app.screen.query(TerritoryPanel)  # nothing registered at the start
+        await pilot.press("end")
         await pilot.press("tab")
         assert isinstance(app.focused, TerritoryPanel)
         await pilot.press("q")  # … and quits from the main screen
@@ -352,6 +420,23 @@ def _header(app) -> str:
     return app.screen.query_one("#heat-header", HeatHeader).text.plain
 
 
+async def until(pilot, cond, what: str, timeout_s: float = 60.0) -> None:
+    """Let the app run until ``cond()`` holds (it is checked between short pauses): no fixed
+    pause that a busy machine outlasts. ``timeout_s`` (wall seconds) only bounds a failure."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"not within {timeout_s:.0f} s: {what}"
+        await pilot.pause(0.02)
+
+
+def _shown_through(app, heat: str, rec) -> bool:
+    """The app's model of ``heat`` has taken every record up to ``rec``."""
+    model = app.heats.get(heat)
+    return model is not None and model.world.last_sequence == rec.sequence
+
+
 def live_app_with_clock() -> tuple[LiveFeed, AoeApp, list[float]]:
     """A live app whose monotonic clock is ``now[0]`` (seconds; tests move it by hand)."""
     feed = LiveFeed()
@@ -377,24 +462,25 @@ async def test_live_clock_ticks_between_events_and_stops_when_finished(seed):
         feed.open_heat("h", arena=seed.arena, title="live heat")
         for rec in head:
             feed.post_record(rec, "h")
-        await pilot.pause(0.05)
         base = head[-1].elapsed_ms
-        assert _header(app).startswith(fmt_clock(base) + "/"), _header(app)
+        await until(pilot, lambda: _shown_through(app, "h", head[-1]) and app.screen.query(f"#panel-{terr}")
+                    and _header(app).startswith(fmt_clock(base) + "/"), "the heat shown at its last event")
         panel = app.screen.query_one(f"#panel-{terr}", TerritoryPanel)
         assert "evaluating 0s" in panel.text.plain
-        now[0] += 30.0  # 30 s pass, no event arrives
-        await pilot.pause(1.1)  # the next tick is at most a second away
-        assert _header(app).startswith(fmt_clock(base + 30_000) + "/"), _header(app)
+        now[0] += 30.0  # 30 s pass, no event arrives: the clock timer (not a record) redraws
+        await until(pilot, lambda: _header(app).startswith(fmt_clock(base + 30_000) + "/"), "the clock ticked")
         assert "evaluating 30s" in panel.text.plain
         now[0] += 3600.0  # a stalled feed: the clock stops at the cap
-        await pilot.pause(1.1)
-        assert _header(app).startswith(fmt_clock(base + LIVE_CLOCK_CAP_MS) + "/"), _header(app)
+        await until(pilot, lambda: _header(app).startswith(fmt_clock(base + LIVE_CLOCK_CAP_MS) + "/"),
+                    "the clock at its cap")
+        assert app.heats["h"].world.last_sequence == head[-1].sequence  # the timer did it, no record came
         feed.post_record(rest[0], "h")  # the next event: back to the log's clock
-        await pilot.pause(0.1)
-        assert _header(app).startswith(fmt_clock(rest[0].elapsed_ms) + "/"), _header(app)
+        await until(pilot, lambda: _shown_through(app, "h", rest[0])
+                    and _header(app).startswith(fmt_clock(rest[0].elapsed_ms) + "/"), "back to the log's clock")
         for rec in rest[1:]:
             feed.post_record(rec, "h")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: _shown_through(app, "h", rest[-1]) and app.screen._clock_timer is None,
+                    "the finished heat taken")
         final = app.heats["h"].world.elapsed_ms
         assert app.heats["h"].world.match_state.value == "finished"
         now[0] += 120.0
@@ -410,7 +496,8 @@ async def _evaluating_heat(pilot, feed: LiveFeed, seed) -> HeatScreen:
     feed.open_heat("h", arena=seed.arena, title="live heat")
     for rec in seed.records[: i + 1]:
         feed.post_record(rec, "h")
-    await pilot.pause(0.05)
+    await until(pilot, lambda: _shown_through(pilot.app, "h", seed.records[i]) and isinstance(pilot.app.screen, HeatScreen)
+                and pilot.app.screen._clock_timer is not None, "the evaluating heat shown, its clock timer set")
     return pilot.app.screen
 
 
@@ -428,11 +515,10 @@ async def test_clock_timer_wakes_when_the_shown_second_changes(seed):
         screen._tick_clock()
         assert screen._clock_timer._interval == pytest.approx((1000 - (clock + 250) % 1000) / 1000 + CLOCK_SLACK_S)
         app.push_screen(HelpScreen())
-        await pilot.pause(0.05)
-        assert screen._clock_timer is None
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help shown")
+        await until(pilot, lambda: screen._clock_timer is None, "no clock timer while hidden")
         app.pop_screen()
-        await pilot.pause(0.05)
-        assert screen._clock_timer is not None
+        await until(pilot, lambda: screen._clock_timer is not None, "the clock timer back")
 
 
 async def test_clock_tick_redraws_once_a_second(seed):
@@ -675,20 +761,21 @@ async def test_scoreboard_is_drawn_when_the_terminal_becomes_narrow(seed):
         feed.open_heat("h", arena=seed.arena, title="narrow")
         for rec in seed.records[:40]:
             feed.post_record(rec, "h")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: _shown_through(app, "h", seed.records[39]) and app.screen.query("#scoreboard"),
+                    "the first 40 records shown")
         board = app.screen.query_one("#scoreboard", Scoreboard)
         assert not board.display and board.text.plain == ""
         await pilot.resize_terminal(80, 24)
-        await pilot.pause(0.1)
-        assert board.display
+        await until(pilot, lambda: board.display and board.text.plain, "the scoreboard shown, narrow")
         assert all(tid in board.text.plain for tid in ("builder-one", "builder-two", "builder-three"))
         want = render_scoreboard([panel_view(app.heats["h"], t) for t in app.heats["h"].territory_ids()])
         assert board.text.plain == want.plain
         for rec in seed.records[40:]:
             feed.post_record(rec, "h")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: _shown_through(app, "h", seed.records[-1]), "every record taken")
         final = render_scoreboard([panel_view(app.heats["h"], t) for t in app.heats["h"].territory_ids()])
-        assert board.text.plain == final.plain != want.plain
+        await until(pilot, lambda: board.text.plain == final.plain, "the scoreboard redrawn at the end")
+        assert final.plain != want.plain
 
 
 async def test_territory_panel_height_does_not_shrink_during_a_heat(seed):

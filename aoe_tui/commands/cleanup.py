@@ -14,10 +14,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "cleanup",
         help="tear down territories a killed runner left behind",
         description="Find territories (containers, QEMU guests) recorded under PATH — a match folder, "
-        "a season folder, or a folder of them — whose runner is gone, and remove their processes, "
+        "a season folder, a territories folder (or a provider workdir) or a folder of them — whose runner is gone, and remove their processes, "
         "mounts, network namespaces, links and overlays. Territories of a live runner are left alone.",
     )
-    p.add_argument("path", metavar="PATH", help="match or season folder (searched recursively)")
+    p.add_argument("path", metavar="PATH", help="match, season or territories folder (searched recursively)")
     p.set_defaults(func=_cmd)
 
 

@@ -132,18 +132,21 @@ def make_provider(kind: str, loaded: Any, output_dir: Path, inventory: str | Non
 def matrix_lines(world: Any, milestone_ids: list[str], territory_ids: list[str]) -> list[str]:
     """A compact milestone matrix (cf. spec §8.2): one row per territory.
 
-    Cell marks: ``+`` passed, ``~`` evaluating, ``x`` last attempt failed, ``.`` not evaluated.
+    Cell marks: ``+`` passed, ``~`` evaluating, ``x`` last attempt failed, ``.`` not evaluated,
+    ``-`` killed at the finish (still evaluating when the match finished or aborted).
     Row: territory, one cell per milestone, points, competitor state, agent state.
     """
     width = max([len(t) for t in territory_ids] + [9])
     cols = [max(len(m), 1) for m in milestone_ids]
     lines = ["  " + "territory".ljust(width) + "  " + "  ".join(m.ljust(c) for m, c in zip(milestone_ids, cols)) + "  pts  state"]
+    ended = world.match_state.value in ("finished", "aborted")
     for tid in territory_ids:
         view = world.territories.get(tid)
         cells = []
         for mid in milestone_ids:
             mv = view.milestones.get(mid) if view else None
-            mark = "." if mv is None else "+" if mv.passed else "~" if mv.evaluating else "x" if mv.failure_detail else "."
+            mark = ("." if mv is None else "+" if mv.passed else ("-" if ended else "~") if mv.evaluating
+                    else "x" if mv.failure_detail else ".")
             cells.append(mark.ljust(cols[len(cells)]))
         state = str(view.competitor_state.value if view and view.competitor_state else "-")
         agent = world.agents.get(view.agent) if view and view.agent else None

@@ -224,8 +224,9 @@ class EventLine:
 
     ``text``: the line (no clock); ``tone``: ``good``, ``bad``, ``warn``, ``state``,
     ``dim``, ``win`` or ``""`` (the TUI styles it); ``key``: equal keys of consecutive
-    lines mean "the same failure again" (the feed folds them, headless output prints a
-    failure again only when its detail changed); ``territory`` the line is about, if any.
+    lines mean "the same failure again" (the feed folds them; headless output keys a
+    failure by territory and milestone only and prints it once until the milestone
+    passes); ``territory`` the line is about, if any.
     """
 
     text: str
@@ -433,22 +434,27 @@ def _season_line(e: Any, name: Callable[[str], str]) -> EventLine | None:
 
 
 class RepeatedFailures:
-    """Headless output prints a failing milestone again only when its detail changed
-    (verifiers retry every tick); a pass forgets it. ``scope`` separates heats."""
+    """Headless output prints one line per milestone state change: a milestone's failure
+    once when it starts failing, not again while it keeps failing (verifiers retry every
+    tick, and a changing detail — a counter, a timestamp, another error text — is the same
+    failing state); a pass forgets it, so a later failure is news. ``scope`` separates
+    heats (e.g. ``r1h2a1``)."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple, str] = {}
+        #: (scope, territory, milestone) of the milestones whose failure was printed
+        self._failing: set[tuple] = set()
 
     def fresh(self, line: EventLine, scope: Any = None) -> bool:
-        """False when ``line`` repeats the last failure of its milestone word for word."""
+        """False when ``line`` is a failure of a milestone already printed as failing
+        (whatever its detail); True for every other line."""
         if line.key is None or line.key[0] != "failed":
             return True
-        where, detail = (scope, *line.key[1:3]), line.key[-1]
-        if self._last.get(where) == detail:
+        where = (scope, *line.key[1:3])
+        if where in self._failing:
             return False
-        self._last[where] = detail
+        self._failing.add(where)
         return True
 
     def passed(self, territory: str, milestone: str, scope: Any = None) -> None:
         """``territory`` passed ``milestone``: its next failure is news again."""
-        self._last.pop((scope, territory, milestone), None)
+        self._failing.discard((scope, territory, milestone))

@@ -48,14 +48,14 @@ Phases (the supervisor drives them; see :meth:`HeatSupervisor.run`):
    millisecond before the finish — earns nothing: no ``milestone_passed`` or
    ``milestone_failed`` is written for it, its evidence is not credited, and its
    milestone keeps ``evaluating: true`` in the final world (as upstream's discarded
-   same-batch results do). The supervisor kills its verifier's process group, reaps it
+   same-batch results do; displays show it as killed once the match ended). The supervisor kills its verifier's process group, reaps it
    and removes the evidence file it may have written (:func:`~aoe_tui.referee.verifier.run_verifier`
    on cancellation). See ``docs/formats.md`` §3.6.
 4. **Drain** at the frozen clock (§3.7, Appendix B; :meth:`BuildRaceRules.start_drain`,
    :meth:`BuildRaceRules.finish_drain`): ``post_match_drain_started``; agents of
-   territories beaten to a durable winner are stopped at once and get
-   ``agent_outraced`` (unless they already ended with a provider/harness failure,
-   whose attribution is kept); the others have ``drain_seconds`` to return a result;
+   territories beaten to a durable winner that are still running are stopped at once and
+   get ``agent_outraced`` (an agent whose run had already ended — finished, failed or
+   interrupted — keeps its own terminal event); the others have ``drain_seconds`` to return a result;
    final usage checkpoints; still-running agents are stopped with
    ``agent_terminated`` "post-match drain deadline expired"; every non-durable
    competitor ends ``incomplete`` (player) or ``unavailable`` (its agent failed
@@ -166,8 +166,8 @@ class AgentResult:
 class DrainPlan:
     """What :meth:`BuildRaceRules.start_drain` decided (agent ids in manifest seat order).
 
-    ``outraced``: agents beaten to a durable winner (§3.7); ``stop_now``: those of them
-    still running (stop at once; already silenced); ``wait_for``: the other agents still
+    ``outraced``: agents still running when a rival reached durable (§3.7); ``stop_now``:
+    the same agents, to stop at once (already silenced); ``wait_for``: the other agents still
     running, which get ``drain_seconds`` to return a result.
     """
 
@@ -441,10 +441,6 @@ class BuildRaceRules:
 
     # ------------------------------------------------------------------ drain (§3.7)
 
-    def _non_player_failure(self, agent: str) -> bool:
-        view = self.world.agents.get(agent)
-        return bool(view and not view.running and view.failure_source in ("provider", "harness"))
-
     def durable_winner(self) -> str | None:
         """The winner if it reached durable (outraces the others), else None."""
         w = self.world.winner
@@ -453,18 +449,16 @@ class BuildRaceRules:
 
     def start_drain(self, now_ms: int) -> DrainPlan:
         """``post_match_drain_started`` (``pending_agents`` = agents still running) and the
-        plan: agents beaten to a durable winner are outraced — except those that already
-        ended with a provider/harness failure, whose attribution is kept."""
+        plan: agents still racing when a rival won durable are outraced (stopped at once);
+        an agent whose run had already ended (finished, failed, interrupted — whatever the
+        result) is not outraced and keeps its own terminal event and attribution."""
         self.in_drain = True
         pending = self.running_agents()
         at = self.stamp(now_ms)
         started = ev.PostMatchDrainStarted(timeout_ms=self.drain_ms, pending_agents=len(pending))
         winner = self.durable_winner()
-        outraced = [
-            a for t, a in self.agent_of.items()
-            if winner is not None and t != winner and not self._non_player_failure(a)
-        ]
-        stop_now = [a for a in outraced if self._running(a)]
+        outraced = [a for t, a in self.agent_of.items() if winner is not None and t != winner and a in pending]
+        stop_now = list(outraced)
         self.silence(stop_now)
         self.terminated_count += len(stop_now)
         return DrainPlan(self._out(at, started), outraced, stop_now, [a for a in pending if a not in stop_now])

@@ -218,6 +218,7 @@ class HeatSupervisor:
         self._t0: float | None = None
         self._finished_evt = asyncio.Event()
         self._abort_evt = asyncio.Event()
+        self._timer_evt = asyncio.Event()  # expire_timer(): the deadline now
         self._tasks: list[asyncio.Task] = []
         #: wall-clock facts for our own ``aoe-extra.json`` (not upstream files)
         self.timings: dict[str, Any] = {}
@@ -276,6 +277,14 @@ class HeatSupervisor:
     def abort(self) -> None:
         """Request an operator abort (safe from a signal handler via ``loop.add_signal_handler``)."""
         self._abort_evt.set()
+
+    def expire_timer(self) -> None:
+        """End the build phase now exactly as the match timer does at its deadline ("match
+        timer expired" at the current clock, the §3.6 winner, then the drain); nothing if
+        the match already finished. For callers that wait for a state rather than a clock
+        (tests: a heat nothing can win, ended once what they assert has happened). Call it
+        on the heat's loop (e.g. from ``on_event``)."""
+        self._timer_evt.set()
 
     def note_disk_full(self, path: Path | str, detail: str = "") -> None:
         """The disk holding ``path`` is full: set :attr:`disk_full` (the first one stays) and
@@ -506,10 +515,11 @@ class HeatSupervisor:
 
     async def _build_phase(self) -> None:
         deadline = asyncio.create_task(asyncio.sleep(max(0.0, self.duration_s - self._now_ms() / 1000)))
+        expired = asyncio.create_task(self._timer_evt.wait())  # expire_timer(): as the deadline
         finished = asyncio.create_task(self._finished_evt.wait())
         aborted = asyncio.create_task(self._abort_evt.wait())
         try:
-            await asyncio.wait({deadline, finished, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({deadline, expired, finished, aborted}, return_when=asyncio.FIRST_COMPLETED)
             if finished.done() or aborted.done():
                 return
             # Deadline (§3.6, ours): finish now, no overrun. Checks completed in an earlier
@@ -522,7 +532,7 @@ class HeatSupervisor:
                 self._checkpoint_usage(now)
                 self._emit_all(self.rules.timer_expired(now))
         finally:
-            for t in (deadline, finished, aborted):
+            for t in (deadline, expired, finished, aborted):
                 t.cancel()
 
     async def _sleep_until_ms(self, ms: float) -> None:

@@ -18,7 +18,9 @@ from aoe_tui.runtime.registry import providers
 
 
 def cleanup_under(root: Path) -> list[tuple[Path, str]]:
-    """Tear down stale territories in every ``territories/`` folder below ``root`` (or ``root`` itself).
+    """Tear down stale territories in every ``territories/`` folder below ``root`` and in
+    ``root`` itself when it is one: named ``territories`` once resolved (``aoe cleanup .``
+    inside it, a link to it) or holding territory records (``<id>/state.json``) directly.
 
     Returns ``(territories folder, territory id)`` for each territory removed.
 
@@ -27,12 +29,20 @@ def cleanup_under(root: Path) -> list[tuple[Path, str]]:
             or a provider's cleanup could not be imported or failed unexpectedly (names the
             provider, the folder and the error, in one line).
     """
-    root = Path(root)
-    dirs = [root] if root.name == "territories" else sorted(p for p in root.glob("**/territories") if p.is_dir())
+    root = Path(root).resolve()  # "." or a link inside a territories folder names it too
+    if root.name == "territories" or _holds_territories(root):
+        dirs = [root]
+    else:
+        dirs = sorted(p for p in root.glob("**/territories") if p.is_dir())
     cleaned: list[tuple[Path, str]] = []
     for tdir in dirs:
         cleaned += cleanup_folder(tdir)
     return cleaned
+
+
+def _holds_territories(folder: Path) -> bool:
+    """True when ``folder`` directly holds a territory record (``<id>/state.json``)."""
+    return any(p.is_file() for p in folder.glob("*/state.json"))
 
 
 def cleanup_folder(tdir: Path) -> list[tuple[Path, str]]:

@@ -79,7 +79,7 @@ the one list of formats. A class is added with :func:`register_format`; its
 validation (:func:`aoe_tui.domain.season_file.install_kinds`) when this module is imported. What
 differs between formats outside the draw — a round's outcome, the champions, the
 standings' sort — is asked of the class (:meth:`Format.round_outcome`,
-:meth:`Format.champions`, :meth:`Format.standings_key`, :attr:`Format.crowns_champions`),
+:meth:`Format.champions`, :meth:`Format.standings_key`),
 so no other module tests for a format's kind.
 """
 
@@ -282,16 +282,13 @@ class Format:
     A subclass sets ``kind`` and ``config_model`` (its ``[format]`` model, a
     :class:`~aoe_tui.domain.season_file.SectionConfig`), implements :meth:`from_config` and
     :meth:`next_round`, overrides what differs of :meth:`round_outcome`,
-    :meth:`champions`, :meth:`standings_key` and :attr:`crowns_champions` (the defaults are a
+    :meth:`champions` and :meth:`standings_key` (the defaults are a
     league's: nobody advances or is out, the standings decide the champion), and is added to
     :data:`FORMATS` with :func:`register_format`.
     """
 
     kind: ClassVar[str] = "format"
     config_model: ClassVar[type[SectionConfig]] = SectionConfig
-    #: True when the season's ``champions`` (``season_finished``) head the standings and
-    #: each row's ``champion`` flag is set from them.
-    crowns_champions: ClassVar[bool] = False
     #: True when a round's draw depends on earlier heats' ranks (knockout: who advanced);
     #: ``aoe run --retry-void`` then re-runs only void heats of the last round (a season
     #: waits on those, :meth:`waiting_on`; in a folder an older version ran, later rounds
@@ -394,7 +391,6 @@ class Knockout(Format):
 
     kind = "knockout"
     config_model = KnockoutFormat
-    crowns_champions = True
     draws_on_ranks = True
 
     def __init__(self, advance: int = 2, heat_size: int = 3, min_heat_size: int = 2) -> None:

@@ -8,8 +8,9 @@ charged with it):
   winner), ``durable`` deployments (``durable_at_ms`` present, winner or not),
   ``points`` (sum of passed milestone points), ``coverage`` = passed milestones ÷
   milestones available (each heat counts its own arena's milestones, so a cup across
-  arenas weighs a 6-milestone arena as 6), ``median_durable_ms`` (the upper median,
-  element ``len // 2`` of the sorted times, as upstream's series, §7.1), ``mean_rank``;
+  arenas weighs a 6-milestone arena as 6), ``median_durable_ms`` (the median: the middle
+  time, or for an even count the mean of the two middle times rounded down to a whole ms —
+  not upstream's series' upper median, §7.1), ``mean_rank``;
 * ``input_tokens``, ``output_tokens``, ``cost_microusd``: sums, **null unless usage was
   recorded in every heat** (usage is "unavailable", never zero — §7.1);
   ``cost_per_durable_microusd`` = cost ÷ durable (integer division) when both are known
@@ -24,7 +25,7 @@ charged with it):
   (outcome ``retry`` or ``void``; void heats included);
 * rating ``mu``, ``sigma``, ``ordinal`` (OpenSkill Plackett–Luce, :mod:`.ratings`): one
   rating per entrant over every heat of every arena;
-* ``milestone_ms``: milestone id → median ms (upper median) to pass it, over heats where
+* ``milestone_ms``: milestone id → median ms (as ``median_durable_ms``) to pass it, over heats where
   it passed (for the time-to-milestone chart). Only for a season of one arena; ``{}`` in
   a cup across arenas, whose arenas share milestone ids (``host-reboot``, …) that are not
   the same milestone — each arena's breakdown has its own;
@@ -37,7 +38,7 @@ charged with it):
   (also arenas the entrant never raced: ``heats == 0``), the §7.2 per-arena summary:
   ``heats`` (§7.2 ``appearances``), ``wins``, ``durable`` (``durable_deployments``),
   ``points``, ``durable_times_ms`` (ms, match clock, in (round, heat) order),
-  ``median_durable_ms`` (upper median), ``milestone_passes``, ``milestones_available``
+  ``median_durable_ms`` (the median, as above), ``milestone_passes``, ``milestones_available``
   (heats × that arena's milestones), ``coverage`` (passes ÷ available, 4 decimals),
   ``usage_recorded`` (heats with usage), ``input_tokens``/``output_tokens``/
   ``cost_microusd`` (micro-USD; null unless usage was recorded in every heat of that
@@ -70,7 +71,7 @@ from aoe_tui.replay.season_reducer import HeatState, SeasonState
 from aoe_tui.season.formats import HeatResult, format_class
 from aoe_tui.season.ratings import rate_heats
 
-__all__ = ["ArenaBreakdown", "SeasonStanding", "season_standings", "upper_median", "waiting_heats", "waiting_label"]
+__all__ = ["ArenaBreakdown", "SeasonStanding", "median_ms", "season_standings", "waiting_heats", "waiting_label"]
 
 
 def waiting_heats(state: SeasonState) -> list[HeatState]:
@@ -92,11 +93,15 @@ def waiting_label(heat: HeatState) -> str:
     return f"waiting on heat r{heat.round}h{heat.heat} (void)"
 
 
-def upper_median(values: list[int]) -> int | None:
-    """Element ``len // 2`` of the sorted values, or None (upstream series rule, §7.1)."""
+def median_ms(values: list[int]) -> int | None:
+    """The median of ``values`` (ms), or None when empty: the middle value of an odd count,
+    the mean of the two middle values of an even count, rounded down to a whole ms
+    (``[1000, 2001]`` → 1500). Not upstream's series rule (the upper median, §7.1)."""
     if not values:
         return None
-    return sorted(values)[len(values) // 2]
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) // 2
 
 
 @dataclass
@@ -231,7 +236,7 @@ class _Tally:
             "durable": durable,
             "points": self.points,
             "coverage": round(self.passed / self.available, 4) if self.heats and self.available else 0.0,
-            "median_durable_ms": upper_median(self.durable_ms),
+            "median_durable_ms": median_ms(self.durable_ms),
             "usage_recorded": self.usage,
             "input_tokens": self.tokens_in if complete else None,
             "output_tokens": self.tokens_out if complete else None,
@@ -245,7 +250,7 @@ class _Tally:
         }
 
     def milestone_medians(self) -> dict[str, int]:
-        return {k: upper_median(v) for k, v in sorted(self.ms.items())}  # type: ignore[misc]
+        return {k: median_ms(v) for k, v in sorted(self.ms.items())}  # type: ignore[misc]
 
     def breakdown(self, arena: str) -> ArenaBreakdown:
         return ArenaBreakdown(arena=arena, durable_times_ms=list(self.durable_ms), milestone_passes=self.passed,
@@ -296,7 +301,9 @@ def season_standings(state: SeasonState) -> list[SeasonStanding]:
             by_arena[e].setdefault(heat.arena, _Tally()).add(*args)
     ratings = rate_heats(entrants, rated)
     fmt = format_class(info.format.get("kind"))
-    champions = set(state.finished.champions) if state.finished and fmt.crowns_champions else set()
+    # every format's champions are the season_finished record's (a league's: its rank 1 when
+    # the season finished); whether they head the standings is the format's standings_key
+    champions = set(state.finished.champions) if state.finished else set()
     waiting = {e: waiting_label(h) for h in waiting_heats(state) for e in h.entrants}
     rows = []
     for e in entrants:

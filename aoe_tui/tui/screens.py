@@ -99,11 +99,20 @@ class HeatScreen(Screen):
             self._clock_timer.stop()
             self._clock_timer = None
 
+    def _on_top(self) -> bool:
+        """This screen is the app's top screen. Textual's ``is_current`` is also true under a
+        modal (help, goto): the clock does not tick there (hidden screens do no work)."""
+        try:
+            return self.app.screen is self
+        except Exception:  # noqa: BLE001 - no screen stack (shutting down)
+            return False
+
     def _set_clock(self, model: HeatModel | None, clock: int) -> None:
         """Wake when the shown clock ``clock`` (ms) reaches its next second, while ``model``
-        ticks (a live running heat; never for a replay)."""
+        ticks (a live running heat; never for a replay) and this screen is on top (a tick
+        already queued when a modal opened, or records drawn under it, set no timer)."""
         self._stop_clock()
-        if model is not None and model.ticking() and not isinstance(self, ReplayScreen):
+        if model is not None and model.ticking() and not isinstance(self, ReplayScreen) and self._on_top():
             self._clock_timer = self.set_timer((1000 - clock % 1000) / 1000 + CLOCK_SLACK_S, self._tick_clock)
 
     def clock_ms(self, model: HeatModel) -> int:
@@ -114,7 +123,7 @@ class HeatScreen(Screen):
         """Redraw the header clock and evaluating times of a ticking heat (cheap: no model
         work), then set the timer for the next second."""
         self._clock_timer = None
-        if not self.is_current or not self.is_mounted:
+        if not self._on_top() or not self.is_mounted:
             return
         model = self.model
         if model is None or not model.ticking() or self._drawn_version < 0:
@@ -335,6 +344,7 @@ _HELP = """\
 {arenas}
 Markers: \\[+] durable  \\[~] verifying  \\[>] building  \\[x] incomplete  \\[?] unavailable
 Ladder:  ✓ passed (points, time)  … evaluating  ✗ failed (last detail)  · pending
+         ⊘ killed at the finish (still checking): not evaluated
 Tokens and cost show n/a when the adapter reported no usage values.
 """
 

@@ -370,7 +370,11 @@ class HeatModel:
 
 @dataclass(frozen=True)
 class LadderRow:
-    """One milestone in a panel: ``status`` pending|evaluating|passed|failed."""
+    """One milestone in a panel: ``status`` pending|evaluating|passed|failed|killed.
+
+    ``killed``: the heat ended (finished or aborted) while the milestone's verifier was
+    still running; it was killed and its check earned nothing (the world keeps
+    ``evaluating: true``, as upstream does, but nothing is evaluating any more)."""
 
     id: str
     label: str
@@ -441,6 +445,7 @@ def panel_view(model: HeatModel, tid: str, activity_lines: int = 6, clock_ms: in
     known = [m.id for m in model.arena.milestones]
     ids = known + [m for m in model.order.get(tid, []) if m not in known]
     metas = {m.id: m for m in model.arena.milestones}
+    ended = w.match_state.value in ("finished", "aborted")
     for mid in ids:
         mv = terr.milestones.get(mid) if terr else None
         mm = metas.get(mid)
@@ -449,6 +454,8 @@ def panel_view(model: HeatModel, tid: str, activity_lines: int = 6, clock_ms: in
             status, pts, detail = "pending", (mm.points if mm else None), None
         elif mv.passed:
             status, pts, detail = "passed", mv.points, None
+        elif mv.evaluating and ended:
+            status, pts, detail = "killed", (mm.points if mm else None), None
         elif mv.evaluating:
             status, pts, detail = "evaluating", (mm.points if mm else None), mv.failure_detail
         elif mv.failure_detail is not None or mv.failure_category is not None:

@@ -29,8 +29,8 @@ from textual.widgets import Static
 from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens
 from aoe_tui.tui.viewmodel import FeedEntry, HeatFrame, HeatModel, PanelView
 
-_STATUS_GLYPH = {"passed": "✓", "failed": "✗", "evaluating": "…", "pending": "·"}
-_STATUS_STYLE = {"passed": "bold green", "failed": "red", "evaluating": "yellow", "pending": "dim"}
+_STATUS_GLYPH = {"passed": "✓", "failed": "✗", "evaluating": "…", "pending": "·", "killed": "⊘"}
+_STATUS_STYLE = {"passed": "bold green", "failed": "red", "evaluating": "yellow", "pending": "dim", "killed": "dim"}
 _FEED_STYLE = {
     "good": "green", "bad": "red", "warn": "yellow", "state": "cyan", "dim": "dim", "win": "bold magenta",
 }
@@ -102,6 +102,8 @@ def render_panel(pv: PanelView, width: int = 40) -> Text:
                         t.append(f" ({hint})", style="yellow dim")
             elif row.status == "failed":
                 t.append(f" failed ×{row.failures}" if row.failures > 1 else " failed", style="red")
+            elif row.status == "killed":
+                t.append(" killed at the finish, not evaluated", style="dim")
             if row.status in ("failed", "evaluating") and row.detail:
                 t.append(f"\n  {row.detail}", style="red dim" if row.status == "evaluating" else "red")
     elif pv.competitor_state is not None:
@@ -397,21 +399,29 @@ class TerritoryPanel(TextView):
 
 class TerritoryPanels(Container, HeatPanel):
     """One :class:`TerritoryPanel` per territory of the heat (mounted as territories
-    appear; all removed when another heat is shown)."""
+    appear; all removed when another heat is shown; a panel whose territory the model no
+    longer has — a replay scrubbed back before its registration — is removed, so a replay
+    at sequence 0 after the end shows no final panels)."""
 
     TICKS = True
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._heat: str | None = None
+        #: territory id → its panel, in mount order
+        self._panels: dict[str, TerritoryPanel] = {}
 
     def show(self, frame: HeatFrame) -> None:
         if frame.heat != self._heat:
             self._heat = frame.heat
             self.remove_children()
-        have = {p.territory: p for p in self.query(TerritoryPanel)}
+            self._panels.clear()
+        have = self._panels  # ours, not a query: a panel mounted or removed just now counts at once
+        ids = frame.model.territory_ids()
+        for tid in [t for t in have if t not in ids]:
+            have.pop(tid).remove()
         new = []
-        for tid in frame.model.territory_ids():
+        for tid in ids:
             if tid not in have:
                 have[tid] = TerritoryPanel(tid)
                 new.append(have[tid])
@@ -525,7 +535,7 @@ class ReplayBar(TextView):
         self.set_text(t)
 
 
-_LADDER_GLYPH = {"passed": "✓", "failed": "✗", "evaluating": "…", "pending": "·"}
+_LADDER_GLYPH = _STATUS_GLYPH
 
 
 def render_scoreboard(views: list[PanelView]) -> Text:
