@@ -21,6 +21,7 @@ import asyncssh
 import pytest
 import pytest_asyncio
 
+from aoe_tui.fsio import mount_points
 from aoe_tui.runtime import netalloc, ssh
 from aoe_tui.runtime.container import (
     CONTAINER_DROPINS,
@@ -30,7 +31,7 @@ from aoe_tui.runtime.container import (
     cleanup_stale,
     doctor_checks,
 )
-from aoe_tui.runtime.provider import ProvisionError, RebootError, Territory, TerritoryRefusedError, TerritorySpec
+from aoe_tui.runtime.provider import HarnessShare, ProvisionError, RebootError, Territory, TerritoryRefusedError, TerritorySpec
 
 pytestmark = [pytest.mark.container]
 #: every async test shares the module event loop (the shared heat's supervisor tasks live on it)
@@ -69,8 +70,7 @@ def leftovers(workdir: Path, netns: list[str], veths: list[str]) -> list[str]:
     """Everything of a territory set that still exists on the host (empty = clean)."""
     found: list[str] = []
     wd = str(workdir.resolve())
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        mp = line.split()[4]
+    for mp in mount_points():
         if mp.startswith(wd):
             found.append(f"mount {mp}")
     for pid in os.listdir("/proc"):
@@ -638,6 +638,64 @@ async def main():
     os.kill(os.getpid(), 9)
 asyncio.run(main())
 """
+
+
+#: a folder name with every character that has broken a provider's command line (issue #30)
+ODD_NAME = "a b,c:d'\"\u00e9"
+
+
+@amod
+async def test_odd_output_path_gets_an_overlay_and_its_shares(tmp_path, guest_image, caplog):
+    """Issue #30 item 3: an output folder with ',' and ':' (overlayfs's and nspawn --bind's
+    separators), quotes, a space and non-ASCII. The territory's root is still an overlay (no
+    copy fallback), a harness share from such a folder is bound, and teardown leaves nothing
+    (the mount table's escaped, non-ASCII mount points are recognised)."""
+    _need_container_host()
+    workdir = tmp_path / ODD_NAME / "territories"
+    share = tmp_path / ODD_NAME / "share"
+    share.mkdir(parents=True)
+    (share / "tool").write_text("shared-tool\n")
+    provider = ContainerProvider(workdir, image=guest_image)
+    spec = TerritorySpec(id="builder-one", password="builder-one-race", index=0,
+                         shares=(HarnessShare(str(share), "/opt/aoe-harness/odd"),))
+    try:
+        (t,) = await provider.provision([spec])
+        r = await sh(t, "findmnt -n -o FSTYPE /; cat /opt/aoe-harness/odd/tool")
+        assert r.stdout.split() == ["overlay", "shared-tool"], r.stdout
+        assert provider.notes == []
+        assert "overlayfs unusable" not in caplog.text
+    finally:
+        await provider.teardown()
+    boxes = list(provider._boxes.values())
+    assert leftovers(workdir, [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
+
+
+@amod
+async def test_copy_fallback_is_said_once(tmp_path, guest_image, caplog):
+    """Where overlayfs cannot take the image's own path (a ',' in it), every territory's root
+    is a full copy, and that is said once for the heat, not once per territory."""
+    import dataclasses
+    import logging
+
+    _need_container_host()
+    link = tmp_path / "image,1"
+    link.symlink_to(guest_image.rootfs)
+    image = dataclasses.replace(guest_image, rootfs=link)
+    provider = ContainerProvider(tmp_path / "territories", image=image)
+    caplog.set_level(logging.WARNING, logger="aoe_tui.runtime.container")
+    try:
+        territories = await provider.provision(specs(["builder-one", "builder-two"]))
+        for t in territories:
+            r = await sh(t, "findmnt -n -o FSTYPE /")
+            assert r.stdout.strip() != "overlay"
+        said = [rec.getMessage() for rec in caplog.records if "overlayfs unusable" in rec.getMessage()]
+        assert len(said) == 1, said
+        assert [n for n in provider.notes if "overlayfs unusable" in n] == [
+            f"overlayfs unusable (the image's path {link} has ','): each territory's root is a full copy of the image"]
+    finally:
+        await provider.teardown()
+    boxes = list(provider._boxes.values())
+    assert leftovers(tmp_path / "territories", [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
 
 
 @amod

@@ -239,10 +239,12 @@ def _which(tool: str) -> str | None:
 # ------------------------------------------------------------------------- low-level steps
 
 
-def _run(argv: list[str], *, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a host command; raise ProviderError with its stderr when ``check`` and it fails."""
+def _run(argv: list[str], *, check: bool = True, input: str | None = None,
+         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a host command (in folder ``cwd`` when given); raise ProviderError with its stderr
+    when ``check`` and it fails."""
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=30)
+        res = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=30, cwd=cwd)
     except FileNotFoundError:
         raise ProviderError(f"{argv[0]} not found on PATH") from None
     except subprocess.TimeoutExpired:
@@ -250,6 +252,12 @@ def _run(argv: list[str], *, check: bool = True, input: str | None = None) -> su
     if check and res.returncode != 0:
         raise ProviderError(f"`{' '.join(argv)}` failed: {(res.stderr or res.stdout).strip()[:300]}")
     return res
+
+
+def _bind_path(path: str | Path) -> str:
+    """``path`` as one side of systemd-nspawn's ``--bind``/``--bind-ro`` (``SRC:DEST``):
+    backslashes and colons escaped, so a path with ':' binds what it names."""
+    return str(path).replace("\\", "\\\\").replace(":", "\\:")
 
 
 def _ip_batch(lines: list[str], netns: str | None = None) -> None:
@@ -946,6 +954,8 @@ class ContainerProvider(TerritoryProvider):
         self.reboot_grace_s = reboot_grace_s
         self._boxes: dict[str, _Box] = {}
         self._closing = False
+        #: the copy fallback (overlayfs unusable) was said for this heat: once, not per territory
+        self._copy_said = False
         self._teardown_task: asyncio.Task[None] | None = None
         self._pacer: asyncio.Task[None] | None = None
         #: held while a territory's CPU weight is decided and written (the pacer's thread,
@@ -1137,13 +1147,21 @@ class ContainerProvider(TerritoryProvider):
             territory_disk.shared_mountpoint(b.root)
         except OSError as exc:
             raise ProviderError(f"territory {b.spec.id}: {exc}") from None
-        opts = f"lowerdir={':'.join(lowers)},upperdir={b.upper},workdir={b.work}"
-        usable = not any(c in p for p in (*lowers, str(b.upper), str(b.work)) for c in ",:")
-        res = _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(b.root)], check=False) if usable else None
+        # the writable layer is named relative to the territory's folder (mount runs there), so
+        # an output path with ',' or ':' (the option separators) still gets an overlay; the
+        # image's trees are absolute (image_users finds them in the mount table)
+        opts = f"lowerdir={':'.join(lowers)},upperdir={b.upper.relative_to(b.dir)},workdir={b.work.relative_to(b.dir)}"
+        odd = next((c for low in lowers for c in ",:" if c in low), None)
+        res = None if odd else _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(b.root)],
+                                    check=False, cwd=b.dir)
         if res is None or res.returncode != 0:
             b.mode = "copy"
-            log.warning("overlayfs unusable for %s (%s); copying the root filesystem",
-                        b.spec.id, res.stderr.strip() if res else "path has ',' or ':'")
+            why = res.stderr.strip() if res is not None else f"the image's path {lowers[-1]} has {odd!r}"
+            if not self._copy_said:  # said once per heat, not once per territory
+                self._copy_said = True
+                log.warning("overlayfs unusable for %s (%s); copying the root filesystem of each territory",
+                            b.spec.id, why)
+                self._note(f"overlayfs unusable ({why}): each territory's root is a full copy of the image")
             b.copy.mkdir()  # on the territory's disk, bind-mounted on the root
             _run(["cp", "-a", "--reflink=auto", str(image.rootfs) + "/.", str(b.copy)])
             if image.layers:
@@ -1184,7 +1202,8 @@ class ContainerProvider(TerritoryProvider):
             "--link-journal=no", "--resolv-conf=off", "--timezone=off",
         ]
         # harness shares (opencode...): read-only binds, the same at every relaunch (reboots)
-        argv += [f"--bind-ro={share.host}:{share.guest}" for share in b.spec.shares]
+        # (nspawn splits --bind on ':' and undoes backslash escapes: a path's own are escaped)
+        argv += [f"--bind-ro={_bind_path(share.host)}:{_bind_path(share.guest)}" for share in b.spec.shares]
         if not b.procs_groups():
             return argv
         # enter the territory's own cgroups and its limit groups, then become nspawn (same pid)

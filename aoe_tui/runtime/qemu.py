@@ -386,6 +386,8 @@ def build_qemu_command(
 
     Networking follows ``docs/territories.md`` pitfall 5 and spec §6.1's ``QEMU_NET_OPTS``:
     ``-netdev user,restrict=on,hostfwd=tcp:127.0.0.1:<ssh>-:22,hostfwd=tcp:127.0.0.1:<svc>-:<guest svc>``.
+    Every path inside an option list (``file=``, ``path=``, ``unix:``) goes through
+    :func:`opt_value`, so an output folder with commas (``match,1``) names the file it names.
     ``identity_dir`` holds the files ``hostname`` and ``root_password`` passed as
     ``-fw_cfg name=opt/aoe/hostname,file=...`` / ``-fw_cfg name=opt/aoe/root_password,file=...``;
     without it (legacy images) ``aoe.hostname=`` and ``password_on_cmdline`` go on ``-append``.
@@ -408,19 +410,27 @@ def build_qemu_command(
         "-kernel", str(kernel),
         "-initrd", str(initrd),
         "-append", append,
-        "-drive", f"file={disk},if=virtio,format=qcow2",
+        "-drive", f"file={opt_value(disk)},if=virtio,format=qcow2",
         "-netdev",
         f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22,"
         f"hostfwd=tcp:127.0.0.1:{service_port}-:{guest_service_port}",
         "-device", "virtio-net-pci,netdev=mgmt,romfile=",  # no iPXE ROM: -kernel boots directly
-        "-chardev", f"file,id=console,path={console_log},append=on",
+        "-chardev", f"file,id=console,path={opt_value(console_log)},append=on",
         "-serial", "chardev:console",
-        "-monitor", f"unix:{monitor_socket},server=on,wait=off",
+        "-monitor", f"unix:{opt_value(monitor_socket)},server=on,wait=off",
     ]  # fmt: skip
     if identity_dir is not None:
-        cmd += ["-fw_cfg", f"name={FW_CFG_HOSTNAME},file={identity_dir / 'hostname'}"]
-        cmd += ["-fw_cfg", f"name={FW_CFG_PASSWORD},file={identity_dir / 'root_password'}"]
+        cmd += ["-fw_cfg", f"name={FW_CFG_HOSTNAME},file={opt_value(identity_dir / 'hostname')}"]
+        cmd += ["-fw_cfg", f"name={FW_CFG_PASSWORD},file={opt_value(identity_dir / 'root_password')}"]
     return cmd
+
+
+def opt_value(path: str | Path) -> str:
+    """``path`` as the value of a QEMU option list (``-drive file=...,if=virtio``): commas
+    doubled, QEMU's escape, so ``match,1/territories`` is one value and not a second option
+    ``1/territories``. Spaces, colons after the first ``/``, quotes and non-ASCII need none:
+    the argv reaches QEMU without a shell and an absolute path has no protocol prefix."""
+    return str(path).replace(",", ",,")
 
 
 def _short_socket_path(preferred: Path) -> tuple[Path, Path | None]:
@@ -518,7 +528,8 @@ class QemuProvider(TerritoryProvider):
         connect_timeout_s: float = 15.0,
         refused_after_s: float = REFUSED_AFTER_S,
     ) -> None:
-        self.workdir = Path(workdir)
+        # absolute: a relative one such as `match:1` would read as a QEMU protocol prefix in -drive file=
+        self.workdir = Path(workdir).absolute()
         self.image = image
         self.base_port = base_port
         self.accel = accel
@@ -1210,6 +1221,7 @@ def _image_check(provider: str) -> DoctorCheck:
 
 __all__ = [
     "AUTO_BASE_PORT",
+    "opt_value",
     "OOM_SIGN",
     "ConsoleWatch",
     "PortPlan",
