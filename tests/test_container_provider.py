@@ -578,6 +578,34 @@ async def test_reboot_with_sshd_disabled_is_the_players_lockout(tmp_path, guest_
 
 
 @amod
+async def test_lockout_record_names_what_the_player_changed(tmp_path, guest_image, monkeypatch):
+    """Issue #30 item 10: the player turns root's SSH login off in the image's sshd drop-in
+    and adds a login hook before the referee's reboot. The refusal (the seat's record) names
+    each file and how it differs from the image: the changed lines, the added hook."""
+    from aoe_tui.runtime import container
+
+    _need_container_host()
+    monkeypatch.setattr(container, "REFUSED_AFTER_S", 2.0)
+    provider = ContainerProvider(tmp_path, image=guest_image, reboot_timeout_s=40)
+    try:
+        (t,) = await provider.provision(specs(["builder-one"]))
+        await sh(t, "sed -i 's/^PermitRootLogin yes$/PermitRootLogin no/' /etc/ssh/sshd_config.d/aoe.conf && "
+                    "echo 'alias systemctl=true' > /etc/profile.d/zz-player.sh")
+        with pytest.raises(TerritoryRefusedError) as info:
+            await provider.reboot(t)
+        msg = str(info.value)
+        assert msg.startswith("territory builder-one refused the referee after the reboot: "), msg
+        assert msg.endswith("; changed from the image: "
+                            "/etc/profile.d/zz-player.sh: added (not in the image): 'alias systemctl=true'; "
+                            "/etc/ssh/sshd_config.d/aoe.conf: line 'PermitRootLogin no' added, "
+                            "line 'PermitRootLogin yes' removed"), msg
+    finally:
+        await provider.teardown()
+    boxes = list(provider._boxes.values())
+    assert leftovers(tmp_path, [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
+
+
+@amod
 async def test_relaunch_that_exits_at_once_fails_the_reboot_fast(tmp_path, guest_image):
     """Issue #18 item 8: the relaunch after a reboot exits at once (its network namespace is
     gone, so nspawn cannot start); the reboot fails as soon as that happens — not at the

@@ -95,6 +95,7 @@ from aoe_tui.runtime.provider import (
     settle,
     write_credential_file,
 )
+from aoe_tui.runtime.tamper import Tampering, binary_tampering, config_tampering, describe
 
 log = logging.getLogger(__name__)
 
@@ -552,33 +553,12 @@ def _leader_of(nspawn_pid: int) -> int | None:
 
 
 def referee_tampering(root: str | Path, lowers: Sequence[str | Path],
-                      binaries: Sequence[str] = REFEREE_BINARIES) -> list[str]:
-    """The guest binaries the referee runs that are no longer the image's.
-
-    ``root``: the territory's root as the host sees it; ``lowers``: the image's trees, top
-    first. A binary is tampered when its path in the territory leaves the territory's root
-    (a symlink to elsewhere), is missing, or differs byte for byte from the first image
-    tree that has it. Returns the guest paths (``/usr/bin/systemctl``), in ``binaries``
-    order; ``[]`` when all are the image's (or the image has none of them).
-    """
-    import filecmp
-
-    root_real = os.path.realpath(root)
-    bad = []
-    for path in binaries:
-        image_copy = next((Path(low) / path.lstrip("/") for low in lowers
-                           if os.path.lexists(Path(low) / path.lstrip("/"))), None)
-        if image_copy is None:
-            continue
-        mine = Path(root) / path.lstrip("/")
-        real = os.path.realpath(mine)
-        try:
-            same = real.startswith(root_real + os.sep) and filecmp.cmp(image_copy, real, shallow=False)
-        except OSError:
-            same = False
-        if not same:
-            bad.append(path)
-    return bad
+                      binaries: Sequence[str] = REFEREE_BINARIES) -> list[Tampering]:
+    """The guest binaries the referee runs that are no longer the image's, each with how it
+    differs (:func:`aoe_tui.runtime.tamper.binary_tampering`: a symlink leaving the territory,
+    removed, or its size and digest against the image's). ``root``: the territory's root as
+    the host sees it; ``lowers``: the image's trees, top first. ``[]`` when all are the image's."""
+    return binary_tampering(root, lowers, binaries)
 
 
 async def guest_boot_state(leader: int, timeout_s: float = 5.0) -> str:
@@ -1381,6 +1361,7 @@ class ContainerProvider(TerritoryProvider):
                 raise TerritoryRefusedError(
                     f"territory {territory.id} refused the referee after the reboot: "
                     f"{why or 'no root SSH login on port 22'} within {self.reboot_timeout_s:.0f} s although {seen}"
+                    f"{await self._tampering_found(b)}"
                 ) from None
             raise RebootError(
                 f"territory {territory.id}: SSH unavailable after reboot ({self.reboot_timeout_s:.0f} s); "
@@ -1427,7 +1408,22 @@ class ContainerProvider(TerritoryProvider):
             raise TerritoryRefusedError(
                 f"territory {territory.id} refused the referee after the reboot: "
                 f"{why or 'no root SSH login on port 22'} {REFUSED_AFTER_S:.0f} s after {seen}"
+                f"{await self._tampering_found(b)}"
             )
+
+    async def _tampering_found(self, b: _Box) -> str:
+        """``"; changed from the image: PATH: HOW; ..."``: what of the referee's binaries, the guest's shell
+        hooks and its sshd settings differs from the image (:mod:`aoe_tui.runtime.tamper`),
+        for a refusal's record; ``""`` when nothing does. Never raises."""
+        def find() -> list[Tampering]:
+            return referee_tampering(b.root, b.lowers) + config_tampering(b.root, b.lowers)
+
+        try:
+            found = await asyncio.to_thread(find)
+        except Exception as exc:  # noqa: BLE001 - the refusal stands without the detail
+            log.warning("territory %s: tampering check failed: %s", b.spec.id, exc)
+            return ""
+        return f"; changed from the image: {describe(found)}" if found else ""
 
     async def _booted(self, b: _Box) -> str:
         """What shows, from the host side, that ``b``'s running container has booted ("its
@@ -1439,7 +1435,7 @@ class ContainerProvider(TerritoryProvider):
             return ""
         tampered = await asyncio.to_thread(referee_tampering, b.root, b.lowers)
         if tampered:
-            return f"its {', '.join(tampered)} not the image's"
+            return f"its {', '.join(t.path for t in tampered)} not the image's"
         state = await guest_boot_state(leader)
         if state in ("running", "degraded", "maintenance"):
             return f"its boot finished (systemd {state}, asked from the host)"
