@@ -487,6 +487,7 @@ class _Guest:
     disk_mib: int = 2048  # virtual size of the overlay (MiB)
     grow_fs: bool = False  # the overlay is larger than the image: resize2fs before ready
     boot_seen_at: float | None = None  # monotonic time the reboot watch saw the boot sign
+    exits: list[int | None] = field(default_factory=list)  # QEMU's exit statuses, launch by launch
 
 
 class QemuProvider(TerritoryProvider):
@@ -782,6 +783,7 @@ class QemuProvider(TerritoryProvider):
                 if not started.done():
                     started.set_result(None)
                 rc = await g.proc.wait()
+                g.exits.append(rc)
                 if g.stopping:
                     return
                 line = _qemu_error_line(qemu_log, g.spec.password)
@@ -877,7 +879,9 @@ class QemuProvider(TerritoryProvider):
         what may be a host fault (a kernel that never booted prints nothing either).
 
         Raises:
-            RebootError: unknown territory, SSH never stopped, QEMU crashed, or SSH never came
+            RebootError: unknown territory, SSH never stopped, QEMU crashed (an exit status
+                other than 0 during the reboot, or its relaunch given up: raised as soon as it
+                happens, with QEMU's error line and the console's tail), or SSH never came
                 back and the console shows no boot since the relaunch.
             TerritoryRefusedError: the player's lockout, as above (one line naming the
                 territory, what refused and what the console showed).
@@ -890,6 +894,7 @@ class QemuProvider(TerritoryProvider):
         if g is None or g.stopping:
             raise RebootError(f"{territory.id}: not a running qemu territory of this heat")
         launches = g.launches
+        exits_before = len(g.exits)
         g.boot_seen_at = None
         try:
             await run(
@@ -917,9 +922,12 @@ class QemuProvider(TerritoryProvider):
             raise RebootError(f"{territory.id}: SSH never stopped during reboot (30 s)") from err
         ready = asyncio.ensure_future(self._wait_login(g, self.reboot_timeout_s, "did not come back"))
         refused = asyncio.ensure_future(self._watch_refusal(g, territory, launches))
+        crashed = asyncio.ensure_future(self._watch_exits(g, exits_before))
         try:
-            await asyncio.wait({ready, refused}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({ready, refused, crashed}, return_when=asyncio.FIRST_COMPLETED)
             if not ready.done():
+                if crashed.done():
+                    crashed.result()  # raises RebootError
                 refused.result()  # raises TerritoryRefusedError
             await ready
         except ProvisionError as err:
@@ -935,7 +943,7 @@ class QemuProvider(TerritoryProvider):
                     ) from None
             raise RebootError(f"{territory.id}: SSH unavailable after reboot: {err}") from err
         finally:
-            settle(ready, refused)
+            settle(ready, refused, crashed)
         if g.boot_seen_at is not None:
             log.info("qemu: %s root SSH back %.1f s after its console showed the boot",
                      territory.id, time.monotonic() - g.boot_seen_at)
@@ -957,6 +965,22 @@ class QemuProvider(TerritoryProvider):
                 log.warning("qemu: %s: harness share not mounted: %s", spec.id, (res.stderr or res.stdout).strip()[-200:])
         except Exception as exc:  # noqa: BLE001 - the adapter falls back to an upload
             log.warning("qemu: %s: harness share not mounted: %s", spec.id, exc)
+
+    async def _watch_exits(self, g: _Guest, exits_before: int) -> None:
+        """Raise :class:`RebootError` as soon as QEMU's exits since the reboot was asked
+        (``g.exits[exits_before:]``) show it will not come back: an exit with a status other
+        than 0 (the guest's reset under ``-no-reboot`` exits 0; anything else is QEMU failing
+        or being killed: the relaunch would boot a guest nobody rebooted, or fail), or the
+        supervisor gone; otherwise poll every 0.5 s forever (cancelled by :meth:`reboot`)."""
+        while True:
+            bad = next((rc for rc in g.exits[exits_before:] if rc != 0), 0)
+            if bad != 0 or (g.task is not None and g.task.done() and not g.stopping):
+                line = _qemu_error_line(g.dir / "qemu.log", g.spec.password)
+                what = f"qemu exited with status {bad}" if bad != 0 else (g.failed or "qemu was not relaunched")
+                tail = _tail(g.dir / "console.log", 3, g.spec.password)
+                raise RebootError(f"{g.spec.id}: {what} during the reboot{': ' + line if line else ''}"
+                                  + (f" (console: {tail})" if tail else ""))
+            await asyncio.sleep(0.5)
 
     async def _watch_refusal(self, g: _Guest, territory: Territory, launches_before: int) -> None:
         """Raise :class:`TerritoryRefusedError` once QEMU was relaunched after
