@@ -202,6 +202,56 @@ async def test_end_login_sessions_without_user_manager(heat):
 
 
 @amod
+async def test_sessions_end_from_the_host_whatever_the_guest_did_to_loginctl(heat):
+    """Containment does not rest on the guest: a player who replaced ``loginctl`` (a script
+    that lists no session) still has what it left running from its SSH sessions (``setsid``,
+    ``nohup``) killed when the referee ends the territory's sessions: the host kills the
+    session scopes in the territory's own cgroups (``cgroups.end_sessions``). A service it
+    deployed under systemd (``systemd-run``) keeps running."""
+    from types import SimpleNamespace
+
+    from aoe_tui.agents.base import AgentRun
+
+    class Run(AgentRun):
+        async def wait(self):  # pragma: no cover - not used
+            raise NotImplementedError
+
+        async def stop(self) -> None:  # pragma: no cover - not used
+            pass
+
+    async def sleeps(t: Territory) -> list[str]:
+        """The player's ``sleep 60x`` processes running in the territory (their arguments)."""
+        out = (await sh(t, "sleep 0.3; ps -eo args")).stdout.splitlines()
+        return [a.removeprefix("/usr/bin/") for a in out if a.removeprefix("/usr/bin/") in
+                ("sleep 601", "sleep 602", "sleep 603")]
+
+    _, territories, _ = heat
+    t = territories[2]
+    assert t.extra["cgroups"]
+    lc = (await sh(t, "command -v loginctl")).stdout.strip()
+    assert lc, "the guest image has loginctl"
+    conn = await ssh.connect(t.host, t.ssh_port, t.password)
+    try:
+        player = textwrap.dedent(f"""\
+            cp {lc} /root/loginctl.orig; printf '#!/bin/sh\\nexit 0\\n' > {lc}
+            setsid sleep 601 >/dev/null 2>&1 </dev/null &
+            nohup sh -c 'sleep 602; true' >/dev/null 2>&1 </dev/null &
+            systemd-run --quiet --unit=player-app sleep 603
+            """)
+        await asyncio.wait_for(conn.run(player, check=False), 30)
+        assert sorted(await sleeps(t)) == ["sleep 601", "sleep 602", "sleep 603"]
+        assert (await sh(t, "loginctl list-sessions --no-legend | wc -l")).stdout.strip() == "0"  # the lie
+        run = Run(SimpleNamespace(territory=t))  # type: ignore[arg-type]
+        await run.end_territory_sessions()
+        assert any(line.startswith("ended ") and f"login session(s) left in {t.id}" in line
+                   for line in run.activity), list(run.activity)
+        assert await sleeps(t) == ["sleep 603"]
+    finally:
+        conn.abort()
+        await sh(t, f"cp /root/loginctl.orig {lc}; systemctl stop player-app 2>/dev/null; true")
+
+
+@amod
 async def test_builder_app_failed_before_app_exists(heat):
     _, territories, _ = heat
     for t in territories:

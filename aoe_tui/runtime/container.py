@@ -1043,7 +1043,9 @@ class ContainerProvider(TerritoryProvider):
                 credential_file=cred,
                 extra={"provider": "container", "netns": b.netns, "host_veth": b.host_veth, "root": str(b.root),
                        "nspawn_pid": b.proc.pid if b.proc else None, "leader_pid": b.leader_pid,
-                       "console_log": str(b.console), "heat_id": self.heat_id},
+                       "console_log": str(b.console), "heat_id": self.heat_id,
+                       # the host-side groups its login sessions are ended in (cgroups.end_sessions)
+                       "cgroups": [str(p) for p in b.cgroups]},
             ))
         return out
 

@@ -134,7 +134,9 @@ class Territory:
         credential_file: ``KEY=VALUE`` file in upstream's format (spec §5.1), mode 0600,
             with at least ``AOE_SSH_PASSWORD``; exported to verifiers and adapters as
             ``AOE_CREDENTIAL_FILE``.
-        extra: provider-specific facts (pids, netns name, overlay dir) for teardown/debug.
+        extra: provider-specific facts (pids, netns name, overlay dir) for teardown/debug;
+            ``"cgroups"``: the host-side cgroup folders a territory runs in (container), where
+            its login sessions are ended from the host (:func:`aoe_tui.runtime.cgroups.end_sessions`).
     """
 
     id: str
