@@ -521,8 +521,8 @@ async def test_a_lockout_is_not_rebooted_again_while_it_stands(tmp_path, login):
     assert len(lockouts) >= 3 and "refused the referee after the reboot" in lockouts[0]
     if login == "refused":
         assert provider.reboots.count("builder-one") == 1
-        assert all(d.startswith(f"territory builder-one still refuses the referee (no root SSH login on "
-                                f"127.0.0.1:{port}), so it was not rebooted again; the last reboot: territory "
+        assert all(d.startswith(f"territory builder-one still has no root SSH login for the referee on "
+                                f"127.0.0.1:{port}, so it was not rebooted again; the last reboot: territory "
                                 "builder-one refused the referee after the reboot") for d in lockouts[1:])
     else:
         # every lockout had its reboot; one more may have been under way at the finish (it earns nothing)

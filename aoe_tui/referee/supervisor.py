@@ -634,7 +634,7 @@ class HeatSupervisor:
         if await probe(t.host, t.ssh_port, t.password, connect_timeout_s=5.0):
             seat.refused = None
             return None
-        return (f"territory {t.id} still refuses the referee (no root SSH login on {t.host}:{t.ssh_port}), "
+        return (f"territory {t.id} still has no root SSH login for the referee on {t.host}:{t.ssh_port}, "
                 f"so it was not rebooted again; the last reboot: {seat.refused}")
 
     async def _reboot(self, seat: _Seat, m: MilestoneDef) -> tuple[str | None, bool]:
