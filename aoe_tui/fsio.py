@@ -8,6 +8,8 @@
 - :class:`SubPath`: a read-only attribute naming a file inside an object's folder.
 - Full disks: :func:`is_no_space` (``ENOSPC``/``EDQUOT``), :func:`free_bytes` (``statvfs``),
   :func:`fmt_bytes`.
+- Mount points: :func:`mount_points` (``/proc/self/mountinfo``'s fifth field, unescaped:
+  paths with spaces or non-ASCII names compare equal to the path as given).
 
 Line-oriented logs (``events.jsonl``, ``season.jsonl``) use :mod:`aoe_tui.replay.jsonl`.
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["NO_SPACE_ERRNOS", "SubPath", "fmt_bytes", "free_bytes", "fsync_dir", "is_no_space", "leftover_temps",
-           "sweep_pid_folders", "utf8_bytes", "utf8_text",
+           "mount_points", "sweep_pid_folders", "unescape_mount_field", "utf8_bytes", "utf8_text",
            "write_atomic", "write_json_atomic"]
 
 #: errno values that mean "the file system (or the quota) is full"
@@ -32,6 +34,27 @@ NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 def is_no_space(err: BaseException | None) -> bool:
     """True when ``err`` is an ``OSError`` saying the disk or the quota is full."""
     return isinstance(err, OSError) and err.errno in NO_SPACE_ERRNOS
+
+
+def unescape_mount_field(field: str) -> str:
+    """A path field of ``/proc/self/mountinfo`` as the path it names: the kernel writes space,
+    tab, newline and backslash as ``\\ooo`` octal escapes and every other byte as is, so the
+    escapes are undone on the bytes and the result decoded as the file system's names are
+    (``os.fsdecode``: UTF-8 names stay themselves)."""
+    import re
+
+    raw = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8) & 0xFF]), os.fsencode(field))
+    return os.fsdecode(raw)
+
+
+def mount_points(mountinfo: str | Path = "/proc/self/mountinfo") -> list[str]:
+    """Every mount point listed in ``mountinfo`` (file order, unescaped with
+    :func:`unescape_mount_field`); ``[]`` when it cannot be read."""
+    try:
+        lines = Path(mountinfo).read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    except OSError:
+        return []
+    return [unescape_mount_field(parts[4]) for ln in lines if len(parts := ln.split(" ")) > 4]
 
 
 def free_bytes(path: Path | str) -> int:

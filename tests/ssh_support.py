@@ -14,10 +14,12 @@ import asyncssh
 __all__ = ["password_server"]
 
 
-async def password_server(check: Callable[[str, str], bool], **kw: Any) -> tuple[asyncssh.SSHAcceptor, int]:
-    """Start the server; ``kw`` goes to :func:`asyncssh.create_server` (``process_factory``,
-    ``encoding``...). Returns ``(server, port)``; the caller closes the server. Raises
-    ``OSError`` when it cannot listen."""
+async def password_server(check: Callable[[str, str], bool], *, port: int = 0,
+                          **kw: Any) -> tuple[asyncssh.SSHAcceptor, int]:
+    """Start the server on ``port`` (0: a free one; a given one is listened on again with
+    ``SO_REUSEADDR``, as a rebooted guest's sshd does); ``kw`` goes to
+    :func:`asyncssh.create_server` (``process_factory``, ``encoding``...). Returns
+    ``(server, port)``; the caller closes the server. Raises ``OSError`` when it cannot listen."""
 
     class Server(asyncssh.SSHServer):
         def begin_auth(self, username: str) -> bool:
@@ -30,5 +32,6 @@ async def password_server(check: Callable[[str, str], bool], **kw: Any) -> tuple
             return check(username, password)
 
     key = asyncssh.generate_private_key("ssh-ed25519")
-    server = await asyncssh.create_server(Server, "127.0.0.1", 0, server_host_keys=[key], **kw)
+    server = await asyncssh.create_server(Server, "127.0.0.1", port, server_host_keys=[key],
+                                         reuse_address=True, **kw)
     return server, server.sockets[0].getsockname()[1]

@@ -21,6 +21,7 @@ import asyncssh
 import pytest
 import pytest_asyncio
 
+from aoe_tui.fsio import mount_points
 from aoe_tui.runtime import netalloc, ssh
 from aoe_tui.runtime.container import (
     CONTAINER_DROPINS,
@@ -30,7 +31,7 @@ from aoe_tui.runtime.container import (
     cleanup_stale,
     doctor_checks,
 )
-from aoe_tui.runtime.provider import ProvisionError, RebootError, Territory, TerritoryRefusedError, TerritorySpec
+from aoe_tui.runtime.provider import HarnessShare, ProvisionError, RebootError, Territory, TerritoryRefusedError, TerritorySpec
 
 pytestmark = [pytest.mark.container]
 #: every async test shares the module event loop (the shared heat's supervisor tasks live on it)
@@ -69,8 +70,7 @@ def leftovers(workdir: Path, netns: list[str], veths: list[str]) -> list[str]:
     """Everything of a territory set that still exists on the host (empty = clean)."""
     found: list[str] = []
     wd = str(workdir.resolve())
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        mp = line.split()[4]
+    for mp in mount_points():
         if mp.startswith(wd):
             found.append(f"mount {mp}")
     for pid in os.listdir("/proc"):
@@ -199,6 +199,56 @@ async def test_end_login_sessions_without_user_manager(heat):
         assert count == "0"
     finally:
         conn.abort()
+
+
+@amod
+async def test_sessions_end_from_the_host_whatever_the_guest_did_to_loginctl(heat):
+    """Containment does not rest on the guest: a player who replaced ``loginctl`` (a script
+    that lists no session) still has what it left running from its SSH sessions (``setsid``,
+    ``nohup``) killed when the referee ends the territory's sessions: the host kills the
+    session scopes in the territory's own cgroups (``cgroups.end_sessions``). A service it
+    deployed under systemd (``systemd-run``) keeps running."""
+    from types import SimpleNamespace
+
+    from aoe_tui.agents.base import AgentRun
+
+    class Run(AgentRun):
+        async def wait(self):  # pragma: no cover - not used
+            raise NotImplementedError
+
+        async def stop(self) -> None:  # pragma: no cover - not used
+            pass
+
+    async def sleeps(t: Territory) -> list[str]:
+        """The player's ``sleep 60x`` processes running in the territory (their arguments)."""
+        out = (await sh(t, "sleep 0.3; ps -eo args")).stdout.splitlines()
+        return [a.removeprefix("/usr/bin/") for a in out if a.removeprefix("/usr/bin/") in
+                ("sleep 601", "sleep 602", "sleep 603")]
+
+    _, territories, _ = heat
+    t = territories[2]
+    assert t.extra["cgroups"]
+    lc = (await sh(t, "command -v loginctl")).stdout.strip()
+    assert lc, "the guest image has loginctl"
+    conn = await ssh.connect(t.host, t.ssh_port, t.password)
+    try:
+        player = textwrap.dedent(f"""\
+            cp {lc} /root/loginctl.orig; printf '#!/bin/sh\\nexit 0\\n' > {lc}
+            setsid sleep 601 >/dev/null 2>&1 </dev/null &
+            nohup sh -c 'sleep 602; true' >/dev/null 2>&1 </dev/null &
+            systemd-run --quiet --unit=player-app sleep 603
+            """)
+        await asyncio.wait_for(conn.run(player, check=False), 30)
+        assert sorted(await sleeps(t)) == ["sleep 601", "sleep 602", "sleep 603"]
+        assert (await sh(t, "loginctl list-sessions --no-legend | wc -l")).stdout.strip() == "0"  # the lie
+        run = Run(SimpleNamespace(territory=t))  # type: ignore[arg-type]
+        await run.end_territory_sessions()
+        assert any(line.startswith("ended ") and f"login session(s) left in {t.id}" in line
+                   for line in run.activity), list(run.activity)
+        assert await sleeps(t) == ["sleep 603"]
+    finally:
+        conn.abort()
+        await sh(t, f"cp /root/loginctl.orig {lc}; systemctl stop player-app 2>/dev/null; true")
 
 
 @amod
@@ -578,6 +628,34 @@ async def test_reboot_with_sshd_disabled_is_the_players_lockout(tmp_path, guest_
 
 
 @amod
+async def test_lockout_record_names_what_the_player_changed(tmp_path, guest_image, monkeypatch):
+    """Issue #30 item 10: the player turns root's SSH login off in the image's sshd drop-in
+    and adds a login hook before the referee's reboot. The refusal (the seat's record) names
+    each file and how it differs from the image: the changed lines, the added hook."""
+    from aoe_tui.runtime import container
+
+    _need_container_host()
+    monkeypatch.setattr(container, "REFUSED_AFTER_S", 2.0)
+    provider = ContainerProvider(tmp_path, image=guest_image, reboot_timeout_s=40)
+    try:
+        (t,) = await provider.provision(specs(["builder-one"]))
+        await sh(t, "sed -i 's/^PermitRootLogin yes$/PermitRootLogin no/' /etc/ssh/sshd_config.d/aoe.conf && "
+                    "echo 'alias systemctl=true' > /etc/profile.d/zz-player.sh")
+        with pytest.raises(TerritoryRefusedError) as info:
+            await provider.reboot(t)
+        msg = str(info.value)
+        assert msg.startswith("territory builder-one refused the referee after the reboot: "), msg
+        assert msg.endswith("; changed from the image: "
+                            "/etc/profile.d/zz-player.sh: added (not in the image): 'alias systemctl=true'; "
+                            "/etc/ssh/sshd_config.d/aoe.conf: line 'PermitRootLogin no' added, "
+                            "line 'PermitRootLogin yes' removed"), msg
+    finally:
+        await provider.teardown()
+    boxes = list(provider._boxes.values())
+    assert leftovers(tmp_path, [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
+
+
+@amod
 async def test_relaunch_that_exits_at_once_fails_the_reboot_fast(tmp_path, guest_image):
     """Issue #18 item 8: the relaunch after a reboot exits at once (its network namespace is
     gone, so nspawn cannot start); the reboot fails as soon as that happens — not at the
@@ -638,6 +716,64 @@ async def main():
     os.kill(os.getpid(), 9)
 asyncio.run(main())
 """
+
+
+#: a folder name with every character that has broken a provider's command line (issue #30)
+ODD_NAME = "a b,c:d'\"\u00e9"
+
+
+@amod
+async def test_odd_output_path_gets_an_overlay_and_its_shares(tmp_path, guest_image, caplog):
+    """Issue #30 item 3: an output folder with ',' and ':' (overlayfs's and nspawn --bind's
+    separators), quotes, a space and non-ASCII. The territory's root is still an overlay (no
+    copy fallback), a harness share from such a folder is bound, and teardown leaves nothing
+    (the mount table's escaped, non-ASCII mount points are recognised)."""
+    _need_container_host()
+    workdir = tmp_path / ODD_NAME / "territories"
+    share = tmp_path / ODD_NAME / "share"
+    share.mkdir(parents=True)
+    (share / "tool").write_text("shared-tool\n")
+    provider = ContainerProvider(workdir, image=guest_image)
+    spec = TerritorySpec(id="builder-one", password="builder-one-race", index=0,
+                         shares=(HarnessShare(str(share), "/opt/aoe-harness/odd"),))
+    try:
+        (t,) = await provider.provision([spec])
+        r = await sh(t, "findmnt -n -o FSTYPE /; cat /opt/aoe-harness/odd/tool")
+        assert r.stdout.split() == ["overlay", "shared-tool"], r.stdout
+        assert provider.notes == []
+        assert "overlayfs unusable" not in caplog.text
+    finally:
+        await provider.teardown()
+    boxes = list(provider._boxes.values())
+    assert leftovers(workdir, [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
+
+
+@amod
+async def test_copy_fallback_is_said_once(tmp_path, guest_image, caplog):
+    """Where overlayfs cannot take the image's own path (a ',' in it), every territory's root
+    is a full copy, and that is said once for the heat, not once per territory."""
+    import dataclasses
+    import logging
+
+    _need_container_host()
+    link = tmp_path / "image,1"
+    link.symlink_to(guest_image.rootfs)
+    image = dataclasses.replace(guest_image, rootfs=link)
+    provider = ContainerProvider(tmp_path / "territories", image=image)
+    caplog.set_level(logging.WARNING, logger="aoe_tui.runtime.container")
+    try:
+        territories = await provider.provision(specs(["builder-one", "builder-two"]))
+        for t in territories:
+            r = await sh(t, "findmnt -n -o FSTYPE /")
+            assert r.stdout.strip() != "overlay"
+        said = [rec.getMessage() for rec in caplog.records if "overlayfs unusable" in rec.getMessage()]
+        assert len(said) == 1, said
+        assert [n for n in provider.notes if "overlayfs unusable" in n] == [
+            f"overlayfs unusable (the image's path {link} has ','): each territory's root is a full copy of the image"]
+    finally:
+        await provider.teardown()
+    boxes = list(provider._boxes.values())
+    assert leftovers(tmp_path / "territories", [b.netns for b in boxes], [b.host_veth for b in boxes]) == []
 
 
 @amod

@@ -108,6 +108,18 @@ def test_command_line_shape() -> None:
     assert "aoe.hostname" not in joined  # identity travels by fw_cfg only
 
 
+def test_command_line_escapes_commas_in_paths() -> None:
+    """Issue #30: ``--output …/match,1`` made QEMU read ``1/territories/…`` as an option of
+    its own. Inside an option list a path's commas are doubled; the path is otherwise as is."""
+    w = Path("/w/match,1/a b:c'\"\u00e9/builder-one")
+    cmd = _cmd(disk=w / "disk/overlay.qcow2", console_log=w / "console.log", monitor_socket=w / "disk/monitor.sock",
+               identity_dir=w / "disk")
+    assert f"file=/w/match,,1/a b:c'\"\u00e9/builder-one/disk/overlay.qcow2,if=virtio,format=qcow2" in cmd
+    assert "file,id=console,path=/w/match,,1/a b:c'\"\u00e9/builder-one/console.log,append=on" in cmd
+    assert "unix:/w/match,,1/a b:c'\"\u00e9/builder-one/disk/monitor.sock,server=on,wait=off" in cmd
+    assert "name=opt/aoe/root_password,file=/w/match,,1/a b:c'\"\u00e9/builder-one/disk/root_password" in cmd
+
+
 def test_command_line_takes_the_class_size() -> None:
     cmd = _cmd(cpus=2, memory_mib=1536)
     assert cmd[cmd.index("-m") + 1] == "1536" and cmd[cmd.index("-smp") + 1] == "2"
@@ -394,6 +406,10 @@ def _our_qemu_pids(marker: str) -> list[int]:
     return pids
 
 
+#: a folder name with every character that has broken a provider's command line (issue #30)
+ODD_NAME = "a b,c:d'\"\u00e9"
+
+
 #: ``refused_after_s`` of the sshd-masked reboot (s): sshd never answers there, so any wait gives
 #: the same decision; the default (45 s) would only make the test wait 35 s longer.
 MASKED_REFUSED_AFTER_S = 10.0
@@ -408,14 +424,17 @@ async def test_boot_login_reboot_persists(tmp_path: Path, guest_image) -> None:
     (REFUSED_AFTER_S, 45 s: a working sshd must not be blamed); the masked one with MASKED_REFUSED_AFTER_S
     (the decision is the same, the test waits less: sshd never answers, whatever the wait)."""
     password = "qemu-test-Pw-7781"
-    workdir = tmp_path / "territories"
+    # issue #30 item 3: an output folder with the characters QEMU's option lists and nspawn's
+    # --bind treat as separators, and quotes, a space and non-ASCII; so is the harness share's
+    odd = tmp_path / ODD_NAME
+    workdir = odd / "territories"
     prov = QemuProvider(workdir, image=guest_image, ready_timeout_s=400, reboot_timeout_s=400)
     # the seat's class (not the defaults): 2 vCPUs, 640 MiB, and a disk larger than the image's
     # 2048 MiB, so the overlay and the guest's ext4 are grown before the territory is ready
     res = TerritoryResources(vcpus=2, memory_mib=640, disk_mib=2560)
     try:
-        share = tmp_path / "harness"  # a harness share (issue 26): a cached read-only disk in a VM
-        share.mkdir()
+        share = odd / "harness"  # a harness share (issue 26): a cached read-only disk in a VM
+        share.mkdir(parents=True)
         (share / "tool").write_text("harness-content\n")
         shares = (HarnessShare(share, "/opt/aoe-harness/test"),)
         t0 = time.monotonic()

@@ -115,8 +115,11 @@ class FakeProvider(TerritoryProvider):
 
     def __init__(self, state: Path, fail_reboot: set[str] = frozenset(), reboot_s: float = 0.05,
                  refuse_reboot: set[str] = frozenset(), exhausted: dict[str, list[str]] | None = None,
-                 exhausted_before: dict[str, list[str]] | None = None, hang_reboot: set[str] = frozenset()) -> None:
+                 exhausted_before: dict[str, list[str]] | None = None, hang_reboot: set[str] = frozenset(),
+                 ssh_ports: dict[str, int] | None = None) -> None:
         self.state = state
+        #: territory id → the port of a real SSH server standing in for its sshd (default 2200 + seat index)
+        self.ssh_ports = dict(ssh_ports or {})
         #: territory id → the limits it "ran into" (provider.exhaustion) once the race is on
         #: (:attr:`race_on`, set by :func:`supervise` at the first event)
         self.exhausted = dict(exhausted or {})
@@ -135,7 +138,7 @@ class FakeProvider(TerritoryProvider):
             cred = self.state / f"{s.id}.env"
             cred.write_text("AOE_SSH_PASSWORD=x\n")
             (self.state / s.id).mkdir(parents=True, exist_ok=True)
-            out.append(Territory(s.id, "127.0.0.1", 2200 + s.index, 8080, s.password, cred))
+            out.append(Territory(s.id, "127.0.0.1", self.ssh_ports.get(s.id, 2200 + s.index), 8080, s.password, cred))
         return out
 
     async def reboot(self, territory: Territory) -> None:
@@ -510,6 +513,41 @@ async def test_reboot_lockout_is_the_players_failure(tmp_path):
     assert world.winner == "builder-two" and world.finish_reason == "first durable deployment"
     assert provider.reboots.count("builder-one") >= 1 and "builder-two" in provider.reboots
     assert not judge_attempt(world, records).spoiled
+
+
+@pytest.mark.parametrize("login", ["refused", "works"])
+async def test_a_lockout_is_not_rebooted_again_while_it_stands(tmp_path, login):
+    """A territory that came back from the referee's reboot refusing it cannot be asked to
+    reboot again: while a root login to it still fails (a real SSH server on its port that
+    refuses the password), each later tick fails the ``host_reboot`` milestone at once, saying
+    the lockout stands, without another reboot (which would wait ``reboot_timeout_s`` for a
+    reboot nobody could ask and call the player's lockout an infrastructure failure). Once the
+    login works again (the player repaired it), the milestone reboots the territory as before."""
+    from tests.ssh_support import password_server
+
+    server, port = await password_server(lambda _u, pw: login == "works" and pw == "builder-one-race",
+                                         process_factory=lambda proc: proc.exit(0))
+    try:
+        world, records, _, provider = await supervise(
+            tmp_path, [{"steps": ALL}, {}, {}],
+            provider_kw={"refuse_reboot": {"builder-one"}, "ssh_ports": {"builder-one": port}},
+            duration=4,
+        )
+    finally:
+        server.close()
+    assert not kinds(records, "infrastructure_failure")
+    lockouts = [r.event.detail for r in kinds(records, "milestone_failed")
+                if (r.event.territory, r.event.milestone) == ("builder-one", "host-reboot")]
+    assert len(lockouts) >= 3 and "refused the referee after the reboot" in lockouts[0]
+    if login == "refused":
+        assert provider.reboots.count("builder-one") == 1
+        assert all(d.startswith(f"territory builder-one still has no root SSH login for the referee on "
+                                f"127.0.0.1:{port}, so it was not rebooted again; the last reboot: territory "
+                                "builder-one refused the referee after the reboot") for d in lockouts[1:])
+    else:
+        # every lockout had its reboot; one more may have been under way at the finish (it earns nothing)
+        assert len(lockouts) <= provider.reboots.count("builder-one") <= len(lockouts) + 1
+        assert all("refused the referee after the reboot" in d for d in lockouts)
 
 
 async def test_hung_verifier_does_not_delay_other_seats(tmp_path):

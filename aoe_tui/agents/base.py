@@ -191,19 +191,27 @@ class AgentRun(abc.ABC):
         self.activity: ActivityLines = ActivityLines(activity_lines)
 
     async def end_territory_sessions(self) -> None:
-        """End the territory's login sessions (see the class docstring;
-        :func:`aoe_tui.runtime.ssh.end_login_sessions`) and say so in :attr:`activity`.
-        Best effort, at most about 16 s; never raises (an unreachable territory, e.g.
-        one rebooting, is one activity line)."""
+        """End the territory's login sessions (see the class docstring) and say so in
+        :attr:`activity`. A territory that runs in host-side cgroups (a container's
+        ``extra["cgroups"]``) has them killed from the host
+        (:func:`aoe_tui.runtime.cgroups.end_sessions`: the player cannot remove that, unlike
+        the guest's own ``loginctl``); any other over SSH with the guest's ``loginctl``
+        (:func:`aoe_tui.runtime.ssh.end_login_sessions`). Best effort, at most about 16 s;
+        never raises (an unreachable territory, e.g. one rebooting, is one activity line)."""
         import asyncio
 
         import asyncssh
 
+        from aoe_tui.runtime.cgroups import end_sessions
         from aoe_tui.runtime.ssh import end_login_sessions
 
         t = self.ctx.territory
+        groups = t.extra.get("cgroups")
         try:
-            ended = await end_login_sessions(t.host, t.ssh_port, t.password)
+            if groups:
+                ended = await asyncio.to_thread(end_sessions, [str(g) for g in groups])  # type: ignore[union-attr]
+            else:
+                ended = await end_login_sessions(t.host, t.ssh_port, t.password)
         except (asyncssh.Error, OSError, asyncio.TimeoutError, RuntimeError) as exc:
             self.activity.append(f"could not end the agent's sessions in {t.id}: {exc or type(exc).__name__}")
             return

@@ -3,7 +3,7 @@
 :class:`HeatSupervisor` owns everything with a side effect: the adapters (start,
 ``instruction.md``, watchers, stop), the per-territory tick loops and the bounded
 verifier pool (tasks and verifier processes), ``host_reboot`` (marker file +
-``provider.reboot``), live usage polling (``usage.json``), the agents' activity
+``provider.reboot``; not again while a lockout it met stands: :meth:`HeatSupervisor._still_refused`), live usage polling (``usage.json``), the agents' activity
 (``activity.jsonl`` as it happens, ``agents/<id>/activity.log`` at the end), the
 match clock (monotonic, ms since agent launch) and our ``aoe-extra.json`` facts.
 Every decision is made by :class:`~aoe_tui.referee.rules.BuildRaceRules` (spec §3; the
@@ -143,6 +143,9 @@ class _Seat:
     #: what staging reported (:meth:`Staged.detail`), for ``aoe-extra.json``
     stage_detail: dict[str, Any] = field(default_factory=dict)
     verifier_ms: dict[str, list[int]] = field(default_factory=dict)
+    #: the one-line detail of this seat's last ``host_reboot`` that the territory came back
+    #: from refusing the referee; None once a root login works again (:meth:`HeatSupervisor._evaluate`)
+    refused: str | None = None
 
 
 class HeatSupervisor:
@@ -573,8 +576,13 @@ class HeatSupervisor:
             if self._stopping():
                 return False
             self._emit_evaluation_started(seat, m)
+            still = await self._still_refused(seat)
+            if still is not None:  # the lockout stands: fail again without another reboot
+                await self._commit(Completion(tid, m.id, self._now_ms(), passed=False, detail=still))
+                return False
             err, refused = await self._reboot(seat, m)
             if refused:  # booted but locked the referee out: the player's failure, not the infrastructure's
+                seat.refused = err or "refused the referee"
                 await self._commit(Completion(tid, m.id, self._now_ms(), passed=False, detail=err or ""))
                 return False
             if err is not None:
@@ -619,6 +627,25 @@ class HeatSupervisor:
             if is_no_space(err):
                 self.note_disk_full(getattr(err, "filename", None) or self.output_dir / "evidence" / t.id)
             return VerifierOutcome(passed=False, detail=f"verifier runner error: {_one_line(err)}")
+
+    async def _still_refused(self, seat: _Seat) -> str | None:
+        """After a ``host_reboot`` the territory came back from refusing the referee
+        (``seat.refused``): one root SSH login to it (:func:`aoe_tui.runtime.ssh.probe`, 5 s
+        connect timeout). A line saying the lockout stands when it still fails, so the milestone
+        fails again without another reboot (a territory that locks the referee out cannot be
+        asked to reboot; waiting ``reboot_timeout_s`` for one that never happens would turn the
+        player's lockout into an infrastructure failure); None (and ``seat.refused`` cleared)
+        when the login works again or there was no lockout: reboot as usual."""
+        from aoe_tui.runtime.ssh import probe
+
+        if seat.refused is None:
+            return None
+        t = seat.territory
+        if await probe(t.host, t.ssh_port, t.password, connect_timeout_s=5.0):
+            seat.refused = None
+            return None
+        return (f"territory {t.id} still has no root SSH login for the referee on {t.host}:{t.ssh_port}, "
+                f"so it was not rebooted again; the last reboot: {seat.refused}")
 
     async def _reboot(self, seat: _Seat, m: MilestoneDef) -> tuple[str | None, bool]:
         """Marker + ``provider.reboot`` (§3.4). Returns ``(None, False)`` on success, else a

@@ -42,7 +42,10 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
+import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -754,6 +757,64 @@ def remove_groups(paths: Iterable[str | Path]) -> list[str]:
 def remove(tg: TerritoryGroups) -> list[str]:
     """:func:`remove_groups` of ``tg``'s groups."""
     return remove_groups(tg.paths())
+
+
+#: the cgroup the guest's systemd gives one logind session (``session-<id>.scope``)
+SESSION_SCOPE = re.compile(r"session-([A-Za-z0-9]+)\.scope")
+
+
+def _session_scopes(trees: Iterable[str | Path]) -> dict[str, list[Path]]:
+    """Session id -> its ``session-<id>.scope`` folders below the cgroup ``trees`` (one per
+    hierarchy the guest's systemd uses); scopes below a scope are not looked for."""
+    found: dict[str, list[Path]] = {}
+    for tree in dict.fromkeys(str(t) for t in trees):
+        for dirpath, dirs, _files in os.walk(tree):
+            for d in list(dirs):
+                m = SESSION_SCOPE.fullmatch(d)
+                if m:
+                    found.setdefault(m.group(1), []).append(Path(dirpath, d))
+                    dirs.remove(d)
+    return found
+
+
+def _procs_below(group: Path) -> set[int]:
+    """Every pid in ``group`` and its children (``cgroup.procs``); none when it is gone."""
+    pids: set[int] = set()
+    for dirpath, _dirs, files in os.walk(group):
+        if "cgroup.procs" in files:
+            with contextlib.suppress(OSError, ValueError):
+                pids |= {int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()}
+    return pids
+
+
+def end_sessions(trees: Iterable[str | Path], *, timeout_s: float = 5.0) -> list[str]:
+    """End every login session of a territory from the host: SIGKILL each process in each
+    ``session-<id>.scope`` the guest's systemd made below the territory's host-side cgroup
+    ``trees`` (a container territory's groups, ``Territory.extra["cgroups"]``), whatever its
+    root has done to ``loginctl``, logind or the session's processes (``setsid``, ``nohup``,
+    a double fork: they stay in their session's scope). Where the kernel offers it (cgroup
+    v2, Linux >= 5.14) ``cgroup.kill`` kills the scope at once, forks racing included; the
+    pids left are killed until none is (at most ``timeout_s`` seconds, polled every 50 ms).
+    Units under ``system.slice`` (a deployed service) are not sessions and keep running; a
+    process root moved out of its session scope on purpose is one of those.
+
+    Returns the ids of the sessions that had processes (sorted; ``[]``: none). Never raises:
+    a group that is gone, or a process that ended meanwhile, is skipped."""
+    scopes = _session_scopes(trees)
+    ended = sorted(sid for sid, dirs in scopes.items() if any(_procs_below(d) for d in dirs))
+    groups = [d for sid in ended for d in scopes[sid]]
+    for g in groups:
+        with contextlib.suppress(OSError):
+            (g / "cgroup.kill").write_text("1")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = set().union(*(_procs_below(g) for g in groups)) - {os.getpid()}
+        if not left or time.monotonic() > deadline:
+            return ended
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 def describe(host: CgroupHost) -> dict[str, tuple[bool, str]]:

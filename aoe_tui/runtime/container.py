@@ -95,6 +95,7 @@ from aoe_tui.runtime.provider import (
     settle,
     write_credential_file,
 )
+from aoe_tui.runtime.tamper import Tampering, binary_tampering, config_tampering, describe
 
 log = logging.getLogger(__name__)
 
@@ -239,10 +240,12 @@ def _which(tool: str) -> str | None:
 # ------------------------------------------------------------------------- low-level steps
 
 
-def _run(argv: list[str], *, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a host command; raise ProviderError with its stderr when ``check`` and it fails."""
+def _run(argv: list[str], *, check: bool = True, input: str | None = None,
+         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a host command (in folder ``cwd`` when given); raise ProviderError with its stderr
+    when ``check`` and it fails."""
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=30)
+        res = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=30, cwd=cwd)
     except FileNotFoundError:
         raise ProviderError(f"{argv[0]} not found on PATH") from None
     except subprocess.TimeoutExpired:
@@ -250,6 +253,12 @@ def _run(argv: list[str], *, check: bool = True, input: str | None = None) -> su
     if check and res.returncode != 0:
         raise ProviderError(f"`{' '.join(argv)}` failed: {(res.stderr or res.stdout).strip()[:300]}")
     return res
+
+
+def _bind_path(path: str | Path) -> str:
+    """``path`` as one side of systemd-nspawn's ``--bind``/``--bind-ro`` (``SRC:DEST``):
+    backslashes and colons escaped, so a path with ':' binds what it names."""
+    return str(path).replace("\\", "\\\\").replace(":", "\\:")
 
 
 def _ip_batch(lines: list[str], netns: str | None = None) -> None:
@@ -544,33 +553,12 @@ def _leader_of(nspawn_pid: int) -> int | None:
 
 
 def referee_tampering(root: str | Path, lowers: Sequence[str | Path],
-                      binaries: Sequence[str] = REFEREE_BINARIES) -> list[str]:
-    """The guest binaries the referee runs that are no longer the image's.
-
-    ``root``: the territory's root as the host sees it; ``lowers``: the image's trees, top
-    first. A binary is tampered when its path in the territory leaves the territory's root
-    (a symlink to elsewhere), is missing, or differs byte for byte from the first image
-    tree that has it. Returns the guest paths (``/usr/bin/systemctl``), in ``binaries``
-    order; ``[]`` when all are the image's (or the image has none of them).
-    """
-    import filecmp
-
-    root_real = os.path.realpath(root)
-    bad = []
-    for path in binaries:
-        image_copy = next((Path(low) / path.lstrip("/") for low in lowers
-                           if os.path.lexists(Path(low) / path.lstrip("/"))), None)
-        if image_copy is None:
-            continue
-        mine = Path(root) / path.lstrip("/")
-        real = os.path.realpath(mine)
-        try:
-            same = real.startswith(root_real + os.sep) and filecmp.cmp(image_copy, real, shallow=False)
-        except OSError:
-            same = False
-        if not same:
-            bad.append(path)
-    return bad
+                      binaries: Sequence[str] = REFEREE_BINARIES) -> list[Tampering]:
+    """The guest binaries the referee runs that are no longer the image's, each with how it
+    differs (:func:`aoe_tui.runtime.tamper.binary_tampering`: a symlink leaving the territory,
+    removed, or its size and digest against the image's). ``root``: the territory's root as
+    the host sees it; ``lowers``: the image's trees, top first. ``[]`` when all are the image's."""
+    return binary_tampering(root, lowers, binaries)
 
 
 async def guest_boot_state(leader: int, timeout_s: float = 5.0) -> str:
@@ -946,6 +934,8 @@ class ContainerProvider(TerritoryProvider):
         self.reboot_grace_s = reboot_grace_s
         self._boxes: dict[str, _Box] = {}
         self._closing = False
+        #: the copy fallback (overlayfs unusable) was said for this heat: once, not per territory
+        self._copy_said = False
         self._teardown_task: asyncio.Task[None] | None = None
         self._pacer: asyncio.Task[None] | None = None
         #: held while a territory's CPU weight is decided and written (the pacer's thread,
@@ -1053,7 +1043,9 @@ class ContainerProvider(TerritoryProvider):
                 credential_file=cred,
                 extra={"provider": "container", "netns": b.netns, "host_veth": b.host_veth, "root": str(b.root),
                        "nspawn_pid": b.proc.pid if b.proc else None, "leader_pid": b.leader_pid,
-                       "console_log": str(b.console), "heat_id": self.heat_id},
+                       "console_log": str(b.console), "heat_id": self.heat_id,
+                       # the host-side groups its login sessions are ended in (cgroups.end_sessions)
+                       "cgroups": [str(p) for p in b.cgroups]},
             ))
         return out
 
@@ -1137,13 +1129,21 @@ class ContainerProvider(TerritoryProvider):
             territory_disk.shared_mountpoint(b.root)
         except OSError as exc:
             raise ProviderError(f"territory {b.spec.id}: {exc}") from None
-        opts = f"lowerdir={':'.join(lowers)},upperdir={b.upper},workdir={b.work}"
-        usable = not any(c in p for p in (*lowers, str(b.upper), str(b.work)) for c in ",:")
-        res = _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(b.root)], check=False) if usable else None
+        # the writable layer is named relative to the territory's folder (mount runs there), so
+        # an output path with ',' or ':' (the option separators) still gets an overlay; the
+        # image's trees are absolute (image_users finds them in the mount table)
+        opts = f"lowerdir={':'.join(lowers)},upperdir={b.upper.relative_to(b.dir)},workdir={b.work.relative_to(b.dir)}"
+        odd = next((c for low in lowers for c in ",:" if c in low), None)
+        res = None if odd else _run(["mount", "-t", "overlay", "overlay", "-o", opts, str(b.root)],
+                                    check=False, cwd=b.dir)
         if res is None or res.returncode != 0:
             b.mode = "copy"
-            log.warning("overlayfs unusable for %s (%s); copying the root filesystem",
-                        b.spec.id, res.stderr.strip() if res else "path has ',' or ':'")
+            why = res.stderr.strip() if res is not None else f"the image's path {lowers[-1]} has {odd!r}"
+            if not self._copy_said:  # said once per heat, not once per territory
+                self._copy_said = True
+                log.warning("overlayfs unusable for %s (%s); copying the root filesystem of each territory",
+                            b.spec.id, why)
+                self._note(f"overlayfs unusable ({why}): each territory's root is a full copy of the image")
             b.copy.mkdir()  # on the territory's disk, bind-mounted on the root
             _run(["cp", "-a", "--reflink=auto", str(image.rootfs) + "/.", str(b.copy)])
             if image.layers:
@@ -1184,7 +1184,8 @@ class ContainerProvider(TerritoryProvider):
             "--link-journal=no", "--resolv-conf=off", "--timezone=off",
         ]
         # harness shares (opencode...): read-only binds, the same at every relaunch (reboots)
-        argv += [f"--bind-ro={share.host}:{share.guest}" for share in b.spec.shares]
+        # (nspawn splits --bind on ':' and undoes backslash escapes: a path's own are escaped)
+        argv += [f"--bind-ro={_bind_path(share.host)}:{_bind_path(share.guest)}" for share in b.spec.shares]
         if not b.procs_groups():
             return argv
         # enter the territory's own cgroups and its limit groups, then become nspawn (same pid)
@@ -1362,6 +1363,7 @@ class ContainerProvider(TerritoryProvider):
                 raise TerritoryRefusedError(
                     f"territory {territory.id} refused the referee after the reboot: "
                     f"{why or 'no root SSH login on port 22'} within {self.reboot_timeout_s:.0f} s although {seen}"
+                    f"{await self._tampering_found(b)}"
                 ) from None
             raise RebootError(
                 f"territory {territory.id}: SSH unavailable after reboot ({self.reboot_timeout_s:.0f} s); "
@@ -1408,7 +1410,22 @@ class ContainerProvider(TerritoryProvider):
             raise TerritoryRefusedError(
                 f"territory {territory.id} refused the referee after the reboot: "
                 f"{why or 'no root SSH login on port 22'} {REFUSED_AFTER_S:.0f} s after {seen}"
+                f"{await self._tampering_found(b)}"
             )
+
+    async def _tampering_found(self, b: _Box) -> str:
+        """``"; changed from the image: PATH: HOW; ..."``: what of the referee's binaries, the guest's shell
+        hooks and its sshd settings differs from the image (:mod:`aoe_tui.runtime.tamper`),
+        for a refusal's record; ``""`` when nothing does. Never raises."""
+        def find() -> list[Tampering]:
+            return referee_tampering(b.root, b.lowers) + config_tampering(b.root, b.lowers)
+
+        try:
+            found = await asyncio.to_thread(find)
+        except Exception as exc:  # noqa: BLE001 - the refusal stands without the detail
+            log.warning("territory %s: tampering check failed: %s", b.spec.id, exc)
+            return ""
+        return f"; changed from the image: {describe(found)}" if found else ""
 
     async def _booted(self, b: _Box) -> str:
         """What shows, from the host side, that ``b``'s running container has booted ("its
@@ -1420,7 +1437,7 @@ class ContainerProvider(TerritoryProvider):
             return ""
         tampered = await asyncio.to_thread(referee_tampering, b.root, b.lowers)
         if tampered:
-            return f"its {', '.join(tampered)} not the image's"
+            return f"its {', '.join(t.path for t in tampered)} not the image's"
         state = await guest_boot_state(leader)
         if state in ("running", "degraded", "maintenance"):
             return f"its boot finished (systemd {state}, asked from the host)"

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from aoe_tui.fsio import mount_points
 from aoe_tui.runtime.provider import ProviderError
 
 #: Bump when the layout or the build steps change in a way the recipe text does not show.
@@ -195,18 +196,7 @@ def require_image(arena: str = "first-build") -> GuestImage:
 def _mounts_under(path: Path) -> list[str]:
     """Mount points at or below ``path`` (deepest first), from /proc/self/mountinfo."""
     prefix = str(path.resolve())
-    found: list[str] = []
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return found
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 5:
-            continue
-        mp = parts[4].encode().decode("unicode_escape")
-        if mp == prefix or mp.startswith(prefix + "/"):
-            found.append(mp)
+    found = [mp for mp in mount_points() if mp == prefix or mp.startswith(prefix + "/")]
     return sorted(set(found), key=len, reverse=True)
 
 

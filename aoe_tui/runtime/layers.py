@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aoe_tui.domain.recipe import LoadedRecipe, RecipeError, find_recipe, load_recipe, recipe_digest
-from aoe_tui.fsio import SubPath, write_atomic
+from aoe_tui.fsio import SubPath, mount_points, write_atomic
 from aoe_tui.runtime.image import (
     GuestImage,
     ImageBuildError,
@@ -241,7 +241,7 @@ def _overlay(lower: Path, upper: Path, work: Path, merged: Path, log: Path) -> I
         yield
     finally:
         subprocess.run(["umount", str(merged)], capture_output=True)
-        if any(ln.split()[4] == str(merged) for ln in Path("/proc/self/mountinfo").read_text().splitlines()):
+        if str(merged) in mount_points():
             subprocess.run(["umount", "-l", str(merged)], capture_output=True)
 
 

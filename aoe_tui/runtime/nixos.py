@@ -408,9 +408,20 @@ class NixosProvider(TerritoryProvider):
         """Spec §3.4: guest-initiated ``systemctl reboot``; the runner's QEMU survives.
 
         Raises:
-            RebootError: SSH never stopped (30 s) or never came back (``reboot_timeout_s``).
+            RebootError: SSH never stopped (30 s) or never came back (``reboot_timeout_s``),
+                or the VM runner's process exited during the reboot (at once, with its
+                status: it is never relaunched, so nothing would come back).
+            TerritoryRefusedError: the guest's SSH server refuses the root login
+                (``reboot_over_ssh``: before the reboot at once, after it within 10 s).
         """
-        await reboot_over_ssh(territory, reboot_timeout_s=self.reboot_timeout_s)
+        proc = self._procs.get(territory.id)
+
+        def exited() -> str | None:
+            if proc is None or proc.returncode is None:
+                return None
+            return f"the VM runner (pid {proc.pid}) exited with status {proc.returncode}"
+
+        await reboot_over_ssh(territory, reboot_timeout_s=self.reboot_timeout_s, exited=exited)
 
     async def teardown(self) -> None:
         """Kill every runner's process group and remove ``vm-state`` and credential files."""

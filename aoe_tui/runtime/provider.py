@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import shlex
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,7 +134,9 @@ class Territory:
         credential_file: ``KEY=VALUE`` file in upstream's format (spec §5.1), mode 0600,
             with at least ``AOE_SSH_PASSWORD``; exported to verifiers and adapters as
             ``AOE_CREDENTIAL_FILE``.
-        extra: provider-specific facts (pids, netns name, overlay dir) for teardown/debug.
+        extra: provider-specific facts (pids, netns name, overlay dir) for teardown/debug;
+            ``"cgroups"``: the host-side cgroup folders a territory runs in (container), where
+            its login sessions are ended from the host (:func:`aoe_tui.runtime.cgroups.end_sessions`).
     """
 
     id: str
@@ -178,33 +180,78 @@ class DoctorCheck:
     fix: str = ""
 
 
-async def reboot_over_ssh(territory: Territory, *, reboot_timeout_s: float, connect_timeout_s: float = 10.0) -> None:
+#: seconds a server on a rebooted territory's SSH port may keep refusing the root login before
+#: ``reboot_over_ssh`` calls it the player's lockout (a booting sshd does not refuse a right
+#: password: it answers once it can check it)
+SSH_REFUSED_AFTER_S = 10.0
+
+
+async def reboot_over_ssh(territory: Territory, *, reboot_timeout_s: float, connect_timeout_s: float = 10.0,
+                          exited: Callable[[], str | None] | None = None,
+                          refused_after_s: float = SSH_REFUSED_AFTER_S) -> None:
     """The guest-initiated reboot cycle of spec §3.4 over root SSH.
 
-    Runs ``systemctl reboot`` (its result ignored), waits up to 30 s for SSH to stop
-    answering, then up to ``reboot_timeout_s`` seconds for a real login to work again.
-    For providers whose guest reboots in place (``ssh`` hosts, ``nixos`` VMs).
+    Runs ``systemctl reboot``, waits up to 30 s for SSH to stop answering, then up to
+    ``reboot_timeout_s`` seconds for a real login to work again (polled every 0.5 s). For
+    providers whose guest reboots in place (``ssh`` hosts, ``nixos`` VMs).
+
+    ``exited``: asked at every poll; a one-line reason (``"the VM process exited with status
+    1"``) when the territory's process on this host is gone, so the reboot fails at once
+    rather than at ``reboot_timeout_s``.
 
     Raises:
-        RebootError: "SSH never stopped during reboot" or "SSH unavailable after reboot".
+        TerritoryRefusedError: the server refused the root login before the reboot could be
+            asked (decided at once, nothing rebooted), or after it for ``refused_after_s``
+            seconds in a row (s; the player's lockout, decided then, not at the timeout).
+        RebootError: "SSH never stopped during reboot", "SSH unavailable after reboot", or
+            the process ``exited`` named is gone (its reason).
     """
-    from aoe_tui.runtime.ssh import run, wait_down, wait_ready
+    import asyncssh
+
+    from aoe_tui.runtime.ssh import login_refusal, probe, run, wait_down
 
     host, port, password = territory.host, territory.ssh_port, territory.password
+
+    def check_exited() -> None:
+        why = exited() if exited is not None else None
+        if why:
+            raise RebootError(f"{territory.id}: {why} during the reboot")
+
     try:
         await run(host, port, password, "systemctl reboot", timeout_s=15, connect_timeout_s=connect_timeout_s)
+    except asyncssh.PermissionDenied:
+        raise TerritoryRefusedError(
+            f"territory {territory.id} refused the referee before the reboot: the SSH server on port {port} "
+            "refused the root password login, so the referee could not ask it to reboot") from None
     except Exception:  # noqa: BLE001 - the session dies with the guest; only the cycle below counts
         pass
+    check_exited()
     try:
         await wait_down(host, port, password, timeout_s=30)
     except TimeoutError:
         raise RebootError(f"{territory.id}: SSH never stopped during reboot (30 s)") from None
-    try:
-        await wait_ready(host, port, password, timeout_s=reboot_timeout_s, interval_s=0.5,
-                         connect_timeout_s=connect_timeout_s)
-    except TimeoutError:
-        await raise_if_refused(territory)
-        raise RebootError(f"{territory.id}: SSH unavailable after reboot ({reboot_timeout_s:.0f} s)") from None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + reboot_timeout_s
+    refused_since: float | None = None
+    while True:
+        check_exited()
+        if await probe(host, port, password, connect_timeout_s=connect_timeout_s):
+            return
+        check_exited()
+        why = await login_refusal(host, port, password, connect_timeout_s=connect_timeout_s)
+        now = loop.time()
+        if why is None:
+            refused_since = None
+        else:
+            refused_since = now if refused_since is None else refused_since
+            if now - refused_since >= refused_after_s:
+                raise TerritoryRefusedError(
+                    f"territory {territory.id} refused the referee after the reboot: {why} "
+                    f"for {refused_after_s:.0f} s")
+        if now >= deadline:
+            await raise_if_refused(territory)
+            raise RebootError(f"{territory.id}: SSH unavailable after reboot ({reboot_timeout_s:.0f} s)")
+        await asyncio.sleep(0.5)
 
 
 def settle(*tasks: asyncio.Future) -> None:

@@ -386,6 +386,8 @@ def build_qemu_command(
 
     Networking follows ``docs/territories.md`` pitfall 5 and spec §6.1's ``QEMU_NET_OPTS``:
     ``-netdev user,restrict=on,hostfwd=tcp:127.0.0.1:<ssh>-:22,hostfwd=tcp:127.0.0.1:<svc>-:<guest svc>``.
+    Every path inside an option list (``file=``, ``path=``, ``unix:``) goes through
+    :func:`opt_value`, so an output folder with commas (``match,1``) names the file it names.
     ``identity_dir`` holds the files ``hostname`` and ``root_password`` passed as
     ``-fw_cfg name=opt/aoe/hostname,file=...`` / ``-fw_cfg name=opt/aoe/root_password,file=...``;
     without it (legacy images) ``aoe.hostname=`` and ``password_on_cmdline`` go on ``-append``.
@@ -408,19 +410,27 @@ def build_qemu_command(
         "-kernel", str(kernel),
         "-initrd", str(initrd),
         "-append", append,
-        "-drive", f"file={disk},if=virtio,format=qcow2",
+        "-drive", f"file={opt_value(disk)},if=virtio,format=qcow2",
         "-netdev",
         f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22,"
         f"hostfwd=tcp:127.0.0.1:{service_port}-:{guest_service_port}",
         "-device", "virtio-net-pci,netdev=mgmt,romfile=",  # no iPXE ROM: -kernel boots directly
-        "-chardev", f"file,id=console,path={console_log},append=on",
+        "-chardev", f"file,id=console,path={opt_value(console_log)},append=on",
         "-serial", "chardev:console",
-        "-monitor", f"unix:{monitor_socket},server=on,wait=off",
+        "-monitor", f"unix:{opt_value(monitor_socket)},server=on,wait=off",
     ]  # fmt: skip
     if identity_dir is not None:
-        cmd += ["-fw_cfg", f"name={FW_CFG_HOSTNAME},file={identity_dir / 'hostname'}"]
-        cmd += ["-fw_cfg", f"name={FW_CFG_PASSWORD},file={identity_dir / 'root_password'}"]
+        cmd += ["-fw_cfg", f"name={FW_CFG_HOSTNAME},file={opt_value(identity_dir / 'hostname')}"]
+        cmd += ["-fw_cfg", f"name={FW_CFG_PASSWORD},file={opt_value(identity_dir / 'root_password')}"]
     return cmd
+
+
+def opt_value(path: str | Path) -> str:
+    """``path`` as the value of a QEMU option list (``-drive file=...,if=virtio``): commas
+    doubled, QEMU's escape, so ``match,1/territories`` is one value and not a second option
+    ``1/territories``. Spaces, colons after the first ``/``, quotes and non-ASCII need none:
+    the argv reaches QEMU without a shell and an absolute path has no protocol prefix."""
+    return str(path).replace(",", ",,")
 
 
 def _short_socket_path(preferred: Path) -> tuple[Path, Path | None]:
@@ -477,6 +487,7 @@ class _Guest:
     disk_mib: int = 2048  # virtual size of the overlay (MiB)
     grow_fs: bool = False  # the overlay is larger than the image: resize2fs before ready
     boot_seen_at: float | None = None  # monotonic time the reboot watch saw the boot sign
+    exits: list[int | None] = field(default_factory=list)  # QEMU's exit statuses, launch by launch
 
 
 class QemuProvider(TerritoryProvider):
@@ -518,7 +529,8 @@ class QemuProvider(TerritoryProvider):
         connect_timeout_s: float = 15.0,
         refused_after_s: float = REFUSED_AFTER_S,
     ) -> None:
-        self.workdir = Path(workdir)
+        # absolute: a relative one such as `match:1` would read as a QEMU protocol prefix in -drive file=
+        self.workdir = Path(workdir).absolute()
         self.image = image
         self.base_port = base_port
         self.accel = accel
@@ -771,6 +783,7 @@ class QemuProvider(TerritoryProvider):
                 if not started.done():
                     started.set_result(None)
                 rc = await g.proc.wait()
+                g.exits.append(rc)
                 if g.stopping:
                     return
                 line = _qemu_error_line(qemu_log, g.spec.password)
@@ -866,7 +879,9 @@ class QemuProvider(TerritoryProvider):
         what may be a host fault (a kernel that never booted prints nothing either).
 
         Raises:
-            RebootError: unknown territory, SSH never stopped, QEMU crashed, or SSH never came
+            RebootError: unknown territory, SSH never stopped, QEMU crashed (an exit status
+                other than 0 during the reboot, or its relaunch given up: raised as soon as it
+                happens, with QEMU's error line and the console's tail), or SSH never came
                 back and the console shows no boot since the relaunch.
             TerritoryRefusedError: the player's lockout, as above (one line naming the
                 territory, what refused and what the console showed).
@@ -879,6 +894,7 @@ class QemuProvider(TerritoryProvider):
         if g is None or g.stopping:
             raise RebootError(f"{territory.id}: not a running qemu territory of this heat")
         launches = g.launches
+        exits_before = len(g.exits)
         g.boot_seen_at = None
         try:
             await run(
@@ -906,9 +922,12 @@ class QemuProvider(TerritoryProvider):
             raise RebootError(f"{territory.id}: SSH never stopped during reboot (30 s)") from err
         ready = asyncio.ensure_future(self._wait_login(g, self.reboot_timeout_s, "did not come back"))
         refused = asyncio.ensure_future(self._watch_refusal(g, territory, launches))
+        crashed = asyncio.ensure_future(self._watch_exits(g, exits_before))
         try:
-            await asyncio.wait({ready, refused}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({ready, refused, crashed}, return_when=asyncio.FIRST_COMPLETED)
             if not ready.done():
+                if crashed.done():
+                    crashed.result()  # raises RebootError
                 refused.result()  # raises TerritoryRefusedError
             await ready
         except ProvisionError as err:
@@ -924,7 +943,7 @@ class QemuProvider(TerritoryProvider):
                     ) from None
             raise RebootError(f"{territory.id}: SSH unavailable after reboot: {err}") from err
         finally:
-            settle(ready, refused)
+            settle(ready, refused, crashed)
         if g.boot_seen_at is not None:
             log.info("qemu: %s root SSH back %.1f s after its console showed the boot",
                      territory.id, time.monotonic() - g.boot_seen_at)
@@ -946,6 +965,22 @@ class QemuProvider(TerritoryProvider):
                 log.warning("qemu: %s: harness share not mounted: %s", spec.id, (res.stderr or res.stdout).strip()[-200:])
         except Exception as exc:  # noqa: BLE001 - the adapter falls back to an upload
             log.warning("qemu: %s: harness share not mounted: %s", spec.id, exc)
+
+    async def _watch_exits(self, g: _Guest, exits_before: int) -> None:
+        """Raise :class:`RebootError` as soon as QEMU's exits since the reboot was asked
+        (``g.exits[exits_before:]``) show it will not come back: an exit with a status other
+        than 0 (the guest's reset under ``-no-reboot`` exits 0; anything else is QEMU failing
+        or being killed: the relaunch would boot a guest nobody rebooted, or fail), or the
+        supervisor gone; otherwise poll every 0.5 s forever (cancelled by :meth:`reboot`)."""
+        while True:
+            bad = next((rc for rc in g.exits[exits_before:] if rc != 0), 0)
+            if bad != 0 or (g.task is not None and g.task.done() and not g.stopping):
+                line = _qemu_error_line(g.dir / "qemu.log", g.spec.password)
+                what = f"qemu exited with status {bad}" if bad != 0 else (g.failed or "qemu was not relaunched")
+                tail = _tail(g.dir / "console.log", 3, g.spec.password)
+                raise RebootError(f"{g.spec.id}: {what} during the reboot{': ' + line if line else ''}"
+                                  + (f" (console: {tail})" if tail else ""))
+            await asyncio.sleep(0.5)
 
     async def _watch_refusal(self, g: _Guest, territory: Territory, launches_before: int) -> None:
         """Raise :class:`TerritoryRefusedError` once QEMU was relaunched after
@@ -1210,6 +1245,7 @@ def _image_check(provider: str) -> DoctorCheck:
 
 __all__ = [
     "AUTO_BASE_PORT",
+    "opt_value",
     "OOM_SIGN",
     "ConsoleWatch",
     "PortPlan",

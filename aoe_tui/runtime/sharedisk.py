@@ -98,7 +98,8 @@ def drive_args(shares: Sequence[HarnessShare]) -> list[str]:
     """QEMU arguments attaching each share's disk read-only (virtio, raw). Blocking (may make disks)."""
     args: list[str] = []
     for share in shares:
-        args += ["-drive", f"file={share_disk(share.host)},if=virtio,format=raw,readonly=on"]
+        # commas doubled: QEMU's escape inside an option list (see qemu.opt_value)
+        args += ["-drive", f"file={str(share_disk(share.host)).replace(',', ',,')},if=virtio,format=raw,readonly=on"]
     return args
 
 

@@ -295,6 +295,8 @@ class SshHostsProvider(TerritoryProvider):
 
         Raises:
             RebootError: "SSH never stopped during reboot" or "SSH unavailable after reboot".
+            TerritoryRefusedError: the host's SSH server refused the root login before the
+                reboot (at once) or for 10 s in a row after it (the player's lockout).
         """
         await reboot_over_ssh(
             territory, reboot_timeout_s=self.reboot_timeout_s, connect_timeout_s=self.connect_timeout_s

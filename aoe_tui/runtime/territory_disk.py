@@ -33,6 +33,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from aoe_tui.fsio import mount_points
 from aoe_tui.runtime.provider import ProviderError, ProvisionError
 
 MIB = 1024 * 1024
@@ -161,13 +162,7 @@ def make_disk(image: Path, mount: Path, disk_mib: int, territory: str) -> tuple[
 
 
 def is_mounted(path: Path) -> bool:
-    want = str(path)
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            parts = line.split()
-            if len(parts) > 4 and parts[4].encode().decode("unicode_escape") == want:
-                return True
-    return False
+    return str(path) in mount_points()
 
 
 def loops_of(image: Path) -> list[str]:
