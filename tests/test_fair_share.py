@@ -631,3 +631,30 @@ def test_heat_vcpus_sums_the_seats_classes():
 
     arena = load_manifest(Path(__file__).resolve().parent.parent / "arenas" / "first-build" / "arena.toml")
     assert heat_vcpus(arena) == 3
+
+
+async def test_a_provider_note_is_said_once_per_run_not_once_per_heat(tmp_path, monkeypatch):
+    """Issue #30 item 3: a provider's note (the copy fallback, said by every heat's provider)
+    reaches the operator once per run; other phase lines of every heat still do."""
+    from aoe_tui.testing.heats import write_timed_out_heat
+
+    monkeypatch.delenv("AOE_BOOT_SLOTS", raising=False)
+    monkeypatch.delenv("AOE_CPU_WEIGHTS", raising=False)
+    f = tmp_path / "s.toml"
+    f.write_text(LEAGUE_OF_ONE_AT_A_TIME.replace("heats_per_entrant = 1", "heats_per_entrant = 2")
+                 + "".join(f'[[entrants]]\nid = "x{i}"\nadapter = "oracle"\nmodel = "m"\n' for i in range(3)))
+    note = "note: overlayfs unusable (x): each territory's root is a full copy of the image"
+
+    async def stand_in_run_heat(loaded, provider, adapters, folder, *, on_phase, **_kw):
+        on_phase("territories ready in 1.0 s")
+        on_phase(note)
+        return write_timed_out_heat(folder)
+
+    said: list[str] = []
+    runner = SeasonRunner(load_season(f), tmp_path / "out", run_heat=stand_in_run_heat, say=said.append,
+                          provider_factory=lambda workdir, heat_id: None)
+    state = await runner.run()
+    heats = sum(len(r.heats) for r in state.rounds.values())
+    assert heats >= 2
+    assert len([line for line in said if line.endswith(": territories ready in 1.0 s")]) == heats, said
+    assert len([line for line in said if line.endswith(note)]) == 1, said

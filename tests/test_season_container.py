@@ -348,6 +348,8 @@ async def test_a_void_knockout_heat_waits_for_retry_void_instead_of_eliminating_
         await SeasonRunner(load_season_file(f), out, say=lines.append, provider_factory=factory,
                            write_exports=write_all).run()
     assert err.value.exit_code == 75 and err.value.heats == [(1, 2)]
+    # the hint names the folder: pasted as it is, it re-runs this season's heat (not a new season)
+    assert f"aoe run {f} --output {out} --retry-void re-runs it" in str(err.value)
     state = reduce_season(read_season_log(out / "season.jsonl"))
     void_heat = state.rounds[1].heats[2]
     assert void_heat.result.void and state.rounds[1].heats[1].result.winner is not None

@@ -231,3 +231,65 @@ def test_a_key_removed_from_the_file_ends_its_open_sessions(served, keyset):
     while server.session_count and time.monotonic() < end:
         time.sleep(0.1)
     assert server.session_count == 0 and not server.spectator_pids()
+
+
+@pytest.mark.parametrize("flag", ["-t", "-tt"])
+def test_a_client_that_gives_up_on_a_refused_pty_leaves_no_error(served, keyset, flag):
+    """``ssh -t`` (what the README tells spectators) with a no-pty key: OpenSSH's client gives
+    up on the refused PTY, as it does against sshd; the server logs no failed session and keeps
+    no session."""
+    server, _, cap = served
+    argv = ["ssh", flag, "-p", str(server.port), "-i", str(keyset["dir"] / "nopty"), "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR", "cup@127.0.0.1"]
+    master, slave = os.openpty()
+    try:
+        r = subprocess.run(argv, capture_output=True, timeout=60, stdin=slave, env=dict(os.environ, TERM="xterm"))
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert b"PTY allocation request failed" in r.stderr, r
+    end = time.monotonic() + 5
+    while (server.session_count or not any(line.startswith("pty refused") for line in cap.lines)) \
+            and time.monotonic() < end:
+        time.sleep(0.1)
+    time.sleep(1.0)  # what the session does after the client left
+    assert not [line for line in cap.lines if "session failed" in line], cap.lines
+    assert server.session_count == 0
+
+
+def test_a_missing_file_ends_nobody_and_is_logged_once(served, keyset):
+    """A rewrite that is not atomic (the file missing for a few seconds) keeps every open
+    session and is logged once; the key's removal from the file put back still ends it."""
+    server, ak, cap = served
+
+    async def go() -> tuple[bytes, float]:
+        conn = await asyncssh.connect("127.0.0.1", server.port, username="cup", known_hosts=None,
+                                      client_keys=[keyset["plain"]])
+        proc = await conn.create_process(term_type="xterm", term_size=(80, 24), encoding=None)
+        data = b""
+        while b"\x1b[?1049h" not in data:
+            data += await asyncio.wait_for(proc.stdout.read(65536), 30)
+        ak.unlink()
+        end = time.monotonic() + 4  # four re-checks with the file missing
+        while time.monotonic() < end:
+            with pytest.raises(asyncio.TimeoutError):  # still open: no end of stream
+                while True:
+                    chunk = await asyncio.wait_for(proc.stdout.read(65536), 0.5)
+                    assert chunk, "the session ended while the file was missing"
+                    data += chunk
+        write_keys(keyset, [n for n in OPTIONS if n != "plain"], ak)
+        t0 = time.monotonic()
+        while True:
+            chunk = await asyncio.wait_for(proc.stdout.read(65536), 10)
+            if not chunk:
+                break
+            data += chunk
+        took = time.monotonic() - t0
+        await asyncio.wait_for(conn.wait_closed(), 10)
+        return data, took
+
+    data, took = asyncio.run(go())
+    skipped = [line for line in cap.lines if "re-check skipped" in line]
+    assert len(skipped) == 1 and f"{ak}: missing" in skipped[0], cap.lines
+    assert took < 5.0 and b"aoe serve: your key is no longer authorized here" in data

@@ -1141,8 +1141,8 @@ class ContainerProvider(TerritoryProvider):
             why = res.stderr.strip() if res is not None else f"the image's path {lowers[-1]} has {odd!r}"
             if not self._copy_said:  # said once per heat, not once per territory
                 self._copy_said = True
-                log.warning("overlayfs unusable for %s (%s); copying the root filesystem of each territory",
-                            b.spec.id, why)
+                log.info("overlayfs unusable for %s (%s); copying the root filesystem of each territory",
+                         b.spec.id, why)  # the operator reads the note, not a second line on stderr
                 self._note(f"overlayfs unusable ({why}): each territory's root is a full copy of the image")
             b.copy.mkdir()  # on the territory's disk, bind-mounted on the root
             _run(["cp", "-a", "--reflink=auto", str(image.rootfs) + "/.", str(b.copy)])

@@ -79,6 +79,7 @@ import copy
 import dataclasses
 import os
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -599,6 +600,7 @@ class SeasonRunner:
         self.season = loaded.season
         self.dir = Path(output_dir)
         self.say = say or (lambda _m: None)
+        self._notes_said: set[str] = set()  # heats' provider notes said this run (_say_phase)
         #: every arena of the season, in order, and the round cycle (see load_season_arenas)
         self.arenas, self.arena_cycle = load_season_arenas(loaded)
         self.arena = self.arenas[0]
@@ -996,15 +998,21 @@ class SeasonRunner:
         from aoe_tui.season.season_standings import waiting_label
 
         names = ", ".join(f"{waiting_label(h)}: {', '.join(h.entrants)}" for h in heats)
-        detail = (f"{names}; a {self.format.kind} eliminates and advances nobody by a heat that did not race, "
-                  f"so nothing after it is drawn")
+        detail = (f"{names}; a {self.format.kind} eliminates and advances nobody by a void heat (the "
+                  f"infrastructure spoiled every attempt), so nothing after it is drawn")
         self._append(se.SeasonStopped(reason="void_heat", pid=os.getpid(), detail=detail,
                                       round=heats[0].round, heat=heats[0].heat))
-        self.say(f"season {detail}; aoe run {self.loaded.path} --retry-void re-runs it")
+        self.say(f"season {detail}; {self.retry_void_command()} re-runs it")
         await self._exports_done()
         self._export()
-        return SeasonWaiting(f"season {detail}; aoe run {self.loaded.path} --retry-void re-runs it "
-                             f"(folder {self.dir})", [h.key for h in heats])
+        return SeasonWaiting(f"season {detail}; {self.retry_void_command()} re-runs it", [h.key for h in heats])
+
+    def retry_void_command(self) -> str:
+        """The command that re-runs this season's void heats, ready to paste: ``aoe run SEASON_FILE
+        --output SEASON_DIR --retry-void`` (shell-quoted; the folder is always named, since a
+        command without ``--output`` would start a new season in the default folder)."""
+        return (f"aoe run {shlex.quote(str(self.loaded.path))} --output {shlex.quote(str(self.dir))} "
+                "--retry-void")
 
     def _name(self, r: int, h: int, a: int) -> tuple[str, str]:
         """The bundle's ``match.name`` and ``match.slug`` of an attempt (a cup across arenas
@@ -1057,7 +1065,7 @@ class SeasonRunner:
                         loaded, provider, adapters, folder, drain_seconds=float(self.season.drain_seconds),
                         provision_gate=self.boot_gate.admit, cpu_weights=self.cpu_weights,
                         registered_adapters=self.registered, name=name, slug=slug,
-                        on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
+                        on_phase=lambda msg, t=tag: self._say_phase(t, msg),
                         on_event=lambda rec, w, t=tag, h=heat, r=rel: self._on_event(t, h, rec, r),
                         **extra,
                     )
@@ -1180,7 +1188,7 @@ class SeasonRunner:
             world = await self.cluster.run_heat(
                 remote, folder, credentials, on_placed=placed, on_identity=theirs.update,
                 avoid=sorted(self._lost_on.get(heat.key, ())),
-                on_phase=lambda msg, t=tag: self.say(f"{t}: {msg}"),
+                on_phase=lambda msg, t=tag: self._say_phase(t, msg),
                 on_activity=lambda records, r=rel: self._observe("heat_activity", r, records),
                 on_event=lambda rec, w, t=tag, h=heat, r=rel: self._on_event(t, h, rec, r))
         except NodeLostError as err:  # its next attempt goes elsewhere while another node can take it
@@ -1209,6 +1217,16 @@ class SeasonRunner:
         if not isinstance(agents, dict):
             return {}
         return {a: v["usage"] for a, v in agents.items() if isinstance(v, dict) and isinstance(v.get("usage"), dict)}
+
+    def _say_phase(self, tag: str, msg: str) -> None:
+        """Say a heat's phase line as ``TAG: msg``; a provider ``note: …`` (a copy fallback, a limit
+        this host cannot enforce) is said once per run, not once per heat: every heat still keeps
+        its notes in ``aoe-extra.json``."""
+        if msg.startswith("note: "):
+            if msg in self._notes_said:
+                return
+            self._notes_said.add(msg)
+        self.say(f"{tag}: {msg}")
 
     def _say_mismatch(self, heat: HeatState, usage_extra: dict[str, Any], tag: str) -> None:
         """One line per heat when a proxy's token counts and the adapter's events disagree."""
@@ -1413,7 +1431,7 @@ class SeasonRunner:
                         if h.result is not None and h.result.void]
                 if void:
                     self.say(f"{len(void)} void heat(s) (the infrastructure spoiled every attempt): "
-                             f"{', '.join(void)}; aoe run SEASON_FILE --retry-void re-runs them")
+                             f"{', '.join(void)}; {self.retry_void_command()} re-runs them")
                 break
             arena_id = self.arena_of_round(plan.round).manifest.arena.id
             self._append(se.RoundScheduled(

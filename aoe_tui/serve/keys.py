@@ -189,6 +189,11 @@ class AuthorizedKeysFile:
         self._sig: tuple | None = None
         self._lines: list[tuple[int, asyncssh.SSHAuthorizedKeys]] = []
 
+    @property
+    def missing(self) -> bool:
+        """The file was missing at the last :meth:`refresh` (it grants nothing)."""
+        return self._sig is None
+
     def refresh(self) -> bool:
         try:
             st = os.stat(self.path)

@@ -256,6 +256,7 @@ class SpectatorServer:
         #: the authorized_keys file, re-read when it changes (every login, and every
         #: :data:`KEYS_RECHECK_S` while someone is logged in)
         self.authorized = AuthorizedKeysFile(config.authorized_keys)
+        self._recheck_problem: str | None = None  # why the last re-check was skipped (logged once)
         self._recheck_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------ policy hooks
@@ -285,16 +286,23 @@ class SpectatorServer:
         """Re-check every logged-in connection against the authorized_keys file as it is now:
         one whose key's line is gone, refused (expired…) or grants something else is ended —
         each of its spectators is told why (:meth:`SpectatorSession.farewell`), then it is
-        disconnected. Returns the fingerprints ended. A file that cannot be read ends nobody
-        (it is logged; new logins are refused meanwhile)."""
+        disconnected. Returns the fingerprints ended. A file that cannot be read or is missing
+        (a rewrite that is not atomic, a move) ends nobody: it is logged once, new logins are
+        refused meanwhile; an empty file is what ends every session."""
         ended: list[str] = []
         conns = [i for i in self._conn_objs.values() if i.key is not None and i.revoked is None]
         if not conns:
             return ended
         try:
             self.authorized.refresh()
+            problem = (f"{self.authorized.path}: missing" if self.authorized.missing else None)
         except ServeError as err:
-            log.error("authorized_keys re-check skipped: %s", err)
+            problem = str(err)
+        if problem != self._recheck_problem:
+            self._recheck_problem = problem
+            if problem is not None:  # once per change, not every second
+                log.error("authorized_keys re-check skipped, open sessions kept, new logins refused: %s", problem)
+        if problem is not None:
             return ended
         for info in conns:
             grant, why = self.authorized.grant(info.key, info.addr)

@@ -31,6 +31,7 @@ never run: it gets one line naming what is offered and exit status 1. Subsystems
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
@@ -516,8 +517,9 @@ class SpectatorSession(asyncssh.SSHServerSession):
                 self._finish_text(f"aoe serve: {opts['command']!r} is not a command here; it offers:\n{HELP_TEXT}", 1)
             elif name == "standings" or not self.pty:
                 if name == "watch" and self.pty_refused and self.chan is not None:
-                    self.chan.write_stderr(b"aoe serve: this key may not have a terminal (no-pty in authorized_keys),"
-                                           b" so the live view cannot be served; the standings follow\n")
+                    with contextlib.suppress(OSError, asyncssh.Error):  # the client may be gone (ssh -t)
+                        self.chan.write_stderr(b"aoe serve: this key may not have a terminal (no-pty in authorized_keys),"
+                                               b" so the live view cannot be served; the standings follow\n")
                 fmt = opts.get("format", "md")
                 try:
                     text = await asyncio.get_running_loop().run_in_executor(None, self.server.standings_text, fmt)
@@ -542,7 +544,10 @@ class SpectatorSession(asyncssh.SSHServerSession):
         if self.pty:
             text = text.replace("\r\n", "\n").replace("\n", "\r\n")
         data = text.encode("utf-8")
-        (self.chan.write_stderr if rc else self.chan.write)(data)
+        try:
+            (self.chan.write_stderr if rc else self.chan.write)(data)
+        except (OSError, asyncssh.Error):  # the client already left (ssh -t gives up on a refused PTY)
+            log.info("client gone before its text addr=%s", self.conn.addr)
         self._exit(rc)
 
     def farewell(self, message: str) -> None:
