@@ -730,6 +730,7 @@ def test_a_knockout_waiting_on_a_void_heat_says_so_in_every_export_and_the_tui(t
     """Issue #30 item 1: a knockout whose round 1 heat of c, e and f went void waits on it:
     nobody of that heat is shown out or advanced, and the JSON, CSV, Markdown, HTML and the
     TUI's season model say ``waiting on heat r1h2 (void)``; once it is re-run nothing waits."""
+    from aoe_tui.domain.display import summarize_season_event
     from aoe_tui.tui.seasonmodel import SeasonModel, standings_cells
 
     log = tmp_path / "season.jsonl"
@@ -750,6 +751,9 @@ def test_a_knockout_waiting_on_a_void_heat_says_so_in_every_export_and_the_tui(t
     records = read_season_log(log)
     state = reduce_season(records)
     label = "waiting on heat r1h2 (void)"
+    # aoe watch's line says how the wait ends (not "the same aoe run resumes": that waits again)
+    assert summarize_season_event(records[-1].event) == (
+        "season waiting: waiting on heat r1h2 (void): c, e, f; aoe run --retry-void re-runs it")
     data = json.loads(render(state, "json"))
     assert data["waiting"] == [{"round": 1, "heat": 2, "entrants": ["c", "e", "f"], "label": label}]
     rows = {r["entrant"]: r for r in data["standings"]}

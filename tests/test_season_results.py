@@ -173,7 +173,8 @@ def test_resume_refusal_names_the_changed_fields(tmp_path):
     r.log.close()
     assert (out / "season.toml").read_text() == _season_text(max_attempts=1)
     f.write_text(_season_text(max_attempts=3, models=("m-a", "m-z")))
-    with pytest.raises(SeasonMismatchError, match="entrants\\[1\\].model.*--retry-void allows a new max_attempts only"):
+    with pytest.raises(SeasonMismatchError, match="entrants\\[1\\].model.*--retry-void allows a new max_attempts only: "
+                       "put entrants\\[1\\].model back as the folder's season.toml has it, or choose"):
         SeasonRunner(load_season(f), out, retry_void=True)._open()
 
 

@@ -110,3 +110,50 @@ def test_ctrl_c_before_the_view_is_up_stops_the_engine(monkeypatch, tmp_path):
             if t.name == "aoe-season-engine":
                 t.join(40)
         _Endless.release = False
+
+
+async def test_a_resumable_stop_keeps_the_view_open_and_says_it(tmp_path):
+    """Issue #30 item 1, a new user's try: a knockout that starts waiting on a void heat (the
+    engine ends with ``SeasonWaiting``, exit 75) no longer closes the live view at once: it
+    stays on the season screen and says the stop; ``q`` then quits, and the command reports
+    the same line (exit 75). An engine failure still closes the view as ``"error"``."""
+    from aoe_tui.season.runner import SeasonWaiting
+    from aoe_tui.tui.app import AoeApp
+    from aoe_tui.tui.live import LiveFeed
+    from aoe_tui.tui.season_screens import SeasonScreen
+
+    line = ("season waiting on heat r1h2 (void): c, e, f; aoe run s.toml --output out --retry-void re-runs it")
+
+    def runner(error):
+        class Runner:
+            stop_reason = None
+
+            async def run(self):
+                raise error
+        return lambda say: Runner()
+
+    host = SeasonHost(runner(SeasonWaiting(line, [(1, 2)])), priority="normal")
+    host.start()
+    assert host.join(10) and isinstance(host.error, SeasonWaiting)
+    app = AoeApp.season_view(LiveFeed(), tmp_path, host=host, read_only=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if app._host_reported:
+                break
+        assert app._host_reported and app.is_running and isinstance(app.screen, SeasonScreen)
+        assert any(line in str(n.message) for n in app._notifications), list(app._notifications)
+        await pilot.press("q")
+        await pilot.pause(0.1)
+    assert app.return_value == "finished"
+
+    failed = SeasonHost(runner(RuntimeError("boom")), priority="normal")
+    failed.start()
+    assert failed.join(10)
+    app = AoeApp.season_view(LiveFeed(), tmp_path, host=failed, read_only=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if not app.is_running:
+                break
+    assert app.return_value == "error"

@@ -345,6 +345,8 @@ def summarize_season_event(e: Any, multi_arena: bool = False) -> str | None:
         if e.reason == "disk_full":
             at = f" at r{e.round}h{e.heat}" + (f"a{e.attempt}" if e.attempt is not None else "") if e.round else ""
             return f"season stopped{at} (disk full): {e.detail}; resume with the same aoe run"
+        if e.reason == "void_heat":
+            return f"season waiting: {e.detail}; aoe run --retry-void re-runs it"
         running = f"; aborted {', '.join(e.open_attempts)}" if e.open_attempts else ""
         return f"stopped ({e.reason}, pid {e.pid}){running}; the same aoe run resumes"
     if k == "stale_territories_cleaned":

@@ -835,9 +835,13 @@ class SeasonRunner:
             self._replace_copy = True
             return
         what = (f"fields that differ: {', '.join(fields)}" if fields else "only comments or layout differ")
-        hint = ("; --retry-void allows a new " + ", ".join(sorted(RETRY_VOID_FIELDS)) + " only"
-                if self.retry_void else
-                "; to re-run void heats with more attempts: aoe run --retry-void" if set(fields) <= RETRY_VOID_FIELDS
+        if self.retry_void:
+            others = [f for f in fields if f not in RETRY_VOID_FIELDS] or ["comments and layout"]
+            raise SeasonMismatchError(
+                f"{self.dir}: holds another season (season.toml differs from {self.loaded.path}: {what}); "
+                f"--retry-void allows a new {', '.join(sorted(RETRY_VOID_FIELDS))} only: put {', '.join(others)} "
+                "back as the folder's season.toml has it, or choose a new --output folder", fields)
+        hint = ("; to re-run void heats with more attempts: aoe run --retry-void" if set(fields) <= RETRY_VOID_FIELDS
                 and fields else "")
         raise SeasonMismatchError(
             f"{self.dir}: holds another season (season.toml differs from {self.loaded.path}: {what}){hint}; "

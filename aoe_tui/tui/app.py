@@ -52,6 +52,9 @@ ACTIVITY_POLL_S = 0.5
 GC_FREEZE_AFTER_S = 2.0
 #: how long the "Season finished" notification stays (s)
 SEASON_FINISHED_NOTIFY_S = 8
+#: exit status of a resumable stop of the season engine (``SeasonWaiting``, ``DiskFullStop``:
+#: ``EX_TEMPFAIL``): the view stays open on it instead of closing as on an engine failure
+RESUMABLE_STOP_EXIT = 75
 #: after a stop signal, how long (s) the terminal may take to accept the view's remaining
 #: output (the restore sequences) before it is given up as dead (tui/driver.TerminalWriter)
 STOP_OUTPUT_S = 2.0
@@ -166,7 +169,8 @@ class AoeApp(App):
         """An app showing the season whose records arrive through ``feed`` (season screen first).
 
         ``host``: the ``aoe run`` engine (enables the stop/detach quit dialog; the app
-        exits with ``"stop"`` or ``"detach"``, or ``"error"`` when the engine failed).
+        exits with ``"stop"`` or ``"detach"``, or ``"error"`` when the engine failed; a resumable
+        stop, exit status :data:`RESUMABLE_STOP_EXIT`, keeps the view open and says it).
         ``tailer``: polled on the app loop (``aoe watch``; see :meth:`_tail`). ``read_only`` hides
         keys that write into the season folder.
         """
@@ -258,7 +262,11 @@ class AoeApp(App):
         if host is None or self._host_reported or not host.done:
             return
         self._host_reported = True
-        if host.error is not None:
+        if host.error is not None and getattr(host.error, "exit_code", None) == RESUMABLE_STOP_EXIT:
+            # a resumable stop (a knockout waiting on a void heat, a full disk): the view stays,
+            # showing where the season stands; q quits and the command says the line again
+            self.notify(f"{host.error}. q quits.", title="Season stopped", severity="warning", timeout=30)
+        elif host.error is not None:
             self.exit(result="error")
         elif host.state is not None:
             fin = getattr(host.state, "finished", None)
