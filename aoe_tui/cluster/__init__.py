@@ -19,6 +19,7 @@ The contract between a worker node and the runner:
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from types import ModuleType
@@ -61,17 +62,13 @@ def territories_dir(base: Path) -> Path:
     return base / "territories"
 
 
-_IDENTITY: dict[str, str] = {}
-
-
+@functools.cache
 def code_revision() -> str:
     """The revision of the aoe-tui code this process runs: ``git rev-parse HEAD`` of the
     checkout holding the imported ``aoe_tui`` package (40 hex), ``+dirty`` appended when its
     tracked files differ from that commit; ``version <__version__>`` when the package is not
     in a git checkout (an installed wheel). Computed once per process (two ``git`` calls,
     5 s each at most); never raises."""
-    if "code" in _IDENTITY:
-        return _IDENTITY["code"]
     import subprocess
 
     from aoe_tui import __version__
@@ -89,28 +86,31 @@ def code_revision() -> str:
                 out += "+dirty"
     except (OSError, subprocess.SubprocessError):
         pass
-    _IDENTITY["code"] = out
     return out
 
 
+@functools.cache
 def image_digest() -> str:
     """The digest of the base guest image this machine's heats boot (the built image of the
     current recipe, :func:`aoe_tui.runtime.image.find_image`): ``<recipe key>:<sha256 of its
     image.json, 16 hex>`` (the recipe key says what was asked for, the record's hash which
     build of it: its packages and build time). ``none`` when it is not built. Computed once
     per process; never raises."""
-    if "image" in _IDENTITY:
-        return _IDENTITY["image"]
     import hashlib
 
-    out = "none"
     try:
         from aoe_tui.runtime.image import find_image
 
         img = find_image()
-        if img is not None:
-            out = f"{img.key}:{hashlib.sha256((img.root / 'image.json').read_bytes()).hexdigest()[:16]}"
+        if img is None:
+            return "none"
+        return f"{img.key}:{hashlib.sha256((img.root / 'image.json').read_bytes()).hexdigest()[:16]}"
     except Exception:  # noqa: BLE001 - an unreadable image is reported as such
-        out = "unreadable"
-    _IDENTITY["image"] = out
-    return out
+        return "unreadable"
+
+
+def identity() -> dict[str, str]:
+    """What this process runs heats with: ``{"code": code_revision(), "image":
+    image_digest()}`` (each computed once per process; may run ``git``: call it off an event
+    loop the first time)."""
+    return {"code": code_revision(), "image": image_digest()}

@@ -96,7 +96,7 @@ HEARTBEAT_S = 1.0
 #: a placed heat whose actor sent nothing (no batch, no heartbeat) for this long is given up:
 #: the node is alive but silent (a stopped or wedged actor process); the attempt is spoiled as
 #: :class:`NodeLostError` naming the node and its actor killed (s). ``AOE_CLUSTER_SILENT_S``
-#: overrides it (a number of seconds > :data:`HEARTBEAT_S`).
+#: overrides it (a number of seconds above twice :data:`HEARTBEAT_S`).
 SILENT_S = 30.0
 ENV_SILENT_S = "AOE_CLUSTER_SILENT_S"
 #: a heat actor that was lost before it answered ``hello`` (never placed: nothing of the heat
@@ -130,7 +130,7 @@ def silent_s() -> float:
     """The silence bound in seconds: :data:`SILENT_S`, or ``AOE_CLUSTER_SILENT_S``.
 
     Raises:
-        ClusterError: ``AOE_CLUSTER_SILENT_S`` is not a number above :data:`HEARTBEAT_S`."""
+        ClusterError: ``AOE_CLUSTER_SILENT_S`` is not a finite number above twice :data:`HEARTBEAT_S`."""
     raw = os.environ.get(ENV_SILENT_S)
     if raw is None or not raw.strip():
         return SILENT_S
@@ -138,7 +138,7 @@ def silent_s() -> float:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not value > 2 * HEARTBEAT_S or value != value or value == float("inf"):
+    if not 2 * HEARTBEAT_S < value < float("inf"):  # NaN fails the comparison too
         raise ClusterError(f"{ENV_SILENT_S}={raw!r}: expected seconds, a number above {2 * HEARTBEAT_S:g}")
     return value
 
@@ -367,12 +367,12 @@ class HeatActor:
         (:func:`aoe_tui.cluster.image_digest`)."""
         from cryptography.hazmat.primitives import serialization
 
-        from aoe_tui.cluster import code_revision, image_digest
+        from aoe_tui.cluster import identity
 
         ray = require_ray()
         pub = self._key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         return {"node": node_name(), "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
-                "public_key": pub, "code": code_revision(), "image": image_digest()}
+                "public_key": pub, **identity()}
 
     def abort(self) -> None:
         """Abort the running heat (``operator interrupt``), as a stopped local heat does."""

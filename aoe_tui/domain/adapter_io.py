@@ -28,7 +28,6 @@ from aoe_tui.fsio import utf8_text, write_json_atomic
 
 __all__ = [
     "AdapterFileError",
-    "agent_text",
     "invalid_json_note",
     "transcript_problem",
     "ResultFile",
@@ -189,12 +188,6 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def agent_text(raw: bytes) -> str:
-    """Bytes an agent wrote, as text that is valid UTF-8: invalid byte sequences become
-    U+FFFD (never an error: an agent's stray byte is not a harness failure)."""
-    return raw.decode("utf-8", "replace")
-
-
 def _clean_strings(value: Any) -> Any:
     """``value`` (parsed JSON) with every string, keys too, made valid UTF-8
     (:func:`~aoe_tui.fsio.utf8_text`: a ``"\\ud800"`` escape's lone surrogate becomes U+FFFD)."""
@@ -228,7 +221,7 @@ def read_result_file(path: Path, agent: str, territory: str) -> ResultFile:
     except OSError as exc:
         raise AdapterFileError(f"cannot read adapter result file {path}: {exc.strerror or exc}") from None
     try:
-        data = json.loads(agent_text(raw), strict=False)
+        data = json.loads(raw.decode("utf-8", "replace"), strict=False)  # a stray byte is U+FFFD, not a failure
     except json.JSONDecodeError as exc:
         raise AdapterFileError(_one_line(f"invalid adapter result file {path}: not valid JSON ({exc.msg} at line "
                                          f"{exc.lineno} column {exc.colno})")) from None

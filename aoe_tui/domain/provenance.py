@@ -63,6 +63,12 @@ def _read(path: str | Path, what: str) -> bytes:
         raise ProvenanceError(f"{path}: cannot read {what}: {err.strerror}") from None
 
 
+def file_sha256(path: str | Path, what: str) -> str:
+    """sha256 (lowercase hex) of the file at ``path``. Raises :class:`ProvenanceError`
+    ("``path``: cannot read ``what``: …") when it cannot be read."""
+    return _sha(_read(path, what))
+
+
 _SECTION_RE = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
 _CATEGORY_RE = re.compile(r"^category\s*=")
 
@@ -130,7 +136,7 @@ def compute_provenance(
     raw = loaded.raw
     brief_sha = None
     if m.fog_of_war is not None:
-        brief_sha = _sha(_read(loaded.arena_dir / m.fog_of_war.player_brief, "player brief"))
+        brief_sha = file_sha256(loaded.arena_dir / m.fog_of_war.player_brief, "player brief")
     verifiers = [ms.verifier for ms in (m.build.milestones if m.build else [])]
     ver_sha = verifier_digest(given, verifiers)
     eval_sha = _sha(evaluation_manifest_text(raw.decode("utf-8")).encode("utf-8"))
@@ -142,7 +148,7 @@ def compute_provenance(
         manifest_sha256=_sha(raw),
         player_brief_sha256=brief_sha,
         verifier_sha256=ver_sha,
-        adapter_sha256={name: _sha(_read(p, f"adapter {name}")) for name, p in sorted(adapters.items())},
+        adapter_sha256={name: file_sha256(p, f"adapter {name}") for name, p in sorted(adapters.items())},
         compatibility_key=compatibility_key(m.arena.id, eval_sha, brief_sha, ver_sha),
     )
 
@@ -171,5 +177,5 @@ def package_digests(arena_dir: str | Path) -> dict[str, str]:
             rel = path.relative_to(root).as_posix()
             if rel in NOT_RULES or not path.is_file():
                 continue
-            out[rel] = _sha(_read(path, "arena file"))
+            out[rel] = file_sha256(path, "arena file")
     return dict(sorted(out.items()))

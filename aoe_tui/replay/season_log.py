@@ -130,11 +130,11 @@ class SeasonLogWriter:
         #: ``(offset, kept file)`` when opening cut a torn tail (kept beside the log), else None
         self.torn = self._log.torn
         self.records: list[SeasonRecord] = self._log.records
-        sc = SeasonClock()
+        self._clock = SeasonClock()  # the season clock at the log's last record
         for rec in self.records:
-            sc.fold(rec)
+            self._clock.fold(rec)
         #: the season clock (ms) this run session started at, and its monotonic start (s)
-        self._session_base_ms = sc.at_ms
+        self._session_base_ms = self._clock.at_ms
         self._session_mono: float | None = None
 
     @property
@@ -151,8 +151,7 @@ class SeasonLogWriter:
             raise SeasonLogError(f"{self.path}: season log is closed")
         now = float(self.monotonic())
         if self._session_mono is None or (event.kind == "season_resumed" and self.records):
-            if self._session_mono is not None:  # a resume through the same writer
-                self._session_base_ms = self.records[-1].season_clock_ms or 0
+            self._session_base_ms = self._clock.at_ms  # a new run session goes on from the last record
             self._session_mono = now
         rec = SeasonRecord.model_construct(
             schema_version=1, sequence=len(self.records), time_unix_ms=int(self.clock()), event=event,
@@ -160,6 +159,7 @@ class SeasonLogWriter:
         )
         self._log.append_line(dump_season_record(rec), "full")
         self.records.append(rec)
+        self._clock.fold(rec)
         return rec
 
     def season_clock_ms(self, now_mono: float | None = None) -> int:

@@ -56,11 +56,12 @@ class RulesChanged(AoeError):
 
 
 def _shown(path: Path) -> str:
-    """``path`` relative to the working folder when under it, else absolute."""
+    """``path`` relative to the working folder when under it, else as given."""
     try:
-        return Path(os.path.relpath(path)).as_posix() if not os.path.relpath(path).startswith("..") else str(path)
+        rel = os.path.relpath(path)
     except ValueError:
         return str(path)
+    return str(path) if rel.startswith("..") else Path(rel).as_posix()
 
 
 def rules_of(arenas: list[tuple[str, Path]], adapters: Mapping[str, str | None],
@@ -69,7 +70,7 @@ def rules_of(arenas: list[tuple[str, Path]], adapters: Mapping[str, str | None],
     package folder)``; ``adapters`` = ``"adapter SPEC (ARENA)"`` → its sha256 (None: the
     adapter names no file; left out); ``adapter_files`` = ``[adapters]`` name → file.
     Raises :class:`aoe_tui.domain.provenance.ProvenanceError` for a file that cannot be read."""
-    from aoe_tui.domain.provenance import _read, _sha, package_digests
+    from aoe_tui.domain.provenance import file_sha256, package_digests
 
     digests: dict[str, str] = {}
     paths: dict[str, str] = {}
@@ -84,7 +85,7 @@ def rules_of(arenas: list[tuple[str, Path]], adapters: Mapping[str, str | None],
             paths[key] = key
     for name, path in adapter_files.items():
         key = f"adapter file {name}"
-        digests[key] = _sha(_read(path, f"adapter {name}"))
+        digests[key] = file_sha256(path, f"adapter {name}")
         paths[key] = _shown(Path(path))
     return dict(sorted(digests.items())), dict(sorted(paths.items()))
 

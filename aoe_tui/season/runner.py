@@ -684,9 +684,6 @@ class SeasonRunner:
         self._arena_tars: dict[str, tuple[bytes, str, str]] = {}
         #: heat key -> names of the nodes its attempts were lost on (their next attempts avoid them)
         self._lost_on: dict[tuple[int, int], set[str]] = {}
-        #: what this runner runs: {"code", "image"} (:func:`aoe_tui.cluster.code_revision`,
-        #: :func:`aoe_tui.cluster.image_digest`), compared with each node's; None until the first heat
-        self._identity: dict[str, str] | None = None
         self._export_lock = asyncio.Lock()
         self._export_waiting = False
         self._exports: set[asyncio.Task] = set()
@@ -1170,11 +1167,9 @@ class SeasonRunner:
             name=name, slug=slug, tag=tag, heat_id=f"{self.season.id}-{tag}-{os.getpid()}", headers=headers,
             adapter_files=files, registered={n: p.name for n, p in self.registered.items() if n in files})
 
-        if self._identity is None:
-            from aoe_tui.cluster import code_revision, image_digest
+        from aoe_tui.cluster import identity
 
-            self._identity = await asyncio.to_thread(lambda: {"code": code_revision(), "image": image_digest()})
-        mine = self._identity
+        mine = await asyncio.to_thread(identity)  # what this runner runs (computed once per process)
         theirs: dict[str, str] = {}
 
         def placed(node: str, node_id: str) -> None:
@@ -1367,11 +1362,11 @@ class SeasonRunner:
             await asyncio.to_thread(self.cluster.connect)
             self.say(f"heats run on the Ray cluster at {self.cluster.address}: "
                      f"{self.cluster.heat_slots()} heat slot(s)")
-            from aoe_tui.cluster import code_revision, image_digest
+            from aoe_tui.cluster import identity
 
-            self._identity = await asyncio.to_thread(lambda: {"code": code_revision(), "image": image_digest()})
+            mine = await asyncio.to_thread(identity)
             # which it does: nodes are not refused for running other code (docs/architecture.md)
-            self.say(f"this runner: code revision {self._identity['code']}, guest image {self._identity['image']}; "
+            self.say(f"this runner: code revision {mine['code']}, guest image {mine['image']}; "
                      "a node running other code or another guest image is used all the same: each attempt "
                      "records what its node ran (attempt_placed) and a difference is said")
         resuming = self._open()
