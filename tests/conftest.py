@@ -12,6 +12,11 @@ from hypothesis import settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# Tests that run an arena's verifiers (or source its verify/lib.sh) by hand give them the
+# runner's verifier toolkit as the referee does (aoe_tui.referee.verifier.verifier_env, which
+# test_verifier_runner holds to it).
+os.environ.setdefault("AOE_TUI_VERIFY_KIT", str(REPO_ROOT / "aoe_tui" / "referee" / "kit" / "verify.sh"))
+
 
 def _on_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -5,7 +5,7 @@ player's moves in turn (each test undoes what it changed, the lockout comes last
 real first-build verifiers referee it with exactly the §4 environment:
 
 * the player's PATH, rc files, shell functions and environment files do not redirect the
-  referee's ``systemctl restart`` (lib.sh's ``guest`` enters the container from the host
+  referee's ``systemctl restart`` (the verifier toolkit's ``guest`` enters the container from the host
   with a fixed environment): an in-memory service fails service-restart — while the same
   moves do fool a plain SSH command;
 * a restart that restarts nothing, and a replaced ``/usr/bin/systemctl``, are reported as
@@ -15,8 +15,9 @@ real first-build verifiers referee it with exactly the §4 environment:
 * a territory that booted but locks the referee out across the referee's reboot is the
   player's failure (:class:`TerritoryRefusedError`), not an infrastructure failure.
 
-The same rules for every arena's verifiers (one shared block in each ``lib.sh``) are
-checked without a territory.
+The same rules for every arena's verifiers (the one access block of the runner's verifier
+toolkit, ``aoe_tui/referee/kit/verify.sh``, which each ``lib.sh`` sources) are checked without a
+territory.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ amod = pytest.mark.asyncio(loop_scope="module")
 # ------------------------------------------------------------------ every arena (no territory)
 
 
+KIT = REPO / "aoe_tui" / "referee" / "kit" / "verify.sh"
+
+
 def _access_block(lib: Path) -> str:
     text = lib.read_text()
     assert BLOCK_START in text and BLOCK_END in text, f"{lib}: no referee access block"
@@ -54,20 +58,28 @@ def _access_block(lib: Path) -> str:
 
 
 def test_every_arena_uses_the_same_referee_access():
-    """Our verifiers follow the same rules: each arena's lib.sh carries the one access block,
-    no verifier opens its own SSH or nsenter session, and no HTTP probe runs in the guest."""
+    """Our verifiers follow the same rules: the runner's verifier toolkit carries the one access
+    block, each arena's lib.sh sources it and redefines none of it, no verifier opens its own
+    SSH or nsenter session, and no HTTP probe runs in the guest."""
+    block = _access_block(KIT)
     libs = sorted(REPO.glob("arenas/*/verify/lib.sh"))
     assert len(libs) >= 5
-    blocks = {lib.parent.parent.name: _access_block(lib) for lib in libs}
-    assert len(set(blocks.values())) == 1, sorted(blocks)
+    kit_names = set(re.findall(r"^([A-Za-z_][A-Za-z_0-9]*)(?:\(\) |=)", KIT.read_text(), re.M))
+    assert {"guest", "territory_state", "referee_check", "REFEREE_ENTER", "write_evidence"} <= kit_names
+    for lib in libs:
+        text = lib.read_text()
+        assert BLOCK_START not in text, f"{lib}: carries its own copy of the referee access block"
+        assert '. "${AOE_TUI_VERIFY_KIT:?' in text, f"{lib}: does not source the verifier toolkit"
+        own = set(re.findall(r"^([A-Za-z_][A-Za-z_0-9]*)(?:\(\) |=)", text, re.M))
+        assert not own & kit_names, f"{lib}: redefines the toolkit's {sorted(own & kit_names)}"
     # the host-side entry the verifiers use is the provider's own (no capabilities kept)
     from aoe_tui.runtime.container import ENTER_GUEST
 
-    enter = re.search(r"^REFEREE_ENTER='(.*?)'$", next(iter(blocks.values())), re.S | re.M)
+    enter = re.search(r"^REFEREE_ENTER='(.*?)'$", block, re.S | re.M)
     assert enter and enter.group(1) == ENTER_GUEST
     from aoe_tui.runtime.container import ENTER_FLAGS
 
-    assert f'"$REFEREE_PYTHON" {" ".join(ENTER_FLAGS)} -c "$REFEREE_ENTER"' in next(iter(blocks.values()))
+    assert f'"$REFEREE_PYTHON" {" ".join(ENTER_FLAGS)} -c "$REFEREE_ENTER"' in block
     for script in sorted(REPO.glob("arenas/*/verify/*.sh")):
         text = "\n".join(ln for ln in script.read_text().splitlines() if not ln.lstrip().startswith("#"))
         if script.name != "lib.sh":

@@ -785,7 +785,10 @@ def test_season_rules_record_digests_changes_and_a_bad_record_is_one_line(tmp_pa
     """Issue #30 item 2 (pure parts): a package's digests leave out README.md and hidden
     files, follow symlinks; ``changes`` names each changed, added or removed file by its
     shown path; a season-rules.json that is not a record is one line naming it."""
+    import hashlib
+
     from aoe_tui.errors import AoeError
+    from aoe_tui.referee.verifier import VERIFY_KIT
     from aoe_tui.season.rules_record import RULES_FILE, changes, load_rules, rules_of, write_rules
 
     pkg = tmp_path / "arenas" / "x"
@@ -798,7 +801,8 @@ def test_season_rules_record_digests_changes_and_a_bad_record_is_one_line(tmp_pa
     (pkg / "adapters" / "oracle.sh").symlink_to(pkg / "verify" / "y.sh")
     before, paths = rules_of([("x", pkg)], {"adapter oracle (x)": "ab" * 32, "adapter none (x)": None}, {})
     assert set(before) == {"arena x: arena.toml", "arena x: verify/y.sh", "arena x: adapters/oracle.sh",
-                           "adapter oracle (x)"}
+                           "adapter oracle (x)", "verifier toolkit"}
+    assert before["verifier toolkit"] == hashlib.sha256(VERIFY_KIT.read_bytes()).hexdigest()
     write_rules(tmp_path, before, paths)
     assert load_rules(tmp_path)["files"] == before
     (pkg / "verify" / "y.sh").write_text("exit 0\n")

@@ -126,7 +126,8 @@ def test_json_str_and_evidence_match_jq(tmp_path):
         .replace('"$la"', '"$listener_after"').replace("; ", "\n") in restart
     for b, v in (("", "opaque-1"), ("a725-d5", 'odd "v"\n')):
         env = {"r": "record-1", "v": v, "b": b, "mb": "12", "ma": "34", "ib": "ab", "ia": "cd", "lb": "5:6", "la": ""}
-        ours = subprocess.run(["bash", "-c", f'. "{LIB}"; {ours_sh}'], env=env, capture_output=True, timeout=30).stdout
+        ours = subprocess.run(["bash", "-c", f'. "{LIB}"; {ours_sh}'], capture_output=True, timeout=30,
+                              env={**env, "AOE_TUI_VERIFY_KIT": os.environ["AOE_TUI_VERIFY_KIT"]}).stdout
         args = [a for k, val in env.items() for a in ("--arg", k, val)]
         want = subprocess.run(["jq", "-cj", "-n", *args, jq_expr], capture_output=True, timeout=30).stdout
         assert ours == want

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aoe_tui.referee.verifier import end_leftover_verifiers, run_verifier, verifier_tmpdir
+from aoe_tui.referee.verifier import VERIFY_KIT, end_leftover_verifiers, run_verifier, verifier_tmpdir
 
 
 def _script(path: Path, body: str, mode: int = 0o755) -> Path:
@@ -67,8 +67,10 @@ async def test_pass_exact_env_and_previous(tmp_path, monkeypatch):
         "AOE_CREDENTIAL_FILE": str((tmp_path / "cred.env").absolute()),
         "AOE_PREVIOUS_EVIDENCE": str((ev_dir / "previous.json").absolute()),
         "AOE_EVIDENCE_FILE": str((ev_dir / "service-up.json").absolute()),
+        "AOE_TUI_VERIFY_KIT": str(VERIFY_KIT),  # ours, beside §4's seven
         "KEEP_ME": "kept",
     }
+    assert VERIFY_KIT.is_file()
     assert (ev_dir / "service-up.json.cwd").read_text().strip() == os.getcwd()
     assert json.loads((ev_dir / "service-up.json.prev").read_text()) == prev
 

@@ -6,8 +6,10 @@ Specs (``aoe match run --agent SPEC`` or a manifest agent's ``adapter``):
   has one, else the built-in first-build oracle (:class:`~aoe_tui.agents.oracle.OracleAdapter`);
 - ``scripted:NAME`` — a built-in builder: the package's ``adapters/builders/NAME.sh`` run in
   the territory (:class:`~aoe_tui.agents.scripted.PackageBuilderAdapter`; ``slow`` = its
-  ``oracle.sh`` after a delay), else the first-build builders ``memory``, ``volatile``,
-  ``slow`` (packages without their own ``builders/oracle.sh``);
+  ``oracle.sh`` after a delay; a fault ``NAME`` that ``oracle.sh`` declares = ``oracle.sh``
+  with ``AOE_FAULT=NAME``, :func:`~aoe_tui.agents.scripted.builder_faults`), else the
+  first-build builders ``memory``, ``volatile``, ``slow`` (packages without their own
+  ``builders/oracle.sh``);
 - ``NAME`` — the package's own ``adapters/NAME.sh`` (e.g. upstream's ``oracle-queue``);
 - ``command:PATH`` — an external executable following spec §5 (named after its file);
 - ``opencode`` — the built-in opencode agent (:class:`~aoe_tui.agents.opencode.OpencodeAdapter`),
@@ -92,10 +94,13 @@ def package_builders(arena_dir: Path | None) -> list[str]:
     ``slow`` when it has ``oracle.sh``), sorted; ``[]`` without a package or builders."""
     if arena_dir is None:
         return []
+    from aoe_tui.agents.scripted import builder_faults
+
     d = Path(arena_dir) / "adapters" / "builders"
     names = {p.stem for p in d.glob("*.sh") if p.is_file() and p.stem != "oracle"} if d.is_dir() else set()
     if (d / "oracle.sh").is_file():
         names.add("slow")
+        names.update(builder_faults(d / "oracle.sh"))
     return sorted(f"scripted:{n}" for n in names)
 
 
@@ -111,13 +116,15 @@ def _package_adapter(spec: str, arena_dir: Path) -> Adapter | None:
         builders = pkg / "builders"
         if not _NAME_RE.match(name or "-"):
             return None
-        from aoe_tui.agents.scripted import PackageBuilderAdapter
+        from aoe_tui.agents.scripted import PackageBuilderAdapter, builder_faults
 
         if name != "oracle" and (builders / f"{name}.sh").is_file():
             return PackageBuilderAdapter(name, builders / f"{name}.sh")
         if (builders / "oracle.sh").is_file():
             if name == "slow":
                 return PackageBuilderAdapter("slow", builders / "oracle.sh", slow=True)
+            if name in builder_faults(builders / "oracle.sh"):
+                return PackageBuilderAdapter(name, builders / "oracle.sh", fault=name)
             known = ", ".join(package_builders(arena_dir))
             raise UnknownAdapterError(f"arena {Path(arena_dir).name} has no built-in builder {spec!r} (known: {known})")
         return None

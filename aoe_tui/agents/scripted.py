@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import shlex
 from pathlib import Path
 
 from aoe_tui.agents.base import AdapterStatus
@@ -30,8 +32,8 @@ from aoe_tui.domain.agent_usage import Usage
 from aoe_tui.agents.oracle import DURABLE_STORAGE, BuilderAdapter, BuilderRun, deploy_script, exit_text, render_app
 from aoe_tui.errors import AoeError
 
-__all__ = ["SCRIPTED_BUILDERS", "PackageBuilderAdapter", "PackageBuilderRun", "ScriptedAdapter", "ScriptedRun",
-           "scripted_usage"]
+__all__ = ["FAULT_RE", "FAULT_VARIABLE", "SCRIPTED_BUILDERS", "PackageBuilderAdapter", "PackageBuilderRun",
+           "ScriptedAdapter", "ScriptedRun", "builder_faults", "scripted_usage"]
 
 #: name -> (storage spec, default start delay in seconds)
 SCRIPTED_BUILDERS: dict[str, tuple[str, float]] = {
@@ -182,6 +184,25 @@ class ScriptedAdapter(BuilderAdapter):
         self.deploy_at_s = DEPLOY_AT_S * self.step_delay_s / STEP_DELAY_S if deploy_at_s is None else float(deploy_at_s)
 
 
+#: A fault an arena's ``adapters/builders/oracle.sh`` declares: a comment line
+#: ``# fault NAME: WHY`` (WHY: which milestone it fails, and the realistic reason).
+FAULT_RE = re.compile(r"^# fault ([A-Za-z0-9][A-Za-z0-9._-]*):[ \t]*(.*?)\s*$", re.M)
+#: The shell variable a builder run gets first: the fault's name, empty for the oracle itself.
+FAULT_VARIABLE = "AOE_FAULT"
+
+
+def builder_faults(oracle: Path) -> dict[str, str]:
+    """The faults an oracle builder script declares: ``{NAME: WHY}`` from its ``# fault NAME:
+    WHY`` comment lines (:data:`FAULT_RE`), in file order; ``{}`` when it declares none or
+    cannot be read (the run then reports the read error). ``oracle`` and ``slow`` are not
+    faults (the oracle itself, and the oracle after a delay)."""
+    try:
+        text = Path(oracle).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    return {m.group(1): m.group(2) for m in FAULT_RE.finditer(text) if m.group(1) not in ("oracle", "slow")}
+
+
 #: Prefix of a builder script's progress lines (``aoe-step: TEXT``); each is one agent step.
 STEP_PREFIX = "aoe-step:"
 #: Prefix of a builder script's final summary line (optional; becomes the result summary).
@@ -189,7 +210,8 @@ SUMMARY_PREFIX = "aoe-summary:"
 
 
 class PackageBuilderRun(BuilderRun):
-    """Runs the package's builder script in the territory (``bash -s`` over one SSH session).
+    """Runs the package's builder script in the territory (``bash -s`` over one SSH session),
+    after a first line ``AOE_FAULT=NAME`` (the adapter's fault; empty for the oracle).
 
     Each ``aoe-step: TEXT`` line the script prints becomes an activity line and one usage
     step (:func:`scripted_usage`); other output lines become activity too. Exit 0 →
@@ -217,13 +239,15 @@ class PackageBuilderRun(BuilderRun):
         errors: list[str] = []
         conn = await self.connect()
         try:
-            self.activity.append(f"$ bash -s < {a.script.parent.name}/{a.script.name}")
+            shown = f"bash -s < {a.script.parent.name}/{a.script.name}"
+            self.activity.append(f"$ {FAULT_VARIABLE}={a.fault} {shown}" if a.fault else f"$ {shown}")
             try:
                 proc = await conn.create_process("bash -s", encoding="utf-8", errors="replace")
             except Exception as exc:  # noqa: BLE001 - asyncssh channel errors
                 from aoe_tui.agents.oracle import _Unreachable
 
                 raise _Unreachable(f"SSH session to {self.ctx.territory.id} failed: {exc}") from None
+            proc.stdin.write(f"{FAULT_VARIABLE}={shlex.quote(a.fault)}\n")
             proc.stdin.write(script)
             proc.stdin.write_eof()
 
@@ -275,7 +299,8 @@ class PackageBuilderAdapter(BuilderAdapter):
 
     Args:
         variant: the builder's name (``hasty``, ``memory``, ``volatile``, ``slow``...).
-        script: the guest script (``slow`` runs the package's ``oracle.sh``).
+        script: the guest script (``slow`` and a declared fault run the package's ``oracle.sh``).
+        fault: the fault of ``oracle.sh`` to run (:func:`builder_faults`), ``""`` for none.
         slow: wait before starting: ``start_delay_s`` or the ``AOE_SCRIPTED_SLOW_DELAY_S``
             environment variable or 20 s.
         start_delay_s: seconds to wait before the first command.
@@ -286,9 +311,11 @@ class PackageBuilderAdapter(BuilderAdapter):
 
     run_class = PackageBuilderRun
 
-    def __init__(self, variant: str, script: Path, *, slow: bool = False, start_delay_s: float | None = None) -> None:
+    def __init__(self, variant: str, script: Path, *, slow: bool = False, start_delay_s: float | None = None,
+                 fault: str = "") -> None:
         self.variant = variant
         self.script = Path(script)
+        self.fault = fault
         self.name = f"scripted:{variant}"
         self.builtin_model = self.name
         if start_delay_s is None:
@@ -296,7 +323,8 @@ class PackageBuilderAdapter(BuilderAdapter):
         self.start_delay_s = float(start_delay_s)
 
     def sha256(self) -> str | None:
-        """sha256 over this module and the builder script (provenance ``adapter_sha256``)."""
+        """sha256 over this module, the builder script and its fault, if any (provenance
+        ``adapter_sha256``)."""
         import hashlib
 
         h = hashlib.sha256(Path(__file__).read_bytes())
@@ -304,4 +332,6 @@ class PackageBuilderAdapter(BuilderAdapter):
             h.update(self.script.read_bytes())
         except OSError:
             return None
+        if self.fault:
+            h.update(f"\0{FAULT_VARIABLE}={self.fault}".encode())
         return h.hexdigest()

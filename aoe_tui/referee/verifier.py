@@ -62,7 +62,7 @@ from typing import Any
 from aoe_tui.fsio import is_no_space, sweep_pid_folders, write_atomic
 from aoe_tui.runtime.procs import Starter, wait_exited
 
-__all__ = ["VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "previous_fields_bytes", "run_verifier",
+__all__ = ["VERIFY_KIT", "VERIFY_KIT_ENV", "VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "previous_fields_bytes", "run_verifier",
            "verifier_env", "verifier_tmpdir"]
 
 #: Upper bound on the stderr kept as a failure detail (characters).
@@ -169,6 +169,13 @@ def previous_fields_bytes(milestones: dict[str, Any]) -> bytes | None:
     return bytes(out)
 
 
+#: The verifier toolkit every verifier may source (``aoe_tui/referee/kit/verify.sh``: the
+#: referee's guest access, HTTP, evidence and earlier-evidence helpers; docs/arena-packages.md).
+VERIFY_KIT = Path(__file__).resolve().parent / "kit" / "verify.sh"
+#: The variable naming it in the verifier environment (ours, not one of upstream's §4 set).
+VERIFY_KIT_ENV = "AOE_TUI_VERIFY_KIT"
+
+
 def verifier_env(
     *,
     territory_id: str,
@@ -181,7 +188,8 @@ def verifier_env(
     base: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The verifier's environment: ``base`` (default ``os.environ``) minus any ``AOE_*``,
-    plus the seven ``AOE_*`` variables of §4 (paths made absolute)."""
+    plus the seven ``AOE_*`` variables of §4 (paths made absolute) and our own
+    ``AOE_TUI_VERIFY_KIT`` (:data:`VERIFY_KIT`, the verifier toolkit's path)."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("AOE_")}
     env.update(
         AOE_TERRITORY_ID=territory_id,
@@ -192,6 +200,7 @@ def verifier_env(
         AOE_PREVIOUS_EVIDENCE=str(previous_evidence.absolute()),
         AOE_EVIDENCE_FILE=str(evidence_file.absolute()),
     )
+    env[VERIFY_KIT_ENV] = str(VERIFY_KIT)
     return env
 
 

@@ -8,6 +8,8 @@ compares it with the files as they are now:
   manifest with its milestones and points, the verifiers and ``verify/lib.sh``, the territory
   recipe, the builders and package adapters, the player's text; not ``README.md``), keyed
   ``arena ID: REL`` and shown as the package path (``arenas/first-build/verify/x.sh``);
+* the runner's verifier toolkit the verifiers source (``aoe_tui/referee/kit/verify.sh``),
+  keyed ``verifier toolkit``;
 * each entrant's adapter on each arena (:meth:`aoe_tui.agents.base.Adapter.sha256`, as in a
   match's ``adapter_sha256``), keyed ``adapter SPEC (ARENA)``;
 * each file the season's ``[adapters]`` registers, keyed ``adapter file NAME``.
@@ -39,11 +41,13 @@ from typing import Any
 from aoe_tui.errors import AoeError
 from aoe_tui.fsio import write_json_atomic
 
-__all__ = ["RULES_FILE", "RulesChanged", "changes", "load_rules", "rules_of", "write_rules"]
+__all__ = ["KIT_KEY", "RULES_FILE", "RulesChanged", "changes", "load_rules", "rules_of", "write_rules"]
 
 #: the record's file name in the season folder
 RULES_FILE = "season-rules.json"
 SCHEMA = "aoe-tui.season-rules"
+#: the record's key of the runner's verifier toolkit
+KIT_KEY = "verifier toolkit"
 
 
 class RulesChanged(AoeError):
@@ -79,6 +83,11 @@ def rules_of(arenas: list[tuple[str, Path]], adapters: Mapping[str, str | None],
             key = f"arena {arena_id}: {rel}"
             digests[key] = sha
             paths[key] = _shown(Path(folder) / rel)
+    if arenas:  # the runner's verifier toolkit decides every verifier's verdict too
+        from aoe_tui.referee.verifier import VERIFY_KIT
+
+        digests[KIT_KEY] = file_sha256(VERIFY_KIT, "the verifier toolkit")
+        paths[KIT_KEY] = _shown(VERIFY_KIT)
     for key, sha in adapters.items():
         if sha:
             digests[key] = sha
