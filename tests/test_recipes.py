@@ -148,14 +148,15 @@ def test_validate_package_checks_the_recipe(tmp_path, capsys):
 def test_specs_resolve_against_the_arena_package(tmp_path):
     from aoe_tui.agents.command import CommandAdapter
     from aoe_tui.agents.registry import UnknownAdapterError, package_builders, resolve_adapter
-    from aoe_tui.agents.scripted import PackageBuilderAdapter, ScriptedAdapter
+    from aoe_tui.agents.scripted import PackageBuilderAdapter, ScriptedAdapter, builder_faults
 
     fb = REPO / "arenas" / "first-build"
-    assert isinstance(resolve_adapter("scripted:hasty", arena_dir=fb), PackageBuilderAdapter)
-    assert isinstance(resolve_adapter("scripted:memory", arena_dir=fb), ScriptedAdapter)  # built-in first-build
+    for name in ("hasty", "memory", "volatile", "slow"):  # first-build's: the built-in oracle's faults
+        assert isinstance(resolve_adapter(f"scripted:{name}", arena_dir=fb), ScriptedAdapter)
+        assert isinstance(resolve_adapter(f"scripted:{name}"), ScriptedAdapter)  # no package: the same built-ins
     assert type(resolve_adapter("oracle", arena_dir=fb)).__name__ == "OracleAdapter"
     with pytest.raises(UnknownAdapterError):
-        resolve_adapter("scripted:hasty")  # no package: only the built-ins
+        resolve_adapter("scripted:sloppy")
 
     pkg = tmp_path / "pkg"
     (pkg / "adapters/builders").mkdir(parents=True)
@@ -173,6 +174,23 @@ def test_specs_resolve_against_the_arena_package(tmp_path):
     assert isinstance(slow, PackageBuilderAdapter) and slow.script.name == "oracle.sh" and slow.start_delay_s == 20
     with pytest.raises(UnknownAdapterError, match=r"has no built-in builder 'scripted:memory' \(known: scripted:hasty, scripted:slow\)"):
         resolve_adapter("scripted:memory", arena_dir=pkg)
+    # faults the package's oracle.sh declares run it with AOE_FAULT=NAME (each its own digest)
+    (pkg / "adapters/builders/oracle.sh").write_text(
+        "# the oracle\n# fault memory: keeps records in a dict: fails service-restart\n"
+        "# fault slow: not a fault (the oracle after a delay)\n#fault odd: not a declaration\n"
+        'case "$AOE_FAULT" in memory) echo aoe-step: dict ;; *) echo aoe-step: sqlite ;; esac\n')
+    assert builder_faults(pkg / "adapters/builders/oracle.sh") == {
+        "memory": "keeps records in a dict: fails service-restart"}
+    assert builder_faults(pkg / "adapters/builders/missing.sh") == {}
+    assert package_builders(pkg) == ["scripted:hasty", "scripted:memory", "scripted:slow"]
+    memory = resolve_adapter("scripted:memory", arena_dir=pkg)
+    assert isinstance(memory, PackageBuilderAdapter) and memory.script.name == "oracle.sh"
+    assert memory.fault == "memory" and memory.name == "scripted:memory" and memory.start_delay_s == 0
+    assert resolve_adapter("scripted:hasty", arena_dir=pkg).fault == ""  # builders/hasty.sh wins
+    assert resolve_adapter("scripted:slow", arena_dir=pkg).fault == ""
+    assert len({memory.sha256(), resolve_adapter("scripted:slow", arena_dir=pkg).sha256()}) == 2
+    with pytest.raises(UnknownAdapterError, match=r"known: scripted:hasty, scripted:memory, scripted:slow\)"):
+        resolve_adapter("scripted:odd", arena_dir=pkg)
     # a registered adapter wins over the package's
     other = tmp_path / "other.sh"
     other.write_text("#!/bin/sh\n")

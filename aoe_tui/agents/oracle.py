@@ -45,7 +45,7 @@ __all__ = [
 
 #: Storage spec of a correct, durable deployment (sqlite on the guest's disk).
 DURABLE_STORAGE = "sqlite:/var/lib/builder/records.sqlite3"
-#: Package-relative path of the app template (``__STORAGE__`` is replaced).
+#: Package-relative path of the app template (``__STORAGE__`` and ``__WRAP_READS__`` are replaced).
 APP_TEMPLATE = "apps/builder_app.py.txt"
 
 
@@ -53,15 +53,21 @@ def _template_bytes() -> bytes:
     return resources.files("aoe_tui.agents").joinpath(APP_TEMPLATE).read_bytes()
 
 
-def render_app(storage: str) -> str:
-    """The first-build service source for ``storage`` (``memory`` or ``sqlite:<abs path>``).
+def render_app(storage: str, *, wrap_reads: bool = False) -> str:
+    """The first-build service source for ``storage`` (``memory`` or ``sqlite:<abs path>``);
+    ``wrap_reads`` (the ``scripted:hasty`` fault) answers record reads with a JSON document
+    instead of the stored bytes.
 
     The rendered program honours ``BUILDER_PORT`` (default 8080) and ``BUILDER_STORAGE``
     environment overrides, which only tests use.
+
+    Raises:
+        ValueError: an unknown storage spec.
     """
     if storage != "memory" and not storage.startswith("sqlite:/"):
         raise ValueError(f"unknown builder storage {storage!r}")
-    return _template_bytes().decode("utf-8").replace("__STORAGE__", storage)
+    return (_template_bytes().decode("utf-8").replace("__STORAGE__", storage)
+            .replace("__WRAP_READS__", repr(bool(wrap_reads))))
 
 
 def deploy_script(health_wait_s: float = 15.0) -> str:

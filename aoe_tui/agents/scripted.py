@@ -6,17 +6,22 @@ and reports ``completed``. Along the way it appends activity lines and rewrites
 ``usage.json`` with cumulative, made-up but deterministic token counts (spec §5.5), so the
 referee emits ``usage_charged`` deltas as for a real model.
 
+They are first-build's oracle (:class:`~aoe_tui.agents.oracle.OracleAdapter`, the same
+service) with one fault each:
+
 ===================== ============================================ =====================
-name                  where the records live                       milestones passed
+name                  the fault                                    milestones passed
 ===================== ============================================ =====================
-``scripted:memory``   in the process (a dict)                      service-up, write-read
+``scripted:hasty``    reads answer a JSON wrapper, not the bytes   service-up
+``scripted:memory``   records in the process (a dict)              … write-read
 ``scripted:volatile`` sqlite under ``/run/builder/`` (tmpfs)       … service-restart
-``scripted:slow``     sqlite under ``/var/lib/builder/`` (durable) all, but starts late
+``scripted:slow``     none (durable sqlite), but starts late       all
 ===================== ============================================ =====================
 
-Arena packages with their own builders (``adapters/builders/NAME.sh``, see
-``docs/arena-packages.md``) get :class:`PackageBuilderAdapter` instead: the same agent-like
-run (activity lines, usage checkpoints), with the package's guest script doing the work.
+Arena packages with their own builders (``adapters/builders/oracle.sh`` and the faults it
+declares, or ``adapters/builders/NAME.sh``; see ``docs/arena-packages.md``) get
+:class:`PackageBuilderAdapter` instead: the same agent-like run (activity lines, usage
+checkpoints), with the package's guest script doing the work.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = ["FAULT_RE", "FAULT_VARIABLE", "SCRIPTED_BUILDERS", "PackageBuilderAda
 
 #: name -> (storage spec, default start delay in seconds)
 SCRIPTED_BUILDERS: dict[str, tuple[str, float]] = {
+    "hasty": (DURABLE_STORAGE, 0.0),
     "memory": ("memory", 0.0),
     "volatile": ("sqlite:/run/builder/records.sqlite3", 0.0),
     "slow": (DURABLE_STORAGE, 20.0),
@@ -126,7 +132,7 @@ class ScriptedRun(BuilderRun):
             charge()
             await think(a.deploy_at_s)
             res = await self.sh(
-                conn, deploy_script(), input=render_app(a.storage),
+                conn, deploy_script(), input=render_app(a.storage, wrap_reads=a.variant == "hasty"),
                 show="write /opt/builder/app.py; systemctl reset-failed/restart builder-app.service",
             )
             charge()
@@ -151,7 +157,7 @@ class ScriptedAdapter(BuilderAdapter):
     """``scripted:NAME`` built-in builder.
 
     Args:
-        variant: ``memory``, ``volatile`` or ``slow`` (see :data:`SCRIPTED_BUILDERS`).
+        variant: ``hasty``, ``memory``, ``volatile`` or ``slow`` (see :data:`SCRIPTED_BUILDERS`).
         start_delay_s: seconds to wait before the first command (default: 20 for ``slow``,
             overridable with the ``AOE_SCRIPTED_SLOW_DELAY_S`` environment variable; 0 otherwise).
         step_delay_s: "thinking" pause before each step, seconds (default
