@@ -64,9 +64,11 @@ def adapter_environment(ctx: AgentContext, base: dict[str, str] | None = None) -
     ``AOE_INSTRUCTION_FILE``, ``AOE_RESULT_FILE``, ``AOE_USAGE_FILE``, ``AOE_STDOUT_FILE``,
     ``AOE_STDERR_FILE`` and, only when the territory has one, ``AOE_CREDENTIAL_FILE``.
     All paths are absolute. A stale ``AOE_CREDENTIAL_FILE`` inherited from ``base`` is
-    removed when the territory has none.
+    removed when the territory has none, and so is the referee's ``AOE_TUI_VERIFY_KIT``
+    (the verifiers' toolkit; nothing of the agent's).
     """
     env = dict(os.environ if base is None else base)
+    env.pop("AOE_TUI_VERIFY_KIT", None)
     agent, territory = ctx.agent, ctx.territory
     env.update(
         {
