@@ -7,29 +7,25 @@
 #        AOE_RESULT_FILE AOE_USAGE_FILE
 set -uo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-script="$here/builders/oracle.sh"
-
+script="$(cd "$(dirname "$0")" && pwd)/builders/oracle.sh"
 for v in AOE_AGENT_ID AOE_TERRITORY_ID AOE_TERRITORY_HOST AOE_SSH_PORT AOE_CREDENTIAL_FILE AOE_RESULT_FILE; do
   [[ -n "${!v:-}" ]] || { echo "oracle-failover: $v is not set" >&2; exit 2; }
 done
 [[ -r "$script" ]] || { echo "oracle-failover: $script is missing" >&2; exit 2; }
 
-write_json() { # FILE JSON: atomic replace
-  local tmp="$1.partial.$$"
-  printf '%s\n' "$2" > "$tmp" && mv -f "$tmp" "$1"
+write_json() { # FILE JQ-FILTER: the filter's JSON (with $a agent, $t territory), replaced atomically
+  jq -cn --arg a "$AOE_AGENT_ID" --arg t "$AOE_TERRITORY_ID" --arg s "${status-}" --arg m "${summary-}" "$2" \
+    > "$1.partial.$$" && mv -f "$1.partial.$$" "$1"
 }
-result() { # STATUS SUMMARY
-  write_json "$AOE_RESULT_FILE" "$(jq -cn --arg a "$AOE_AGENT_ID" --arg t "$AOE_TERRITORY_ID" --arg s "$1" --arg m "$2" \
-    '{schema_version:1, agent:$a, territory:$t, status:$s, summary:$m, usage:{resource_units:1}, transcript:null}')"
-  if [[ -n "${AOE_USAGE_FILE:-}" ]]; then
-    write_json "$AOE_USAGE_FILE" "$(jq -cn --arg a "$AOE_AGENT_ID" --arg t "$AOE_TERRITORY_ID" \
-      '{schema_version:1, agent:$a, territory:$t, usage:{resource_units:1}}')"
-  fi
+finish() { # STATUS SUMMARY: the result (and usage) files; a failure is also told on stderr, exit 1
+  local status=$1 summary=$2
+  write_json "$AOE_RESULT_FILE" '{schema_version:1, agent:$a, territory:$t, status:$s, summary:$m, usage:{resource_units:1}, transcript:null}'
+  [[ -z "${AOE_USAGE_FILE:-}" ]] || write_json "$AOE_USAGE_FILE" '{schema_version:1, agent:$a, territory:$t, usage:{resource_units:1}}'
+  [[ "$status" == completed ]] || { echo "oracle-failover: $summary" >&2; exit 1; }
 }
 
 SSHPASS=$(set +u; . "$AOE_CREDENTIAL_FILE" >/dev/null 2>&1; printf '%s' "${AOE_SSH_PASSWORD:-}")
-[[ -n "$SSHPASS" ]] || { result failed "no AOE_SSH_PASSWORD in the credential file"; echo "oracle-failover: no AOE_SSH_PASSWORD in the credential file" >&2; exit 1; }
+[[ -n "$SSHPASS" ]] || finish failed "no AOE_SSH_PASSWORD in the credential file"
 export SSHPASS
 guest() {
   sshpass -e ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR \
@@ -39,11 +35,7 @@ guest() {
 
 deadline=$(( $(date +%s) + 120 ))
 until guest true </dev/null >/dev/null 2>&1; do
-  if (( $(date +%s) >= deadline )); then
-    result failed "territory SSH did not answer within 120 s"
-    echo "oracle-failover: territory SSH did not answer within 120 s" >&2
-    exit 1
-  fi
+  (( $(date +%s) < deadline )) || finish failed "territory SSH did not answer within 120 s"
   sleep 1
 done
 
@@ -51,9 +43,6 @@ err=$(mktemp); trap 'rm -f "$err"' EXIT
 guest 'bash -s' < "$script" 2>"$err"
 rc=$?
 cat "$err" >&2
-if (( rc != 0 )); then
-  why=$(grep -v '^[[:space:]]*$' "$err" | tail -n 1 | head -c 300)
-  result failed "oracle failover failed (exit $rc): ${why:-no detail}"
-  exit 1
-fi
-result completed "oracle promoted replica, fenced failed primary, and switched traffic"
+why=$(grep -v '^[[:space:]]*$' "$err" | tail -n 1 | head -c 300)
+(( rc == 0 )) || finish failed "oracle failover failed (exit $rc): ${why:-no detail}"
+finish completed "oracle promoted replica, fenced failed primary, and switched traffic"

@@ -11,50 +11,24 @@
 need_env AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT AOE_EVIDENCE_FILE AOE_PREVIOUS_EVIDENCE
 
 started=$(now_ms)
-record=$(previous_field service-restart record)
-value=$(previous_field service-restart value)
-[[ -n "$record" ]] || record=$(previous_field writes-restored record)
-[[ -n "$value" ]] || value=$(previous_field writes-restored value)
+previous_fields record=service-restart.record value=service-restart.value old_boot=service-restart.boot_id \
+  written=writes-restored.record written_value=writes-restored.value
+record=${record:-$written} value=${value:-$written_value}
 [[ -n "$record" && -n "$value" ]] || fail "no record/value in earlier evidence in $AOE_PREVIOUS_EVIDENCE"
-old_boot=$(previous_field service-restart boot_id)
 load_password
 
-body=$(mktemp); trap 'rm -f "$body"' EXIT
-# check PATH TEXT EXACT: sets $last and returns non-zero unless GET PATH answers 200 TEXT
-check() {
-  local code
-  code=$(http_get "$1" "$body")
-  if [[ "$code" != 200 ]]; then
-    last="GET $1: $(what_answered "$code" "$body"), expected 200 '$2'"; return 1
-  fi
-  if [[ "$3" == exact ]]; then body_is "$body" "$2"; else body_text_is "$body" "$2"; fi ||
-    { last="GET $1 returned '$(shown "$body")', expected '$2'"; return 1; }
-}
 all_reads() {
-  check /health ready text && check /role primary text && check "/records/$record" "$value" exact || return 1
+  get_is /health ready && get_is /role primary && get_is "/records/$record" "$value" exact || return 1
   local id
-  for id in "${ORIGINAL_IDS[@]}"; do check "/records/$id" "${ORIGINAL_VALUE[$id]}" exact || return 1; done
+  for id in "${ORIGINAL_IDS[@]}"; do get_is "/records/$id" "${ORIGINAL_VALUE[$id]}" exact || return 1; done
 }
-
-deadline=$(( started + ${REBOOT_DEADLINE_MS:-29000} ))
-last="no attempt"
-ok=""
-for (( round = 1; round <= 40; round++ )); do
-  if all_reads; then ok=1; break; fi
-  (( $(now_ms) < deadline )) || break
-  sleep 1
-done
-if [[ -z "$ok" ]]; then
-  if probe_state; then
-    fail "after the reboot, $last (territory state: upstream '$S_upstream', replica.role '$S_role')"
-  fi
-  fail "after the reboot, $last"
+if ! keep_trying 40 1 $(( started + ${REBOOT_DEADLINE_MS:-29000} )) all_reads; then
+  probe_state && fail "after the reboot, $WRONG (territory state: upstream '$S_upstream', replica.role '$S_role')"
+  fail "after the reboot, $WRONG"
 fi
 
 probe_state || fail "after the reboot: $PROBE_ERR"
-if [[ -n "$old_boot" && "$S_boot_id" == "$old_boot" ]]; then
-  fail "the host did not reboot (boot id unchanged: $S_boot_id)"
-fi
+[[ -z "$old_boot" || "$S_boot_id" != "$old_boot" ]] || fail "the host did not reboot (boot id unchanged: $S_boot_id)"
 [[ "$S_failed" == yes ]] || fail "after the reboot, $STATE_DIR/primary.failed is missing"
 [[ "$S_fenced" == yes ]] || fail "after the reboot, $STATE_DIR/primary.fenced is missing: the fence did not survive the reboot"
 [[ "$S_upstream_ok" == yes ]] || fail "after the reboot, $STATE_DIR/upstream is '$S_upstream', expected $NEW_PORT"

@@ -9,8 +9,7 @@
 need_env AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT AOE_EVIDENCE_FILE AOE_PREVIOUS_EVIDENCE
 
 started=$(now_ms)
-record=$(previous_field writes-restored record)
-value=$(previous_field writes-restored value)
+previous_fields record=writes-restored.record value=writes-restored.value
 [[ -n "$record" && -n "$value" ]] || fail "no writes-restored evidence (record/value) in $AOE_PREVIOUS_EVIDENCE"
 
 load_password
@@ -21,31 +20,10 @@ tampering=$(restart_tampering "$out" "${units[@]}")
 out=$(without_ids "$out")
 [[ $rc != 125 ]] || fail "$(printf '%s' "$out" | head -n 1)"
 boot_id=$(printf '%s\n' "$out" | tail -n 1 | tr -d '[:space:]')
-[[ $rc == 0 ]] || fail "systemctl restart failover-replica.service failover-proxy.service failed (exit $rc): $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"
+[[ $rc == 0 ]] || fail "systemctl restart ${units[*]} failed (exit $rc): $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"
 [[ -z "$tampering" ]] || fail "$tampering"
 
-body=$(mktemp); trap 'rm -f "$body"' EXIT
-deadline=$(( started + ${RESTART_DEADLINE_MS:-14000} ))
-last="no attempt"
-for (( round = 1; round <= 20; round++ )); do
-  code=$(http_get /role "$body")
-  if [[ "$code" == 200 ]] && body_text_is "$body" primary; then
-    code=$(http_get "/records/$record" "$body")
-    if [[ "$code" == 200 ]] && body_is "$body" "$value"; then
-      write_evidence "{\"record\":$(json_str "$record"),\"restart\":true,\"value\":$(json_str "$value")${boot_id:+,\"boot_id\":$(json_str "$boot_id")}}"
-      exit 0
-    fi
-    if [[ "$code" == 200 ]]; then
-      last="GET /records/$record returned '$(shown "$body")', expected '$value'"
-    else
-      last="GET /records/$record: $(what_answered "$code" "$body"), expected 200 '$value'"
-    fi
-  elif [[ "$code" == 200 ]]; then
-    last="GET /role returned '$(shown "$body")', expected 'primary'"
-  else
-    last="GET /role: $(what_answered "$code" "$body"), expected 200 'primary'"
-  fi
-  (( $(now_ms) < deadline )) || break
-  sleep 0.5
-done
-fail "after restarting failover-replica.service and failover-proxy.service, $last"
+role_and_record() { get_is /role primary && get_is "/records/$record" "$value" exact; }
+keep_trying 20 0.5 $(( started + ${RESTART_DEADLINE_MS:-14000} )) role_and_record ||
+  fail "after restarting ${units[0]} and ${units[1]}, $WRONG"
+write_evidence "{\"record\":$(json_str "$record"),\"restart\":true,\"value\":$(json_str "$value")${boot_id:+,\"boot_id\":$(json_str "$boot_id")}}"
