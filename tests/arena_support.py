@@ -168,11 +168,16 @@ async def unit_states(t: Territory, units: Iterable[str]) -> dict[str, tuple[str
 
 async def deploy(arena_dir: Path, t: Territory, builder: str, timeout_s: float = 60) -> str:
     """Run ``<arena_dir>/adapters/builders/<builder>.sh`` in ``t`` within ``timeout_s`` s; assert exit 0; stdout.
-    Without that file, ``builder`` is a fault of the package's ``oracle.sh``, run as ``scripted:<builder>``
-    runs it (a first line ``AOE_FAULT=<builder>``)."""
+    Without that file, ``builder`` is a fault ``oracle.sh`` declares: it runs as ``scripted:<builder>`` does
+    (``AOE_FAULT=<builder>`` first)."""
     builders = Path(arena_dir) / "adapters" / "builders"
-    own = builders / f"{builder}.sh"
-    script = own.read_text() if own.exists() else f"AOE_FAULT={builder}\n" + (builders / "oracle.sh").read_text()
+    if (builders / f"{builder}.sh").is_file():
+        script = (builders / f"{builder}.sh").read_text()
+    else:
+        from aoe_tui.agents.scripted import FAULT_VARIABLE, builder_faults
+
+        assert builder in builder_faults(builders / "oracle.sh"), f"{builders}: no builder or fault {builder!r}"
+        script = f"{FAULT_VARIABLE}={builder}\n" + (builders / "oracle.sh").read_text()
     status, out, err = await guest(t, "bash -s", input=script, timeout_s=timeout_s)
     assert status == 0, f"builder {builder} failed: {err.strip()}"
     return out

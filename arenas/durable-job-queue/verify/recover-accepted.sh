@@ -15,42 +15,33 @@ ids=(accepted-alpha-7d3 accepted-beta-91e accepted-gamma-c42)
 payloads=(alpha beta gamma)
 WHAT="pre-existing accepted jobs were not recovered exactly once"
 
-body=$(mktemp); trap 'rm -f "$body"' EXIT
-start_clock "${RECOVER_POLL_SECONDS:-31}"
-problems=()
-for (( round = 1; round <= 30; round++ )); do
+all_recovered() {
+  local i id
   problems=()
   for i in 0 1 2; do
-    id=${ids[$i]} payload=${payloads[$i]}
+    id=${ids[i]}
     if (( $(time_left_ms) < 300 )); then problems+=("$id: not checked (out of time)"); continue; fi
-    http_get "/jobs/$id" "$body" 2; code=$HTTP_CODE
-    if [[ "$code" == 404 ]]; then
+    job_check "$id" "${payloads[i]}"
+    if [[ "$HTTP_CODE" == 404 ]]; then
       # an answering API that does not know an accepted job: look once more, 0.3 s later
       # (it may be importing right now); still unknown = not recovered, stop here
       sleep 0.3
-      http_get "/jobs/$id" "$body" 2; code=$HTTP_CODE
-      [[ "$code" != 404 ]] || \
+      job_check "$id" "${payloads[i]}"
+      [[ "$HTTP_CODE" != 404 ]] || \
         fail "$WHAT: GET /jobs/$id returned HTTP 404 twice, 0.3 s apart (the service does not know this accepted job)"
     fi
     # no answer at all: the job API is down; the other ids would say the same
-    if [[ "$code" == 000 ]]; then problems=("GET /jobs/$id: no answer$(no_answer)"); break; fi
-    if ! answered "$code"; then problems+=("$id: HTTP $code"); continue; fi
-    problem=$(job_problem "$body" "$id" "$payload")
-    if [[ -n "$problem" ]]; then
-      attempts=$(job_attempts "$body")
-      if [[ "$attempts" =~ ^[0-9]+$ ]] && (( attempts > 1 )); then
-        fail "$WHAT: $id was processed $attempts times ($problem)"
-      fi
-      problems+=("$id: $problem")
-    fi
+    if [[ "$HTTP_CODE" == 000 ]]; then problems=("GET /jobs/$id: $JOB_WHY"); break; fi
+    ! processed_again || fail "$WHAT: $id was processed $JOB_ATTEMPTS times ($JOB_WHY)"
+    [[ -z "$JOB_WHY" ]] || problems+=("$id: $JOB_WHY")
   done
-  (( ${#problems[@]} == 0 )) && break
-  (( $(time_left_ms) > 1300 && round < 30 )) || break
-  sleep 1
-done
-if (( ${#problems[@]} > 0 )); then
+  (( ${#problems[@]} == 0 ))
+}
+start_clock "${RECOVER_POLL_SECONDS:-31}"
+problems=("not checked")
+if ! poll all_recovered; then
   detail=$(printf '%s; ' "${problems[@]}")
-  fail "$WHAT after $round rounds: ${detail%; }"
+  fail "$WHAT after $ROUND rounds: ${detail%; }"
 fi
 jobs=""
 for id in "${ids[@]}"; do jobs+="${jobs:+,}$(json_str "$id")"; done

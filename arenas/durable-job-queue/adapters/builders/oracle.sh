@@ -14,35 +14,47 @@
 #   - both run in the pre-declared slots through their start files (full python3 path:
 #     a unit's PATH is short).
 # Prints `aoe-step:` lines; exits 0 after its own check, else 1 with one stderr line.
+# Its faults (`scripted:NAME` runs this script after a first line AOE_FAULT=NAME; empty or
+# unset = the oracle), each the oracle with one realistic flaw:
+# fault hasty: fails recover-accepted: it goes straight to the job API it was asked for and never looks for work accepted before it arrived, so the spool is never read and GET /jobs/<accepted id> answers 404 (all it does itself is right)
+# fault memory: fails worker-restart: its worker keeps the jobs it completed in this run as "not acknowledged" in memory, nothing acknowledges them, and when stopped (SIGTERM, which systemctl restart waits for) it hands them all back to the queue, so the finished job is queued again or redone (attempts 2)
+# fault volatile: fails host-reboot: it keeps the database under /run/job-queue "because /run is fast", a tmpfs that survives worker restarts but not a reboot (the spool's jobs come back, the process-new job is gone: 404)
 set -uo pipefail
 say() { printf 'aoe-step: %s\n' "$*"; }
 die() { printf '%s\n' "$*" >&2; exit 1; }
 
+AOE_FAULT=${AOE_FAULT:-}
 APP=/opt/job-queue
 DATA=/var/lib/job-queue
 SPOOL=/var/lib/accepted-jobs
 STARTS=/etc/replaybook
 PY=/run/current-system/sw/bin/python3
+KIND="durable exactly-once job queue"
+case "$AOE_FAULT" in
+  "") ;;
+  memory) KIND="job queue" ;;
+  hasty) SPOOL="" KIND="job queue" ;;  # never looks for work accepted before it arrived
+  volatile) DATA=/run/job-queue KIND="job queue" ;;  # "because /run is fast" (a tmpfs)
+  *) die "unknown fault AOE_FAULT=$AOE_FAULT (hasty, memory, volatile)" ;;
+esac
 
-say "inspect the job slots and the accepted-job spool"
+say "inspect the job slots${SPOOL:+ and the accepted-job spool}"
 # SSH may answer before the boot is over: let the boot units (the spool seed) finish first
 timeout 60 systemctl is-system-running --wait >/dev/null 2>&1
 systemctl cat job-api.service job-worker.service >/dev/null 2>&1 || die "the job-api/job-worker slots are missing"
 [[ -x $PY ]] || die "$PY is missing"
-compgen -G "$SPOOL/*.json" >/dev/null || die "no accepted jobs in $SPOOL"
+[[ -z "$SPOOL" ]] || compgen -G "$SPOOL/*.json" >/dev/null || die "no accepted jobs in $SPOOL"
 
 say "write the queue programs to $APP (sqlite in $DATA)"
 install -d -m 0755 "$APP" "$DATA" "$STARTS" || die "cannot create $APP, $DATA or $STARTS"
-cat > "$APP/common.py" <<'PY' || die "cannot write $APP/common.py"
-"""Shared by api.py and worker.py: the durable queue database."""
+{ printf '"""Shared by api.py and worker.py: the queue database."""\nDATA = "%s"\nSPOOL = "%s"\n' "$DATA" "$SPOOL"
+  cat <<'PY'
 import glob
 import json
 import os
 import sqlite3
 
-DATA = "/var/lib/job-queue"
 DB = DATA + "/jobs.sqlite3"
-SPOOL = "/var/lib/accepted-jobs"
 WAKE = "/run/job-queue.wake"  # the API's "a job is waiting" datagrams to the worker
 
 
@@ -60,7 +72,7 @@ def init():
         "status TEXT NOT NULL, result TEXT, attempts INTEGER NOT NULL DEFAULT 0)"
     )
     # jobs accepted before this deployment: queue each one that is not known yet
-    for path in sorted(glob.glob(SPOOL + "/*.json")):
+    for path in sorted(glob.glob(SPOOL + "/*.json")) if SPOOL else []:
         try:
             with open(path, encoding="utf-8") as f:
                 job = json.load(f)
@@ -76,6 +88,7 @@ def init():
 
 init()
 PY
+} > "$APP/common.py" || die "cannot write $APP/common.py"
 cat > "$APP/api.py" <<'PY' || die "cannot write $APP/api.py"
 import json
 import socket
@@ -98,9 +111,6 @@ def wake_worker():
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
 
     def answer(self, code, body=b"", ctype="text/plain"):
         self.send_response(code)
@@ -147,6 +157,9 @@ class Handler(BaseHTTPRequestHandler):
         wake_worker()
         self.answer(202, b"accepted")
 
+    def log_message(self, *args):
+        pass
+
 
 class Server(ThreadingHTTPServer):
     allow_reuse_address = True
@@ -155,7 +168,7 @@ class Server(ThreadingHTTPServer):
 
 Server(("0.0.0.0", 8080), Handler).serve_forever()
 PY
-cat > "$APP/worker.py" <<'PY' || die "cannot write $APP/worker.py"
+{ cat <<'PY'
 import os
 import socket
 
@@ -174,24 +187,70 @@ def wake_socket():
     return s
 
 
+def work(done):
+    """Forever: claim and complete the oldest queued job in one transaction (all of it is
+    durable, or none of it), then done(its id); idle, wait for the API's wake-up."""
+    while True:
+        db.execute("BEGIN IMMEDIATE")
+        row = db.execute("SELECT id, payload FROM jobs WHERE status = 'queued' ORDER BY rowid LIMIT 1").fetchone()
+        if row is not None:
+            db.execute(
+                "UPDATE jobs SET status = 'completed', result = ?, attempts = attempts + 1 WHERE id = ?",
+                ("processed:" + row[1], row[0]),
+            )
+        db.execute("COMMIT")
+        if row is None:
+            try:
+                wake.recv(64)
+            except socket.timeout:
+                pass
+        else:
+            done(row[0])
+
+
 wake = wake_socket()
 db = common.connect()
-while True:
-    # claim and complete in one transaction: all of it is durable, or none of it
-    db.execute("BEGIN IMMEDIATE")
-    row = db.execute("SELECT id, payload FROM jobs WHERE status = 'queued' ORDER BY rowid LIMIT 1").fetchone()
-    if row is not None:
-        db.execute(
-            "UPDATE jobs SET status = 'completed', result = ?, attempts = attempts + 1 WHERE id = ?",
-            ("processed:" + row[1], row[0]),
-        )
-    db.execute("COMMIT")
-    if row is None:
-        try:
-            wake.recv(64)
-        except socket.timeout:
-            pass
 PY
+  if [[ "$AOE_FAULT" != memory ]]; then
+    echo 'work(lambda jid: None)'
+  else cat <<'PY'
+import signal
+import sys
+
+# Jobs this worker completed whose results nobody has acknowledged yet. Kept in memory
+# only: nothing ever acknowledges them, and on a stop they go back to the queue, because
+# the worker cannot confirm that anyone took their results.
+unacknowledged = []
+
+
+class Stop(Exception):
+    pass
+
+
+def on_stop(signum, frame):
+    raise Stop()
+
+
+signal.signal(signal.SIGTERM, on_stop)
+signal.signal(signal.SIGINT, on_stop)
+try:
+    work(unacknowledged.append)
+except Stop:
+    pass
+
+# stopping: give every unacknowledged job back to the queue before exiting
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if db.in_transaction:
+    db.execute("ROLLBACK")
+db.execute("BEGIN IMMEDIATE")
+for jid in unacknowledged:
+    db.execute("UPDATE jobs SET status = 'queued', result = NULL WHERE id = ?", (jid,))
+db.execute("COMMIT")
+db.close()
+sys.exit(0)
+PY
+  fi
+} > "$APP/worker.py" || die "cannot write $APP/worker.py"
 
 say "point the job-api and job-worker slots at the programs ($STARTS start files)"
 printf 'exec %s %s/api.py\n' "$PY" "$APP" > "$STARTS/job-api-start" || die "cannot write $STARTS/job-api-start"
@@ -202,8 +261,8 @@ say "start job-api.service and job-worker.service"
 systemctl reset-failed job-api.service job-worker.service >/dev/null 2>&1
 systemctl restart job-api.service job-worker.service || die "systemctl restart job-api.service job-worker.service failed"
 
-say "self-check: /health, the accepted jobs and a new job completed once"
-ids=$(jq -r '.id' "$SPOOL"/*.json 2>/dev/null)
+say "self-check: /health,${SPOOL:+ the accepted jobs and} a new job completed once"
+ids=$([[ -z "$SPOOL" ]] || jq -r '.id' "$SPOOL"/*.json 2>/dev/null)
 probe="selfcheck-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 posted=""
 for _ in $(seq 1 150); do
@@ -217,8 +276,8 @@ for _ in $(seq 1 150); do
     for id in $ids $probe; do
       curl -s --max-time 1 "http://127.0.0.1:8080/jobs/$id" | jq -e '.status == "completed" and .attempts == 1 and .result == "processed:" + .payload' >/dev/null 2>&1 || { ok=""; break; }
     done
-    [[ -n "$ok" ]] && { echo "aoe-summary: deployed the durable exactly-once job queue (API + worker in their slots, sqlite under /var/lib/job-queue, accepted jobs queued once)"; exit 0; }
+    [[ -n "$ok" ]] && { echo "aoe-summary: deployed the $KIND (API + worker in their slots, sqlite under $DATA${SPOOL:+, accepted jobs queued once})"; exit 0; }
   fi
   sleep 0.1
 done
-die "self-check: the queue did not complete the accepted jobs and a new job within 15 s"
+die "self-check: the queue did not complete${SPOOL:+ the accepted jobs and} a new job within 15 s"
