@@ -167,8 +167,17 @@ async def unit_states(t: Territory, units: Iterable[str]) -> dict[str, tuple[str
 
 
 async def deploy(arena_dir: Path, t: Territory, builder: str, timeout_s: float = 60) -> str:
-    """Run ``<arena_dir>/adapters/builders/<builder>.sh`` in ``t`` within ``timeout_s`` s; assert exit 0; stdout."""
-    script = (Path(arena_dir) / "adapters" / "builders" / f"{builder}.sh").read_text()
+    """Run ``<arena_dir>/adapters/builders/<builder>.sh`` in ``t`` within ``timeout_s`` s; assert exit 0; stdout.
+    Without that file, a fault ``builder`` that ``oracle.sh`` declares runs as ``scripted:`` runs it:
+    ``oracle.sh`` after a first line ``AOE_FAULT=<builder>``."""
+    from aoe_tui.agents.scripted import FAULT_VARIABLE, builder_faults
+
+    builders = Path(arena_dir) / "adapters" / "builders"
+    if (builders / f"{builder}.sh").is_file():
+        script = (builders / f"{builder}.sh").read_text()
+    else:
+        assert builder in builder_faults(builders / "oracle.sh"), f"{builders}/oracle.sh declares no fault {builder}"
+        script = f"{FAULT_VARIABLE}={builder}\n" + (builders / "oracle.sh").read_text()
     status, out, err = await guest(t, "bash -s", input=script, timeout_s=timeout_s)
     assert status == 0, f"builder {builder} failed: {err.strip()}"
     return out
