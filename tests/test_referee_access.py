@@ -424,6 +424,37 @@ async def test_replaced_systemctl_is_tampering(seat):
 
 @pytest.mark.container
 @amod
+async def test_kit_restart_unit_proves_the_restart(seat):
+    """The toolkit's ``restart_unit`` (zero-downtime-rollout's v2-restart uses it): an honest
+    restart returns 0 with AFTER's output in RESTART_OUT; a restart that fails, or one that
+    leaves the unit's process alone, fails with one line naming it."""
+    _, t, _ = seat
+    env = dict(os.environ, AOE_CREDENTIAL_FILE=str(t.credential_file), AOE_HOST=t.host, AOE_SSH_PORT=str(t.ssh_port))
+
+    def restart(args: str) -> tuple[int, str, str]:
+        p = subprocess.run(["bash", "-c", f'. "$AOE_TUI_VERIFY_KIT"; load_password; restart_unit {args}; '
+                                          'printf "%s" "$RESTART_OUT"'], env=env, capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+        return p.returncode, p.stdout, p.stderr.strip()
+
+    await deploy(t, "memory")
+    assert restart("--reset-failed builder-app.service 'echo after; echo ran'") == (0, "after\nran", "")
+    rc, out, err = restart("no-such-unit.service")
+    assert (rc, out) == (1, "") and err.startswith("systemctl restart no-such-unit.service failed (exit 5): "), err
+    await sh(t, "systemctl stop builder-app.service && mkdir -p /etc/systemd/system/builder-app.service.d && "
+                "printf '%s\\n' '[Service]' Type=oneshot RemainAfterExit=yes KillMode=none Restart=no ExecStart= "
+                f"{DETACHED['left in the unit']} > /etc/systemd/system/builder-app.service.d/player.conf && "
+                "systemctl daemon-reload && systemctl start builder-app.service")
+    try:
+        rc, out, err = restart("builder-app.service")
+        assert rc == 1 and re.fullmatch(r"tampering: process \d+ of builder-app.service survived its restart", err), err
+    finally:
+        await sh(t, "rm -rf /etc/systemd/system/builder-app.service.d; systemctl daemon-reload; "
+                    "pkill -f '^/usr/bin/python3 /opt/builder/app.py' || true")
+
+
+@pytest.mark.container
+@amod
 async def test_reboot_lockout_is_the_players_failure(seat, monkeypatch):
     """The player changes root's password before the referee's reboot. The territory boots
     (seen from the host) but refuses the referee: the provider says TerritoryRefusedError

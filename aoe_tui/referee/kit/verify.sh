@@ -509,3 +509,30 @@ write_evidence() {
 # now_s: wall-clock seconds (integer) for poll deadlines; now_ms: milliseconds
 now_s() { printf '%s' "$EPOCHSECONDS"; }
 now_ms() { local t=${EPOCHREALTIME/[.,]/}; printf '%s' $((t / 1000)); }
+
+# --- added for zero-downtime-rollout (issue #29) ---
+# restart_unit [--reset-failed] UNIT [AFTER]: restart UNIT in the territory (guest, one call:
+# `systemctl reset-failed UNIT` first with --reset-failed, so an earlier start limit does not
+# refuse the restart; then `systemctl restart UNIT`; then AFTER, guest shell text run whatever
+# the restart did) and prove it restarted (unit_ids before and after, restart_tampering).
+# Sets RESTART_OUT: the guest's output without the unit_ids lines (the restart's messages,
+# then AFTER's). Returns 0 when UNIT was restarted; otherwise fails (one line, exit 1): the
+# referee's binaries replaced (the "tampering: ..." line), the territory not reachable
+# (exit 255), the restart failed (its first line), or UNIT not really restarted (tampering).
+# Needs load_password first on SSH territories.
+RESTART_OUT=""
+restart_unit() {
+  local reset="" out rc tampering said
+  if [[ "$1" == --reset-failed ]]; then reset="systemctl reset-failed $2 >/dev/null 2>&1; "; shift; fi
+  out=$(guest "$(unit_ids before "$1")${reset}systemctl restart $1 2>&1; rc=\$?; $(unit_ids after "$1")${2:-}
+exit \$rc" 2>&1)
+  rc=$?
+  tampering=$(restart_tampering "$out" "$1")
+  RESTART_OUT=$(without_ids "$out")
+  said=$(printf '%s\n' "$RESTART_OUT" | head -n 1 | head -c 200)
+  [[ $rc != 125 ]] || fail "$said"
+  [[ $rc != 255 ]] || fail "cannot reach the territory to restart $1: ${said:-exit 255 without a message}"
+  [[ $rc == 0 ]] || fail "systemctl restart $1 failed (exit $rc): $said"
+  [[ -z "$tampering" ]] || fail "$tampering"
+}
+# --- end zero-downtime-rollout ---

@@ -25,7 +25,7 @@ if monitor_alive "$old"; then
 fi
 : > "$audit/failures" && : > "$audit/samples" || fail "cannot reset the continuity audit in $audit"
 rm -f "$audit/saw-v2" "$audit/pid"
-nohup "$VERIFY_DIR/continuity-monitor.sh" "$audit" "$(base_url)" </dev/null >/dev/null 2>&1 &
+nohup "$(cd "$(dirname "$0")" && pwd)/continuity-monitor.sh" "$audit" "$(base_url)" </dev/null >/dev/null 2>&1 &
 printf '%s\n' "$!" > "$audit/pid.tmp" && mv -f "$audit/pid.tmp" "$audit/pid" || fail "cannot write $audit/pid"
 
 records=""

@@ -9,18 +9,16 @@
 . "$(dirname "$0")/lib.sh"
 need_env AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT AOE_EVIDENCE_FILE AOE_PREVIOUS_EVIDENCE
 
-record=$(previous_field v2-restart record)
-value=$(previous_field v2-restart value)
-[[ -n "$record" ]] || record=$(previous_field write-new record)
-[[ -n "$value" ]] || value=$(previous_field write-new value)
+previous_fields record=v2-restart.record value=v2-restart.value written=write-new.record wrote=write-new.value
+record=${record:-$written} value=${value:-$wrote}
 [[ -n "$record" && -n "$value" ]] || fail "no write-new record/value in earlier evidence in $AOE_PREVIOUS_EVIDENCE"
 
 checks() {
-  get_check /health ready word 2 || return 1
-  get_check /version v2 word 2 || return 1
-  get_check "/records/$record" "$value" exact 2 || return 1
+  get_check /health ready word || return 1
+  get_check /version v2 word || return 1
+  get_check "/records/$record" "$value" exact || return 1
   local id
-  for id in "${SEEDED_IDS[@]}"; do get_check "/records/$id" "${SEEDED[$id]}" exact 2 || return 1; done
+  for id in "${SEEDED_IDS[@]}"; do get_check "/records/$id" "${SEEDED[$id]}" exact || return 1; done
 }
 
 deadline=$(( $(now_s) + ${REBOOT_POLL_SECONDS:-30} ))

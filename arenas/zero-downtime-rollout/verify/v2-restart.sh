@@ -8,19 +8,11 @@
 . "$(dirname "$0")/lib.sh"
 need_env AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT AOE_EVIDENCE_FILE AOE_PREVIOUS_EVIDENCE
 
-record=$(previous_field write-new record)
-value=$(previous_field write-new value)
+previous_fields record=write-new.record value=write-new.value
 [[ -n "$record" && -n "$value" ]] || fail "no write-new evidence (record/value) in $AOE_PREVIOUS_EVIDENCE"
 
 load_password
-out=$(guest "$(unit_ids before rollout-v2.service)systemctl reset-failed rollout-v2.service >/dev/null 2>&1; systemctl restart rollout-v2.service 2>&1; rc=\$?; $(unit_ids after rollout-v2.service)exit \$rc" 2>&1)
-rc=$?
-tampering=$(restart_tampering "$out" rollout-v2.service)
-out=$(without_ids "$out")
-[[ $rc != 125 ]] || fail "$(printf '%s' "$out" | head -n 1)"
-[[ $rc == 0 ]] || fail "systemctl restart rollout-v2.service failed (exit $rc): $(printf '%s' "$out" | tr '\n' ' ' | head -c 200)"
-
-[[ -z "$tampering" ]] || fail "$tampering"
+restart_unit --reset-failed rollout-v2.service
 
 last="no attempt"
 for attempt in $(seq 20); do
