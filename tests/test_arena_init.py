@@ -198,3 +198,21 @@ def test_the_faults_stop_at_their_milestones(tmp_path: Path, source: str) -> Non
         assert detail.startswith("after the reboot, GET /records/") and "(record lost)" in detail, detail
     assert memory["durable_at_ms"] is None and volatile["durable_at_ms"] is None
     print(f"fault heat from {source}: wall {wall:.1f} s")
+
+
+def test_the_tutorial_cup_loads_on_an_initialised_package(tmp_path: Path) -> None:
+    """docs/arena-packages.md's season file, beside a package from `aoe arena init my-arena`,
+    is a valid season over that package (the tutorial's last step)."""
+    from aoe_tui.domain.arena import load_manifest
+    from aoe_tui.season.runner import load_season_file
+
+    doc = (REPO / "docs" / "arena-packages.md").read_text()
+    assert "aoe arena init my-arena\n" in doc and "aoe arena validate my-arena\n" in doc
+    season = re.search(r"```toml\n(# A cup over my-arena.*?)```", doc, re.S)
+    assert season, "the tutorial's season file is gone"
+    init(tmp_path, "my-arena")
+    (tmp_path / "my-cup.toml").write_text(season.group(1))
+    loaded = load_season_file(tmp_path / "my-cup.toml")
+    assert [load_manifest(a).manifest.arena.id for a in loaded.arena_paths] == ["my-arena"]
+    assert [e.adapter for e in loaded.season.entrants] == ["oracle", "scripted:slow", "scripted:memory",
+                                                          "scripted:volatile"]
