@@ -203,7 +203,8 @@ def init_package(name: str, source: Path, dest: Path) -> list[str]:
         raise UsageError(f"arena init: {name!r} is not an arena id: use 2-64 lowercase letters, digits and '-', "
                          "starting and ending with a letter or digit (e.g. my-arena)")
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise UsageError(f"arena init: {dest} already exists and is not empty; give a new folder with --dir")
+        what = "is not empty" if dest.is_dir() else "is not a folder"
+        raise UsageError(f"arena init: {dest} already exists and {what}; give a new folder with --dir")
     shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
     for p in dest.rglob("*"):  # a copy of read-only package data stays editable
