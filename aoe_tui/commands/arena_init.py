@@ -121,10 +121,12 @@ def _first_build_oracle() -> str:
     """``adapters/builders/oracle.sh`` for first-build's contract: the runner's built-in oracle
     (its service template and deploy script, :mod:`aoe_tui.agents.oracle`) with the built-in
     ``memory`` and ``volatile`` builders as its declared faults."""
-    from aoe_tui.agents.oracle import DURABLE_STORAGE, _template_bytes, deploy_script
+    from importlib import resources
+
+    from aoe_tui.agents.oracle import APP_TEMPLATE, DURABLE_STORAGE, deploy_script
     from aoe_tui.agents.scripted import SCRIPTED_BUILDERS
 
-    app = _template_bytes().decode("utf-8")
+    app = resources.files("aoe_tui.agents").joinpath(APP_TEMPLATE).read_text(encoding="utf-8")
     return f"""# The oracle builder of first-build's contract, run as root in the territory (`bash -s`).
 # Written by `aoe arena init` from the runner's built-in first-build oracle
 # (aoe_tui/agents/oracle.py): the records service of apps/builder_app.py.txt in the
