@@ -1,4 +1,5 @@
-"""``aoe arena validate PATH [--json] [--schema-only]`` — arena package / manifest / suite checks.
+"""``aoe arena validate PATH [--json] [--schema-only]`` — arena package / manifest / suite checks
+(``aoe arena init``: :mod:`aoe_tui.commands.arena_init`).
 
 PATH is a package folder (``DIR/arena.toml``), a manifest file or a suite file
 (``[suite]`` table, §1.13). Every problem is printed as ``file:line: field:
@@ -27,7 +28,7 @@ from aoe_tui.domain.arena import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Register the ``arena`` command group (``validate``)."""
+    """Register the ``arena`` command group (``validate``, ``init``)."""
     p = sub.add_parser("arena", help="check arena packages and manifests")
     asub = p.add_subparsers(dest="arena_command", metavar="SUBCOMMAND")
     asub.required = True
@@ -44,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="check the manifest only, not the package files (verifiers, instructions, brief)",
     )
     v.set_defaults(func=cmd_validate)
+    from aoe_tui.commands.arena_init import register as register_init
+
+    register_init(asub)
 
 
 def _is_suite(path: Path) -> bool:
