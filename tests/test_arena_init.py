@@ -98,14 +98,20 @@ def test_init_writes_a_complete_renamed_package(tmp_path: Path, source: str) -> 
     assert '. "${AOE_TUI_VERIFY_KIT:?' in (pkg / "verify" / "lib.sh").read_text()
     assert (pkg / "territory" / "recipe.toml").is_file()
     assert os.access(pkg / "adapters" / "oracle.sh", os.X_OK)
-    faults = builder_faults(pkg / "adapters" / "builders" / "oracle.sh")
-    assert list(faults) == ["memory", "volatile"], faults
-    r = subprocess.run(["bash", "-n", str(pkg / "adapters" / "builders" / "oracle.sh")], capture_output=True, text=True)
+    oracle = pkg / "adapters" / "builders" / "oracle.sh"
+    faults = builder_faults(oracle)
+    assert list(faults) == (["memory", "volatile"] if source == "hello-service" else ["hasty", "memory", "volatile"]), faults
+    r = subprocess.run(["bash", "-n", str(oracle)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    if source == "first-build":  # first-build's own files come along, hasty.sh among them
-        assert (pkg / "adapters" / "builders" / "hasty.sh").is_file()
+    if source == "first-build":  # first-build's own files come along
         assert (pkg / "verify" / "service-restart.sh").read_bytes() == \
             (REPO / "arenas" / "first-build" / "verify" / "service-restart.sh").read_bytes()
+        # the service each fault deploys is the built-in one, every placeholder filled
+        app = re.search(r"<<'PY'\n(.*?)\nPY\n", oracle.read_text(), re.S).group(1)
+        for wrap in ("True", "False"):
+            source_py = app.replace("__STORAGE__", "memory").replace("__WRAP_READS__", wrap)
+            assert "__" + "WRAP_READS" not in source_py and f"WRAP_READS = {wrap}" in source_py
+            compile(source_py, "app.py", "exec")
 
 
 @pytest.mark.parametrize("arena", sorted(p.name for p in (REPO / "arenas").iterdir() if (p / "arena.toml").is_file()))

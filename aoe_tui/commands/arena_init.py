@@ -13,8 +13,8 @@ new id. Starting points (``--from``):
 Whatever it starts from, the package is completed so that it holds everything a new arena
 needs: ``adapters/oracle.sh`` (the example's spec §5 oracle adapter) when it has none,
 ``adapters/builders/oracle.sh`` when it has none (the runner's built-in first-build oracle,
-which such a package raced with until now, written out with its ``memory`` and ``volatile``
-builders as declared faults), ``territory/recipe.toml`` when it has none (the plain guest,
+which such a package raced with until now, written out with its ``hasty``, ``memory`` and
+``volatile`` builders as declared faults), ``territory/recipe.toml`` when it has none (the plain guest,
 unchanged) and a ``README.md``. The result is checked with ``aoe arena validate``'s checks.
 
 Refusals (one line, exit 2, nothing written): a NAME that is not an arena id, a FOLDER that
@@ -120,7 +120,7 @@ def _rename(dest: Path, name: str) -> None:
 def _first_build_oracle() -> str:
     """``adapters/builders/oracle.sh`` for first-build's contract: the runner's built-in oracle
     (its service template and deploy script, :mod:`aoe_tui.agents.oracle`) with the built-in
-    ``memory`` and ``volatile`` builders as its declared faults."""
+    ``hasty``, ``memory`` and ``volatile`` builders as its declared faults."""
     from importlib import resources
 
     from aoe_tui.agents.oracle import APP_TEMPLATE, DURABLE_STORAGE, deploy_script
@@ -131,11 +131,14 @@ def _first_build_oracle() -> str:
 # Written by `aoe arena init` from the runner's built-in first-build oracle
 # (aoe_tui/agents/oracle.py): the records service of apps/builder_app.py.txt in the
 # builder-app.service slot. `--agent scripted:NAME` runs it with AOE_FAULT=NAME first:
+# fault hasty: answers GET /records/<id> with a JSON wrapper, so write-read reads back a different value
 # fault memory: keeps the records in a Python dict, so service-restart finds the record lost
 # fault volatile: keeps the records in sqlite under /run (tmpfs), which host-reboot empties
 set -euo pipefail
+wrap=False
 case "${{AOE_FAULT:-}}" in
   "")       storage={DURABLE_STORAGE} ;;
+  hasty)    storage={DURABLE_STORAGE} wrap=True ;;
   memory)   storage={SCRIPTED_BUILDERS["memory"][0]} ;;
   volatile) storage={SCRIPTED_BUILDERS["volatile"][0]} ;;
   *)        echo "oracle.sh: unknown fault '$AOE_FAULT'" >&2; exit 2 ;;
@@ -143,7 +146,7 @@ esac
 echo "aoe-step: writing /opt/builder/app.py (storage $storage) and restarting builder-app.service"
 app=$(mktemp)
 trap 'rm -f "$app"' EXIT
-sed "s|__STORAGE__|$storage|" > "$app" <<'PY'
+sed -e "s|__STORAGE__|$storage|" -e "s|__WRAP_READS__|$wrap|" > "$app" <<'PY'
 {app.rstrip()}
 PY
 {{
@@ -173,8 +176,8 @@ def _complete(dest: Path) -> list[str]:
     if not builder.exists():
         builder.parent.mkdir(parents=True, exist_ok=True)
         builder.write_text(_first_build_oracle(), encoding="utf-8")
-        notes.append("adapters/builders/oracle.sh: the runner's built-in first-build oracle, with its memory "
-                     "and volatile builders as declared faults")
+        notes.append("adapters/builders/oracle.sh: the runner's built-in first-build oracle, with its hasty, "
+                     "memory and volatile builders as declared faults")
     if not (dest / "territory" / "recipe.toml").exists():
         (dest / "territory").mkdir(exist_ok=True)
         (dest / "territory" / "recipe.toml").write_text(PLAIN_RECIPE, encoding="utf-8")
