@@ -22,7 +22,7 @@ served=0 shed=0 timed_out=0 refused=0 wrong=0 first=""
 for n in $(seq 1 $N); do
   code=$(cat "$WORK/code.$n" 2>/dev/null); rc=$(cat "$WORK/rc.$n" 2>/dev/null)
   [[ "$code" =~ ^[0-9]{3}$ ]] || code=000
-  if [[ "$code" == 200 ]] && body_is "$WORK/body.$n" "optional:bounded-$n"; then
+  if [[ "$code" == 200 ]] && body_reads "$WORK/body.$n" "optional:bounded-$n"; then
     served=$((served + 1)); continue
   fi
   if [[ "$code" == 429 || "$code" == 503 ]]; then

@@ -8,8 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 need_env AOE_HOST AOE_SERVICE_PORT AOE_EVIDENCE_FILE AOE_PREVIOUS_EVIDENCE
 
-record=$(previous_field restart-under-load record)
-value=$(previous_field restart-under-load value)
+previous_fields record=restart-under-load.record value=restart-under-load.value
 [[ -n "$record" && -n "$value" ]] || fail "no restart-under-load evidence (record/value) in $AOE_PREVIOUS_EVIDENCE"
 
 LOST_AFTER_MS=${LOST_AFTER_MS:-5000}

@@ -17,11 +17,8 @@ optional_load peak 24 4
 sleep 0.1
 
 for k in 0 1 2 3; do
-  http PUT "/priority/${ids[$k]}" 2 /dev/null "${values[$k]}"
-  if [[ "$HTTP_CODE" == 000 ]]; then
-    fail "write $((k + 1)) of 4 at the optional peak: $(no_answer "PUT /priority/${ids[$k]}" 2) (24 optional requests in flight; expected 204)"
-  fi
-  [[ "$HTTP_CODE" == 204 ]] || fail "write $((k + 1)) of 4 at the optional peak: PUT /priority/${ids[$k]} returned HTTP $HTTP_CODE, expected 204"
+  put_204 "/priority/${ids[$k]}" "${values[$k]}" 2 "write $((k + 1)) of 4 at the optional peak: " \
+    " (24 optional requests in flight; expected 204)"
 done
 for k in 0 1 2 3; do
   check_get "/priority/${ids[$k]}" "${values[$k]}" 2 "a record acknowledged with 204" \

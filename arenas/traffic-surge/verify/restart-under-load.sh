@@ -38,11 +38,7 @@ for _ in $(seq 1 20); do
   sleep 0.25
 done
 
-http PUT "/priority/$record" 2 /dev/null "$value"
-if [[ "$HTTP_CODE" == 000 ]]; then
-  fail "after restarting traffic-surge.service under optional load, $(no_answer "PUT /priority/$record" 2) (expected 204)"
-fi
-[[ "$HTTP_CODE" == 204 ]] || fail "after restarting traffic-surge.service under optional load, PUT /priority/$record returned HTTP $HTTP_CODE, expected 204"
+put_204 "/priority/$record" "$value" 2 "after restarting traffic-surge.service under optional load, " " (expected 204)"
 check_get "/priority/$record" "$value" 2 "the record just written" \
   || fail "after restarting traffic-surge.service under optional load and a 204, $CHECK_REASON"
 
