@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from arena_support import (ARENAS, booted_territories, events_of, guest, http, passed_view, reboot, run_heat, sh, show,
-                           verify)
+from arena_support import (ARENAS, booted_territories, deploy, events_of, guest, http, passed_view, reboot, run_heat, sh,
+                           show, verify)
 
 pytestmark = [pytest.mark.container]
 
@@ -68,11 +68,8 @@ async def file_facts(t, path: str) -> tuple[str, bytes]:
 
 async def deploy_checked(t, builder: str) -> str:
     """Run the builder ``builder`` in ``t`` (up to 120 s) as ``scripted:NAME`` does: ``builders/oracle.sh``
-    after a first line ``AOE_FAULT=NAME`` (empty for the oracle); it reports 3 to 6 steps."""
-    fault = "" if builder == "oracle" else builder
-    script = f"AOE_FAULT={fault}\n" + (ARENA / "adapters/builders/oracle.sh").read_text()
-    status, out, err = await guest(t, "bash -s", input=script, timeout_s=120)
-    assert status == 0, f"builder {builder} failed: {err.strip()}"
+    after a first line ``AOE_FAULT=NAME`` (:func:`arena_support.deploy`); it reports 3 to 6 steps."""
+    out = await deploy(ARENA, t, builder, timeout_s=120)
     assert 3 <= out.count("aoe-step:") <= 6, out
     return out
 

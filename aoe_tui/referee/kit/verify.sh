@@ -13,6 +13,10 @@
 #   curl_call ARGS...        curl -sS ARGS; sets CURL_OUT (write-out), CURL_RC, HTTP_ERR
 #   http_get PATH OUT        GET from the service, body to OUT; prints the status (000 = none)
 #   http_put PATH VALUE      PUT VALUE; prints the status
+#                            (HTTP_TIMEOUT seconds each, default 3; also sets CURL_OUT and
+#                            HTTP_ERR, which `code=$(http_get ...)` loses in its subshell:
+#                            call `http_get PATH OUT >/dev/null; code=${CURL_OUT:-000}` to
+#                            keep curl's error for a failure line)
 #   body_is FILE VALUE       FILE's bytes are VALUE
 #   previous_field M F       field F of milestone M's earlier evidence (or empty)
 #   previous_fields V=M.F... several at once into variables
@@ -21,8 +25,12 @@
 #                            (exit 125 "tampering: ..." when a binary the referee runs was
 #                            replaced, 255 when the territory cannot be reached)
 #   territory_leader, territory_state, referee_tampering, service_listener PORT
+#   restart_unit [--reset-failed] UNIT [AFTER]
+#                            restart UNIT in the territory and prove it restarted (fails
+#                            as tampering when it did not); RESTART_OUT: the output
 #   unit_ids TAG UNIT..., restart_tampering OUT UNIT..., without_ids OUT
-#                            systemd restarts that cannot be faked
+#                            the same parts for a restart of your own (several units, ids
+#                            in the evidence)
 #   json_str VALUE           VALUE as a JSON string
 #   write_evidence JSON      the evidence, written atomically to AOE_EVIDENCE_FILE
 #   now_s, now_ms            wall-clock seconds / milliseconds
@@ -487,30 +495,7 @@ without_ids() {
     [[ "$line" =~ $re ]] || printf '%s\n' "$line"
   done <<< "$1"
 }
-# --- end of the referee's access block ----------------------------------------------------
 
-# json_str VALUE: VALUE as a JSON string, byte for byte what `jq -cn --arg s VALUE '$s'`
-# prints; strings made only of the characters listed below need no escaping and are quoted
-# without a jq run (jq 1.6 costs ~45 ms of CPU a start), any other string goes to jq
-json_str() {
-  if [[ -z "${1//[abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.:\/+=@,%-]/}" ]]; then
-    printf '"%s"' "$1"
-  else
-    jq -cn --arg s "$1" '$s'
-  fi
-}
-
-# write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE
-write_evidence() {
-  local tmp="$AOE_EVIDENCE_FILE.tmp.$$"
-  printf '%s\n' "$1" > "$tmp" && mv -f "$tmp" "$AOE_EVIDENCE_FILE" || fail "cannot write evidence file $AOE_EVIDENCE_FILE"
-}
-
-# now_s: wall-clock seconds (integer) for poll deadlines; now_ms: milliseconds
-now_s() { printf '%s' "$EPOCHSECONDS"; }
-now_ms() { local t=${EPOCHREALTIME/[.,]/}; printf '%s' $((t / 1000)); }
-
-# --- added for zero-downtime-rollout (issue #29) ---
 # restart_unit [--reset-failed] UNIT [AFTER]: restart UNIT in the territory (guest, one call:
 # `systemctl reset-failed UNIT` first with --reset-failed, so an earlier start limit does not
 # refuse the restart; then `systemctl restart UNIT`; then AFTER, guest shell text run whatever
@@ -535,4 +520,25 @@ exit \$rc" 2>&1)
   [[ $rc == 0 ]] || fail "systemctl restart $1 failed (exit $rc): $said"
   [[ -z "$tampering" ]] || fail "$tampering"
 }
-# --- end zero-downtime-rollout ---
+# --- end of the referee's access block ----------------------------------------------------
+
+# json_str VALUE: VALUE as a JSON string, byte for byte what `jq -cn --arg s VALUE '$s'`
+# prints; strings made only of the characters listed below need no escaping and are quoted
+# without a jq run (jq 1.6 costs ~45 ms of CPU a start), any other string goes to jq
+json_str() {
+  if [[ -z "${1//[abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.:\/+=@,%-]/}" ]]; then
+    printf '"%s"' "$1"
+  else
+    jq -cn --arg s "$1" '$s'
+  fi
+}
+
+# write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE
+write_evidence() {
+  local tmp="$AOE_EVIDENCE_FILE.tmp.$$"
+  printf '%s\n' "$1" > "$tmp" && mv -f "$tmp" "$AOE_EVIDENCE_FILE" || fail "cannot write evidence file $AOE_EVIDENCE_FILE"
+}
+
+# now_s: wall-clock seconds (integer) for poll deadlines; now_ms: milliseconds
+now_s() { printf '%s' "$EPOCHSECONDS"; }
+now_ms() { local t=${EPOCHREALTIME/[.,]/}; printf '%s' $((t / 1000)); }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Milestone worker-restart: the verifier restarts job-worker.service over SSH (the unit
+# Milestone worker-restart: the verifier restarts job-worker.service (the toolkit's restart_unit; the unit
 # must exist), then ONE immediate GET /jobs/<id> (3 s) of the process-new job must still
 # show it completed exactly once (id, payload, status "completed", result
 # "processed:<payload>", attempts 1): the API stays up while the worker restarts, and a
@@ -13,18 +13,8 @@ previous_fields job=process-new.job payload=process-new.payload
 
 load_password
 unit=job-worker.service
-out=$(guest "$(unit_ids before $unit)systemctl restart $unit 2>&1; rc=\$?; $(unit_ids after $unit)cat /proc/sys/kernel/random/boot_id; exit \$rc" 2>&1)
-rc=$?
-tampering=$(restart_tampering "$out" $unit)
-out=$(without_ids "$out")
-[[ $rc != 125 ]] || fail "$(printf '%s' "$out" | head -n 1)"
-boot_id=$(printf '%s\n' "$out" | tail -n 1 | tr -d '[:space:]')
-if [[ $rc == 255 ]]; then
-  said=$(printf '%s' "$out" | tr '\n' ' ' | head -c 200)
-  fail "cannot log in to the territory over SSH to restart $unit: ${said:-ssh exited 255 without a message}"
-fi
-[[ $rc == 0 ]] || fail "systemctl restart $unit failed (exit $rc): $(printf '%s' "$out" | head -n 1 | head -c 200)"
-[[ -z "$tampering" ]] || fail "$tampering"
+restart_unit $unit 'cat /proc/sys/kernel/random/boot_id'
+boot_id=$(printf '%s\n' "$RESTART_OUT" | tail -n 1 | tr -d '[:space:]')
 
 job_check "$job" "$payload" 3
 after="right after systemctl restart $unit"

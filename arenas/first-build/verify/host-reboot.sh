@@ -28,9 +28,9 @@ body=$(mktemp); trap 'rm -f "$body"' EXIT
 last="no attempt"
 first_404=""
 while :; do
-  hcode=$(http_get /health "$body")
+  http_get /health "$body" >/dev/null; hcode=${CURL_OUT:-000}
   if [[ "$hcode" == 200 ]]; then
-    code=$(http_get "/records/$record" "$body")
+    http_get "/records/$record" "$body" >/dev/null; code=${CURL_OUT:-000}
     if [[ "$code" == 200 ]] && body_is "$body" "$value"; then break; fi
     if [[ "$code" == 404 ]]; then
       first_404=${first_404:-$(now_ms)}

@@ -40,7 +40,7 @@ deadline=$(( $(now_s) + ${RESTART_POLL_SECONDS:-11} ))
 last="no attempt"
 first_404=""
 while :; do
-  code=$(http_get "/records/$record" "$body")
+  http_get "/records/$record" "$body" >/dev/null; code=${CURL_OUT:-000}
   if [[ "$code" == 200 ]] && body_is "$body" "$value"; then break; fi
   if [[ "$code" == 404 ]]; then
     first_404=${first_404:-$(now_ms)}

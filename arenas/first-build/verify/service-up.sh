@@ -5,7 +5,7 @@
 need_env AOE_HOST AOE_SERVICE_PORT AOE_EVIDENCE_FILE
 
 body=$(mktemp); trap 'rm -f "$body"' EXIT
-code=$(http_get /health "$body")
+http_get /health "$body" >/dev/null; code=${CURL_OUT:-000}
 [[ "$code" != 000 ]] || fail "GET /health: no answer${HTTP_ERR:+ ($HTTP_ERR)}"
 [[ "$code" == 200 ]] || fail "GET /health returned HTTP $code, expected 200"
 got=$(head -c 200 "$body")

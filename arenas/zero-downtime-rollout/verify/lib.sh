@@ -26,7 +26,7 @@ WHY=""
 get_check() {
   local body code got ok=1
   body=$(mktemp)
-  code=$(http_get "$1" "$body")
+  http_get "$1" "$body" >/dev/null; code=${CURL_OUT:-000}
   if [[ "$code" == 200 ]]; then
     if [[ "$3" == word ]]; then got=$(head -c 200 "$body"); [[ "${got%$'\n'}" == "$2" ]] && ok=0
     else body_is "$body" "$2" && ok=0; fi

@@ -9,7 +9,7 @@ need_env AOE_HOST AOE_SERVICE_PORT AOE_EVIDENCE_FILE
 record="rollout-$(random_hex 8)"
 value="opaque-$(random_hex 12)"
 
-code=$(http_put "/records/$record" "$value")
+http_put "/records/$record" "$value" >/dev/null; code=${CURL_OUT:-000}
 [[ "$code" != 000 ]] || fail "PUT /records/$record: no answer within 2 s${HTTP_ERR:+ ($HTTP_ERR)}"
 [[ "$code" == 204 ]] || fail "PUT /records/$record returned HTTP $code, expected 204"
 get_check "/records/$record" "$value" exact || fail "right after a 204 PUT: $WHY"

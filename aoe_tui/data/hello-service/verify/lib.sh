@@ -21,7 +21,7 @@ answer() {
 greets() {
   local id=$1 name=$2 deadline=$(( $(now_s) + $3 )) when=$4 code first_404=""
   while :; do
-    code=$(http_get "/hello/$id" "$BODY")
+    http_get "/hello/$id" "$BODY" >/dev/null; code=${CURL_OUT:-000}
     if [[ "$code" == 200 ]] && body_is "$BODY" "hello, $name"; then return 0; fi
     if [[ "$code" == 404 ]]; then
       first_404=${first_404:-$(now_ms)}

@@ -4,6 +4,6 @@
 . "$(dirname "$0")/lib.sh"
 need_env AOE_HOST AOE_SERVICE_PORT AOE_EVIDENCE_FILE
 
-code=$(http_get /health "$BODY")
+http_get /health "$BODY" >/dev/null; code=${CURL_OUT:-000}
 [[ "$code" == 200 ]] && body_is "$BODY" ready || fail "GET /health gave $(answer "$code"), expected 200 'ready'"
 write_evidence '{"health":"ready"}'
