@@ -163,3 +163,19 @@ def test_job_plainly_ok_never_accepts_what_jq_rejects(tmp_path):
         assert ok or not fast, text
         verdicts[text] = fast
     assert [t for t, fast in verdicts.items() if fast] == JOB_BODIES[:4]
+
+
+def test_json_field_reads_a_top_level_field_as_text(tmp_path):
+    """The toolkit's json_field: a field of a JSON object as jq -r prints it, empty for
+    anything else (not an object, no such field, not JSON, no file)."""
+    kit = os.environ["AOE_TUI_VERIFY_KIT"]
+    (tmp_path / "job.json").write_text('{"status": "completed", "attempts": 1, "result": {"a": [1]}, "none": null}')
+    (tmp_path / "list.json").write_text('[{"status": "x"}]')
+    (tmp_path / "bad.json").write_text('{"status": ')
+    cases = [("job.json", "status", "completed"), ("job.json", "attempts", "1"), ("job.json", "result", '{"a":[1]}'),
+             ("job.json", "none", ""), ("job.json", "missing", ""), ("list.json", "status", ""),
+             ("bad.json", "status", ""), ("absent.json", "status", "")]
+    for name, key, want in cases:
+        out = subprocess.run(["bash", "-c", f'. "{kit}"; printf "[%s]" "$(json_field "$1" "$2")"', "-",
+                              str(tmp_path / name), key], capture_output=True, text=True, timeout=30)
+        assert out.stdout == f"[{want}]", (name, key, out.stdout, out.stderr)

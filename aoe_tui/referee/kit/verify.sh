@@ -32,6 +32,7 @@
 #                            the same parts for a restart of your own (several units, ids
 #                            in the evidence)
 #   json_str VALUE           VALUE as a JSON string
+#   json_field FILE KEY      a JSON answer's top-level field as text (empty when absent)
 #   write_evidence JSON      the evidence, written atomically to AOE_EVIDENCE_FILE
 #   now_s, now_ms            wall-clock seconds / milliseconds
 # Environment (spec §4): AOE_TERRITORY_ID AOE_HOST AOE_SSH_PORT AOE_SERVICE_PORT
@@ -531,6 +532,12 @@ json_str() {
   else
     jq -cn --arg s "$1" '$s'
   fi
+}
+
+# json_field FILE KEY: a JSON answer's top-level field KEY as text (jq -r's; objects and
+# arrays as JSON), empty when FILE is not a JSON object or has no such field (one jq run)
+json_field() {
+  jq -r --arg k "$2" 'if type == "object" then .[$k] // "" | tostring else "" end' "$1" 2>/dev/null
 }
 
 # write_evidence JSON: store the evidence (must be valid JSON) at AOE_EVIDENCE_FILE

@@ -22,7 +22,7 @@ after="right after systemctl restart $unit"
 [[ "$HTTP_CODE" != 404 ]] || fail "$after, GET /jobs/$job returned HTTP 404: the completed job was lost"
 answered "$HTTP_CODE" || fail "$after, GET /jobs/$job returned HTTP $HTTP_CODE, expected the completed job"
 if [[ -n "$JOB_WHY" ]]; then
-  status=$(jq -r 'if type == "object" then .status // "" | tostring else "" end' "$BODY" 2>/dev/null)
+  status=$(json_field "$BODY" status)
   why=""
   if processed_again; then
     why=" (the restarted worker processed the finished job again)"
