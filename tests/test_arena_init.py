@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from aoe_tui.commands.arena_init import display_name
+
 from arena_support import need_container_host
 
 REPO = Path(__file__).resolve().parent.parent
@@ -121,13 +123,50 @@ def test_init_from_each_of_our_arenas(tmp_path: Path, arena: str) -> None:
     tests/test_referee_access.py's check on the packages themselves)."""
     from aoe_tui.agents.registry import package_builders
 
-    pkg = init(tmp_path, f"from-{arena}", "--from", arena)
+    source = arena if arena != "durable-job-queue" else str(REPO / "arenas" / arena / "arena.toml")  # a manifest path too
+    pkg = init(tmp_path, f"from-{arena}", "--from", source)
     assert tomllib.loads((pkg / "arena.toml").read_text())["arena"]["id"] == f"from-{arena}"
+    # the package's other manifest (upstream's agents-real.toml) is renamed the same way
+    real = tomllib.loads((pkg / "agents-real.toml").read_text())["arena"]
+    was = tomllib.loads((REPO / "arenas" / arena / "agents-real.toml").read_text())["arena"]["id"]
+    assert real["id"] == was.replace(arena, f"from-{arena}"), real
+    assert display_name(f"from-{arena}") in real["display_name"], real
     assert (pkg / "territory" / "recipe.toml").is_file()
     assert os.access(pkg / "adapters" / "oracle.sh", os.X_OK)
     assert (pkg / "adapters" / "builders" / "oracle.sh").is_file()
     faulty = set(package_builders(pkg)) - {"scripted:slow"}
     assert len(faulty) >= 2, faulty
+
+
+def test_validate_warns_of_a_fault_the_oracle_never_runs(tmp_path: Path) -> None:
+    """``aoe arena validate`` warns (the package stays valid) of a ``# fault NAME:`` line with no
+    branch of the AOE_FAULT switch, a fault line that is not one, and verifiers that break the
+    toolkit's rules (a redefined toolkit name, their own SSH session); the example has none."""
+    pkg = init(tmp_path, "faulty")
+    oracle = pkg / "adapters" / "builders" / "oracle.sh"
+    assert "declared but" not in aoe("arena", "validate", "faulty", cwd=tmp_path).stderr
+    oracle.write_text(oracle.read_text().replace("# fault memory:", "# fault memory-leak: grows until OOM\n# fault memory:", 1))
+    v = aoe("arena", "validate", "faulty", cwd=tmp_path)
+    assert v.returncode == 0, v.stderr
+    assert f"warning: {oracle.relative_to(tmp_path)}: fault memory-leak is declared but the script never mentions it " \
+           "again (no branch of its AOE_FAULT switch runs it)\n" in v.stderr, v.stderr
+    assert v.stderr.count("is declared but") == 1, v.stderr  # memory (a prefix of memory-leak) has its branch
+    # a fault line that is not one, and verifiers that break the toolkit's rules
+    oracle.write_text(oracle.read_text().replace("set -", "#fault Bad_Name no colon\nset -", 1))
+    lib = pkg / "verify" / "lib.sh"
+    lib.write_text(lib.read_text() + "fail() { echo mine; exit 1; }\nHTTP_ERR=x\n")
+    up = pkg / "verify" / "service-up.sh"
+    up.write_text(up.read_text() + "# ssh -p 22 in a comment is fine\nsshpass -e ssh -p 22 root@x true\n")
+    v = aoe("arena", "validate", "faulty", cwd=tmp_path)
+    assert v.returncode == 0, v.stderr
+    assert "'#fault Bad_Name no colon' is not a fault declaration (write '# fault NAME: WHY'" in v.stderr, v.stderr
+    assert "verify/lib.sh: redefines the verifier toolkit's HTTP_ERR, fail (use the toolkit's" in v.stderr, v.stderr
+    assert "verify/service-up.sh: opens its own SSH or nsenter session" in v.stderr, v.stderr
+    assert v.stderr.count("opens its own") == 1, v.stderr
+    # self-contained verifiers (upstream's way: no toolkit) define their own fail and use ssh: not checked
+    lib.write_text("fail() { echo \"$*\" >&2; exit 1; }\nHTTP_ERR=x\n")
+    v = aoe("arena", "validate", "faulty", cwd=tmp_path)
+    assert v.returncode == 0 and "toolkit" not in v.stderr and "opens its own" not in v.stderr, v.stderr
 
 
 def test_refusals_are_one_line(tmp_path: Path) -> None:

@@ -64,13 +64,15 @@ def test_every_arena_uses_the_same_referee_access():
     block = _access_block(KIT)
     libs = sorted(REPO.glob("arenas/*/verify/lib.sh"))
     assert len(libs) >= 5
-    kit_names = set(re.findall(r"^([A-Za-z_][A-Za-z_0-9]*)(?:\(\) |=)", KIT.read_text(), re.M))
+    from aoe_tui.referee.verifier import SHELL_DEFINITION_RE, kit_names
+
+    kit_names = kit_names()
     assert {"guest", "territory_state", "referee_check", "REFEREE_ENTER", "write_evidence"} <= kit_names
     for lib in libs:
         text = lib.read_text()
         assert BLOCK_START not in text, f"{lib}: carries its own copy of the referee access block"
         assert '. "${AOE_TUI_VERIFY_KIT:?' in text, f"{lib}: does not source the verifier toolkit"
-        own = set(re.findall(r"^([A-Za-z_][A-Za-z_0-9]*)(?:\(\) |=)", text, re.M))
+        own = set(SHELL_DEFINITION_RE.findall(text))
         assert not own & kit_names, f"{lib}: redefines the toolkit's {sorted(own & kit_names)}"
     # the host-side entry the verifiers use is the provider's own (no capabilities kept)
     from aoe_tui.runtime.container import ENTER_GUEST

@@ -78,6 +78,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             report.schema_version = loaded.manifest.schema_version
     else:
         report = validate_package(given)
+        report.warnings.extend(_builder_warnings(Path(report.root)) + _toolkit_warnings(Path(report.root)))
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
         return 0 if report.valid else 1
@@ -98,6 +99,60 @@ def cmd_validate(args: argparse.Namespace) -> int:
         + (f", {len(report.warnings)} warnings" if report.warnings else "")
     )
     return 0
+
+
+def _builder_warnings(root: Path) -> list[str]:
+    """Warnings about the package's oracle builder (docs/arena-packages.md, "Builders: the
+    oracle plus faults"): a ``# fault NAME:`` line whose NAME the script never mentions again
+    (no branch of its ``AOE_FAULT`` switch runs it)."""
+    import re
+
+    from aoe_tui.agents.scripted import FAULT_RE, builder_faults
+
+    oracle = root / "adapters" / "builders" / "oracle.sh"
+    try:
+        text = oracle.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    out = [f"{oracle}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0).strip()!r} is not a fault declaration "
+           f"(write '# fault NAME: WHY', NAME of letters, digits, '.', '_', '-')"
+           for m in re.finditer(r"(?m)^#[ \t]*fault\b.*$", text) if not FAULT_RE.fullmatch(m.group(0))]
+    body = FAULT_RE.sub("", text)
+    out += [f"{oracle}: fault {name} is declared but the script never mentions it again "
+            f"(no branch of its AOE_FAULT switch runs it)"
+            for name in builder_faults(oracle) if not re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", body)]
+    return out
+
+
+def _toolkit_warnings(root: Path) -> list[str]:
+    """Warnings about verifiers that use the runner's verifier toolkit (docs/arena-packages.md,
+    "The verifier toolkit", its rules): a ``verify/*.sh`` that redefines a name the toolkit
+    defines, or opens its own SSH or ``nsenter`` session. Packages that do not use the toolkit
+    (upstream's) are not checked."""
+    import re
+
+    from aoe_tui.referee.verifier import SHELL_DEFINITION_RE, VERIFY_KIT_ENV, kit_names
+
+    scripts = sorted((root / "verify").glob("*.sh"))
+    texts = {}
+    for script in scripts:
+        try:
+            texts[script] = script.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    if not any(VERIFY_KIT_ENV in t for t in texts.values()):
+        return []
+    out = []
+    for script, text in texts.items():
+        mine = sorted(set(SHELL_DEFINITION_RE.findall(text)) & kit_names())
+        if mine:
+            out.append(f"{script}: redefines the verifier toolkit's {', '.join(mine)} (use the toolkit's, or "
+                       "another name: its guest access must stay the referee's)")
+        code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+        if re.search(r"\b(sshpass|ssh|nsenter)\s+-", code):
+            out.append(f"{script}: opens its own SSH or nsenter session (use the toolkit's guest: it runs out "
+                       "of the player's reach)")
+    return out
 
 
 def _validate_suite(given: str, args: argparse.Namespace) -> int:

@@ -50,7 +50,8 @@ def register(asub: argparse._SubParsersAction) -> None:
         description="Write a new arena package into ./NAME (or --dir FOLDER), renamed to NAME, from the "
                     "hello-service example or another package. docs/arena-packages.md goes on from there.",
     )
-    p.add_argument("name", metavar="NAME", help="the new arena's id: lowercase letters, digits and '-'")
+    p.add_argument("name", metavar="NAME", help="the new arena's id: 2-64 lowercase letters, digits and '-', "
+                   "starting and ending with a letter or digit")
     p.add_argument("--from", dest="source", default="hello-service", metavar="SOURCE",
                    help="hello-service (default), an arena package's name (e.g. first-build) or folder")
     p.add_argument("--dir", metavar="FOLDER", help="where to write the package (default: ./NAME)")
@@ -66,6 +67,8 @@ def resolve_source(source: str) -> Path:
     if source == "hello-service":
         return TEMPLATE
     p = Path(source)
+    if p.is_file() and p.name == "arena.toml":  # the package's manifest, as validate and match run take it
+        p = p.parent
     if p.is_dir() and (p / "arena.toml").is_file():
         return p
     if "/" not in source:
@@ -105,6 +108,22 @@ def _rename(dest: Path, name: str) -> None:
     body = body.replace(old_id.group(0), f'id = "{name}"', 1)
     body = body.replace(old_display.group(0), f'display_name = "{new_display}"', 1)
     mpath.write_text(text[:start] + body + text[end:], encoding="utf-8")
+    # the package's other manifests (upstream's agents-real.toml: "first-build-real", "First
+    # Build: Real Agents") follow: the old id and display name in theirs become the new ones
+    for other in sorted(dest.glob("*.toml")):
+        if other.name == "arena.toml" or other.is_symlink():
+            continue
+        t = other.read_text(encoding="utf-8")
+        try:
+            o_start, o_end = _arena_table(t)
+        except AoeError:
+            continue
+        o_body = t[o_start:o_end]
+        for key, old_v, new_v in (("id", old_id.group(1), name), ("display_name", old_display.group(1), new_display)):
+            o_body = re.sub(rf'(?m)^({key}\s*=\s*")([^"]*)(")', lambda m: m.group(1) + m.group(2).replace(old_v, new_v)
+                            + m.group(3), o_body, count=1)
+        if o_body != t[o_start:o_end]:
+            other.write_text(t[:o_start] + o_body + t[o_end:], encoding="utf-8")
     for md in sorted(dest.rglob("*.md")):
         if md.is_symlink() or not md.is_file():
             continue

@@ -47,8 +47,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -62,7 +64,7 @@ from typing import Any
 from aoe_tui.fsio import is_no_space, sweep_pid_folders, write_atomic
 from aoe_tui.runtime.procs import Starter, wait_exited
 
-__all__ = ["VERIFY_KIT", "VERIFY_KIT_ENV", "VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "previous_fields_bytes", "run_verifier",
+__all__ = ["SHELL_DEFINITION_RE", "VERIFY_KIT", "VERIFY_KIT_ENV", "kit_names", "VerifierOutcome", "end_leftover_verifiers", "previous_evidence_json", "previous_fields_bytes", "run_verifier",
            "verifier_env", "verifier_tmpdir"]
 
 #: Upper bound on the stderr kept as a failure detail (characters).
@@ -174,6 +176,15 @@ def previous_fields_bytes(milestones: dict[str, Any]) -> bytes | None:
 VERIFY_KIT = Path(__file__).resolve().parent / "kit" / "verify.sh"
 #: The variable naming it in the verifier environment (ours, not one of upstream's §4 set).
 VERIFY_KIT_ENV = "AOE_TUI_VERIFY_KIT"
+#: A shell function (``name() ``) or variable (``NAME=``) defined at a line's start.
+SHELL_DEFINITION_RE = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*)(?:\(\) |=)", re.M)
+
+
+@functools.cache
+def kit_names() -> frozenset[str]:
+    """The names the verifier toolkit defines (functions and variables, by
+    :data:`SHELL_DEFINITION_RE`), which a package's verifiers must not redefine."""
+    return frozenset(SHELL_DEFINITION_RE.findall(VERIFY_KIT.read_text(encoding="utf-8")))
 
 
 def verifier_env(
