@@ -195,10 +195,11 @@ def test_refusals_are_one_line(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------- real heats
 
 
-def race(pkg: Path, out: Path, *agents: str, env: dict | None = None) -> tuple[dict, list[dict], float]:
-    """``aoe match run PKG --agent ...`` on container territories; (world, events, wall s)."""
+def race(pkg: Path, out: Path, *agents: str, env: dict | None = None,
+         extra: tuple[str, ...] = ()) -> tuple[dict, list[dict], float]:
+    """``aoe match run PKG --agent ... EXTRA`` on container territories; (world, events, wall s)."""
     need_container_host()
-    args = [a for spec in agents for a in ("--agent", spec)]
+    args = [a for spec in agents for a in ("--agent", spec)] + list(extra)
     started = time.monotonic()
     r = aoe("match", "run", pkg.name, *args, "-o", str(out), "--drain-seconds", "3", "-q",
             cwd=pkg.parent, env=env, timeout=300)
@@ -279,3 +280,21 @@ def test_the_tutorial_cup_loads_on_an_initialised_package(tmp_path: Path) -> Non
     assert [load_manifest(a).manifest.arena.id for a in loaded.arena_paths] == ["my-arena"]
     assert [e.adapter for e in loaded.season.entrants] == ["oracle", "scripted:slow", "scripted:memory",
                                                           "scripted:volatile"]
+
+
+@pytest.mark.container
+def test_a_short_race_ends_at_duration_seconds(tmp_path: Path) -> None:
+    """``aoe match run --duration-seconds N``: a race nobody can win (three in-memory builders)
+    ends on the timer at N s, not the manifest's 600 s; a value that is not positive is one
+    line, and the manifest itself is untouched."""
+    pkg = init(tmp_path, "short")
+    r = aoe("match", "run", "short", "--duration-seconds", "0", "-o", str(tmp_path / "refused"), cwd=tmp_path)
+    assert r.returncode != 0 and "--duration-seconds 0: must be a positive number of seconds" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    world, events, wall = race(pkg, tmp_path / "heat", *["scripted:memory"] * 3, extra=("--duration-seconds", "15"))
+    assert world["winner"] is None, world
+    ends = [e for e in events if e.get("reason") == "match timer expired"]
+    assert ends and 15_000 <= ends[0]["elapsed_ms"] < 18_000, ends
+    assert wall < 90, wall
+    assert tomllib.loads((pkg / "arena.toml").read_text())["rules"]["duration_seconds"] == 600
+    print(f"short race: wall {wall:.1f} s")

@@ -69,6 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--inventory", metavar="FILE", help="host inventory TOML (--provider ssh)")
     r.add_argument("--drain-seconds", type=float, default=30.0, metavar="N",
                    help="post-match drain window in seconds (default 30, as upstream)")
+    r.add_argument("--duration-seconds", type=int, default=None, metavar="N",
+                   help="end the heat after N seconds instead of the manifest's rules.duration_seconds "
+                        "(a short race while writing an arena; a season's [arena_overrides] does the same)")
     r.add_argument("--verifier-concurrency", type=int, default=4, metavar="N",
                    help="verifier processes at once across all territories (default 4)")
     r.add_argument("--quiet", "-q", action="store_true", help="print only the final result")
@@ -191,6 +194,23 @@ class ProgressPrinter:
 # ---------------------------------------------------------------------------- command
 
 
+def _with_duration(loaded: Any, seconds: int) -> Any:
+    """``loaded`` with ``rules.duration_seconds`` = ``seconds`` (``--duration-seconds``; as a
+    season's ``[arena_overrides]``: a verifier still running at the timer is ended with the heat).
+
+    Raises:
+        UsageError: ``seconds`` is not positive.
+    """
+    from aoe_tui.domain.arena import LoadedManifest
+
+    m = loaded.manifest
+    if seconds < 1:
+        raise UsageError(f"--duration-seconds {seconds}: must be a positive number of seconds")
+    rules = m.rules.model_copy(update={"duration_seconds": seconds})
+    return LoadedManifest(manifest=m.model_copy(update={"rules": rules}), path=loaded.path,
+                          arena_dir=loaded.arena_dir, raw=loaded.raw, path_text=loaded.path_text)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from aoe_tui.domain.arena import load_manifest, resolve_manifest_path
     from aoe_tui.referee.heat import bundle_path, check_output_dir
@@ -199,6 +219,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     loaded = load_manifest(resolve_manifest_path(args.manifest))
     if not loaded.manifest.is_build_race or loaded.manifest.build is None:
         raise AoeError(f"{loaded.path}: arena mode is not build_race; only build races can be run")
+    if args.duration_seconds is not None:
+        loaded = _with_duration(loaded, args.duration_seconds)
     output = Path(args.output)
     check_output_dir(output)
     registered = _pairs(args.adapter, "--adapter")
