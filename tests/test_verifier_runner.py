@@ -84,6 +84,12 @@ async def test_failure_details(tmp_path):
     assert not out.passed and out.detail.startswith("invalid evidence: ")
     out = await _run(tmp_path, _script(tmp_path / "d.sh", "exit 3\n"))
     assert out.detail == "verifier exited with status 3"
+    # a verifier that never sourced the toolkit: bash's own lines, then a hint naming the toolkit
+    out = await _run(tmp_path, _script(tmp_path / "e.sh", "need_env AOE_HOST\nmy_own_helper\nfail 'no toolkit'\n"))
+    assert not out.passed and out.detail.endswith(
+        ": fail: not found (hint: need_env, fail are the verifier toolkit's: source the package's "
+        'verify/lib.sh, which sources "$AOE_TUI_VERIFY_KIT")'), out.detail
+    assert "my_own_helper: not found\n" in out.detail  # (sh's words; bash says "command not found")
 
 
 async def test_stale_evidence_does_not_pass(tmp_path):

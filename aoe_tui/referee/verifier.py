@@ -215,6 +215,18 @@ def verifier_env(
     return env
 
 
+def _missing_kit_hint(stderr: str) -> str:
+    """A hint for a verifier that called a toolkit function it never sourced (bash's ``NAME:
+    command not found``, dash's ``NAME: not found``, for a name :func:`kit_names` holds), to append to its failure
+    detail; ``""`` otherwise."""
+    missing = [n for n in dict.fromkeys(re.findall(r": ([A-Za-z_][A-Za-z_0-9]*): (?:command )?not found", stderr))
+               if n in kit_names()]
+    if not missing:
+        return ""
+    return (f" (hint: {', '.join(missing[:3])} {'is' if len(missing) == 1 else 'are'} the verifier toolkit's: "
+            f"source the package's verify/lib.sh, which sources \"${VERIFY_KIT_ENV}\")")
+
+
 #: name prefix of the heats' verifier ``TMPDIR`` folders (see :func:`verifier_tmpdir`)
 TMPDIR_PREFIX = "aoe-verifiers-"
 #: each heat's verifier ``TMPDIR`` by its absolute ``evidence/`` folder (see :func:`verifier_tmpdir`)
@@ -402,7 +414,8 @@ async def run_verifier(
                 text = "…" + text[-MAX_DETAIL_CHARS:]
             if not text:
                 text = f"verifier exited with status {code}" if code > 0 else f"verifier killed by signal {-code}"
-            return VerifierOutcome(passed=False, detail=text, duration_ms=elapsed(), exit_code=code)
+            return VerifierOutcome(passed=False, detail=text + _missing_kit_hint(text), duration_ms=elapsed(),
+                                   exit_code=code)
     finally:
         verifier_starter().submit(err_fh.close)  # freeing its blocks may wait for the disk
     try:
