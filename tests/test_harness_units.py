@@ -463,3 +463,20 @@ def test_preflight_checks_the_key_in_the_harnesss_own_api_before_any_territory(n
             asyncio.run(adapter.preflight_model("scripted/durable-sqlite"))
         assert err.value.failure_source == "provider" and "wrong" not in str(err.value)
         assert [r["path"].split("?")[0] for r in srv.requests] == [path, path]
+
+
+def test_npm_installs_keep_the_ca_settings_and_nothing_secret(monkeypatch):
+    """``npm install --prefix DIR`` reads DIR/etc/npmrc, not the system's global npmrc (where a
+    TLS-inspecting proxy's cafile is set), so the CA variables must reach npm; keys must not."""
+    from aoe_tui.agents.harness import tool_environment
+
+    monkeypatch.setenv("NODE_EXTRA_CA_CERTS", "/etc/ssl/certs/proxy.pem")
+    monkeypatch.setenv("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:4873/")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-secret")
+    env = tool_environment()
+    assert env["NODE_EXTRA_CA_CERTS"] == "/etc/ssl/certs/proxy.pem"
+    assert env["SSL_CERT_FILE"] == "/etc/ssl/certs/ca-certificates.crt"
+    assert env["npm_config_registry"] == "http://127.0.0.1:4873/"
+    assert "ANTHROPIC_API_KEY" not in env and "OPENROUTER_API_KEY" not in env

@@ -171,7 +171,11 @@ def npm_binary(name: str, version: str, rel_paths: tuple[str, ...], env_var: str
 #: environment (issue 27: package install scripts and the CLI never see an entrant's key)
 TOOL_ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM",
                  "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-                 "http_proxy", "https_proxy", "no_proxy")
+                 "http_proxy", "https_proxy", "no_proxy",
+                 # the CAs a TLS-inspecting proxy needs trusted: `npm install --prefix DIR` reads
+                 # DIR/etc/npmrc, not the system's global npmrc and its cafile, so node's own
+                 # NODE_EXTRA_CA_CERTS is what lets it reach the registry there
+                 "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR")
 
 
 def tool_environment() -> dict[str, str]:
