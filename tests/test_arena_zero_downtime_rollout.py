@@ -226,8 +226,14 @@ def http_or_none(t, path: str) -> int | None:
 
 def test_heat_oracle_hasty_memory(tmp_path: Path) -> None:
     out = tmp_path / "heat"
+    # the manifest's oracle adapter, 5 s late: memory's v2-restart (its own restart, then the
+    # record's 404) must fail before the oracle's durable ends the heat; on time, the oracle
+    # finished ~0.6 s after memory's v2-restart began in a loaded CI run
+    late = tmp_path / "late-oracle.sh"
+    late.write_text(f"#!/bin/sh\nsleep 5\nexec {ARENA / 'adapters' / 'oracle-rollout.sh'}\n")
+    late.chmod(0o755)
     started = time.monotonic()
-    world = run_heat(ARENA, out, ["oracle", "scripted:hasty", "scripted:memory"])
+    world = run_heat(ARENA, out, [f"command:{late}", "scripted:hasty", "scripted:memory"])
     wall = time.monotonic() - started
     assert wall < 120, f"heat took {wall:.0f} s"
     assert world.winner == "rollout-one"

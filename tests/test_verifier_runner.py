@@ -157,8 +157,13 @@ async def test_scratch_of_a_killed_verifier_is_removed_at_heat_end(tmp_path):
     work = Path((tmp_path / "evidence" / "builder-one" / "service-up.json.work").read_text().strip())
     heat_tmp = verifier_tmpdir(tmp_path / "evidence")
     assert work.parent == heat_tmp and work.is_dir()  # the trap never ran
+    # the toolkit's write_evidence temporary of a verifier killed before its rename goes too
+    ev = tmp_path / "evidence" / "builder-one"
+    (ev / "service-up.json.tmp.1068").write_text('{"health":')
+    (ev / "write-read.json").write_text('{"record":"r"}')
     assert end_leftover_verifiers(tmp_path / "evidence") == 0
     assert not heat_tmp.exists()
+    assert not (ev / "service-up.json.tmp.1068").exists() and (ev / "write-read.json").is_file()
     # a killed runner's folder is removed by the next heat's first verifier
     import subprocess
     import sys

@@ -442,7 +442,9 @@ def end_leftover_verifiers(evidence_root: Path) -> int:
     exit. When the heat ends, whatever is left is found by its environment: processes
     (and their children, which inherit it) whose ``AOE_EVIDENCE_FILE`` lies under
     ``evidence_root`` (the heat's ``evidence/`` folder). Nothing else is touched, except
-    the heat's verifier ``TMPDIR`` (:func:`verifier_tmpdir`), which is then removed.
+    the heat's verifier ``TMPDIR`` (:func:`verifier_tmpdir`), which is then removed, and the
+    toolkit's ``write_evidence`` temporaries (``evidence/*/*.json.tmp.PID``) a killed
+    verifier left.
     """
     root = str(Path(evidence_root).absolute()).encode() + b"/"
     needle = b"AOE_EVIDENCE_FILE=" + root
@@ -467,4 +469,9 @@ def end_leftover_verifiers(evidence_root: Path) -> int:
     scratch = _TMPDIRS.pop(str(Path(evidence_root).absolute()), None)
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
+    # the verifier toolkit's write_evidence temporaries (MILESTONE.json.tmp.PID) of verifiers
+    # killed between writing and renaming (at the finish): not evidence, not kept
+    for tmp in Path(evidence_root).glob("*/*.json.tmp.*"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
     return killed
