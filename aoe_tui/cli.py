@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "aoe_tui.commands.match",
     "aoe_tui.commands.tui",
     "aoe_tui.commands.season",
+    "aoe_tui.commands.site",
     "aoe_tui.commands.demo",
     "aoe_tui.commands.serve",
     "aoe_tui.commands.worker",

@@ -44,8 +44,9 @@ def fixtures_dir() -> Path:
 
 
 class DemoRun:
-    """``seasons/demo.toml`` run locally through the real CLI (``aoe run DEMO --output OUT``,
-    its own process, its output in ``OUT/../run.log``), once per test session: :meth:`start`
+    """``seasons/demo.toml`` run locally through the real CLI (``aoe run DEMO --output OUT
+    --site OUT/../site``: the cup site kept after every heat; its own process, its output in
+    ``OUT/../run.log``), once per test session: :meth:`start`
     starts it (once), :meth:`wait` waits for it (starting it if need be) and returns the
     season folder, checking it exited 0 with ``season finished``. A test can start it, do
     its own work alongside (``tests/test_cluster_season.py`` runs the same season on a
@@ -55,6 +56,8 @@ class DemoRun:
 
     def __init__(self, root: Path) -> None:
         self.out = Path(root) / "season"
+        #: the season's cup site (``aoe run --site``)
+        self.site = Path(root) / "site"
         self.log = Path(root) / "run.log"
         self.proc: subprocess.Popen[bytes] | None = None
         #: wall time of the run (s), once it ended
@@ -70,7 +73,8 @@ class DemoRun:
         t0 = time.monotonic()
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "aoe_tui.cli", "run",
-                                          str(REPO_ROOT / "seasons" / "demo.toml"), "--output", str(self.out)],
+                                          str(REPO_ROOT / "seasons" / "demo.toml"), "--output", str(self.out),
+                                          "--site", str(self.site)],
                                          cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
 
         def reap(proc: subprocess.Popen[bytes] = self.proc) -> None:

@@ -73,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--token-file", type=Path, default=None, metavar="PATH",
                    help="with a cluster: Ray's token file, a copy of the head's (default: $RAY_AUTH_TOKEN_PATH "
                    "or ~/.ray/auth_token)")
+    r.add_argument("--site", type=Path, default=None, metavar="DIR",
+                   help="keep the season's cup site in DIR (aoe site): rebuilt and swapped in one step after "
+                   "every heat")
     add_priority_arg(r)
     add_run_args(r)  # --serve-ssh PORT: spectators over SSH while the season runs
     r.set_defaults(func=_cmd_run)
@@ -95,7 +98,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                         runner_kwargs={**({"retry_void": True} if getattr(args, "retry_void", False) else {}),
                                        **({"accept_changed_rules": True}
                                           if getattr(args, "accept_changed_rules", False) else {}),
-                                       **({"cluster": args.cluster} if getattr(args, "cluster", None) else {})})
+                                       **({"cluster": args.cluster} if getattr(args, "cluster", None) else {})},
+                        site=getattr(args, "site", None))
         if server is not None:
             server.finished = rc == 0  # spectators keep the final view a while
         return rc
@@ -125,7 +129,7 @@ def add_priority_arg(p: argparse.ArgumentParser) -> None:
 
 
 def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner_kwargs: dict | None = None,
-               priority: str = "realtime", token_file: Path | None = None) -> int:
+               priority: str = "realtime", token_file: Path | None = None, site: Path | None = None) -> int:
     """Run or resume ``loaded`` (a :class:`aoe_tui.domain.season_file.LoadedSeason`) into ``out``,
     headless (plain lines) or in the TUI; the engine thread runs at ``priority`` (one of
     :data:`aoe_tui.runtime.realtime.ENGINE_PRIORITIES`). Returns the exit code (0
@@ -135,16 +139,17 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     is checked first with ``token_file`` (:func:`check_cluster`), before the folder is touched,
     and so are the heat settings of the environment (``AOE_BOOT_SLOTS``, ``AOE_CPU_WEIGHTS``,
     ``AOE_MIN_FREE_MIB``: :func:`aoe_tui.season.runner.check_heat_env`).
+    ``site``: a folder the season's cup site is kept in (``aoe run --site``).
     Raises :class:`AoeError` for bad input (also when the engine
     fails before/while running); :class:`aoe_tui.season.runner.DiskFullStop` (exit 75)
     when a full disk stops the season."""
     from aoe_tui.commands.image import prepare_provider_images
-    from aoe_tui.export import write_all
+    from aoe_tui.commands.site import season_exports
     from aoe_tui.season.runner import check_heat_env, hold_season_folder, load_season_arenas
 
     check_heat_env()  # AOE_BOOT_SLOTS, AOE_CPU_WEIGHTS, AOE_MIN_FREE_MIB: before anything is written
     # standings files after every heat and at the end (the runner does not know exports)
-    runner_kwargs = {"write_exports": write_all, **(runner_kwargs or {})}
+    runner_kwargs = {"write_exports": season_exports(site), **(runner_kwargs or {})}
     arenas, _ = load_season_arenas(loaded)
     check_cluster(loaded, runner_kwargs.get("cluster"), token_file)
     _LOST_TERMINAL_LOG.append(out / RUN_LOG)

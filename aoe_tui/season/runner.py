@@ -100,9 +100,23 @@ from aoe_tui.season.observer import SeasonObserver
 from aoe_tui.season.season_standings import season_standings
 
 __all__ = ["HEAT_DISK_NEED_BYTES", "MIN_FREE_ENV", "SeasonRunner", "SeasonMismatchError", "SeasonWaiting", "DiskFullStop",
+           "ExportFailed",
            "heat_manifest", "season_results"]
 
 Say = Callable[[str], None]
+
+
+class ExportFailed(AoeError):
+    """An export other than the standings files failed (e.g. the cup site of ``aoe run
+    --site``); its message is the whole progress line the runner prints."""
+
+
+def _export_failure_line(err: BaseException | str) -> str:
+    """The progress line of a failed export (``err``: the error, or a forked child's
+    ``Type: message`` line)."""
+    text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
+    prefix = f"{ExportFailed.__name__}: "
+    return text[len(prefix):] if text.startswith(prefix) else f"standings files not written: {text}"
 
 
 class SeasonMismatchError(AoeError):
@@ -1287,7 +1301,7 @@ class SeasonRunner:
             if is_no_space(err) and self.state.finished is not None:
                 raise _Stop("the season finished but its standings files were not written: No space left "
                             f"on device ({getattr(err, 'filename', None) or self.dir})", None, None) from None
-            self.say(f"standings files not written: {type(err).__name__}: {err}")
+            self.say(_export_failure_line(err))
 
     def _export_soon(self) -> None:
         """:meth:`_export`'s work after a heat, in the background and out of the race's way.
@@ -1323,9 +1337,9 @@ class SeasonRunner:
                 if not forked:
                     await asyncio.to_thread(self.write_exports, self.dir, copy.deepcopy(self.state))
             except ForkedCallError as err:  # the child's one line
-                self.say(f"standings files not written: {err}")
+                self.say(_export_failure_line(str(err)))
             except Exception as err:
-                self.say(f"standings files not written: {type(err).__name__}: {err}")
+                self.say(_export_failure_line(err))
 
     async def _exports_done(self) -> None:
         """Wait for the background exports (:meth:`_export_soon`), so none lands after the

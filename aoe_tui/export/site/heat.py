@@ -1,0 +1,232 @@
+"""The data of one heat attempt's page: a match folder (ours or upstream's, §2.6/§9.1) →
+:class:`HeatPage` (what the template shows) whose ``payload`` the page's replay script reads.
+
+The replay never reduces anything itself: every event goes through the one reducer
+(:func:`aoe_tui.replay.reducer.apply_event`) here, and after each event the page's *view*
+(a flat ``{key: value}`` map, :func:`view_of`) is compared with the one before; the changed
+keys are that event's frame. The script applies frames 0…i to :data:`payload` ``initial``
+to show the race after event *i* — so the page, ``aoe watch``, replay and standings show
+the same reduced state.
+
+View keys (all values JSON scalars):
+
+- ``match``: the match state; ``winner``: the winner's territory id or None;
+- ``t/T``: territory T's state (``provisioning``, ``ready``, ``eliminated`` …);
+  ``c/T``: its competitor state or None; ``p/T``: milestone points; ``d/T``: durable-at ms
+  or None;
+- ``m/T/M``: milestone M of territory T as the service map colours it: ``unknown`` (fog of
+  war, §1.10: not yet evaluated), ``pending``, ``verifying``, ``healthy`` (passed),
+  ``failed`` (its last evaluation failed), ``durable`` (passed and T is durable);
+- ``a/A``: agent A's status (``waiting``, ``running``, or its terminal state);
+  ``i/A``, ``o/A``: input/output tokens; ``$/A``: cost in **micro-USD**.
+
+Payload (JSON; strings are made visible and escaped by :func:`render.script_json`)::
+
+    {"match": {"name", "slug", "arena", "fog", "final_ms", "winner", "finish_reason"},
+     "territories": [{"id", "agent", "entrant", "model", "adapter", "reasoning"}],
+     "milestones": [{"id", "name", "points"}],
+     "visualization": {"nodes": [...], "links": [...]} | null,   # manifest §1.9
+     "initial": {view key: value},
+     "events": [{"ms", "seq", "kind", "t", "text", "tone", "raw"}],  # raw: the §2.1 record
+                                          # (flattened) or null past RAW_BUDGET
+     "frames": [{view key: value}, ...],    # one per event, same order
+     "activity": {agent: [[ms, line], ...]}}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aoe_tui.domain.display import summarize_event
+from aoe_tui.domain.world import WorldState
+from aoe_tui.replay.activity import read_activity
+from aoe_tui.replay.bundle import collect_analyses, record_to_flat
+from aoe_tui.replay.matchdir import LoadedMatch, load_match
+from aoe_tui.replay.reducer import apply_event
+from aoe_tui.replay.standings import compute_standings
+
+__all__ = ["HeatPage", "heat_page", "slugify", "view_of"]
+
+#: the most activity lines a page carries per agent (the last ones; the full log is an artifact)
+MAX_ACTIVITY_LINES = 400
+#: the longest raw string field kept in an event's inspector copy (characters)
+MAX_RAW_TEXT = 2000
+#: characters of raw event JSON a page carries for its inspector; past it, only the events
+#: that change the race (milestones, agents, the match) keep theirs — the page stays under
+#: 500 kB for long conquest logs (the full log is the ``events.jsonl`` artifact)
+RAW_BUDGET = 120_000
+_ALWAYS_RAW = frozenset({"milestone_passed", "milestone_failed", "milestone_revoked", "durable_deployment_completed",
+                         "agent_started", "agent_finished", "agent_interrupted", "agent_terminated",
+                         "agent_outraced", "match_finished", "match_state_changed", "territory_eliminated",
+                         "infrastructure_failure", "competitor_state_changed"})
+
+
+def slugify(name: str) -> str:
+    """Upstream's slug rule (§9.1): every character other than ASCII letters, digits, ``-``
+    and ``_`` becomes ``-``; ``-`` trimmed from the ends."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", name).strip("-") or "match"
+
+
+def _node_state(world: WorldState, tid: str, mid: str, fog: bool) -> str:
+    t = world.territories.get(tid)
+    m = t.milestones.get(mid) if t else None
+    if m is None:
+        return "unknown" if fog else "pending"
+    if m.evaluating:
+        return "verifying"
+    if m.passed:
+        return "durable" if t.durable_at_ms is not None else "healthy"
+    if m.failure_category or m.failure_detail:
+        return "failed"
+    return "pending"
+
+
+def view_of(world: WorldState, milestones: list[str], fog: bool) -> dict[str, Any]:
+    """The page's flat view of ``world`` (keys in the module docstring)."""
+    v: dict[str, Any] = {"match": str(world.match_state), "winner": world.winner}
+    for tid, t in world.territories.items():
+        v[f"t/{tid}"] = str(t.state)
+        v[f"c/{tid}"] = None if t.competitor_state is None else str(t.competitor_state)
+        v[f"p/{tid}"] = t.milestone_points
+        v[f"d/{tid}"] = t.durable_at_ms
+        for mid in milestones:
+            v[f"m/{tid}/{mid}"] = _node_state(world, tid, mid, fog)
+    for aid, a in world.agents.items():
+        v[f"a/{aid}"] = "running" if a.running else (str(a.terminal_state) if a.terminal_state else "waiting")
+        v[f"i/{aid}"] = a.input_tokens
+        v[f"o/{aid}"] = a.output_tokens
+        v[f"$/{aid}"] = a.cost_microusd
+    return v
+
+
+def _cut(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return obj if len(obj) <= MAX_RAW_TEXT else obj[:MAX_RAW_TEXT] + f"… ({len(obj)} characters)"
+    if isinstance(obj, dict):
+        return {k: _cut(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_cut(v) for v in obj]
+    return obj
+
+
+@dataclass
+class HeatPage:
+    """One heat attempt's page: ``slug`` (its folder under ``heats/``), ``title``,
+    ``loaded`` (the match: records, reduced world, arena.json, match.json), ``analyses``
+    (agent id → analysis.json, §9.2), ``payload`` (the replay's data, module docstring),
+    ``artifacts`` (file name → source path, copied next to the page),
+    ``standings`` (§3.6 order), ``entrants`` (territory → entrant id; empty outside a season)."""
+
+    slug: str
+    title: str
+    loaded: LoadedMatch
+    analyses: dict[str, Any]
+    payload: dict[str, Any]
+    artifacts: dict[str, Path]
+    standings: list[Any]
+    entrants: dict[str, str] = field(default_factory=dict)
+    season: dict[str, Any] = field(default_factory=dict)
+
+
+def _activity(folder: Path, analyses: dict[str, Any]) -> dict[str, list[list[Any]]]:
+    """Agent id → the last :data:`MAX_ACTIVITY_LINES` ``[ms, line]`` of ``activity.jsonl``
+    (ours); else, from upstream's analyses, one line per analysed tool action."""
+    out: dict[str, list[list[Any]]] = {}
+    path = folder / "activity.jsonl"
+    if path.is_file():
+        records, _torn = read_activity(path)
+        for r in records:
+            out.setdefault(r.agent, []).append([r.ms, r.line])
+    else:
+        for aid, an in analyses.items():
+            for act in (an.get("actions") or []) if isinstance(an, dict) else []:
+                line = act.get("command") or act.get("description") or ""
+                out.setdefault(aid, []).append([int(act.get("started_after_ms") or 0), f"$ {line}"])
+    return {aid: lines[-MAX_ACTIVITY_LINES:] for aid, lines in out.items()}
+
+
+def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None,
+              entrants: dict[str, str] | None = None, season: dict[str, Any] | None = None) -> HeatPage:
+    """Load the match folder ``folder`` (events.jsonl + optional arena.json, match.json,
+    analyses, activity.jsonl, bundle) into a :class:`HeatPage`. Raises
+    :class:`aoe_tui.errors.AoeError` (naming the file) for a folder that is not a match or
+    a torn/invalid event log."""
+    folder = Path(folder)
+    loaded = load_match(folder)
+    arena = loaded.arena or {}
+    bundle_files = sorted(folder.glob("*.match.json"))
+    bundle_match: dict[str, Any] = {}
+    if bundle_files:
+        try:
+            bundle_match = json.loads(bundle_files[0].read_text(encoding="utf-8")).get("match") or {}
+        except (OSError, ValueError):
+            bundle_match = {}
+    slug = slug or bundle_match.get("slug") or slugify(folder.name)
+    title = title or bundle_match.get("name") or folder.name
+    fog = bool(bundle_match.get("fog_of_war", arena.get("fog_of_war") is not None))
+    milestones = [{"id": m["id"], "name": m.get("display_name") or m["id"], "points": m.get("points", 0)}
+                  for m in (arena.get("build") or {}).get("milestones") or []]
+    if not milestones:  # upstream folders without arena.json: the milestones the log names
+        seen: dict[str, None] = {}
+        for t in loaded.world.territories.values():
+            seen.update(dict.fromkeys(t.milestones))
+        milestones = [{"id": m, "name": m, "points": 0} for m in seen]
+    mids = [m["id"] for m in milestones]
+    agents = {a.get("territory"): a for a in arena.get("agents") or []}
+    territories = []
+    for tid, t in loaded.world.territories.items():
+        spec = agents.get(tid, {})
+        agent = loaded.world.agents.get(t.agent or spec.get("id") or "")
+        territories.append({"id": tid, "agent": t.agent or spec.get("id"),
+                            "entrant": (entrants or {}).get(tid),
+                            "model": agent.model if agent else spec.get("model"),
+                            "adapter": spec.get("adapter"), "reasoning": spec.get("reasoning_effort")})
+
+    world = WorldState()
+    initial = view_of(world, mids, fog)
+    prev = dict(initial)
+    events: list[dict[str, Any]] = []
+    frames: list[dict[str, Any]] = []
+    raw_left = RAW_BUDGET
+    for rec in loaded.records:
+        apply_event(world, rec)
+        view = view_of(world, mids, fog)
+        frames.append({k: v for k, v in view.items() if prev.get(k, ...) != v})
+        prev = view
+        line = summarize_event(rec.event, "feed")
+        ev = rec.event
+        raw = _cut(record_to_flat(rec))
+        size = len(json.dumps(raw, ensure_ascii=False))
+        if raw_left >= size or ev.kind in _ALWAYS_RAW:
+            raw_left -= size
+        else:
+            raw = None  # the inspector points at the events.jsonl artifact
+        events.append({"ms": rec.elapsed_ms, "seq": rec.sequence, "kind": ev.kind,
+                       "t": getattr(ev, "territory", None) or _territory_of(world, getattr(ev, "agent", None)),
+                       "text": line.text if line else ev.kind.replace("_", " "),
+                       "tone": line.tone if line else "dim", "raw": raw})
+    analyses = collect_analyses(folder)
+    artifacts = {name: folder / name for name in ("events.jsonl", "world.json", "match.json", "arena.json")
+                 if (folder / name).is_file()}
+    for b in bundle_files[:1]:
+        artifacts[b.name] = b
+    payload = {"match": {"name": title, "slug": slug, "arena": arena.get("arena", {}).get("id")
+                         or (loaded.provenance or {}).get("arena_id"),
+                         "fog": fog, "final_ms": loaded.world.elapsed_ms, "winner": loaded.world.winner,
+                         "finish_reason": loaded.world.finish_reason},
+               "territories": territories, "milestones": milestones,
+               "visualization": arena.get("visualization"),
+               "initial": initial, "events": events, "frames": frames,
+               "activity": _activity(folder, analyses)}
+    return HeatPage(slug=slug, title=title, loaded=loaded, analyses=analyses, payload=payload,
+                    artifacts=artifacts, standings=compute_standings(loaded.world),
+                    entrants=dict(entrants or {}), season=dict(season or {}))
+
+
+def _territory_of(world: WorldState, agent: str | None) -> str | None:
+    a = world.agents.get(agent) if agent else None
+    return a.territory if a else None
