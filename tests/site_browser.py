@@ -35,6 +35,9 @@ CHROMIUM = Path(os.environ.get("AOE_CHROMIUM", "/usr/bin/chromium"))
 #: the viewport widths every page is checked at: a laptop and a phone
 WIDTHS = (1280, 390)
 VIEWPORT_HEIGHT = 800
+#: how long a locator waits for an element by default (ms): a missing DOM hook fails in
+#: seconds, not playwright's 30
+DEFAULT_TIMEOUT_MS = 5_000
 
 # Deterministic rendering for screenshot comparisons; no component updates, pings or
 # other browser-level traffic (the page-level requests are what the router watches).
@@ -143,6 +146,7 @@ class SiteBrowser:
             ws.close()
 
         ctx.route_web_socket("**/*", ws_route)
+        ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
         page = ctx.new_page()
 
         def on_console(msg) -> None:  # noqa: ANN001
@@ -198,17 +202,30 @@ def launch_browser():
     return pw, browser
 
 
+_shared: dict[str, object] = {}
+
+
 @pytest.fixture(scope="session")
 def site_browser() -> Iterator[SiteBrowser]:
-    """The session's :class:`SiteBrowser` (one chromium for every site test)."""
-    pw, browser = launch_browser()
-    sb = SiteBrowser(browser)
+    """The session's :class:`SiteBrowser` (one chromium for every site test). Each test
+    module that imports this fixture gets its own session fixture, so the browser itself is
+    shared here (playwright's sync API runs one instance per thread) and closed when the
+    last of them ends."""
+    if "browser" not in _shared:
+        pw, browser = launch_browser()
+        _shared.update(pw=pw, browser=SiteBrowser(browser), users=0)
+    _shared["users"] = int(_shared["users"]) + 1  # type: ignore[call-overload]
+    sb = _shared["browser"]
+    assert isinstance(sb, SiteBrowser)
     try:
         yield sb
     finally:
-        sb.close_pages()
-        browser.close()
-        pw.stop()
+        _shared["users"] = int(_shared["users"]) - 1  # type: ignore[call-overload]
+        if _shared["users"] == 0:
+            sb.close_pages()
+            sb.browser.close()
+            _shared["pw"].stop()  # type: ignore[attr-defined]
+            _shared.clear()
 
 
 @pytest.fixture
