@@ -23,7 +23,9 @@ View keys (all values JSON scalars):
 Payload (JSON; strings are made visible and escaped by :func:`render.script_json`)::
 
     {"match": {"name", "slug", "arena", "fog", "final_ms", "winner", "finish_reason"},
-     "territories": [{"id", "agent", "entrant", "model", "adapter", "reasoning"}],
+     "territories": [{"id", "agent", "entrant", "model", "adapter", "reasoning", "usage"}],
+                                          # usage: the log has a usage_charged with a token
+                                          # or cost figure for the agent (else "n/a", §9.1)
      "milestones": [{"id", "name", "points"}],
      "visualization": {"nodes": [...], "links": [...]} | null,   # manifest §1.9
      "initial": {view key: value},
@@ -49,7 +51,7 @@ from aoe_tui.replay.matchdir import LoadedMatch, load_match
 from aoe_tui.replay.reducer import apply_event
 from aoe_tui.replay.standings import compute_standings
 
-__all__ = ["HeatPage", "heat_page", "slugify", "view_of"]
+__all__ = ["HeatPage", "heat_page", "slugify", "usage_recorded", "view_of"]
 
 #: the most activity lines a page carries per agent (the last ones; the full log is an artifact)
 MAX_ACTIVITY_LINES = 400
@@ -186,6 +188,10 @@ def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None
                             "model": agent.model if agent else spec.get("model"),
                             "adapter": spec.get("adapter"), "reasoning": spec.get("reasoning_effort")})
 
+    usage = usage_recorded(loaded.records)
+    for t in territories:
+        t["usage"] = t["agent"] in usage
+
     world = WorldState()
     initial = view_of(world, mids, fog)
     prev = dict(initial)
@@ -225,6 +231,18 @@ def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None
     return HeatPage(slug=slug, title=title, loaded=loaded, analyses=analyses, payload=payload,
                     artifacts=artifacts, standings=compute_standings(loaded.world),
                     entrants=dict(entrants or {}), season=dict(season or {}))
+
+
+def usage_recorded(records: list[Any]) -> set[str]:
+    """The agents for which the log has a ``usage_charged`` event with a non-null token or
+    cost field (§9.1: usage of any other agent shows "n/a")."""
+    out = set()
+    for rec in records:
+        ev = rec.event
+        if ev.kind == "usage_charged" and any(getattr(ev, f, None) is not None
+                                              for f in ("input_tokens", "output_tokens", "cost_microusd")):
+            out.add(ev.agent)
+    return out
 
 
 def _territory_of(world: WorldState, agent: str | None) -> str | None:
