@@ -18,7 +18,7 @@ __all__ = ["clock", "heat_context", "map_geometry", "node_state", "usd"]
 
 #: the map's SVG coordinate space (manifest x, y are % of it)
 MAP_W, MAP_H = 600, 300
-NODE_W, NODE_H = 124, 46
+NODE_W, NODE_H = 112, 46
 #: actions per agent in a "How they fought" card (§9.2)
 CARD_ACTIONS = 16
 _PROVENANCE = [("Engine", "controller_version"), ("Source revision", "source_revision"), ("Arena", "arena_id"),
@@ -71,8 +71,10 @@ def map_geometry(vis: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     nodes, where = [], {}
     for n in vis["nodes"]:
-        cx = min(max(float(n.get("x") or 0) * MAP_W / 100, NODE_W / 2 + 2), MAP_W - NODE_W / 2 - 2)
-        cy = min(max(float(n.get("y") or 0) * MAP_H / 100, NODE_H / 2 + 2), MAP_H - NODE_H / 2 - 2)
+        # x, y (0…100) span the map inside a margin of half a node, so no box leaves it
+        px, py = NODE_W / 2 + 4, NODE_H / 2 + 4
+        cx = px + min(max(float(n.get("x") or 0), 0), 100) * (MAP_W - 2 * px) / 100
+        cy = py + min(max(float(n.get("y") or 0), 0), 100) * (MAP_H - 2 * py) / 100
         where[n["id"]] = (cx, cy)
         nodes.append({"id": n["id"], "name": n.get("display_name") or n["id"], "kind": n.get("kind") or "service",
                       "milestone": n.get("milestone"), "cx": round(cx, 1), "cy": round(cy, 1),
@@ -82,9 +84,13 @@ def map_geometry(vis: dict[str, Any] | None) -> dict[str, Any] | None:
         if ln.get("from") not in where or ln.get("to") not in where:
             continue
         (x1, y1), (x2, y2) = where[ln["from"]], where[ln["to"]]
+        my = (y1 + y2) / 2 - 5
+        label = ln.get("label")
+        if label and abs(y2 - y1) < NODE_H and abs(x2 - x1) - NODE_W < 7 * len(label) + 8:
+            my = min(y1, y2) - NODE_H / 2 - 5  # no room between the boxes: above them
         links.append({"kind": ln.get("kind") or "traffic", "label": ln.get("label"),
                       "x1": round(x1, 1), "y1": round(y1, 1), "x2": round(x2, 1), "y2": round(y2, 1),
-                      "mx": round((x1 + x2) / 2, 1), "my": round((y1 + y2) / 2 - 5, 1)})
+                      "mx": round((x1 + x2) / 2, 1), "my": round(my, 1)})
     return {"w": MAP_W, "h": MAP_H, "nw": NODE_W, "nh": NODE_H, "nodes": nodes, "links": links}
 
 
@@ -238,4 +244,6 @@ def heat_context(page: HeatPage) -> dict[str, Any]:
             "territories": territories, "agents": agents, "provenance": provenance, "extras": extras,
             "artifacts": artifacts, "fought": fought, "card_actions": CARD_ACTIONS,
             "map": geometry, "map_states": maps, "ladders": ladders, "final": final,
-            "lanes": p["territories"], "n_events": len(p["events"]), "clock": clock}
+            "lanes": p["territories"], "n_events": len(p["events"]), "clock": clock,
+            # without activity.jsonl the terminals' lines are the analyses' actions (shown already)
+            "activity_logs": p["activity"] if (page.loaded.source / "activity.jsonl").is_file() else {}}

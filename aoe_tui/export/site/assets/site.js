@@ -233,6 +233,13 @@ function initHeat() {
   }
 
   var lastTs = null;
+  /* the next frame: requestAnimationFrame, or a timer when frames are not drawn (a hidden tab, headless) */
+  function schedule() {
+    var done = false;
+    function go() { if (!done) { done = true; tick(performance.now()); } }
+    requestAnimationFrame(go);
+    setTimeout(go, 150);
+  }
   function tick(ts) {
     if (!playing) return;
     if (lastTs !== null) {
@@ -242,14 +249,14 @@ function initHeat() {
     lastTs = ts;
     if (clockMs >= finalMs && applied >= N) playing = false;
     render();
-    if (playing) requestAnimationFrame(tick);
+    if (playing) schedule();
   }
   function play() {
     if (playing) return;
     if (applied >= N && clockMs >= finalMs) { applyTo(0); clockMs = 0; }
     playing = true; lastTs = null;
     render();
-    requestAnimationFrame(tick);
+    schedule();
   }
   function pause() { if (playing) { playing = false; render(); } }
 
