@@ -245,5 +245,8 @@ def heat_context(page: HeatPage) -> dict[str, Any]:
             "artifacts": artifacts, "fought": fought, "card_actions": CARD_ACTIONS,
             "map": geometry, "map_states": maps, "ladders": ladders, "final": final,
             "lanes": p["territories"], "n_events": len(p["events"]), "clock": clock,
+            # a build race never changes a territory's state (it stays "provisioning", §3):
+            # shown only where the log changes it (conquest)
+            "territory_states": any(r.event.kind == "territory_state_changed" for r in page.loaded.records),
             # without activity.jsonl the terminals' lines are the analyses' actions (shown already)
             "activity_logs": p["activity"] if (page.loaded.source / "activity.jsonl").is_file() else {}}
