@@ -88,6 +88,27 @@ def test_demo_season_runs_to_the_end(demo_run, tmp_path):
         assert [row[1].replace(" 🏆", "") for row in table[1:]] == [r["entrant"] for r in rows]
 
 
+def test_demo_run_keeps_its_cup_site(demo_local, demo_run):
+    """``aoe run --site`` (the session's demo run): after the season the site holds a page
+    per heat attempt, the home page links each one, names the champion, and the run said
+    nothing about a site it could not write."""
+    site = demo_local.site
+    state = reduce_season(read_season_log(demo_run / "season.jsonl"))
+    attempts = [(h, a) for h in state.heats() for a in h.attempts]
+    home = (site / "index.html").read_text()
+    for h, a in attempts:
+        slug = f"season-demo-demo-week-r{h.round}-h{h.heat}-a{a.attempt}"
+        page = site / "heats" / slug / "index.html"
+        assert page.is_file(), page
+        assert f'href="heats/{slug}/index.html"' in home
+        for name in ("events.jsonl", "world.json", "match.json", "arena.json", f"{slug}.match.json"):
+            art = site / "heats" / slug / "artifacts" / name
+            assert art.read_bytes() == (demo_run / a.folder / name).read_bytes(), art
+    assert "oracle" in home and (site / ".aoe-site").is_file()
+    assert "cup site not refreshed" not in demo_local.log.read_text()
+    assert not [p.name for p in site.parent.iterdir() if p.name.startswith(".site.")], "no build folder left"
+
+
 def _wait_for(pred, proc: subprocess.Popen, timeout: float, what: str) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:

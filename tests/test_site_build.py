@@ -23,7 +23,8 @@ from aoe_tui.replay.reducer import apply_event
 
 REPO = Path(__file__).resolve().parent.parent
 MATCHES = sorted((REPO / "tests" / "fixtures" / "upstream" / "matches").iterdir()) + [
-    REPO / "tests" / "fixtures" / "ours" / "opencode-first-build"]
+    REPO / "tests" / "fixtures" / "ours" / "opencode-first-build",
+    REPO / "tests" / "fixtures" / "seed" / "opencode-cup-2026-W37-r1-h2-a1.match.json"]  # a bundle (Appendix B)
 
 
 def aoe(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -56,7 +57,8 @@ def test_match_site_builds_every_published_match(tmp_path):
     for name in heats:
         page = out / "heats" / name / "index.html"
         assert page.stat().st_size <= 500_000, f"{page}: {page.stat().st_size} bytes"
-        assert (out / "heats" / name / "artifacts" / "events.jsonl").is_file()
+        arts = {p.name for p in (out / "heats" / name / "artifacts").iterdir()}
+        assert "events.jsonl" in arts or arts == {"opencode-cup-2026-W37-r1-h2-a1.match.json"}, arts
     assert (out / "index.html").is_file() and (out / "leaderboard.html").is_file()
     assert (out / "assets" / "site.js").is_file() and (out / ".nojekyll").is_file() and (out / MARKER).is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no build folder left beside the site"

@@ -7,7 +7,8 @@ checks the host (root, ``systemd-nspawn``, ``ip``: one clear line pointing to
 ``aoe doctor`` otherwise) and builds the territory guest image when it is missing, with
 a progress bar (about two minutes the first time). Output goes to
 ``seasons-out/demo-<YYYYmmdd-HHMMSS>/`` (gitignored) unless ``--output`` names a folder;
-running ``aoe run seasons/demo.toml --output THAT_FOLDER`` resumes a stopped demo.
+running ``aoe run seasons/demo.toml --output THAT_FOLDER`` resumes a stopped demo. Its cup
+site (``aoe run --site``, docs/site.md) is kept beside it in ``<folder>-site/``.
 """
 
 from __future__ import annotations
@@ -72,5 +73,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         build_image_with_progress()
     out = Path(args.output) if args.output else Path("seasons-out") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     headless = args.headless or not sys.stdout.isatty()
-    print(f"demo season → {out}", file=sys.stderr, flush=True)
-    return run_season(loaded, out, headless=headless, light=args.light)
+    site = out.with_name(f"{out.name}-site")
+    print(f"demo season → {out} (its cup site: {site}/index.html)", file=sys.stderr, flush=True)
+    return run_season(loaded, out, headless=headless, light=args.light, site=site)

@@ -23,7 +23,9 @@ View keys (all values JSON scalars):
 Payload (JSON; strings are made visible and escaped by :func:`render.script_json`)::
 
     {"match": {"name", "slug", "arena", "fog", "final_ms", "winner", "finish_reason"},
-     "territories": [{"id", "agent", "entrant", "model", "adapter", "reasoning"}],
+     "territories": [{"id", "agent", "entrant", "model", "adapter", "reasoning", "usage"}],
+                                          # usage: the log has a usage_charged with a token
+                                          # or cost figure for the agent (else "n/a", §9.1)
      "milestones": [{"id", "name", "points"}],
      "visualization": {"nodes": [...], "links": [...]} | null,   # manifest §1.9
      "initial": {view key: value},
@@ -44,12 +46,12 @@ from typing import Any
 from aoe_tui.domain.display import summarize_event
 from aoe_tui.domain.world import WorldState
 from aoe_tui.replay.activity import read_activity
-from aoe_tui.replay.bundle import collect_analyses, record_to_flat
+from aoe_tui.replay.bundle import collect_analyses, read_bundle, record_to_flat
 from aoe_tui.replay.matchdir import LoadedMatch, load_match
 from aoe_tui.replay.reducer import apply_event
 from aoe_tui.replay.standings import compute_standings
 
-__all__ = ["HeatPage", "heat_page", "slugify", "view_of"]
+__all__ = ["HeatPage", "heat_page", "slugify", "usage_recorded", "view_of"]
 
 #: the most activity lines a page carries per agent (the last ones; the full log is an artifact)
 MAX_ACTIVITY_LINES = 400
@@ -132,12 +134,12 @@ class HeatPage:
     season: dict[str, Any] = field(default_factory=dict)
 
 
-def _activity(folder: Path, analyses: dict[str, Any]) -> dict[str, list[list[Any]]]:
+def _activity(folder: Path | None, analyses: dict[str, Any]) -> dict[str, list[list[Any]]]:
     """Agent id → the last :data:`MAX_ACTIVITY_LINES` ``[ms, line]`` of ``activity.jsonl``
-    (ours); else, from upstream's analyses, one line per analysed tool action."""
+    (ours, in ``folder``); else, from upstream's analyses, one line per analysed tool action."""
     out: dict[str, list[list[Any]]] = {}
-    path = folder / "activity.jsonl"
-    if path.is_file():
+    path = folder / "activity.jsonl" if folder is not None else None
+    if path is not None and path.is_file():
         records, _torn = read_activity(path)
         for r in records:
             out.setdefault(r.agent, []).append([r.ms, r.line])
@@ -152,21 +154,37 @@ def _activity(folder: Path, analyses: dict[str, Any]) -> dict[str, list[list[Any
 def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None,
               entrants: dict[str, str] | None = None, season: dict[str, Any] | None = None) -> HeatPage:
     """Load the match folder ``folder`` (events.jsonl + optional arena.json, match.json,
-    analyses, activity.jsonl, bundle) into a :class:`HeatPage`. Raises
+    analyses, activity.jsonl, bundle) — or a single-file bundle (``*.match.json``,
+    Appendix B), or a bare ``events.jsonl`` — into a :class:`HeatPage`. Raises
     :class:`aoe_tui.errors.AoeError` (naming the file) for a folder that is not a match or
     a torn/invalid event log."""
     folder = Path(folder)
+    if folder.is_file() and folder.suffix == ".jsonl":  # a bare events.jsonl: its folder
+        folder = folder.parent
     loaded = load_match(folder)
     arena = loaded.arena or {}
-    bundle_files = sorted(folder.glob("*.match.json"))
     bundle_match: dict[str, Any] = {}
-    if bundle_files:
-        try:
-            bundle_match = json.loads(bundle_files[0].read_text(encoding="utf-8")).get("match") or {}
-        except (OSError, ValueError):
-            bundle_match = {}
-    slug = slug or bundle_match.get("slug") or slugify(folder.name)
-    title = title or bundle_match.get("name") or folder.name
+    if folder.is_file():  # a single-file bundle (Appendix B): everything is inside it
+        bundle = read_bundle(folder)
+        bundle_match, analyses, artifacts = bundle.match or {}, dict(bundle.analyses or {}), {folder.name: folder}
+        if bundle.visualization and not arena.get("visualization"):
+            arena = {**arena, "visualization": bundle.visualization}
+        name = folder.name.removesuffix(".match.json")
+    else:
+        bundle_files = sorted(folder.glob("*.match.json"))
+        if bundle_files:
+            try:
+                bundle_match = json.loads(bundle_files[0].read_text(encoding="utf-8")).get("match") or {}
+            except (OSError, ValueError):
+                bundle_match = {}
+        analyses = collect_analyses(folder)
+        artifacts = {n: folder / n for n in ("events.jsonl", "world.json", "match.json", "arena.json")
+                     if (folder / n).is_file()}
+        for b in bundle_files[:1]:
+            artifacts[b.name] = b
+        name = folder.name
+    slug = slug or bundle_match.get("slug") or slugify(name)
+    title = title or bundle_match.get("name") or name
     fog = bool(bundle_match.get("fog_of_war", arena.get("fog_of_war") is not None))
     milestones = [{"id": m["id"], "name": m.get("display_name") or m["id"], "points": m.get("points", 0)}
                   for m in (arena.get("build") or {}).get("milestones") or []]
@@ -185,6 +203,10 @@ def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None
                             "entrant": (entrants or {}).get(tid),
                             "model": agent.model if agent else spec.get("model"),
                             "adapter": spec.get("adapter"), "reasoning": spec.get("reasoning_effort")})
+
+    usage = usage_recorded(loaded.records)
+    for t in territories:
+        t["usage"] = t["agent"] in usage
 
     world = WorldState()
     initial = view_of(world, mids, fog)
@@ -209,11 +231,6 @@ def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None
                        "t": getattr(ev, "territory", None) or _territory_of(world, getattr(ev, "agent", None)),
                        "text": line.text if line else ev.kind.replace("_", " "),
                        "tone": line.tone if line else "dim", "raw": raw})
-    analyses = collect_analyses(folder)
-    artifacts = {name: folder / name for name in ("events.jsonl", "world.json", "match.json", "arena.json")
-                 if (folder / name).is_file()}
-    for b in bundle_files[:1]:
-        artifacts[b.name] = b
     payload = {"match": {"name": title, "slug": slug, "arena": arena.get("arena", {}).get("id")
                          or (loaded.provenance or {}).get("arena_id"),
                          "fog": fog, "final_ms": loaded.world.elapsed_ms, "winner": loaded.world.winner,
@@ -221,10 +238,22 @@ def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None
                "territories": territories, "milestones": milestones,
                "visualization": arena.get("visualization"),
                "initial": initial, "events": events, "frames": frames,
-               "activity": _activity(folder, analyses)}
+               "activity": _activity(folder if folder.is_dir() else None, analyses)}
     return HeatPage(slug=slug, title=title, loaded=loaded, analyses=analyses, payload=payload,
                     artifacts=artifacts, standings=compute_standings(loaded.world),
                     entrants=dict(entrants or {}), season=dict(season or {}))
+
+
+def usage_recorded(records: list[Any]) -> set[str]:
+    """The agents for which the log has a ``usage_charged`` event with a non-null token or
+    cost field (§9.1: usage of any other agent shows "n/a")."""
+    out = set()
+    for rec in records:
+        ev = rec.event
+        if ev.kind == "usage_charged" and any(getattr(ev, f, None) is not None
+                                              for f in ("input_tokens", "output_tokens", "cost_microusd")):
+            out.add(ev.agent)
+    return out
 
 
 def _territory_of(world: WorldState, agent: str | None) -> str | None:
