@@ -35,9 +35,31 @@ HOSTILE_MARKUP = (
 )
 #: characters that must show as visible escapes (ESC, a bidi override, a line separator)
 HOSTILE_CHARS = ("\x1b", "\u202e", "\u2028")
-#: one line holding every hostile piece (each shows as ``printable(piece)``)
-HOSTILE_PIECES = HOSTILE_MARKUP + ("esc:\x1b[31mred\x1b[0m", "bidi:\u202eevil\u202c", "ls:a\u2028b")
+#: one line holding every hostile piece (each shows as ``printable(piece)``); the control
+#: characters and the first markup come first, within the first 120 characters (a view may
+#: cut a long line, as the heat page's one-line event summaries do at 160)
+HOSTILE_PIECES = ("esc:\x1b[31mred\x1b[0m", "bidi:\u202eevil\u202c", "ls:a\u2028b") + HOSTILE_MARKUP
 HOSTILE_TEXT = "HOSTILE " + " ".join(HOSTILE_PIECES)
+
+
+def hostile_text(source: str) -> str:
+    """:data:`HOSTILE_TEXT` tagged with where it was put (``HOSTILE[activity] …``), so a test
+    can tell which of the places shows it."""
+    return f"HOSTILE[{source}] " + " ".join(HOSTILE_PIECES)
+
+
+#: the places :func:`hostile_season` puts hostile text, by tag
+SOURCES = {
+    "activity": "an activity line (activity.jsonl)",
+    "failure-detail": "a milestone_failed detail (events.jsonl; world.json failure_detail)",
+    "agent-detail": "an agent_finished detail (events.jsonl)",
+    "analysis-command": "an analysis action's command (agents/ID/analysis.json)",
+    "analysis-output": "an analysis action's output excerpt",
+    "transcript-command": "a transcript tool call's command (agents/ID/transcript.json)",
+    "transcript-output": "a transcript tool call's output",
+    "transcript-text": "a transcript message's text and result",
+    "result-summary": "the agent's result summary (agents/ID/result.json)",
+}
 #: a 5000-character line (no spaces: it cannot wrap at a word)
 LONG_LINE = "LONGLINE-" + "x" * 4991
 #: the model name of :data:`HOSTILE_ENTRANT` in the hostile season
@@ -106,30 +128,30 @@ def _hostile_agent_files(agent_dir: Path, agent: str, territory: str) -> None:
     analysis = json.loads((OPENCODE_AGENT / "analysis.json").read_text(encoding="utf-8"))
     analysis.update(agent=agent, territory=territory, model=HOSTILE_MODEL)
     for i, action in enumerate(analysis["actions"]):
-        action["command"] = f"{HOSTILE_TEXT} #{i}" if i % 2 == 0 else LONG_LINE
-        action["output_excerpt"] = f"{HOSTILE_TEXT}\n{LONG_LINE}"
+        action["command"] = hostile_text("analysis-command") if i % 2 == 0 else LONG_LINE
+        action["output_excerpt"] = f"{hostile_text('analysis-output')}\n{LONG_LINE}"
     (agent_dir / "analysis.json").write_text(json.dumps(analysis, indent=2, ensure_ascii=False), encoding="utf-8")
     transcript = json.loads((OPENCODE_AGENT / "transcript.json").read_text(encoding="utf-8"))
     transcript["model"] = HOSTILE_MODEL
-    transcript["outcome"]["result"] = HOSTILE_TEXT
+    transcript["outcome"]["result"] = hostile_text("transcript-text")
     for msg in transcript["messages"]:
         if isinstance(msg.get("content"), str):
-            msg["content"] = f"{HOSTILE_TEXT}\n{msg['content'][:200]}"
+            msg["content"] = f"{hostile_text('transcript-text')}\n{msg['content'][:200]}"
             continue
         for part in msg.get("content") or []:
             if part.get("type") == "tool_use":
-                part["input"] = {"command": HOSTILE_TEXT}
+                part["input"] = {"command": hostile_text("transcript-command")}
             elif part.get("type") == "tool_result":
-                part["content"] = f"{HOSTILE_TEXT}\n{LONG_LINE}"
+                part["content"] = f"{hostile_text('transcript-output')}\n{LONG_LINE}"
             elif part.get("type") == "text":
-                part["text"] = HOSTILE_TEXT
+                part["text"] = hostile_text("transcript-text")
     for call in transcript.get("tool_trace") or []:
-        call["input"] = {"command": HOSTILE_TEXT}
-        call["output"] = f"{HOSTILE_TEXT}\n{LONG_LINE}"
+        call["input"] = {"command": hostile_text("transcript-command")}
+        call["output"] = f"{hostile_text('transcript-output')}\n{LONG_LINE}"
     (agent_dir / "transcript.json").write_text(json.dumps(transcript, indent=2, ensure_ascii=False), encoding="utf-8")
     result_path = agent_dir / "result.json"
     result = json.loads(result_path.read_text(encoding="utf-8"))
-    result["summary"] = HOSTILE_TEXT
+    result["summary"] = hostile_text("result-summary")
     result_path.write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
@@ -167,18 +189,18 @@ def hostile_season(tmp_path: Path) -> Path:
     _hostile_model(season)
     attempts = sorted(p for p in season.glob("round-*/heat-*/attempt-*") if (p / "events.jsonl").is_file())
     for attempt in attempts:
-        _append_activity(attempt, [LONG_LINE, HOSTILE_TEXT])
+        _append_activity(attempt, [LONG_LINE, hostile_text("activity")])
     target = season / HOSTILE_ATTEMPT
     world = json.loads((target / "world.json").read_text(encoding="utf-8"))
     by_agent = {t["agent"]: tid for tid, t in world["territories"].items()}
     territory = by_agent[HOSTILE_ENTRANT]
     losers = [tid for tid in world["territories"] if tid != world.get("winner")]
-    details = {tid: (HOSTILE_TEXT if tid == territory else LONG_LINE) for tid in losers}
+    details = {tid: (hostile_text("failure-detail") if tid == territory else LONG_LINE) for tid in losers}
     _hostile_agent_files(target / "agents" / HOSTILE_ENTRANT, HOSTILE_ENTRANT, territory)
     for attempt in attempts:
         w = json.loads((attempt / "world.json").read_text(encoding="utf-8"))
         agents = {t["agent"] for t in w["territories"].values()}
         _rewrite_events(attempt, details if attempt == target else {},
                         {HOSTILE_ENTRANT: HOSTILE_MODEL} if HOSTILE_ENTRANT in agents else {},
-                        {HOSTILE_ENTRANT: HOSTILE_TEXT} if attempt == target else {})
+                        {HOSTILE_ENTRANT: hostile_text("agent-detail")} if attempt == target else {})
     return season

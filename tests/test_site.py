@@ -32,8 +32,8 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from site_browser import WIDTHS, open_page, site_browser  # noqa: F401 (fixtures)
-from site_fixtures import (DEMO_SEASON, HOSTILE_ATTEMPT, HOSTILE_CHARS, HOSTILE_MODEL, HOSTILE_PIECES, LONG_LINE,
-                           hostile_season, visible)
+from site_fixtures import (DEMO_SEASON, HOSTILE_ATTEMPT, HOSTILE_CHARS, HOSTILE_MODEL, HOSTILE_PIECES, SOURCES,
+                           hostile_season, hostile_text, visible)
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -115,6 +115,11 @@ def winner_heat(site: Path) -> Path:
 
 def visible_text(page) -> str:  # noqa: ANN001
     return page.evaluate(VISIBLE_TEXT_JS)
+
+
+#: the text of tooltips and labels (``title``, ``aria-label``, ``alt``): shown text too
+ATTRIBUTE_TEXT_JS = """() => [...document.querySelectorAll('[title], [aria-label], [alt]')]
+  .flatMap(e => ['title', 'aria-label', 'alt'].map(a => e.getAttribute(a)).filter(v => v !== null)).join('\\n')"""
 
 
 def replay_state(page) -> str | None:  # noqa: ANN001
@@ -466,9 +471,11 @@ def _site_pages(site: Path) -> list[tuple[Path, str]]:
 
 def test_hostile_agent_text_shows_literally_and_never_runs(hostile_site, open_page):
     """Every page of the hostile season: no dialog, no script but the site's own, no event
-    handler attribute, no raw ESC / bidi override / line separator in the shown text; the
-    hostile heat shows each hostile piece literally (control and bidi characters as visible
-    escapes) once its replay is at the end, and the hostile model name shows."""
+    handler attribute, no raw ESC / bidi override / line separator in the shown text (text
+    nodes, tooltips, labels). The hostile heat at the end of its replay (every ``<details>``
+    open) shows its activity line, failure detail (a tooltip will do), and its analysis'
+    commands and outputs literally (control and bidi characters as visible escapes), and the
+    hostile model name shows there and on the home page or the leaderboard."""
     season, site = hostile_site
     target = None
     for heat in heat_pages(site):
@@ -480,8 +487,9 @@ def test_hostile_agent_text_shows_literally_and_never_runs(hostile_site, open_pa
         page, problems = open_page(f)
         if f.parent.parent.name == "heats":
             scrub_to_final(page)
-            page.wait_for_timeout(50)
-        text = visible_text(page)
+        page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
+        page.wait_for_timeout(50)
+        text = visible_text(page) + "\n" + page.evaluate(ATTRIBUTE_TEXT_JS)
         texts[f] = text
         where = str(f.relative_to(site))
         assert page.evaluate(FOREIGN_MARKUP_JS, root) == [], where
@@ -489,8 +497,18 @@ def test_hostile_agent_text_shows_literally_and_never_runs(hostile_site, open_pa
             assert ch not in text, f"{where}: a raw {ch!r} in the shown text"
         problems.assert_none(where)
         page.context.close()
+    shown = texts[target]
     for piece in HOSTILE_PIECES:
-        assert visible(piece) in texts[target], f"{target.relative_to(site)}: {visible(piece)!r} not shown"
+        assert visible(piece) in shown, f"{target.relative_to(site)}: {visible(piece)!r} not shown"
+    missing = [f"{src} ({SOURCES[src]})" for src in ("activity", "analysis-command", "analysis-output")
+               if visible(hostile_text(src)) not in shown]
+    # a failure detail may be shown cut, as the one-line event summaries are (160 characters):
+    # its start, with every control and bidi character and the first markup, shows literally
+    start = visible(hostile_text("failure-detail")).split(HOSTILE_PIECES[4])[0]
+    if start not in shown:
+        missing.append(f"failure-detail ({SOURCES['failure-detail']}), not even its first {len(start)} characters")
+    assert not missing, f"{target.relative_to(site)} does not show, literally: " + "; ".join(missing)
+    assert visible(HOSTILE_MODEL) in shown, "the hostile model name shows on its heat page"
     assert any(visible(HOSTILE_MODEL) in texts[f] for f in (site / "index.html", site / "leaderboard.html")), \
         "the hostile model name shows on the home page or the leaderboard"
 
