@@ -204,6 +204,28 @@ def match_site(tmp_path_factory) -> Path:
     return build_cli(tmp_path_factory.mktemp("matches") / "site", *args)
 
 
+# --- the fixtures themselves ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "md", "html"])
+def test_demo_season_fixture_gives_its_standings(fmt, tmp_path):
+    """The trimmed fixture still holds all ``aoe standings`` needs: the same files the run wrote."""
+    res = aoe("standings", str(DEMO_SEASON), "--format", fmt, "-o", str(tmp_path / f"standings.{fmt}"))
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / f"standings.{fmt}").read_bytes() == (DEMO_SEASON / f"standings.{fmt}").read_bytes()
+
+
+def test_hostile_season_still_loads(hostile_site):
+    """The hostile copy is a valid season: ``aoe standings`` reads it, with the hostile model."""
+    season, _site = hostile_site
+    res = aoe("standings", str(season), "--format", "json", "-o", str(season.parent / "standings.json"))
+    assert res.returncode == 0, res.stderr
+    rows = json.loads((season.parent / "standings.json").read_text(encoding="utf-8"))["standings"]
+    assert HOSTILE_MODEL in {r["model"] for r in rows}
+    res = aoe("inspect", str(season / HOSTILE_ATTEMPT))
+    assert res.returncode == 0, res.stderr
+
+
 # --- layout ---------------------------------------------------------------------------------
 
 
