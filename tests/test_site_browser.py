@@ -54,7 +54,7 @@ def test_file_inside(tmp_path):
     root = tmp_path / "site"
     (root / "heats").mkdir(parents=True)
     assert file_inside((root / "heats" / "a b.html").as_uri(), root)
-    assert not file_inside((root / ".." / "x.html").as_uri().replace("site/..", "site/.."), root)
+    assert not file_inside((root / ".." / "x.html").as_uri(), root)
     assert not file_inside((tmp_path / "x.html").as_uri(), root)
     assert not file_inside("https://example.com/", root)
     assert not file_inside("file://otherhost/etc/passwd", root)
