@@ -491,19 +491,10 @@ def _site_pages(site: Path) -> list[tuple[Path, str]]:
             *[(p, "../../") for p in heat_pages(site)]]
 
 
-def test_hostile_agent_text_shows_literally_and_never_runs(hostile_site, open_page):
-    """Every page of the hostile season: no dialog, no script but the site's own, no event
-    handler attribute, no raw ESC / bidi override / line separator in the shown text (text
-    nodes, tooltips, labels). The hostile heat at the end of its replay (every ``<details>``
-    open) shows its activity line, failure detail (a tooltip will do), and its analysis'
-    commands and outputs literally (control and bidi characters as visible escapes), and the
-    hostile model name shows there and on the home page or the leaderboard."""
-    season, site = hostile_site
-    target = None
-    for heat in heat_pages(site):
-        if (heat.parent / "artifacts" / "events.jsonl").read_bytes() == (season / HOSTILE_ATTEMPT / "events.jsonl").read_bytes():
-            target = heat
-    assert target is not None, f"no page for {HOSTILE_ATTEMPT}"
+def _hostile_pages(site: Path, open_page) -> dict[Path, str]:  # noqa: ANN001
+    """Open every page of ``site`` (heat pages at the end of their replay, every ``<details>``
+    open) and check what no page may hold; returns each page's shown text (text nodes,
+    tooltips, labels)."""
     texts = {}
     for f, root in _site_pages(site):
         page, problems = open_page(f)
@@ -519,9 +510,13 @@ def test_hostile_agent_text_shows_literally_and_never_runs(hostile_site, open_pa
             assert ch not in text, f"{where}: a raw {ch!r} in the shown text"
         problems.assert_none(where)
         page.context.close()
-    shown = texts[target]
+    return texts
+
+
+def _assert_hostile_heat_shown(shown: str, where: str) -> None:
+    """The hostile heat's page shows each hostile piece and each place's text literally."""
     for piece in HOSTILE_PIECES:
-        assert visible(piece) in shown, f"{target.relative_to(site)}: {visible(piece)!r} not shown"
+        assert visible(piece) in shown, f"{where}: {visible(piece)!r} not shown"
     missing = [f"{src} ({SOURCES[src]})" for src in ("activity", "analysis-command", "analysis-output")
                if visible(hostile_text(src)) not in shown]
     # a failure detail may be shown cut, as the one-line event summaries are (160 characters):
@@ -529,10 +524,36 @@ def test_hostile_agent_text_shows_literally_and_never_runs(hostile_site, open_pa
     start = visible(hostile_text("failure-detail")).split(HOSTILE_PIECES[4])[0]
     if start not in shown:
         missing.append(f"failure-detail ({SOURCES['failure-detail']}), not even its first {len(start)} characters")
-    assert not missing, f"{target.relative_to(site)} does not show, literally: " + "; ".join(missing)
-    assert visible(HOSTILE_MODEL) in shown, "the hostile model name shows on its heat page"
+    assert not missing, f"{where} does not show, literally: " + "; ".join(missing)
+    assert visible(HOSTILE_MODEL) in shown, f"{where}: the hostile model name is not shown"
+
+
+def test_hostile_agent_text_shows_literally_and_never_runs(hostile_site, open_page):
+    """Every page of the hostile season: no dialog, no script but the site's own, no event
+    handler attribute, no raw ESC / bidi override / line separator in the shown text (text
+    nodes, tooltips, labels). The hostile heat at the end of its replay (every ``<details>``
+    open) shows its activity line, failure detail (a tooltip will do), and its analysis'
+    commands and outputs literally (control and bidi characters as visible escapes), and the
+    hostile model name shows there and on the home page or the leaderboard."""
+    season, site = hostile_site
+    target = None
+    for heat in heat_pages(site):
+        if (heat.parent / "artifacts" / "events.jsonl").read_bytes() == (season / HOSTILE_ATTEMPT / "events.jsonl").read_bytes():
+            target = heat
+    assert target is not None, f"no page for {HOSTILE_ATTEMPT}"
+    texts = _hostile_pages(site, open_page)
+    _assert_hostile_heat_shown(texts[target], str(target.relative_to(site)))
     assert any(visible(HOSTILE_MODEL) in texts[f] for f in (site / "index.html", site / "leaderboard.html")), \
         "the hostile model name shows on the home page or the leaderboard"
+
+
+def test_hostile_match_site(hostile_site, open_page):
+    """``aoe site --match`` of the hostile heat attempt: the same guarantees as in a season."""
+    season, site = hostile_site
+    msite = build_cli(site.parent / "match-site", "--match", str(season / HOSTILE_ATTEMPT))
+    [heat] = heat_pages(msite)
+    texts = _hostile_pages(msite, open_page)
+    _assert_hostile_heat_shown(texts[heat], f"--match {HOSTILE_ATTEMPT}: {heat.relative_to(msite)}")
 
 
 def test_long_agent_lines_do_not_widen_the_page(hostile_site, open_page):
