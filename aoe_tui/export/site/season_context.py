@@ -3,7 +3,7 @@
 
 Tables that are wider than a phone are *folding tables* (:class:`Table`, the template
 macro ``fold_table`` in ``_tables.html``): every column has a tier — 0 always shown,
-1 hidden below 900 px, 2 hidden below 1500 px (site.css) — and each row carries a
+1 hidden below 1100 px, 2 hidden below 1500 px (site.css) — and each row carries a
 "more" row listing the hidden columns' values, opened by the row's ``<details>`` toggle.
 
 The standings columns are the standings page's (:mod:`aoe_tui.export.standings_files`,
@@ -656,7 +656,9 @@ def territory_table(heats: Sequence[HeatPage]) -> Table:
     table = Table("standings", TERRITORY_COLUMNS)
     for i, tid in enumerate(order):
         f = fig[tid]
-        table.rows.append({"_name": tid, "rank": i + 1, "territory": tid, "model": ", ".join(f["models"]),
+        table.rows.append({"_name": tid, "rank": i + 1, "territory": tid,
+                           "model": Markup('<span class="models">' + "".join(f"<span>{svg.esc(m)}</span>"
+                                                                             for m in f["models"]) + "</span>"),
                            "matches": f["matches"], "wins": f["wins"], "durable": len(f["durable"]),
                            "points": f["points"], "milestones": f"{f['passed']}/{f['available']}",
                            "median": _clock(f["median"]),
