@@ -296,6 +296,11 @@ def test_finished_and_stopped_seasons(tmp_path):
     text = (tmp_path / "stopped" / "index.html").read_text()
     _assert_csp_clean(text)
     assert ">stopped</span>" in text and "stopped (SIGINT)" in text
+    # the interrupted attempt 1 of r2h1 (folder renamed) and its re-run share the number: one link
+    links = re.findall(r'<a class="heat-link" href="([^"]+)"', text)
+    pages = sorted(p.relative_to(tmp_path / "stopped").as_posix()
+                   for p in (tmp_path / "stopped").glob("heats/*/index.html"))
+    assert sorted(links) == pages and len(set(links)) == len(links)
     fixture = build_season_folder(tmp_path / "f")
     build_season_site(fixture, tmp_path / "fixture")
     text = (tmp_path / "fixture" / "index.html").read_text()

@@ -193,13 +193,16 @@ def _bracket(state: Any, heats: Sequence[HeatPage]) -> list[dict[str, Any]]:
                               "durable": _clock(st.durable_at_ms) if st and st.durable_at_ms is not None else None})
             seats.sort(key=lambda s: (s["rank"] if s["rank"] is not None else 99, s["entrant"]))
             attempts = []
-            for a in h.attempts:
+            # an interrupted attempt's folder was renamed (``interrupted_as``) and its number
+            # re-run: the page of that number is the re-run's, so only the last one links it
+            last = {a.attempt: i for i, a in enumerate(h.attempts)}
+            for i, a in enumerate(h.attempts):
                 f = a.finished
                 attempts.append({"attempt": a.attempt, "status": a.shown_status,
                                  "outcome": f.outcome if f else None,
                                  "failure_source": f.failure_source if f else None,
                                  "detail": f.detail if f else "",
-                                 "href": links.get((h.round, h.heat, a.attempt)),
+                                 "href": links.get((h.round, h.heat, a.attempt)) if last[a.attempt] == i else None,
                                  "interrupted_as": list(a.interrupted_as)})
             status = h.status + (" · void" if res and res.void else "")
             hs.append({"heat": h.heat, "arena": h.arena, "status": status, "state": "void" if res and res.void
