@@ -340,3 +340,36 @@ def test_match_site_home_and_hostile_text(tmp_path):
     assert home.count('class="mcard match-card"') == 2
     assert [r[1] for r in _tables(home)["standings"][1:]][:1] == ["surge-one"] or "builder-one" in home
     assert len(re.findall(r'<a class="heat-link" href="heats/[^"]+/index.html"', home)) == 2
+
+
+def test_a_knockout_waiting_on_a_void_heat(tmp_path):
+    """The home page of a knockout whose round 1 heat went void says it waits on it (status,
+    the heat, its entrants' standings rows) and the void attempt is in the bracket."""
+    from aoe_tui.domain import season_events as se
+    from aoe_tui.replay.season_log import SeasonLogWriter
+    from tests.test_season_pure import _started
+
+    season = tmp_path / "season"
+    season.mkdir()
+    started = _started(("a", "b", "c", "d", "e", "f")).model_copy(update={"format": {"kind": "knockout", "advance": 1}})
+    with SeasonLogWriter(season / "season.jsonl", clock=lambda: 1000) as w:
+        w.append(started)
+        w.append(se.RoundScheduled(round=1, heats=[se.HeatSeats(heat=1, seats=["a", "b", "d"]),
+                                                    se.HeatSeats(heat=2, seats=["c", "e", "f"])]))
+        w.append(se.AttemptStarted(round=1, heat=1, attempt=1, folder="round-1/heat-1/attempt-1"))
+        w.append(se.AttemptFinished(round=1, heat=1, attempt=1, outcome="counted", winner="b",
+                                    ranks={"b": 1, "a": 2, "d": 3}))
+        w.append(se.HeatFinished(round=1, heat=1, attempt=1, ranks={"b": 1, "a": 2, "d": 3}, winner="b"))
+        w.append(se.AttemptStarted(round=1, heat=2, attempt=1, folder="round-1/heat-2/attempt-1"))
+        w.append(se.AttemptFinished(round=1, heat=2, attempt=1, outcome="void", failure_source="provider",
+                                    detail="injected"))
+        w.append(se.HeatFinished(round=1, heat=2, attempt=None, void=True, ranks={"c": 1, "e": 1, "f": 1}))
+        w.append(se.SeasonStopped(reason="void_heat", detail="waiting on heat r1h2 (void): c, e, f", round=1, heat=2))
+    build_season_site(season, tmp_path / "site")
+    text = (tmp_path / "site" / "index.html").read_text()
+    _assert_csp_clean(text)
+    assert ">waiting</span>" in text and "waiting on heat r1h2 (void): c, e, f neither advanced" in text
+    assert 'class="heat state-void waiting"' in text and "void · provider" in text
+    entrants = {r[1] for r in _tables(text)["standings"][1:]}
+    assert {"c (waiting on heat r1h2 (void))", "e (waiting on heat r1h2 (void))", "a", "b"} <= entrants
+    assert 'id="champion"' in text and "none yet" in text

@@ -25,7 +25,7 @@ from markupsafe import Markup
 from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens
 import aoe_tui.export.site.svg as svg
 from aoe_tui.export.site.heat import HeatPage
-from aoe_tui.export.standings_files import COST_BY, _breakdown_rows, _cache, _spend, BREAKDOWN_HEADS
+from aoe_tui.export.standings_files import BREAKDOWN_HEADS, COST_BY, _breakdown_rows, _cache, _spend
 from aoe_tui.season.season_standings import median_ms, waiting_heats, waiting_label
 
 __all__ = ["CATEGORY_FALLBACK", "Column", "ConfigRow", "Table", "arena_category", "home_context",
