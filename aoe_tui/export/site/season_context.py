@@ -590,11 +590,15 @@ def leaderboard_context(heats: list[HeatPage]) -> dict[str, Any]:
                                                         height=640, css_class="treemap tall"))})
     counted = [p for p in heats if _counts(p)]
     arenas = list(dict.fromkeys(arena_of(p) for p in counted))
-    spend = [r.cost_microusd for r in rows if r.appearances]
+    spend_tiles = treemap_tiles(heats, "spend")
+    known = any(t.text != "spend n/a" for t in spend_tiles)
+    usage, appearances = sum(r.usage for r in rows), sum(r.appearances for r in rows)
+    spend = fmt_cost(int(sum(t.value for t in spend_tiles))) if known else "n/a"
+    if known and usage < appearances:
+        spend += f" (usage recorded in {usage}/{appearances} appearances)"
     return {"title": "Leaderboard", "table": leaderboard_table(rows), "treemaps": treemaps,
             "leader": rows[0].label if rows and rows[0].appearances else None, "runs": len(counted),
-            "arenas": arenas, "configs": len(rows),
-            "spend": fmt_cost(sum(spend)) if spend and None not in spend else "n/a"}
+            "arenas": arenas, "configs": len(rows), "spend": spend}
 
 
 # ---- aoe site --match ------------------------------------------------------------------
