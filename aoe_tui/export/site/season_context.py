@@ -505,8 +505,8 @@ LEADERBOARD_COLUMNS = [
     Column("reasoning", "reasoning", 1), Column("appearances", "appearances", 1, True),
     Column("wins", "wins", 0, True, "W"), Column("durable", "durable", 0, True, "dur."),
     Column("milestones", "milestones", 1, True), Column("median", "median durable", 0, True, "median"),
-    Column("tokens", "tokens", 1, True), Column("cost", "cost", 0, True), Column("cpd", "cost/durable", 2, True),
-    Column("failures", "failures by source", 2), Column("usage", "usage recorded", 2, True),
+    Column("tokens", "tokens", 1, True), Column("cost", "cost", 0, True), Column("cpd", "cost/durable", 1, True),
+    Column("failures", "failures by source", 1), Column("usage", "usage recorded", 2, True),
 ]
 
 
