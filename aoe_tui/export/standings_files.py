@@ -248,43 +248,17 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
     return title + waits + head + sep + "".join(lines) + tail + per_arena
 
 
-_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
-
-
 def _chart(ms_ids: list[str], per_entrant: list[tuple[str, dict[str, int]]], svg_id: str = "milestone-chart",
            what: str = "") -> str:
     """Inline SVG ``<svg id=svg_id>``: x = milestones ``ms_ids`` (arena order), y = median
     time (s) to pass it, one line per entrant of ``per_entrant`` (entrant, milestone id →
-    median ms) that passed any; ``what`` names the arena in the aria label."""
-    series = [(name, [ms.get(m) for m in ms_ids]) for name, ms in per_entrant if ms]
-    known = [v for _, vals in series for v in vals if v is not None]
-    if not ms_ids or not series or not known:
-        return '<p class="muted">No milestone passed yet.</p>'
-    w, h, left, top, bottom, right = 720, 320, 60, 20, 50, 170
-    top_ms = max(known) or 1
-    x = lambda i: left + (w - left - right) * (i / max(1, len(ms_ids) - 1))  # noqa: E731
-    y = lambda v: top + (h - top - bottom) * (1 - v / top_ms)  # noqa: E731
-    out = [f'<svg id="{html.escape(svg_id)}" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
-           f'aria-label="median time to each milestone{html.escape(what)} per entrant">']
-    out.append(f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#999"/>')
-    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#999"/>')
-    for i, m in enumerate(ms_ids):
-        out.append(f'<text x="{x(i):.1f}" y="{h - bottom + 18}" font-size="11" text-anchor="middle">{html.escape(m)}</text>')
-    for frac in (0, 0.5, 1):
-        v = top_ms * frac
-        out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" font-size="11" text-anchor="end">{v / 1000:.0f}s</text>')
-    for k, (name, vals) in enumerate(series):
-        color = _COLORS[k % len(_COLORS)]
-        pts = [(x(i), y(v)) for i, v in enumerate(vals) if v is not None]
-        if len(pts) > 1:
-            out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="'
-                       + " ".join(f"{px:.1f},{py:.1f}" for px, py in pts) + '"/>')
-        for px, py in pts:
-            out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{color}"/>')
-        out.append(f'<text x="{w - right + 10}" y="{top + 14 * k + 10}" font-size="11" fill="{color}">'
-                   f'{html.escape(name)}</text>')
-    out.append("</svg>")
-    return "".join(out)
+    median ms) that passed any; ``what`` names the arena in the aria label. The cup site's
+    chart (:func:`aoe_tui.export.site.svg.line_chart`) at this page's fixed size."""
+    from aoe_tui.export.site.svg import line_chart  # the site package imports this module back
+
+    return line_chart(svg_id, ms_ids, [(name, [ms.get(m) for m in ms_ids]) for name, ms in per_entrant if ms],
+                      label=f"median time to each milestone{what} per entrant", y_fmt=lambda v: f"{v / 1000:.0f}s",
+                      responsive=False, legend=True, empty="No milestone passed yet.")
 
 
 def _charts(state: SeasonState, rows: list[SeasonStanding]) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from aoe_tui.errors import AoeError
-from aoe_tui.export.site import pages
+import aoe_tui.export.site.pages as pages
 from aoe_tui.export.site.heat import HeatPage, heat_page
 from aoe_tui.export.site.publish import publish_site
 from aoe_tui.export.site.render import ASSETS, render_page

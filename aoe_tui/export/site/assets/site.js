@@ -332,4 +332,35 @@ function initHeat() {
   if (h) { if (h[1] === "t") seekClock(Number(h[2])); else seekEvent(Number(h[2])); }
 }
 
-if (document.body.dataset.page === "heat") initHeat();
+/* ---- home ---- */
+function initHome() {
+  /* The page works without script (folding tables open with <details>); nothing to wire yet beyond
+     closing other rows' "more" toggles so one is open at a time per table. */
+  document.querySelectorAll("table.fold").forEach(function (table) {
+    table.addEventListener("toggle", function (ev) {
+      var d = ev.target;
+      if (!d.open) return;
+      table.querySelectorAll("details.more[open]").forEach(function (o) { if (o !== d) o.open = false; });
+    }, true);
+  });
+}
+
+/* ---- leaderboard ---- */
+function initLeaderboard() {
+  initHome();
+  var select = document.getElementById("treemap-measure");
+  if (!select) return;
+  var panels = document.querySelectorAll("#treemap .treemap-panel");
+  function show() {
+    panels.forEach(function (p) { p.hidden = p.dataset.measure !== select.value; });
+  }
+  select.addEventListener("change", show);
+  show();
+}
+
+/* ---- dispatch: one init per page kind (<body data-page>) ---- */
+(function () {
+  var inits = { heat: initHeat, home: initHome, leaderboard: initLeaderboard };
+  var init = inits[document.body.dataset.page];
+  if (init) init();
+})();
