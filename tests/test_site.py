@@ -614,3 +614,33 @@ def test_live_demo_season_site(demo_local, demo_run, tmp_path, open_page):
     play_to_final(page)
     assert expected_winner_text(world_of(heat)) in page.locator("#winner").inner_text()
     problems.assert_none(str(heat.relative_to(site)))
+
+
+# --- a bigger season: retries, many rounds ------------------------------------------------------
+
+
+def test_big_season_with_retries(tmp_path, open_page):
+    """A 30-heat season synthesized as ``benchmarks/site_build.py`` does (every tenth heat's
+    first attempt spoiled by the provider and retried): a bracket link per heat attempt, the
+    home page, the leaderboard and a retried attempt's page load cleanly."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("site_build_bench", REPO / "benchmarks" / "site_build.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    season = bench.synthesize(tmp_path / "season", 30)
+    site = build_cli(tmp_path / "site", str(season))
+    attempts = sorted(p for p in season.glob("round-*/heat-*/attempt-*"))
+    assert len(heat_pages(site)) == len(attempts) == 33
+    page, problems = open_page(site / "index.html", 390)
+    assert page.locator("#bracket a.heat-link").count() == len(attempts)
+    problems.assert_none("index.html")
+    page.context.close()
+    page, problems = open_page(site / "leaderboard.html", 390)
+    problems.assert_none("leaderboard.html")
+    page.context.close()
+    retried = next(p for p in heat_pages(site) if p.parent.name.endswith("-a1") and
+                   (site / "heats" / p.parent.name.replace("-a1", "-a2")).is_dir())
+    page, problems = open_page(retried)
+    scrub_to_final(page)
+    problems.assert_none(str(retried.relative_to(site)))
