@@ -252,8 +252,25 @@ def test_season_site_layout(season_site):
     assert seen == set(attempts), "one page per heat attempt"
 
 
-def test_links_are_relative_and_resolve(season_site):
+def test_python_api(tmp_path):
+    """``build_season_site`` / ``build_match_site`` return a :class:`SiteSummary` naming every
+    page they wrote and the seconds it took."""
+    from aoe_tui.export.site import build_match_site, build_season_site
+
+    out = tmp_path / "season-site"
+    summary = build_season_site(DEMO_SEASON, out)
+    assert sorted(map(Path, summary.pages)) == sorted(p for p in out.rglob("*.html") if "artifacts" not in p.parts)
+    assert len(summary.pages) == 2 + 6 and 0 < summary.seconds < 10
+    out = tmp_path / "match-site"
+    summary = build_match_site([MATCH_FOLDERS[0], MATCH_FOLDERS[-1]], out)
+    assert len([p for p in summary.pages if p.parent.parent.name == "heats"]) == 2
+    assert all(Path(p).is_file() for p in summary.pages) and summary.seconds > 0
+
+
+@pytest.mark.parametrize("which", ["season_site", "match_site"])
+def test_links_are_relative_and_resolve(which, request):
     """Every link, stylesheet and script of every page is relative and names a file of the site."""
+    season_site = request.getfixturevalue(which)
     for page in [season_site / "index.html", season_site / "leaderboard.html", *heat_pages(season_site)]:
         parser = _Links()
         parser.feed(page.read_text(encoding="utf-8"))
