@@ -371,11 +371,11 @@ def test_heat_replay_plays_to_the_winner(season_site, open_page):
         page.click("#step")
         steps += 1
     moved = scrub_value(page)
-    assert page.locator("#clock").inner_text() != clock0, "#clock follows the replay"
+    page.wait_for_function("(c) => document.querySelector('#clock').textContent !== c", arg=clock0, timeout=5000)
     for _ in range(steps):
         page.click("#step-back")
         assert scrub_value(page) <= moved
-    assert scrub_value(page) == 0
+    page.wait_for_function("() => Number(document.querySelector('#scrub').value) === 0", timeout=5000)
     # and to the end by the scrub
     scrub_to_final(page)
     assert page.evaluate(MAP_STATES_JS) == end
