@@ -17,6 +17,8 @@ View keys (all values JSON scalars):
 - ``m/T/M``: milestone M of territory T as the service map colours it: ``unknown`` (fog of
   war, §1.10: not yet evaluated), ``pending``, ``verifying``, ``healthy`` (passed),
   ``failed`` (its last evaluation failed), ``durable`` (passed and T is durable);
+  ``f/T/M``: while M is ``failed``, its last failure detail (the verifier's words, at most
+  :data:`MAX_FAIL_TEXT` characters), else ``""``;
 - ``a/A``: agent A's status (``waiting``, ``running``, or its terminal state);
   ``i/A``, ``o/A``: input/output tokens; ``$/A``: cost in **micro-USD**.
 
@@ -55,6 +57,8 @@ __all__ = ["HeatPage", "heat_page", "slugify", "usage_recorded", "view_of"]
 
 #: the most activity lines a page carries per agent (the last ones; the full log is an artifact)
 MAX_ACTIVITY_LINES = 400
+#: the longest failure detail a milestone ladder shows (characters; the event keeps it whole)
+MAX_FAIL_TEXT = 300
 #: the longest raw string field kept in an event's inspector copy (characters)
 MAX_RAW_TEXT = 2000
 #: characters of raw event JSON a page carries for its inspector; past it, only the events
@@ -96,7 +100,10 @@ def view_of(world: WorldState, milestones: list[str], fog: bool) -> dict[str, An
         v[f"p/{tid}"] = t.milestone_points
         v[f"d/{tid}"] = t.durable_at_ms
         for mid in milestones:
-            v[f"m/{tid}/{mid}"] = _node_state(world, tid, mid, fog)
+            state = v[f"m/{tid}/{mid}"] = _node_state(world, tid, mid, fog)
+            m = t.milestones.get(mid)
+            detail = (m.failure_detail or "") if state == "failed" and m is not None else ""
+            v[f"f/{tid}/{mid}"] = detail if len(detail) <= MAX_FAIL_TEXT else detail[:MAX_FAIL_TEXT] + "…"
     for aid, a in world.agents.items():
         v[f"a/{aid}"] = "running" if a.running else (str(a.terminal_state) if a.terminal_state else "waiting")
         v[f"i/{aid}"] = a.input_tokens

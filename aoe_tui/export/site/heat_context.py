@@ -238,7 +238,8 @@ def heat_context(page: HeatPage) -> dict[str, Any]:
         for tid in terr:
             maps[tid] = {n["id"]: node_state(final, tid, n["milestone"], mids) for n in geometry["nodes"]}
     ladders = {tid: [{"id": m["id"], "name": m["name"], "points": m["points"],
-                      "state": final.get(f"m/{tid}/{m['id']}") or "unknown"} for m in p["milestones"]]
+                      "state": final.get(f"m/{tid}/{m['id']}") or "unknown",
+                      "failure": final.get(f"f/{tid}/{m['id']}") or ""} for m in p["milestones"]]
                for tid in terr}
     return {"page": page, "title": page.title, "payload": p, "hero": hero, "season": page.season,
             "territories": territories, "agents": agents, "provenance": provenance, "extras": extras,

@@ -60,9 +60,16 @@ function initHeat() {
     if (kind === "d") return v === null || v === undefined ? "–" : fmtClock(v);
     if (kind === "$") return "$" + ((v || 0) / 1e6).toFixed(4);
     if (kind === "i" || kind === "o") return (v || 0).toLocaleString("en-US");
+    if (kind === "f") return v || "";
     if ((v === null || v === undefined) && kind === "m") return P.match.fog ? "unknown" : "pending";
     if (v === null || v === undefined) return "–";
     return String(v);
+  }
+  /* an event's detail (the verifier's or agent's own words, made visible by the site) when its
+     one-line summary does not already show it whole (cut, or characters the summary drops) */
+  function detailOf(ev) {
+    var r = ev.raw, d = r && (typeof r.detail === "string" ? r.detail : typeof r.reason === "string" ? r.reason : "");
+    return d && ev.text.indexOf(d) < 0 ? d : "";
   }
   function el(tag, cls, text) {
     var e = document.createElement(tag);
@@ -200,6 +207,8 @@ function initHeat() {
       b.appendChild(el("span", "mono tms", fmtClock(ev.ms) + " "));
       if (ev.t && ev.text.indexOf(ev.t) !== 0) b.appendChild(el("span", "mono tt", ev.t));
       b.appendChild(document.createTextNode(ev.text));
+      var det = detailOf(ev);
+      if (det) b.appendChild(el("span", "detail mono", det));
       b.addEventListener("click", (function (n) { return function () { pause(); seekEvent(n); }; })(j + 1));
       li.appendChild(b);
       feed.appendChild(li);
@@ -299,6 +308,8 @@ function initHeat() {
         s.appendChild(el("span", "mono tms", fmtClock(ev.ms)));
         s.appendChild(el("span", "mono kind", ev.kind));
         s.appendChild(el("span", "txt", ev.text));
+        var det = detailOf(ev);
+        if (det) s.appendChild(el("span", "detail mono", det));
         d.appendChild(s);
         d.addEventListener("toggle", function () {
           if (!d.open || d.querySelector("pre")) return;
