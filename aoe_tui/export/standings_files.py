@@ -33,7 +33,8 @@ from aoe_tui.fsio import write_atomic
 from aoe_tui.replay.season_reducer import SeasonState
 from aoe_tui.season.season_standings import ArenaBreakdown, SeasonStanding, season_standings, waiting_heats, waiting_label
 
-__all__ = ["COLUMNS", "FORMATS", "md_text", "render", "write_all"]
+__all__ = ["BREAKDOWN_HEADS", "COLUMNS", "COST_BY", "FORMATS", "breakdown_rows", "cache_cell", "md_text", "render", "spend_cell",
+           "write_all"]
 
 FORMATS = ("csv", "json", "md", "html")
 
@@ -60,14 +61,14 @@ def _usd(micro: int | None) -> str:
     return fmt_cost(micro, none="—")
 
 
-def _spend(r: Any) -> str:
+def spend_cell(r: Any) -> str:
     """An entrant's cost, against the season's cost limit when one is set (issue 27's live
     limits: ``$0.0288 / $5.0000``)."""
     limit = getattr(r, "cost_limit_microusd", None)
     return _usd(r.cost_microusd) + (f" / {fmt_cost(limit)}" if limit is not None else "")
 
 
-def _cache(r: SeasonStanding) -> str:
+def cache_cell(r: SeasonStanding) -> str:
     """``read/write`` cache tokens, or ``—`` when unknown."""
     return "—" if r.cache_read_tokens is None else f"{r.cache_read_tokens}/{r.cache_write_tokens}"
 
@@ -194,7 +195,7 @@ BREAKDOWN_HEADS = ("entrant", "arena", "heats", "wins", "durable", "points", "mi
                    "median durable", "tokens in/out", "cost", "cost/durable")
 
 
-def _breakdown_rows(state: SeasonState, rows: list[SeasonStanding]) -> list[tuple[str, ...]]:
+def breakdown_rows(state: SeasonState, rows: list[SeasonStanding]) -> list[tuple[str, ...]]:
     """Cells of the per-arena breakdown, in :data:`BREAKDOWN_HEADS` order: entrants in
     standings order, each with one row per season arena (season order; coverage ``—`` on
     an arena the entrant raced no heat of)."""
@@ -231,7 +232,7 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
         lines.append(
             f"| {r.rank} | {md_text(r.entrant)}{' 🏆' if r.champion else ''}{f' ({md_text(r.waiting)})' if r.waiting else ''} | {md_text(r.model or '')} | {r.heats} | {r.wins} | {r.durable} | "
             f"{r.points} | {r.coverage:.0%} | {_clock(r.median_durable_ms)} | {r.mu:.2f} | {r.sigma:.2f} | "
-            f"{r.ordinal:.2f} | {tokens} | {_cache(r)} | {_spend(r)} | {COST_BY.get(r.cost_source, r.cost_source)} | "
+            f"{r.ordinal:.2f} | {tokens} | {cache_cell(r)} | {spend_cell(r)} | {COST_BY.get(r.cost_source, r.cost_source)} | "
             f"{_usd(r.cost_per_durable_microusd)} | {r.infra_failures} | {r.byes} |\n"
         )
     waits = "".join(f"**{md_text(waiting_label(h))}**: {md_text(', '.join(h.entrants))} neither advanced nor "
@@ -242,7 +243,7 @@ def to_md(state: SeasonState, rows: list[SeasonStanding]) -> str:
     if state.multi_arena:
         per_arena = (f"\n## Per arena\n\nArenas: {md_text(_arena_list(state))}.\n\n"
                      + "| " + " | ".join(BREAKDOWN_HEADS) + " |\n" + "|" + "---|" * len(BREAKDOWN_HEADS) + "\n"
-                     + "".join("| " + " | ".join(map(md_text, cells)) + " |\n" for cells in _breakdown_rows(state, rows)))
+                     + "".join("| " + " | ".join(map(md_text, cells)) + " |\n" for cells in breakdown_rows(state, rows)))
     waits += "".join(f"**Rules changed at resume {n}** (`--accept-changed-rules`): heats before and after it "
                      f"raced different rules: {md_text('; '.join(changed))}.\n\n" for n, changed in state.rules_changed)
     return title + waits + head + sep + "".join(lines) + tail + per_arena
@@ -333,7 +334,7 @@ def _html_breakdown(state: SeasonState, rows: list[SeasonStanding]) -> str:
     return ("<h2>Per arena</h2>\n"
             "<style>#arena-breakdown td:nth-child(1){text-align:left} #arena-breakdown td:nth-child(3)"
             "{text-align:right}</style>\n"
-            + _table("arena-breakdown", BREAKDOWN_HEADS, _breakdown_rows(state, rows))
+            + _table("arena-breakdown", BREAKDOWN_HEADS, breakdown_rows(state, rows))
             + f'\n<p class="muted">Arenas: {html.escape(_arena_list(state))}. Coverage = milestones passed ÷ '
             "milestones available (heats × the arena's milestones); cost is unknown (—) unless every heat on "
             "that arena recorded usage.</p>\n")
@@ -351,7 +352,7 @@ def to_html(state: SeasonState, rows: list[SeasonStanding]) -> str:
         body.append([r.rank, r.entrant + (" 🏆" if r.champion else "") + (f" ({r.waiting})" if r.waiting else ""), r.model or "", r.heats, r.wins, r.durable,
                      r.points, f"{r.coverage:.0%}", _clock(r.median_durable_ms), f"{r.mu:.2f}", f"{r.sigma:.2f}",
                      f"{r.ordinal:.2f}", "—" if r.input_tokens is None else r.input_tokens,
-                     "—" if r.output_tokens is None else r.output_tokens, _cache(r), _spend(r),
+                     "—" if r.output_tokens is None else r.output_tokens, cache_cell(r), spend_cell(r),
                      COST_BY.get(r.cost_source, r.cost_source), _usd(r.cost_per_durable_microusd), r.infra_failures, r.byes])
     waiting = waiting_heats(state)
     status = ("finished" if state.finished else

@@ -25,7 +25,7 @@ from markupsafe import Markup
 from aoe_tui.domain.display import fmt_clock, fmt_cost, fmt_tokens
 import aoe_tui.export.site.svg as svg
 from aoe_tui.export.site.heat import HeatPage
-from aoe_tui.export.standings_files import BREAKDOWN_HEADS, COST_BY, _breakdown_rows, _cache, _spend
+from aoe_tui.export.standings_files import BREAKDOWN_HEADS, COST_BY, breakdown_rows, cache_cell, spend_cell
 from aoe_tui.season.season_standings import median_ms, waiting_heats, waiting_label
 
 __all__ = ["CATEGORY_FALLBACK", "Column", "ConfigRow", "Table", "arena_category", "home_context",
@@ -119,7 +119,7 @@ def standings_table(rows: Sequence[Any]) -> Table:
             "durable": r.durable, "points": r.points, "coverage": f"{r.coverage:.0%}",
             "median": _clock(r.median_durable_ms), "mu": f"{r.mu:.2f}", "sigma": f"{r.sigma:.2f}",
             "ordinal": f"{r.ordinal:.2f}", "tin": "—" if r.input_tokens is None else r.input_tokens,
-            "tout": "—" if r.output_tokens is None else r.output_tokens, "cache": _cache(r), "cost": _spend(r),
+            "tout": "—" if r.output_tokens is None else r.output_tokens, "cache": cache_cell(r), "cost": spend_cell(r),
             "cost_by": COST_BY.get(r.cost_source, r.cost_source), "cpd": _usd(r.cost_per_durable_microusd),
             "infra": r.infra_failures, "byes": r.byes,
         })
@@ -134,7 +134,7 @@ def breakdown_table(state: Any, rows: Sequence[Any]) -> Table:
     """``table#arena-breakdown``: one row per entrant and arena (the standings page's)."""
     cols = [Column(f"b{i}", h, _BREAKDOWN_TIERS.get(h, 1), i >= 2) for i, h in enumerate(BREAKDOWN_HEADS)]
     t = Table("arena-breakdown", cols)
-    for cells in _breakdown_rows(state, list(rows)):
+    for cells in breakdown_rows(state, list(rows)):
         row: dict[str, Any] = {f"b{i}": c for i, c in enumerate(cells)}
         row["_name"] = f"{cells[0]} · {cells[1]}"
         t.rows.append(row)
