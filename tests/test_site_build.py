@@ -31,22 +31,63 @@ def aoe(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "aoe_tui.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
-@pytest.mark.parametrize("folder", MATCHES, ids=lambda p: p.name)
-def test_replay_frames_are_the_reducers_state_after_every_event(folder):
-    """The page's script only applies frames: folding frames 0..i onto ``initial`` must give
-    the view of the one reducer's world after event i, for every i (and the last one the
-    final world's winner)."""
-    page = heat_page(folder)
+def assert_frames_follow_the_reducer(page) -> None:  # noqa: ANN001
+    """The page's script only applies frames: folding the frames of steps 0..i onto
+    ``initial`` must give the view of the one reducer's world after the step's last event
+    (its ``seq``), for every step (a thinned replay folds several events into one step)."""
     p = page.payload
     mids = [m["id"] for m in p["milestones"]]
     view = dict(p["initial"])
     world = WorldState()
-    assert len(p["frames"]) == len(p["events"]) == len(page.loaded.records)
-    for rec, frame in zip(page.loaded.records, p["frames"]):
+    steps = iter(zip(p["events"], p["frames"]))
+    step = next(steps, None)
+    assert len(p["frames"]) == len(p["events"]) and p["match"]["log_events"] == len(page.loaded.records)
+    for rec in page.loaded.records:
         apply_event(world, rec)
-        view.update(frame)
-        assert view == view_of(world, mids, p["match"]["fog"]), f"after sequence {rec.sequence}"
+        if step is not None and step[0]["seq"] == rec.sequence:
+            view.update(step[1])
+            assert view == view_of(world, mids, p["match"]["fog"]), f"after sequence {rec.sequence}"
+            step = next(steps, None)
+    assert step is None, "every step is an event of the log"
     assert view["winner"] == page.loaded.world.winner == p["match"]["winner"]
+
+
+@pytest.mark.parametrize("folder", MATCHES, ids=lambda p: p.name)
+def test_replay_frames_are_the_reducers_state_after_every_event(folder):
+    page = heat_page(folder)
+    if len(page.loaded.records) < 1000:  # only a long log (first-contact: 1743 events) is thinned
+        assert not page.payload["match"]["thinned"] and len(page.payload["events"]) == len(page.loaded.records)
+    assert_frames_follow_the_reducer(page)
+
+
+def test_a_long_log_is_thinned_to_fit_the_page_and_still_follows_the_reducer(tmp_path):
+    """5000 more failed checks (a real long race fails its checks thousands of times): the
+    page stays under 500 kB, the failed checks fold into steps, every milestone passing
+    stays its own step, and the folded replay still shows the reducer's state."""
+    from aoe_tui.domain.events import MilestoneFailed
+    from aoe_tui.replay.log import dump_record, read_events
+
+    src = REPO / "tests" / "fixtures" / "ours" / "demo-season" / "round-1" / "heat-3" / "attempt-1"
+    folder = tmp_path / "long"
+    shutil.copytree(src, folder)
+    records = read_events(folder / "events.jsonl")
+    end = next(i for i, r in enumerate(records) if r.event.kind == "match_finished")
+    at = records[end].elapsed_ms
+    tid = next(r.event.territory for r in records if r.event.kind == "milestone_passed")
+    extra = [records[0].model_copy(update={"elapsed_ms": at, "event": MilestoneFailed(
+        territory=tid, milestone="host-reboot", detail=f"GET /records/{n:06d} returned HTTP 404 (record lost) " + "x" * 60)})
+        for n in range(5000)]
+    out = [r.model_copy(update={"sequence": i}) for i, r in enumerate(records[:end] + extra + records[end:])]
+    (folder / "events.jsonl").write_text("".join(dump_record(r) + "\n" for r in out))
+    page = heat_page(folder)
+    assert page.payload["match"]["thinned"] and page.payload["match"]["log_events"] == len(out)
+    passed = sum(1 for r in out if r.event.kind == "milestone_passed")
+    assert sum(1 for e in page.payload["events"] if e["kind"] == "milestone_passed") == passed
+    assert any(e.get("folded", 0) > 1 for e in page.payload["events"])
+    assert_frames_follow_the_reducer(page)
+    site = build_match_site([folder], tmp_path / "site")
+    for f in site.pages:
+        assert f.stat().st_size <= 500_000, f"{f}: {f.stat().st_size} bytes"
 
 
 def test_match_site_builds_every_published_match(tmp_path):
@@ -76,7 +117,7 @@ def test_publish_refuses_a_folder_that_is_not_a_site_and_replaces_its_own(tmp_pa
     publish_site(site, lambda d: (d / "index.html").write_text("one"))
     inode = site.stat().st_ino
     publish_site(site, lambda d: (d / "index.html").write_text("two"))
-    assert (site / "index.html").read_text() == "two" and (site / MARKER).is_file()
+    assert (site / "index.html").read_text() == "two" and (site / MARKER).read_text().splitlines()[1:] == ["index.html"]
     assert site.stat().st_ino != inode, "the new folder was swapped in, not written over the old one"
 
     def broken(d: Path) -> None:
@@ -87,6 +128,29 @@ def test_publish_refuses_a_folder_that_is_not_a_site_and_replaces_its_own(tmp_pa
         publish_site(site, broken)
     assert (site / "index.html").read_text() == "two", "a failed build leaves the old site whole"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "site"]
+
+
+def test_a_rebuild_never_deletes_what_the_site_did_not_write(tmp_path):
+    """A CNAME, a .git or a season folder put into a site folder: the next build refuses,
+    naming them, and deletes nothing (GitHub Pages users keep both in the site folder)."""
+    site = tmp_path / "site"
+    publish_site(site, lambda d: (d / "index.html").write_text("one"))
+    (site / "CNAME").write_text("cup.example.org\n")
+    (site / ".git").mkdir()
+    (site / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    with pytest.raises(SiteFolderError, match=r"holds files the site did not write \(\.git/HEAD, CNAME\); a rebuild "
+                                              r"would delete them"):
+        publish_site(site, lambda d: (d / "index.html").write_text("two"))
+    assert (site / "CNAME").is_file() and (site / ".git" / "HEAD").is_file() and (site / "index.html").read_text() == "one"
+
+
+def test_a_symlinked_output_folder_is_written_through_the_link(tmp_path):
+    real, link = tmp_path / "real", tmp_path / "link"
+    publish_site(real, lambda d: (d / "index.html").write_text("one"))
+    link.symlink_to(real)
+    assert publish_site(link, lambda d: (d / "index.html").write_text("two")) == real.resolve()
+    assert link.is_symlink() and (link / "index.html").read_text() == "two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
 
 
 def test_cli_bad_input_is_one_line(tmp_path):
@@ -119,3 +183,66 @@ def test_agent_text_cannot_leave_its_element():
     out = render_page("base.html", root="", nav={"links": [(t, "index.html") for t in HOSTILE]}, title=HOSTILE[1])
     assert "<script>alert" not in out and "<img src=x" not in out and "\x1b" not in out and "\u202e" not in out
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in out and "\\x1b[31mred" in out and "abc\\u202edcba" in out
+
+
+def test_aoe_run_checks_its_site_folder_before_the_season_starts(tmp_path):
+    """``aoe run --site`` naming the season folder, or a folder with other files, is one line
+    at once (exit non-zero), before a territory boots or the season folder is made."""
+    season = tmp_path / "season"
+    res = aoe("run", "seasons/demo.toml", "--output", str(season), "--site", str(season / "site"), "--headless")
+    assert res.returncode == 2 and "must lie apart (neither inside the other)" in res.stderr, res.stderr
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("x")
+    res = aoe("run", "seasons/demo.toml", "--output", str(season), "--site", str(other), "--headless")
+    assert res.returncode != 0 and "a folder with other files (no .aoe-site)" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not season.exists()
+
+
+DEMO = REPO / "tests" / "fixtures" / "ours" / "demo-season"
+
+
+def test_each_territory_names_its_own_entrant_even_after_an_empty_seat(tmp_path):
+    """round 2 heat 3 seats (memory, —, volatile-2): the arena.json of a heat lists only the
+    seated territories, so entrants come from its agents, never from seat positions."""
+    from aoe_tui.export.site.build import season_heat_pages
+    from aoe_tui.replay.seasondir import load_season_dir
+
+    skipped: list[str] = []
+    pages = season_heat_pages(DEMO, load_season_dir(DEMO), skipped)
+    assert not skipped and len(pages) == 6
+    for page in pages:
+        agents = page.loaded.arena["agents"]
+        assert page.entrants == {a["territory"]: a["id"] for a in agents}, page.slug
+        for t in page.payload["territories"]:
+            assert t["entrant"] == page.entrants.get(t["id"])
+    r2h3 = next(p for p in pages if p.slug.endswith("r2-h3-a1"))
+    assert sorted(r2h3.entrants.values()) == ["memory", "volatile-2"]
+
+
+def test_damaged_attempts_are_one_line_each_and_the_rest_is_built(tmp_path):
+    season = tmp_path / "season"
+    shutil.copytree(DEMO, season)
+    (season / "round-1" / "heat-1" / "attempt-1" / "events.jsonl").unlink()
+    (season / "round-1" / "heat-2" / "attempt-1" / "arena.json").write_text('{"agents": 5}')
+    (season / "round-1" / "heat-3" / "attempt-1" / "events.jsonl").write_text("")
+    (season / "round-2" / "heat-1" / "attempt-1" / "arena.json").unlink()  # the bundle holds the manifest
+    res = aoe("site", str(season), "-o", str(tmp_path / "site"))
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[:3] == ["no page for round-1/heat-1/attempt-1: no events.jsonl",
+                         "no page for round-1/heat-2/attempt-1: cannot read its match files (TypeError: 'int' object "
+                         "is not iterable)",
+                         "no page for round-1/heat-3/attempt-1: events.jsonl is empty"], lines
+    assert lines[3].startswith(f"site written to {tmp_path / 'site'}/index.html: 5 pages (3 heat pages)")
+    page = heat_page(season / "round-2" / "heat-1" / "attempt-1")
+    assert page.payload["visualization"] and sum(m["points"] for m in page.payload["milestones"]) == 100
+
+
+def test_a_match_named_twice_is_listed_once(tmp_path):
+    m = MATCHES[0]
+    rel = m.relative_to(REPO)
+    res = aoe("site", "--match", str(m), "--match", f"{rel}/", "-o", str(tmp_path / "s"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0] == f"{rel}: the same match as {m} (listed once)"
+    assert len(list((tmp_path / "s" / "heats").iterdir())) == 1

@@ -148,6 +148,10 @@ def run_season(loaded, out: Path, *, headless: bool, light: bool = False, runner
     from aoe_tui.season.runner import check_heat_env, hold_season_folder, load_season_arenas
 
     check_heat_env()  # AOE_BOOT_SLOTS, AOE_CPU_WEIGHTS, AOE_MIN_FREE_MIB: before anything is written
+    if site is not None:  # a site folder that cannot take the site: said now, not after every heat
+        from aoe_tui.commands.site import check_run_site
+
+        check_run_site(site, out)
     # standings files after every heat and at the end (the runner does not know exports)
     runner_kwargs = {"write_exports": season_exports(site), **(runner_kwargs or {})}
     arenas, _ = load_season_arenas(loaded)

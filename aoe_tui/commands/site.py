@@ -15,7 +15,7 @@ from typing import Any
 from aoe_tui.domain.display import printable
 from aoe_tui.errors import AoeError, UsageError
 
-__all__ = ["register", "season_exports"]
+__all__ = ["check_run_site", "register", "season_exports"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,11 +50,24 @@ def _cmd_site(args: argparse.Namespace) -> int:
     else:
         summary = build_match_site([Path(m) for m in args.match], out)
     for line in summary.skipped:
-        print(printable(f"no page for {line}"))
+        print(printable(line))
     heats = sum(1 for p in summary.pages if p.parent.parent.name == "heats")
     print(printable(f"site written to {out}/index.html: {len(summary.pages)} pages ({heats} heat pages) "
                     f"in {summary.seconds:.1f}s"))
     return 0
+
+
+def check_run_site(site: Path, season_dir: Path) -> None:
+    """``aoe run --site SITE``, checked before the season starts (one line, exit 2): the site
+    folder must be able to take the site (:func:`check_site_folder`) and lie apart from the
+    season folder (neither inside the other)."""
+    from aoe_tui.export.site.publish import check_site_folder
+
+    where = check_site_folder(site)
+    season = Path(season_dir).expanduser().resolve()
+    if where == season or season in where.parents or where in season.parents:
+        raise UsageError(f"--site {site}: the site folder and the season folder {season_dir} must lie apart "
+                         "(neither inside the other)")
 
 
 def season_exports(site: Path | None) -> Callable[[Path, Any], None]:

@@ -18,7 +18,6 @@ slug rule (§9.1).
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -39,7 +38,8 @@ __all__ = ["SiteSummary", "build_match_site", "build_season_site", "season_heat_
 @dataclass
 class SiteSummary:
     """What a build wrote: ``out_dir``, ``pages`` (every HTML file), ``seconds`` it took,
-    ``skipped`` (one line per heat attempt that has no page, naming its folder and why)."""
+    ``skipped`` (one line per heat attempt that has no page or match listed once, naming
+    its folder and why)."""
 
     out_dir: Path
     pages: list[Path] = field(default_factory=list)
@@ -71,36 +71,42 @@ def _write_heat(tmp: Path, page: HeatPage, summary: SiteSummary, nav: dict[str, 
 
 def season_heat_pages(season_dir: Path, state: Any, skipped: list[str]) -> list[HeatPage]:
     """A :class:`HeatPage` per heat attempt of ``state`` whose folder holds an event log,
-    in round, heat, attempt order; an attempt whose log cannot be read is listed in
-    ``skipped`` (``"round-1/heat-2/attempt-1: …"``) and gets no page."""
+    in round, heat, attempt order. A finished attempt whose log is missing, empty or cannot
+    be read is listed in ``skipped`` (``"no page for round-1/heat-2/attempt-1: …"``) and gets no page;
+    an attempt still starting (no log yet) or interrupted (its folder renamed aside, the
+    re-run has the page) is left out silently."""
     out = []
     info = state.info
     for heat in state.heats():
         arena = state.arena(heat.arena) if heat.arena else None
         for att in heat.attempts:
             folder = season_dir / att.folder
-            if not (folder / "events.jsonl").is_file():
+            events = folder / "events.jsonl"
+            if not events.is_file():
+                if att.status == "finished":
+                    skipped.append(f"no page for {att.folder}: no events.jsonl")
                 continue
+            label = f"{info.season} · {info.label}" if info else season_dir.name
+            slug = f"season-{info.season}-{info.label}-r{heat.round}-h{heat.heat}-a{att.attempt}" if info else None
             try:
-                entrants = {}
-                arena_json = folder / "arena.json"
-                if arena_json.is_file():
-                    tids = [t["id"] for t in json.loads(arena_json.read_text(encoding="utf-8")).get("territories", [])]
-                    entrants = {tid: e for tid, e in zip(tids, heat.seats) if e is not None}
-                label = f"{info.season} · {info.label}" if info else season_dir.name
-                slug = f"season-{info.season}-{info.label}-r{heat.round}-h{heat.heat}-a{att.attempt}" if info else None
                 page = heat_page(folder, slug=slug and pages.slugify(slug),
                                  title=f"{label} · round {heat.round} heat {heat.heat}"
                                        f"{f' ({heat.arena})' if state.multi_arena else ''} · attempt {att.attempt}",
-                                 entrants=entrants,
+                                 seated=heat.entrants,
                                  season={"round": heat.round, "heat": heat.heat, "attempt": att.attempt,
                                          "status": att.shown_status, "arena": arena.id if arena else heat.arena,
                                          "outcome": att.finished.outcome if att.finished else None,
                                          "counted": heat.counted is att,
                                          "failure_source": att.finished.failure_source if att.finished else None,
                                          "detail": att.finished.detail if att.finished else ""})
-            except (AoeError, OSError, ValueError, KeyError) as err:
-                skipped.append(f"{att.folder}: {err}")
+            except AoeError as err:
+                skipped.append(f"no page for {att.folder}: {err}")
+                continue
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:  # a damaged arena.json/match.json
+                skipped.append(f"no page for {att.folder}: cannot read its match files ({type(err).__name__}: {err})")
+                continue
+            if not page.loaded.records and att.status == "finished":
+                skipped.append(f"no page for {att.folder}: events.jsonl is empty")
                 continue
             out.append(page)
     return out
@@ -129,25 +135,39 @@ def build_season_site(season_dir: Path, out_dir: Path) -> SiteSummary:
                                                      **pages.leaderboard_context(heats)))
         summary.pages[:0] = [tmp / "index.html", tmp / "leaderboard.html"]
 
-    publish_site(summary.out_dir, build)
+    summary.out_dir = publish_site(summary.out_dir, build)
     summary.pages = [_rebase(p, summary.out_dir) for p in summary.pages]
     summary.seconds = time.perf_counter() - t0
     return summary
 
 
 def build_match_site(match_dirs: list[Path], out_dir: Path) -> SiteSummary:
-    """Build a site of match folders (ours or upstream's published ones, §9.1): a page per
-    match and a home page listing them. Raises :class:`AoeError` naming the first folder
-    that is not a readable match."""
+    """Build a site of match folders (ours or upstream's published ones, §9.1; a single-file
+    bundle or a bare ``events.jsonl`` too): a page per match and a home page listing them.
+    A folder named twice is listed once (:attr:`SiteSummary.skipped` says so). Raises
+    :class:`AoeError` naming the first folder that is not a readable match (nothing is
+    written then)."""
     t0 = time.perf_counter()
-    loaded = [heat_page(Path(d)) for d in match_dirs]
+    summary = SiteSummary(out_dir=Path(out_dir))
+    firsts: dict[Path, Path] = {}
+    for d in map(Path, match_dirs):
+        key = d.resolve()
+        if key in firsts:
+            summary.skipped.append(f"{d}: the same match as {firsts[key]} (listed once)")
+        else:
+            firsts[key] = d
+    loaded = []
+    for d in firsts.values():
+        try:
+            loaded.append(heat_page(d))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise AoeError(f"{d}: cannot read its match files ({type(err).__name__}: {err})") from None
     seen: dict[str, int] = {}
     for p in loaded:  # two folders of one name: -2, -3 …
         n = seen[p.slug] = seen.get(p.slug, 0) + 1
         if n > 1:
             p.slug = f"{p.slug}-{n}"
             p.payload["match"]["slug"] = p.slug
-    summary = SiteSummary(out_dir=Path(out_dir))
 
     def build(tmp: Path) -> None:
         _copy_assets(tmp)
@@ -159,7 +179,7 @@ def build_match_site(match_dirs: list[Path], out_dir: Path) -> SiteSummary:
                                                      **pages.leaderboard_context(loaded)))
         summary.pages[:0] = [tmp / "index.html", tmp / "leaderboard.html"]
 
-    publish_site(summary.out_dir, build)
+    summary.out_dir = publish_site(summary.out_dir, build)
     summary.pages = [_rebase(p, summary.out_dir) for p in summary.pages]
     summary.seconds = time.perf_counter() - t0
     return summary

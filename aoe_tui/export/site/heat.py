@@ -24,14 +24,15 @@ View keys (all values JSON scalars):
 
 Payload (JSON; strings are made visible and escaped by :func:`render.script_json`)::
 
-    {"match": {"name", "slug", "arena", "fog", "final_ms", "winner", "finish_reason"},
+    {"match": {"name", "slug", "arena", "fog", "final_ms", "winner", "finish_reason",
+               "log_events": events in the log, "thinned": bool (fit_replay folded steps)},
      "territories": [{"id", "agent", "entrant", "model", "adapter", "reasoning", "usage"}],
                                           # usage: the log has a usage_charged with a token
                                           # or cost figure for the agent (else "n/a", §9.1)
      "milestones": [{"id", "name", "points"}],
      "visualization": {"nodes": [...], "links": [...]} | null,   # manifest §1.9
      "initial": {view key: value},
-     "events": [{"ms", "seq", "kind", "t", "text", "tone", "raw"}],  # raw: the §2.1 record
+     "events": [{"ms", "seq", "kind", "t", "text", "tone", "raw"[, "folded"]}],  # raw: the §2.1 record
                                           # (flattened) or null past RAW_BUDGET
      "frames": [{view key: value}, ...],    # one per event, same order
      "activity": {agent: [[ms, line], ...]}}
@@ -41,6 +42,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +68,13 @@ MAX_RAW_TEXT = 2000
 #: that change the race (milestones, agents, the match) keep theirs — the page stays under
 #: 500 kB for long conquest logs (the full log is the ``events.jsonl`` artifact)
 RAW_BUDGET = 120_000
+#: characters the replay's events and frames may take in a page (JSON); a longer log is
+#: thinned (:func:`fit_replay`) so every page stays under 500 kB
+REPLAY_BUDGET = 300_000
+#: kinds a thinned replay may fold into one step (checks and usage ticks; never a
+#: milestone passing, an agent or the match changing)
+_FOLDABLE = frozenset({"milestone_failed", "milestone_evaluation_started", "usage_charged", "health_observed",
+                       "resources_changed"})
 _ALWAYS_RAW = frozenset({"milestone_passed", "milestone_failed", "milestone_revoked", "durable_deployment_completed",
                          "agent_started", "agent_finished", "agent_interrupted", "agent_terminated",
                          "agent_outraced", "match_finished", "match_state_changed", "territory_eliminated",
@@ -159,17 +169,18 @@ def _activity(folder: Path | None, analyses: dict[str, Any]) -> dict[str, list[l
 
 
 def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None,
-              entrants: dict[str, str] | None = None, season: dict[str, Any] | None = None) -> HeatPage:
+              seated: Iterable[str] = (), season: dict[str, Any] | None = None) -> HeatPage:
     """Load the match folder ``folder`` (events.jsonl + optional arena.json, match.json,
     analyses, activity.jsonl, bundle) — or a single-file bundle (``*.match.json``,
     Appendix B), or a bare ``events.jsonl`` — into a :class:`HeatPage`. Raises
     :class:`aoe_tui.errors.AoeError` (naming the file) for a folder that is not a match or
-    a torn/invalid event log."""
+    a torn/invalid event log. ``seated``: in a season, the heat's entrants (each entrant's
+    agent in ``arena.json`` carries its id, so the page names the entrant on its territory)."""
     folder = Path(folder)
     if folder.is_file() and folder.suffix == ".jsonl":  # a bare events.jsonl: its folder
         folder = folder.parent
     loaded = load_match(folder)
-    arena = loaded.arena or {}
+    arena = loaded.arena if isinstance(loaded.arena, dict) else {}
     bundle_match: dict[str, Any] = {}
     if folder.is_file():  # a single-file bundle (Appendix B): everything is inside it
         bundle = read_bundle(folder)
@@ -181,9 +192,12 @@ def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None
         bundle_files = sorted(folder.glob("*.match.json"))
         if bundle_files:
             try:
-                bundle_match = json.loads(bundle_files[0].read_text(encoding="utf-8")).get("match") or {}
+                stored = json.loads(bundle_files[0].read_text(encoding="utf-8"))
             except (OSError, ValueError):
-                bundle_match = {}
+                stored = {}
+            bundle_match = stored.get("match") or {} if isinstance(stored, dict) else {}
+            if not arena and isinstance(stored, dict) and isinstance(stored.get("arena"), dict):
+                arena = stored["arena"]  # arena.json lost: the bundle holds the same manifest
         analyses = collect_analyses(folder)
         artifacts = {n: folder / n for n in ("events.jsonl", "world.json", "match.json", "arena.json")
                      if (folder / n).is_file()}
@@ -201,7 +215,9 @@ def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None
             seen.update(dict.fromkeys(t.milestones))
         milestones = [{"id": m, "name": m, "points": 0} for m in seen]
     mids = [m["id"] for m in milestones]
-    agents = {a.get("territory"): a for a in arena.get("agents") or []}
+    agents = {a.get("territory"): a for a in arena.get("agents") or [] if isinstance(a, dict)}
+    seated = set(seated)
+    entrants = {tid: a["id"] for tid, a in agents.items() if a.get("id") in seated}
     territories = []
     for tid, t in loaded.world.territories.items():
         spec = agents.get(tid, {})
@@ -238,17 +254,79 @@ def heat_page(folder: Path, *, slug: str | None = None, title: str | None = None
                        "t": getattr(ev, "territory", None) or _territory_of(world, getattr(ev, "agent", None)),
                        "text": line.text if line else ev.kind.replace("_", " "),
                        "tone": line.tone if line else "dim", "raw": raw})
+    events, frames, thinned = fit_replay(events, frames)
     payload = {"match": {"name": title, "slug": slug, "arena": arena.get("arena", {}).get("id")
                          or (loaded.provenance or {}).get("arena_id"),
                          "fog": fog, "final_ms": loaded.world.elapsed_ms, "winner": loaded.world.winner,
-                         "finish_reason": loaded.world.finish_reason},
+                         "finish_reason": loaded.world.finish_reason,
+                         "log_events": len(loaded.records), "thinned": thinned},
                "territories": territories, "milestones": milestones,
                "visualization": arena.get("visualization"),
                "initial": initial, "events": events, "frames": frames,
                "activity": _activity(folder if folder.is_dir() else None, analyses)}
     return HeatPage(slug=slug, title=title, loaded=loaded, analyses=analyses, payload=payload,
                     artifacts=artifacts, standings=compute_standings(loaded.world),
-                    entrants=dict(entrants or {}), season=dict(season or {}))
+                    entrants=entrants, season=dict(season or {}))
+
+
+def _size(obj: Any) -> int:
+    return len(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+
+
+def _fold(run: list[tuple[dict[str, Any], dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Consecutive foldable events → one step: the last one's clock and sequence, the
+    frames applied in order, a line counting what it holds."""
+    if len(run) == 1:
+        return run[0]
+    frame: dict[str, Any] = {}
+    for _, f in run:
+        frame.update(f)
+    last = run[-1][0]
+    kinds = Counter(e["kind"] for e, _ in run)
+    ts = {e["t"] for e, _ in run}
+    what = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in kinds.most_common())
+    return ({"ms": last["ms"], "seq": last["seq"], "kind": last["kind"] if len(kinds) == 1 else "events",
+             "t": ts.pop() if len(ts) == 1 else None, "text": f"{len(run)} events: {what}", "tone": "dim",
+             "raw": None, "folded": len(run)}, frame)
+
+
+def fit_replay(events: list[dict[str, Any]], frames: list[dict[str, Any]],
+               budget: int = REPLAY_BUDGET) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+    """``(events, frames, thinned)`` whose JSON fits ``budget`` characters: first the raw
+    copies go (the inspector then points at ``events.jsonl``), then runs of consecutive
+    :data:`_FOLDABLE` events fold into steps of 2, 4, 8 … events (the state after a step is
+    the state after its last event, so the replay still shows the one reducer's state).
+    A log that fits is returned as it is."""
+    if _size(events) + _size(frames) <= budget:
+        return events, frames, False
+    events = [{**e, "raw": None} for e in events]
+    group = 1
+    out_e, out_f = events, frames
+    while _size(out_e) + _size(out_f) > budget and group < len(events):
+        group *= 2
+        out_e, out_f = [], []
+        run: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for e, f in zip(events, frames):
+            if e["kind"] in _FOLDABLE:
+                run.append((e, f))
+                if len(run) == group:
+                    fe, ff = _fold(run)
+                    out_e.append(fe)
+                    out_f.append(ff)
+                    run = []
+                continue
+            if run:
+                fe, ff = _fold(run)
+                out_e.append(fe)
+                out_f.append(ff)
+                run = []
+            out_e.append(e)
+            out_f.append(f)
+        if run:
+            fe, ff = _fold(run)
+            out_e.append(fe)
+            out_f.append(ff)
+    return out_e, out_f, True
 
 
 def usage_recorded(records: list[Any]) -> set[str]:
