@@ -83,17 +83,80 @@ def test_provenance_digests_are_prefixes_with_the_full_value_in_the_title(site: 
     assert f'title="{key}">{key[:12]}</dd>' in html
 
 
-def test_a_match_without_a_winner_says_so(tmp_path: Path) -> None:
+def _built(tmp_path: Path, folder: Path) -> str:
+    page = heat_page(folder)
+    out = tmp_path / "site"
+    build_match_site([folder], out)
+    return (out / "heats" / page.slug / "index.html").read_text()
+
+
+def _stat(html: str, n: int) -> str:
+    return re.findall(r'<div class="stat[^"]*"[^>]*>.*?</div>', html, re.S)[n]
+
+
+def test_a_match_still_running_is_racing_not_lost(tmp_path: Path) -> None:
+    """A heat whose log stops mid-race (match_state running): the hero says it is racing and
+    the clock so far, in no winner styling; the Results table counts the arena's milestones."""
     folder = tmp_path / "cut"
     shutil.copytree(OURS, folder)
     lines = (folder / "events.jsonl").read_text().splitlines()
     (folder / "events.jsonl").write_text("\n".join(lines[:30]) + "\n")
     (folder / "world.json").unlink()
-    page = heat_page(folder)
-    out = tmp_path / "site"
-    build_match_site([folder], out)
-    html = (out / "heats" / page.slug / "index.html").read_text()
-    assert '<span id="winner">no winner</span>' in html
+    html = _built(tmp_path, folder)
+    card, clock_card = _stat(html, 0), _stat(html, 1)
+    assert '<span id="winner">racing</span>' in card and "no winner" not in html
+    assert 'class="stat win"' not in html and "data-racing" in card and "<dt>Status</dt>" in card
+    assert "<dt>Clock so far</dt>" in clock_card and "Final clock" not in html
+    n_ms = len(_payload(html)["milestones"])
+    cells = re.findall(r'data-label="Milestones"[^>]*>(\d+)/(\d+)</td>', html)
+    assert cells and all(int(total) == n_ms and int(p) <= n_ms for p, total in cells)
+    # a season attempt cut off the same way is over, not racing: no winner, final clock
+    hero = heat_context(heat_page(folder, season={"round": 1, "heat": 1, "attempt": 1, "status": "interrupted"}))["hero"]
+    assert (hero["winner_text"], hero["clock_label"], hero["ended"]) == ("no winner", "Final clock", True)
+    hero = heat_context(heat_page(folder, season={"round": 1, "heat": 1, "attempt": 1, "status": "running"}))["hero"]
+    assert (hero["winner_text"], hero["clock_label"]) == ("racing", "Clock so far")
+
+
+def test_a_finished_match_without_a_winner_says_so(tmp_path: Path) -> None:
+    folder = tmp_path / "nowin"
+    shutil.copytree(OURS, folder)
+    recs = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+    for r in recs:
+        if r["kind"] == "match_finished":
+            r["winner"] = None
+    (folder / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (folder / "world.json").unlink()
+    html = _built(tmp_path, folder)
+    assert '<span id="winner">no winner</span>' in _stat(html, 0) and "data-racing" not in html
+    assert "<dt>Winner</dt>" in _stat(html, 0) and "<dt>Final clock</dt>" in _stat(html, 1)
+    assert 'class="stat win"' not in html and "pill win" not in html
+
+
+def test_results_milestones_are_of_the_arenas_milestones(site: Path) -> None:
+    """Milestones in the Results table: passed / the arena's milestone count (not / evaluated)."""
+    for folder in [*MATCHES, OURS]:
+        html = _page(site, folder.name)
+        n_ms = len(_payload(html)["milestones"])
+        cells = re.findall(r'data-label="Milestones"[^>]*>(\d+)/(\d+)</td>', html)
+        assert cells and {int(t) for _, t in cells} == {n_ms}, folder.name
+        if 'class="stat win"' in html:
+            assert "<dt>Winner</dt>" in html and "data-racing" not in html
+
+
+def test_result_tables_label_every_cell_for_phones(site: Path) -> None:
+    """Below 600 px the Results, Agents and "How they fought" tables stack into a card per
+    row labelled from data-label: every cell carries its column's label."""
+    html = _page(site, "durable-job-queue-20260814-194238-round-002")
+    for cls in ("territories stack", "agents stack"):
+        table = html.split(f'<table class="{cls}">', 1)[1].split("</table>", 1)[0]
+        heads = re.findall(r"<th[^>]*>([^<]+)</th>", table)
+        body = table.split("<tbody>", 1)[1]
+        cells = re.findall(r"<td([^>]*)>", body)
+        assert cells and all("data-label=" in c for c in cells), cls
+        labels = re.findall(r'<td[^>]*data-label="([^"]+)"', body)
+        assert labels[: len(heads)] == heads, (cls, labels, heads)
+    css = (site / "assets" / "site.css").read_text()
+    assert "content: attr(data-label)" in css and "@media (max-width: 600px)" in css
 
 
 def test_agent_text_is_inert(tmp_path: Path) -> None:

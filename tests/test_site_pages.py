@@ -19,7 +19,8 @@ from aoe_tui.export.site import build_match_site, build_season_site
 from aoe_tui.export.site.heat import heat_page
 from aoe_tui.export.site.season_context import (
     CATEGORY_FALLBACK, STANDINGS_COLUMNS, arena_category, leaderboard_rows, treemap_tiles)
-from aoe_tui.export.site.svg import TreemapTile, bar_chart, line_chart, squarify, treemap_svg
+from aoe_tui.export.site.svg import (COLORS, TreemapTile, bar_chart, entrant_colors, legend_html, line_chart, squarify,
+                                    treemap_svg)
 from tests.tui_fixtures import build_multi_arena_season_folder, build_season_folder, build_stopped_season_folder
 
 FIXTURES = Path(__file__).parent / "fixtures" / "upstream"
@@ -102,6 +103,23 @@ def test_svg_text_is_visible_and_escaped():
     bars = bar_chart("b", [(HOSTILE, None, "n/a"), ("x", 5, "$5")], label=HOSTILE)
     _assert_safe_svg(bars)
     assert ">n/a</text>" in bars and bars.count("<rect") == 1
+
+
+def test_chart_colours_follow_the_entrant_not_the_series_order():
+    colors = entrant_colors(["a", "b", "c"])
+    assert colors == {"a": 0, "b": 1, "c": 2}
+    one = line_chart("c", ["x", "y"], [("c", [1, 2]), ("a", [2, 3])], label="l", y_fmt=str, colors=colors)
+    two = line_chart("c", ["x", "y"], [("a", [2, 3]), ("c", [1, 2])], label="l", y_fmt=str, colors=colors)
+    for chart in (one, two):
+        assert f'stroke="{COLORS[2]}"' in chart and f'stroke="{COLORS[0]}"' in chart and COLORS[1] not in chart
+        assert '<span class="sw c2"></span>c</li>' in chart and '<span class="sw c0"></span>a</li>' in chart
+    bars = bar_chart("b", [("c", 3, "$3"), ("a", 1, "$1")], label="l", colors=colors)
+    assert re.findall(r'fill="(#[0-9a-f]{6})"/>', bars) == [COLORS[2], COLORS[0]]
+    assert legend_html(["b"], colors) == '<ul class="chart-legend"><li><span class="sw c1"></span>b</li></ul>'
+    # without colours (aoe standings --format html): by position, as before
+    assert legend_html(["z", "y"]) == ('<ul class="chart-legend"><li><span class="sw c0"></span>z</li>'
+                                       '<li><span class="sw c1"></span>y</li></ul>')
+    assert entrant_colors([f"e{i}" for i in range(12)])["e11"] == 11 % len(COLORS)
 
 
 def test_treemap_of_nothing_says_so():
@@ -274,6 +292,35 @@ def test_season_home_bracket_standings_and_charts(multi_site):
     for arena in ("first-build", "durable-job-queue", "traffic-surge"):
         assert f'id="milestone-chart-{arena}"' in text
     assert 'id="points-chart"' in text and 'id="spend-chart"' in text
+
+
+def test_each_entrant_has_one_colour_in_every_chart(multi_site):
+    """The home page's charts colour an entrant by its place in the season's entrant list:
+    the same swatch in every legend and the same bar colour, whatever the standings order."""
+    text = (multi_site / "index.html").read_text()
+    entrants = json.loads(next(line for line in (multi_site.parent / "season" / "season.jsonl").read_text()
+                                .splitlines() if '"season_started"' in line))["entrants"]
+    standings = [r[1] for r in _tables(text)["standings"][1:]]
+    assert standings != list(entrants)  # the standings order is not the season order here
+    want = {e: i % len(COLORS) for i, e in enumerate(entrants)}
+    legends = re.findall(r'<ul class="chart-legend">(.*?)</ul>', text)
+    assert len(legends) >= 3
+    seen = 0
+    for legend in legends:
+        for k, name in re.findall(r'<li><span class="sw c(\d+)"></span>([^<]+)</li>', legend):
+            assert int(k) == want[name], (name, k, legend)
+            seen += 1
+    assert seen >= len(entrants)
+    spend = text.split('id="spend-chart"', 1)[1].split("</svg>", 1)[0]
+    bars = re.findall(r"<title>([^<]+)</title></text><rect [^>]*fill=\"(#[0-9a-f]{6})\"", spend)
+    assert bars
+    for name, fill in bars:
+        assert fill == COLORS[want[name]], name
+
+
+def test_every_page_names_no_favicon_to_fetch(multi_site):
+    for page in [multi_site / "index.html", multi_site / "leaderboard.html", *multi_site.glob("heats/*/index.html")]:
+        assert '<link rel="icon" href="data:,">' in page.read_text(), page
 
 
 def test_finished_and_stopped_seasons(tmp_path):

@@ -154,7 +154,11 @@ def heat_context(page: HeatPage) -> dict[str, Any]:
     final = _final_view(p)
     mids = [m["id"] for m in p["milestones"]]
     terr = {t["id"]: t for t in p["territories"]}
-    winner = world.winner
+    # the winner only once the match finished: a heat still running has none yet ("racing");
+    # a season attempt that ended without its match finishing (interrupted, spoiled) is over
+    ended = str(world.match_state) in ("finished", "aborted") or (
+        bool(page.season) and page.season.get("status") not in (None, "running"))
+    winner = world.winner if str(world.match_state) == "finished" else None
     wt = terr.get(winner or "", {})
     usage_any = any(t.get("usage") for t in p["territories"])
     recorded = [world.agents[t["agent"]] for t in p["territories"] if t.get("usage") and t["agent"] in world.agents]
@@ -164,7 +168,11 @@ def heat_context(page: HeatPage) -> dict[str, Any]:
             if winner in world.territories and world.territories[winner].durable_at_ms is not None else None,
             "cost": usd(sum(a.cost_microusd for a in recorded)) if usage_any else "n/a",
             "tokens": f"{sum(a.input_tokens + a.output_tokens for a in recorded):,}" if usage_any else "n/a",
-            "finish_reason": world.finish_reason or "–", "match_state": str(world.match_state),
+            "finish_reason": world.finish_reason or ("–" if ended else "still racing"),
+            "match_state": str(world.match_state), "ended": ended,
+            # the winner card: "no winner" only for a match that ended without one
+            "winner_text": winner or ("no winner" if ended else "racing"),
+            "clock_label": "Final clock" if ended else "Clock so far",
             "arena": p["match"].get("arena")}
 
     territories = []
@@ -174,7 +182,9 @@ def heat_context(page: HeatPage) -> dict[str, Any]:
         passed = [m for m in t.milestones.values() if m.passed]
         territories.append({"id": tid, "state": str(t.state), "pill": _pill(str(t.state)),
                             "competitor": str(t.competitor_state) if t.competitor_state else "–",
+                            # passed of the arena's milestones (seen: those evaluated so far)
                             "passed": len(passed), "seen": max(len(seen), len(passed)),
+                            "milestones": max(len(mids), len(passed)),
                             "points": t.milestone_points, "durable_at": clock(t.durable_at_ms),
                             "entrant": terr.get(tid, {}).get("entrant"), "winner": tid == winner,
                             "elimination": " · ".join(str(x) for x in (t.elimination_source, t.elimination_detail)

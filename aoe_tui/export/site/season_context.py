@@ -230,7 +230,10 @@ def _points_per_round(state: Any, rows: Sequence[Any]) -> tuple[list[str], list[
 
 
 def _season_charts(state: Any, rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """The home page's charts. Each entrant has one colour in all of them: its place in the
+    season's entrant list (:func:`svg.entrant_colors`), not its standings rank."""
     charts = []
+    colors = svg.entrant_colors([*state.entrants, *(r.entrant for r in rows)])
     sec = lambda v: f"{v / 1000:.0f}s"  # noqa: E731
     if state.multi_arena:
         for a in state.arenas:
@@ -239,22 +242,24 @@ def _season_charts(state: Any, rows: Sequence[Any]) -> list[dict[str, Any]]:
             charts.append({"title": f"Time to each milestone · {a.id} (median)", "id": f"milestone-chart-{a.id}",
                            "svg": Markup(svg.line_chart(f"milestone-chart-{a.id}", list(a.milestones), per,
                                                         label=f"median time to each milestone of {a.id} per entrant",
-                                                        y_fmt=sec, empty="No milestone passed yet."))})
+                                                        y_fmt=sec, empty="No milestone passed yet.",
+                                                        colors=colors))})
     else:
         ms_ids = list(state.info.milestones) if state.info else []
         per = [(r.entrant, [r.milestone_ms.get(m) for m in ms_ids]) for r in rows]
         charts.append({"title": "Time to each milestone (median)", "id": "milestone-chart",
                        "svg": Markup(svg.line_chart("milestone-chart", ms_ids, per,
                                                     label="median time to each milestone per entrant", y_fmt=sec,
-                                                    empty="No milestone passed yet."))})
+                                                    empty="No milestone passed yet.", colors=colors))})
     labels, series = _points_per_round(state, rows)
     charts.append({"title": "Points per round", "id": "points-chart",
                    "svg": Markup(svg.line_chart("points-chart", labels, series, label="points per round per entrant",
-                                                y_fmt=lambda v: f"{v:.0f}", empty="No heat counted yet."))})
+                                                y_fmt=lambda v: f"{v:.0f}", empty="No heat counted yet.",
+                                                colors=colors))})
     spend = [(r.entrant, r.cost_microusd, fmt_cost(r.cost_microusd)) for r in rows]
     charts.append({"title": "Spend per entrant", "id": "spend-chart",
                    "svg": Markup(svg.bar_chart("spend-chart", spend, label="spend per entrant (USD)",
-                                               empty="No entrants."))})
+                                               empty="No entrants.", colors=colors))})
     return charts
 
 

@@ -7,17 +7,23 @@ Every text that reaches an SVG goes through :func:`esc` (made visible by
 arena names are agent or season-file text. Colours are SVG presentation attributes, never
 ``style`` attributes (the site's CSP). Charts are responsive (``viewBox``, ``width="100%"``)
 unless asked for the fixed size the standings page has always had.
+
+Colours follow entrants, not series positions: the site passes ``colors`` (entrant →
+index into :data:`COLORS`, :func:`entrant_colors`: the entrant's place in the season's
+entrant list), so an entrant has the same colour in every chart and legend whatever the
+standings order. Without ``colors`` a series takes its position's colour.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aoe_tui.export.site.render import visible
 
-__all__ = ["COLORS", "TreemapTile", "bar_chart", "esc", "line_chart", "squarify", "treemap_svg"]
+__all__ = ["COLORS", "TreemapTile", "bar_chart", "entrant_colors", "esc", "legend_html", "line_chart", "squarify",
+           "treemap_svg"]
 
 #: series colours (also the site's ``.c0`` … ``.c9`` legend swatches, site.css)
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -32,6 +38,20 @@ def esc(text: object) -> str:
     return html.escape(visible(str(text)))
 
 
+def entrant_colors(entrants: Iterable[str]) -> dict[str, int]:
+    """Each entrant's colour index (into :data:`COLORS`, ``.c0`` … ``.c9``): its place in
+    ``entrants`` (the season's entrant list, in season order),
+    modulo the palette. The same entrant keeps its colour in every chart of the site."""
+    return {e: k % len(COLORS) for k, e in enumerate(dict.fromkeys(entrants))}
+
+
+def _color_index(name: str, k: int, colors: Mapping[str, int] | None) -> int:
+    """``name``'s colour index: ``colors[name]`` when given and known, else position ``k``."""
+    if colors is not None and name in colors:
+        return colors[name] % len(COLORS)
+    return k % len(COLORS)
+
+
 def _clip(text: str, chars: int) -> str:
     """``text`` cut to ``chars`` characters (``…`` marks a cut); '' when nothing fits."""
     if chars <= 0:
@@ -43,12 +63,14 @@ def _clip(text: str, chars: int) -> str:
 
 def line_chart(svg_id: str, x_labels: Sequence[str], series: Sequence[tuple[str, Sequence[int | float | None]]], *,
                label: str, y_fmt: Callable[[float], str], responsive: bool = True,
-               legend: bool = False, empty: str = "Nothing to chart yet.") -> str:
+               legend: bool = False, empty: str = "Nothing to chart yet.",
+               colors: Mapping[str, int] | None = None) -> str:
     """``<svg id=svg_id>``: one polyline per ``(name, values)`` of ``series`` (values per
     ``x_labels``, None = no point) that has any value; y from 0 to the largest value,
     ticks by ``y_fmt``. ``legend``: names in the SVG, right of the plot (the standings
     page's); the site puts an HTML legend under the chart instead (:func:`legend_html`).
-    ``label`` is the aria label. ``<p class="muted">empty</p>`` when there is nothing."""
+    ``label`` is the aria label. ``<p class="muted">empty</p>`` when there is nothing.
+    ``colors``: series name → colour index (:func:`entrant_colors`); else by position."""
     shown = [(name, list(vals)) for name, vals in series if any(v is not None for v in vals)]
     known = [v for _, vals in shown for v in vals if v is not None]
     if not x_labels or not shown:
@@ -84,7 +106,7 @@ def line_chart(svg_id: str, x_labels: Sequence[str], series: Sequence[tuple[str,
         v = top_v * frac
         out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" font-size="{fs}" text-anchor="end">{esc(y_fmt(v))}</text>')
     for k, (name, vals) in enumerate(shown):
-        color = COLORS[k % len(COLORS)]
+        color = COLORS[_color_index(name, k, colors)]
         pts = [((left + (w - left - right) / 2) if one else x(i), y(v)) for i, v in enumerate(vals) if v is not None]
         if len(pts) > 1:
             out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="'
@@ -97,20 +119,22 @@ def line_chart(svg_id: str, x_labels: Sequence[str], series: Sequence[tuple[str,
                        f'{esc(name)}</text>')
     out.append("</svg>")
     if responsive and not legend:
-        out.append(legend_html([name for name, _ in shown]))
+        out.append(legend_html([name for name, _ in shown], colors))
     return "".join(out)
 
 
-def legend_html(names: Sequence[str]) -> str:
-    """``<ul class="chart-legend">`` with a colour swatch (``.c0`` … ``.c9``) per name, in series order."""
-    return ('<ul class="chart-legend">' + "".join(f'<li><span class="sw c{k % len(COLORS)}"></span>{esc(n)}</li>'
+def legend_html(names: Sequence[str], colors: Mapping[str, int] | None = None) -> str:
+    """``<ul class="chart-legend">`` with a colour swatch (``.c0`` … ``.c9``) per name, in
+    series order; ``colors`` as :func:`line_chart`'s."""
+    return ('<ul class="chart-legend">' + "".join(f'<li><span class="sw c{_color_index(n, k, colors)}"></span>{esc(n)}</li>'
                                             for k, n in enumerate(names)) + "</ul>")
 
 
 def bar_chart(svg_id: str, items: Sequence[tuple[str, float | None, str]], *, label: str,
-              empty: str = "Nothing to chart yet.") -> str:
+              empty: str = "Nothing to chart yet.", colors: Mapping[str, int] | None = None) -> str:
     """``<svg id=svg_id>``: one horizontal bar per ``(name, value, text)`` (``text`` is the
-    value as shown; a None value has no bar, only its text, e.g. ``n/a``)."""
+    value as shown; a None value has no bar, only its text, e.g. ``n/a``); ``colors`` as
+    :func:`line_chart`'s."""
     if not items:
         return f'<p class="muted">{esc(empty)}</p>'
     known = [v for _, v, _ in items if v is not None]
@@ -126,7 +150,7 @@ def bar_chart(svg_id: str, items: Sequence[tuple[str, float | None, str]], *, la
         bw = 0.0 if v is None else (w - left - right) * (v / top_v)
         if v is not None:
             out.append(f'<rect x="{left}" y="{yy + 3}" width="{max(bw, 1):.1f}" height="{row - 8}" '
-                       f'fill="{COLORS[k % len(COLORS)]}"/>')
+                       f'fill="{COLORS[_color_index(name, k, colors)]}"/>')
         muted = ' fill="#59636e"' if v is None else ""
         out.append(f'<text x="{left + bw + 6:.1f}" y="{yy + 20}" font-size="16"{muted}>{esc(text)}</text>')
     out.append("</svg>")

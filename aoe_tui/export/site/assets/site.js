@@ -283,16 +283,28 @@ function initHeat() {
     var v = Number(scrub.value), stepTop = Math.floor(finalMs / 100) * 100;
     seekClock(v >= stepTop ? finalMs : v); /* the range snaps to 100 ms; its last step means the end */
   });
+  /* keys: space always plays / pauses (even with a replay button focused: it does not re-click it),
+     except in a form field or on a <summary> (space opens it); ←/→ step, except on the scrub (it moves
+     itself); End goes to the last event */
   document.addEventListener("keydown", function (e) {
-    if (e.altKey || e.ctrlKey || e.metaKey) return;
-    var tag = (e.target && e.target.tagName) || "";
-    if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT") return;
+    if (e.altKey || e.ctrlKey || e.metaKey || e.defaultPrevented) return;
+    var t = e.target, tag = (t && t.tagName) || "";
+    if (tag === "TEXTAREA" || tag === "SELECT" || (t && t.isContentEditable)) return;
     if (e.key === " " || e.key === "Spacebar") {
-      if (tag === "BUTTON" || tag === "SUMMARY" || tag === "A") return; /* space activates the focused control */
+      if (tag === "INPUT" || tag === "SUMMARY") return;
       e.preventDefault();
-      if (playing) pause(); else play();
-    } else if (e.key === "ArrowRight") { e.preventDefault(); pause(); seekEvent(applied + 1); }
-    else if (e.key === "ArrowLeft") { e.preventDefault(); pause(); seekEvent(applied - 1); }
+      if (!e.repeat) { if (playing) pause(); else play(); }
+    } else if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
+      if (tag === "INPUT") return; /* the scrub (or another field) moves by itself */
+      e.preventDefault(); pause(); seekEvent(applied + (e.key === "ArrowRight" ? 1 : -1));
+    } else if (e.key === "End") {
+      if (tag === "INPUT") return;
+      e.preventDefault(); pause(); seekEvent(N);
+    }
+  });
+  /* a button's own space activation fires on keyup: keep it from re-clicking the focused control */
+  document.addEventListener("keyup", function (e) {
+    if ((e.key === " " || e.key === "Spacebar") && e.target && e.target.tagName === "BUTTON") e.preventDefault();
   });
 
   /* the full timeline and the activity logs are built when first opened */
