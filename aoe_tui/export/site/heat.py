@@ -25,7 +25,7 @@ View keys (all values JSON scalars):
 Payload (JSON; strings are made visible and escaped by :func:`render.script_json`)::
 
     {"match": {"name", "slug", "arena", "fog", "final_ms", "winner", "finish_reason",
-               "log_events": events in the log, "thinned": bool (fit_replay folded steps)},
+               "log_events": events in the log, "thinned": bool (fit_replay folded events into steps)},
      "territories": [{"id", "agent", "entrant", "model", "adapter", "reasoning", "usage"}],
                                           # usage: the log has a usage_charged with a token
                                           # or cost figure for the agent (else "n/a", §9.1)
@@ -292,11 +292,11 @@ def _fold(run: list[tuple[dict[str, Any], dict[str, Any]]]) -> tuple[dict[str, A
 
 def fit_replay(events: list[dict[str, Any]], frames: list[dict[str, Any]],
                budget: int = REPLAY_BUDGET) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
-    """``(events, frames, thinned)`` whose JSON fits ``budget`` characters: first the raw
+    """``(events, frames, folded)`` whose JSON fits ``budget`` characters: first the raw
     copies go (the inspector then points at ``events.jsonl``), then runs of consecutive
     :data:`_FOLDABLE` events fold into steps of 2, 4, 8 … events (the state after a step is
     the state after its last event, so the replay still shows the one reducer's state).
-    A log that fits is returned as it is."""
+    A log that fits is returned as it is; ``folded``: some steps hold several events."""
     if _size(events) + _size(frames) <= budget:
         return events, frames, False
     events = [{**e, "raw": None} for e in events]
@@ -326,7 +326,7 @@ def fit_replay(events: list[dict[str, Any]], frames: list[dict[str, Any]],
             fe, ff = _fold(run)
             out_e.append(fe)
             out_f.append(ff)
-    return out_e, out_f, True
+    return out_e, out_f, len(out_e) < len(events)
 
 
 def usage_recorded(records: list[Any]) -> set[str]:
