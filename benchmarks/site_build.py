@@ -8,7 +8,8 @@ a copy of the fixture's attempt it repeats (its bundle's name and slug rewritten
 round and heat), every tenth heat needs a second attempt (the first spoiled by the
 provider, a retry), and ``season.jsonl`` is written through the real ``season.jsonl``
 models, so the season reducer accepts it (checked). Then times ``build_season_site`` and
-prints the seconds, the page count and the largest page (artifacts apart).
+prints the seconds, the page count and the largest page (artifacts apart), and the ratio
+to a baseline taken in the same run (reading and reducing every log, copying its files).
 Targets: at most 10 s and 500 kB.
 
 Usage: ``.venv/bin/python benchmarks/site_build.py [--heats 100] [--keep DIR] [--strict]``
@@ -118,6 +119,17 @@ def main() -> int:
         attempts = sum(1 for _ in season.glob("round-*/heat-*/attempt-*"))
         print(f"season: {args.heats} heats, {attempts} heat attempts ({time.perf_counter() - t0:.1f} s to synthesize)")
         site = work / "site"
+        # baseline, the same run: what any site of this season must do at least — read and
+        # reduce every attempt's event log (load_match) and copy its files once
+        from aoe_tui.replay.matchdir import load_match
+
+        t0 = time.perf_counter()
+        for folder in sorted(season.glob("round-*/heat-*/attempt-*")):
+            load_match(folder)
+            for f in folder.iterdir():
+                if f.is_file():
+                    (work / "copy").write_bytes(f.read_bytes())
+        baseline = time.perf_counter() - t0
         t0 = time.perf_counter()
         summary = build_season_site(season, site)
         seconds = time.perf_counter() - t0
@@ -128,6 +140,8 @@ def main() -> int:
         ok_time, ok_size = seconds <= MAX_SECONDS, size <= MAX_PAGE_BYTES
         print(f"build_season_site: {seconds:6.2f} s  (target <= {MAX_SECONDS:.0f} s) {'OK' if ok_time else 'OVER'}"
               f"  [SiteSummary.seconds {summary.seconds:.2f}]")
+        print(f"baseline (read + reduce every log, copy its files): {baseline:6.2f} s; "
+              f"site / baseline = {seconds / baseline:.1f}x")
         print(f"pages: {len(pages)} ({len(summary.pages)} in the summary), site {total / 1e6:.1f} MB in all")
         print(f"largest page: {size / 1000:6.1f} kB {largest.relative_to(site)}  (target <= {MAX_PAGE_BYTES // 1000} kB) "
               f"{'OK' if ok_size else 'OVER'}")
