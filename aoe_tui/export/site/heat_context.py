@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from aoe_tui.domain.display import fmt_clock, fmt_cost
 from aoe_tui.export.site.heat import HeatPage
 
 __all__ = ["clock", "heat_context", "map_geometry", "node_state", "usd"]
@@ -29,16 +30,13 @@ _DIGESTS = {"source_revision", "compatibility_key", "manifest_sha256", "player_b
 
 
 def clock(ms: int | None) -> str:
-    """``ms`` as ``mm:ss.d`` (the replay's clock); ``"–"`` for None."""
-    if ms is None:
-        return "–"
-    ms = max(0, int(ms))
-    return f"{ms // 60000:02d}:{ms // 1000 % 60:02d}.{ms // 100 % 10}"
+    """``ms`` as ``mm:ss.d`` (the replay's clock, :func:`fmt_clock`); ``"–"`` for None."""
+    return fmt_clock(ms, "mm:ss.d", none="–")
 
 
 def usd(microusd: int | None) -> str:
-    """micro-USD → ``$0.1234``."""
-    return "n/a" if microusd is None else f"${microusd / 1_000_000:.4f}"
+    """micro-USD → ``$0.1234`` (:func:`fmt_cost`); ``n/a`` for None."""
+    return fmt_cost(microusd)
 
 
 def _size(n: int) -> str:
