@@ -202,30 +202,20 @@ def launch_browser():
     return pw, browser
 
 
-_shared: dict[str, object] = {}
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def site_browser() -> Iterator[SiteBrowser]:
-    """The session's :class:`SiteBrowser` (one chromium for every site test). Each test
-    module that imports this fixture gets its own session fixture, so the browser itself is
-    shared here (playwright's sync API runs one instance per thread) and closed when the
-    last of them ends."""
-    if "browser" not in _shared:
-        pw, browser = launch_browser()
-        _shared.update(pw=pw, browser=SiteBrowser(browser), users=0)
-    _shared["users"] = int(_shared["users"]) + 1  # type: ignore[call-overload]
-    sb = _shared["browser"]
-    assert isinstance(sb, SiteBrowser)
+    """One chromium for a test module's site tests, closed when the module ends: playwright's
+    sync API keeps an event loop running in this thread while it is started, and asyncio
+    tests after it (``asyncio.run``, pytest-asyncio) fail with "cannot be called from a
+    running event loop" — so it never outlives the module that uses it."""
+    pw, browser = launch_browser()
+    sb = SiteBrowser(browser)
     try:
         yield sb
     finally:
-        _shared["users"] = int(_shared["users"]) - 1  # type: ignore[call-overload]
-        if _shared["users"] == 0:
-            sb.close_pages()
-            sb.browser.close()
-            _shared["pw"].stop()  # type: ignore[attr-defined]
-            _shared.clear()
+        sb.close_pages()
+        browser.close()
+        pw.stop()
 
 
 @pytest.fixture
